@@ -1,0 +1,72 @@
+"""Small validators shared by the configuration dataclasses.
+
+Every invalid configuration raises :class:`ValueError` naming the field and the allowed range,
+so a caller can tell at once what to fix.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def finite(name: str, value: Any) -> float:
+    """Return ``value`` as a float, or raise if it is not a finite real number."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return v
+
+
+def in_range(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False,
+             hi_open: bool = False) -> float:
+    """Return ``value`` as a float inside ``[lo, hi]`` (ends open where asked) or raise."""
+    v = finite(name, value)
+    lo_ok = v > lo if lo_open else v >= lo
+    hi_ok = v < hi if hi_open else v <= hi
+    if not (lo_ok and hi_ok):
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        raise ValueError(f"{name} must be in {left}{lo:g}, {hi:g}{right}, got {value!r}")
+    return v
+
+
+def positive(name: str, value: Any) -> float:
+    v = finite(name, value)
+    if v <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return v
+
+
+def int_at_least(name: str, value: Any, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int,)) and not (
+        isinstance(value, float) and value.is_integer()
+    ):
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    v = int(value)
+    if v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return v
+
+
+def bounds(name: str, value: Any, lo: float, hi: float) -> tuple[float, float]:
+    """Validate a ``(low, high)`` pair with ``lo <= low < high <= hi``."""
+    try:
+        a, b = value
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a (low, high) pair within [{lo:g}, {hi:g}], "
+                         f"got {value!r}") from None
+    a = finite(f"{name}[0]", a)
+    b = finite(f"{name}[1]", b)
+    if not (lo <= a < b <= hi):
+        raise ValueError(f"{name} must satisfy {lo:g} <= low < high <= {hi:g}, got {value!r}")
+    return a, b
+
+
+def choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+    return value

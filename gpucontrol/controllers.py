@@ -1,0 +1,262 @@
+"""Runtime controllers: the inner sleep loop, the outer MPS optimizer, adaptive gain.
+
+These are the per-period state machines that :class:`gpucontrol.TwoTierController` composes.
+They are pure Python with no numpy in the hot path, so one update costs microseconds.
+
+Odd measurements (NaN, inf, negative, a period with no requests) never raise and never move
+an actuator: the controller holds its last output and says why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ._validate import bounds, finite, in_range, positive
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One control period's latency statistics.
+
+    ``count`` is the number of batches measured (0 means no requests: hold the actuation);
+    ``restarting`` marks a period in which the training process was restarting (MPS change).
+    """
+
+    mean_ms: float
+    p99_ms: float = math.nan
+    count: int = 1
+    restarting: bool = False
+
+
+def as_measurement(x: Any) -> Measurement:
+    """Coerce a float, a :class:`Measurement`, a mapping or any object with ``mean``/``mean_ms``,
+    ``p99``/``p99_ms`` and ``count`` attributes into a Measurement. Never raises: anything
+    unreadable becomes a zero-count measurement (which the controllers hold on)."""
+    if isinstance(x, Measurement):
+        return x
+    try:
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            return Measurement(float(x))
+        get = x.get if isinstance(x, dict) else (lambda k, d=None: getattr(x, k, d))
+        mean = get("mean_ms", None)
+        if mean is None:
+            mean = get("mean", math.nan)
+        p99 = get("p99_ms", None)
+        if p99 is None:
+            p99 = get("p99", math.nan)
+        count = get("count", 1)
+        restarting = bool(get("restarting", False))
+        return Measurement(float(mean), float(p99), int(count), restarting)
+    except Exception:  # noqa: BLE001 - bad input must never raise into the control loop
+        return Measurement(math.nan, math.nan, 0)
+
+
+def usable(value: float) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value >= 0.0
+
+
+class GainEstimator:
+    """Scalar recursive least squares for the incremental gain ``m`` in ``dl = m * u``.
+
+    Uses pairs (applied increment ``u(k-1)``, latency change ``l(k) - l(k-1)``) with
+    exponential forgetting. To keep the stability guarantee the estimate is confined to
+    ``[ratio_bounds[0], ratio_bounds[1]] * nominal_gain`` — in particular it keeps the
+    nominal's (negative) sign — and a pair is used only when the increment is large enough to
+    carry information (``|nominal_gain * u| >= min_effect_ms``) and the latency moved the way
+    the sign of the gain says it must (a load step in the other direction is not evidence).
+    With ``kp = detune / estimate`` the loop is stable whenever the real gain is within
+    ``(0, 2 / detune)`` times the estimate, so a converged estimate restores the nominal margin
+    anywhere in the bounded range.
+    """
+
+    def __init__(self, nominal_gain: float, forgetting: float = 0.85,
+                 ratio_bounds: tuple[float, float] = (0.1, 10.0), min_effect_ms: float = 0.5,
+                 initial_variance: float = 1e3) -> None:
+        self.nominal_gain = finite("nominal_gain", nominal_gain)
+        if self.nominal_gain == 0:
+            raise ValueError("nominal_gain must be non-zero")
+        self.forgetting = in_range("forgetting", forgetting, 0.5, 1.0)
+        self.ratio_bounds = bounds("ratio_bounds", ratio_bounds, 1e-3, 1e3)
+        self.min_effect_ms = in_range("min_effect_ms", min_effect_ms, 0.0, math.inf)
+        self._p0 = positive("initial_variance", initial_variance)
+        self.reset(self.nominal_gain)
+
+    def reset(self, gain: float | None = None) -> None:
+        if gain is not None:
+            self.nominal_gain = float(gain)
+        self.theta = self.nominal_gain
+        self.p = self._p0  # covariance of theta per unit data: units of 1/u**2
+        self.updates = 0
+
+    @property
+    def gain(self) -> float:
+        return self.theta
+
+    @property
+    def ratio(self) -> float:
+        return self.theta / self.nominal_gain
+
+    def update(self, u: float, dl: float) -> bool:
+        """Use one (u, dl) pair; returns whether it was used."""
+        if not (math.isfinite(u) and math.isfinite(dl)):
+            return False
+        if abs(self.nominal_gain * u) < self.min_effect_ms or dl * self.nominal_gain * u <= 0:
+            return False
+        k = self.p * u / (self.forgetting + u * self.p * u)
+        theta = self.theta + k * (dl - u * self.theta)
+        self.p = (self.p - k * u * self.p) / self.forgetting
+        self.p = min(self.p, self._p0)  # bounded so forgetting cannot blow it up
+        lo, hi = sorted((self.ratio_bounds[0] * self.nominal_gain,
+                         self.ratio_bounds[1] * self.nominal_gain))
+        self.theta = min(max(theta, lo), hi)
+        self.updates += 1
+        return True
+
+
+@dataclass(frozen=True)
+class InnerResult:
+    sleep_s: float
+    saturated: str | None  # "low", "high" or None
+    error_ms: float
+    held: bool
+    reason: str
+
+
+class InnerSleepController:
+    """Velocity-form sleep controller ``s(k+1) = clamp(s(k) + kp e(k) + ki I(k))``.
+
+    ``e = slo - l``. The sleep is clamped to ``sleep_bounds_s`` and, because the state *is* the
+    clamped sleep, nothing winds up past a bound; the integral term of a PI (``ki != 0``) is
+    frozen while the output is pinned at a bound and pushing outward (conditional integration).
+    With an :class:`GainEstimator` the gain is re-read every period (``kp = detune / gain``).
+    """
+
+    def __init__(self, kp: float, slo_ms: float, sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
+                 *, ki: float = 0.0, initial_sleep_s: float | None = None,
+                 estimator: GainEstimator | None = None, detune: float = 1.0) -> None:
+        self.kp = finite("kp", kp)
+        self.ki = finite("ki", ki)
+        self.slo_ms = positive("slo_ms", slo_ms)
+        self.lo, self.hi = bounds("sleep_bounds_s", sleep_bounds_s, 0.0, 3600.0)
+        s0 = self.lo if initial_sleep_s is None else in_range(
+            "initial_sleep_s", initial_sleep_s, self.lo, self.hi)
+        self.sleep_s = s0
+        self.integral = 0.0
+        self.estimator = estimator
+        self.detune = in_range("detune", detune, 0.0, 2.0, lo_open=True, hi_open=True)
+        self._last_l: float | None = None
+        self._last_u = 0.0
+
+    def effective_kp(self) -> float:
+        if self.estimator is not None:
+            return self.detune / self.estimator.gain
+        return self.kp
+
+    def set_sleep(self, sleep_s: float) -> None:
+        """Move the state (bumpless transfer, e.g. after an MPS feedforward)."""
+        self.sleep_s = min(max(float(sleep_s), self.lo), self.hi)
+        self._last_l = None
+        self._last_u = 0.0
+
+    def hold(self, reason: str) -> InnerResult:
+        self._last_l = None
+        self._last_u = 0.0
+        return InnerResult(self.sleep_s, None, math.nan, True, reason)
+
+    def update(self, latency_ms: float) -> InnerResult:
+        l = float(latency_ms) if isinstance(latency_ms, (int, float)) else math.nan
+        if not usable(l):
+            return self.hold("hold: no usable latency this period")
+        if self.estimator is not None and self._last_l is not None:
+            self.estimator.update(self._last_u, l - self._last_l)
+        e = self.slo_ms - l
+        kp = self.effective_kp()
+        integral = self.integral + e if self.ki != 0.0 else 0.0
+        raw = self.sleep_s + kp * e + self.ki * integral
+        sat = None
+        if raw > self.hi:
+            new, sat = self.hi, "high"
+        elif raw < self.lo:
+            new, sat = self.lo, "low"
+        else:
+            new = raw
+        if sat is None or self.ki == 0.0:
+            self.integral = integral
+        # anti-windup: keep the integral when pinned and pushing outward
+        self._last_u = new - self.sleep_s
+        self._last_l = l
+        self.sleep_s = new
+        reason = "inner" if sat is None else f"inner: sleep saturated {sat}"
+        return InnerResult(new, sat, e, False, reason)
+
+
+class OuterMPSOptimizer:
+    """Outer loop: moves the training MPS percentage every ``every`` inner periods.
+
+    It acts only when ``|drive| / slo > threshold`` or the inner loop is saturated, where the
+    drive is the latency error for ``"paper"`` and the error plus the sleep's distance from its
+    target (in ms of latency) for ``"mid-range"``.
+    Strategies:
+
+    * ``"paper"`` (seed 000 §IV-C): ``d_mps = (slo - l) / mps_gain``.
+    * ``"mid-range"``: ``d_mps = (slo - l + sleep_gain (s - s_target)) / mps_gain`` — move MPS so
+      the inner loop's sleep returns to ``s_target``, keeping sleep headroom for bursts and
+      letting training use the more efficient spatial share instead of sleeping.
+
+    ``mps_gain`` is the latency sensitivity to the training MPS percentage (ms per point).
+    """
+
+    STRATEGIES = ("paper", "mid-range", "none")
+
+    def __init__(self, strategy: str, slo_ms: float, *, every: int = 25, threshold: float = 0.02,
+                 mps_bounds_pct: tuple[float, float] = (1.0, 100.0), initial_mps_pct: float = 100.0,
+                 mps_gain_ms_per_pct: float | None = None, sleep_target_s: float = 0.05,
+                 saturated_step_pct: float = 5.0) -> None:
+        from ._validate import choice, int_at_least
+
+        self.strategy = choice("outer", strategy, self.STRATEGIES)
+        self.slo_ms = positive("slo_ms", slo_ms)
+        self.every = int_at_least("outer_every", every, 1)
+        self.threshold = in_range("mps_threshold", threshold, 0.0, 1.0, hi_open=True)
+        self.lo, self.hi = bounds("mps_bounds_pct", mps_bounds_pct, 1.0, 100.0)
+        self.mps_pct = in_range("initial_mps_pct", initial_mps_pct, self.lo, self.hi)
+        self.mps_gain = positive("mps_gain_ms_per_pct", mps_gain_ms_per_pct
+                                 if mps_gain_ms_per_pct is not None else self.slo_ms / 100.0)
+        self.sleep_target_s = in_range("sleep_target_s", sleep_target_s, 0.0, 3600.0)
+        self.saturated_step_pct = in_range("saturated_step_pct", saturated_step_pct, 0.0, 100.0)
+        self.count = 0
+
+    def restart_count(self) -> None:
+        self.count = 0
+
+    def update(self, latency_ms: float, sleep_s: float, saturated: str | None,
+               sleep_gain: float) -> tuple[float | None, str]:
+        """Return (new MPS % or None when unchanged, reason)."""
+        if self.strategy == "none":
+            return None, ""
+        self.count += 1
+        if self.count < self.every:
+            return None, ""
+        self.count = 0
+        if not usable(latency_ms):
+            return None, "outer: hold, no usable latency"
+        e = self.slo_ms - latency_ms
+        rel = abs(e) / self.slo_ms
+        if self.strategy == "paper":
+            drive = e
+        else:
+            drive = e + sleep_gain * (sleep_s - self.sleep_target_s)
+        if abs(drive) / self.slo_ms <= self.threshold and saturated is None:
+            return None, "outer: within threshold"
+        delta = drive / self.mps_gain
+        if saturated == "high":
+            delta = min(delta, -self.saturated_step_pct)
+        elif saturated == "low" and e > 0:
+            delta = max(delta, self.saturated_step_pct if rel > self.threshold else 0.0)
+        new = min(max(round(self.mps_pct + delta), self.lo), self.hi)
+        if new == self.mps_pct:
+            return None, "outer: at MPS bound" if delta else "outer: no change"
+        old, self.mps_pct = self.mps_pct, float(new)
+        return self.mps_pct, f"outer {self.strategy}: MPS {old:g} -> {new:g}"

@@ -1,0 +1,194 @@
+"""Latency models of a co-located GPU.
+
+The inner loop's plant (seed 000, §V-A) is the static map from the training processes' sleep
+interval ``s`` (seconds per iteration) to the mean per-batch inference latency ``l`` (ms),
+identified as ``l = gain * s + offset`` with ``gain < 0`` (more sleep, lower latency).
+Because the sleep chosen at the end of period ``k`` acts during period ``k + 1``, the loop
+sees the incremental (velocity) form
+
+    l(k+1) = l(k) + gain * u(k),     u(k) = s(k+1) - s(k),
+
+whose transfer function from ``u`` to ``l`` is ``gain / (z - 1)``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from ._validate import finite, positive
+
+
+@dataclass(frozen=True)
+class LinearLatencyModel:
+    """``latency_ms = gain * sleep_s + offset`` around one operating point.
+
+    Parameters
+    ----------
+    gain : float
+        Slope in ms of latency per second of sleep; must be negative and finite.
+    offset : float
+        Latency in ms at zero sleep; must be finite.
+
+    Examples
+    --------
+    >>> m = LinearLatencyModel(gain=-12.0, offset=95.0)
+    >>> m.predict(0.5)
+    89.0
+    >>> m.sleep_for(89.0)
+    0.5
+    """
+
+    gain: float
+    offset: float
+
+    def __post_init__(self) -> None:
+        g = finite("gain", self.gain)
+        if g >= 0:
+            raise ValueError(f"gain must be < 0 (more sleep, lower latency), got {self.gain!r}")
+        object.__setattr__(self, "gain", g)
+        object.__setattr__(self, "offset", finite("offset", self.offset))
+
+    def predict(self, sleep_s: float) -> float:
+        """Latency (ms) predicted for a sleep interval (s)."""
+        return self.gain * sleep_s + self.offset
+
+    def sleep_for(self, latency_ms: float) -> float:
+        """Sleep interval (s) at which the model predicts ``latency_ms`` (unclamped)."""
+        return (latency_ms - self.offset) / self.gain
+
+    def step(self, latency_ms: float, u: float) -> float:
+        """One step of the incremental form: ``l(k+1) = l(k) + gain * u(k)``."""
+        return latency_ms + self.gain * u
+
+    def to_tf(self, period_s: float = 4.0):
+        """python-control discrete transfer function ``gain / (z - 1)`` from ``u`` to ``l``.
+
+        >>> tf = LinearLatencyModel(-12.0, 95.0).to_tf(4.0)
+        >>> float(tf.dt)
+        4.0
+        """
+        import control
+
+        dt = positive("period_s", period_s)
+        return control.tf([self.gain], [1.0, -1.0], dt)
+
+    def scaled(self, gain_ratio: float) -> "LinearLatencyModel":
+        """The same model with its gain multiplied by ``gain_ratio`` (> 0)."""
+        return LinearLatencyModel(self.gain * positive("gain_ratio", gain_ratio), self.offset)
+
+    @classmethod
+    def from_fit(cls, fit: Any) -> "LinearLatencyModel":
+        """Build from anything exposing ``gain`` and ``offset`` (e.g. ``sysid.StaticFit``)."""
+        try:
+            return cls(gain=fit.gain, offset=fit.offset)
+        except AttributeError:
+            raise ValueError("fit must expose 'gain' and 'offset' attributes") from None
+
+    def to_dict(self) -> dict[str, float]:
+        return {"gain": self.gain, "offset": self.offset}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "LinearLatencyModel":
+        missing = [k for k in ("gain", "offset") if k not in d]
+        if missing:
+            raise ValueError(f"model is missing field(s): {', '.join(missing)}")
+        return cls(gain=d["gain"], offset=d["offset"])
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """One identified operating point: training MPS percentage and inference batch size."""
+
+    mps_pct: float
+    model: LinearLatencyModel
+    batch: int | None = None
+
+
+@dataclass(frozen=True)
+class LatencyModelFamily:
+    """Linear latency models across MPS levels (and optionally batch sizes), for gain scheduling.
+
+    ``at(mps_pct, batch)`` interpolates gain and offset linearly in the MPS percentage between
+    the two nearest identified levels (clamped at the ends) for the nearest identified batch.
+    ``mps_gain(...)`` is the local slope of latency with respect to the training MPS percentage
+    (ms per percentage point) at a given sleep, which the outer loop uses as its model.
+
+    >>> fam = LatencyModelFamily.from_points([
+    ...     OperatingPoint(20, LinearLatencyModel(-2.0, 60.0)),
+    ...     OperatingPoint(80, LinearLatencyModel(-14.0, 90.0))])
+    >>> fam.at(50).gain
+    -8.0
+    >>> round(fam.mps_gain(50, sleep_s=0.0), 6)
+    0.5
+    """
+
+    points: tuple[OperatingPoint, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not self.points:
+            raise ValueError("points must hold at least one OperatingPoint")
+        pts = tuple(sorted(self.points, key=lambda p: (p.batch or 0, p.mps_pct)))
+        for p in pts:
+            if not (0 < p.mps_pct <= 100):
+                raise ValueError(f"mps_pct must be in (0, 100], got {p.mps_pct!r}")
+        object.__setattr__(self, "points", pts)
+
+    @classmethod
+    def from_points(cls, points: Iterable[OperatingPoint]) -> "LatencyModelFamily":
+        return cls(tuple(points))
+
+    def _batch_points(self, batch: int | None) -> list[OperatingPoint]:
+        batches = sorted({p.batch for p in self.points}, key=lambda b: (b is None, b or 0))
+        if batch is None or all(b is None for b in batches):
+            chosen = batches[0]
+        else:
+            known = [b for b in batches if b is not None]
+            chosen = min(known, key=lambda b: abs(b - batch))
+        return [p for p in self.points if p.batch == chosen]
+
+    def at(self, mps_pct: float, batch: int | None = None) -> LinearLatencyModel:
+        pts = self._batch_points(batch)
+        xs = [p.mps_pct for p in pts]
+        if len(pts) == 1 or mps_pct <= xs[0]:
+            return pts[0].model
+        if mps_pct >= xs[-1]:
+            return pts[-1].model
+        i = bisect.bisect_right(xs, mps_pct)
+        a, b = pts[i - 1], pts[i]
+        w = (mps_pct - a.mps_pct) / (b.mps_pct - a.mps_pct)
+        return LinearLatencyModel(
+            gain=a.model.gain + w * (b.model.gain - a.model.gain),
+            offset=a.model.offset + w * (b.model.offset - a.model.offset),
+        )
+
+    def mps_gain(self, mps_pct: float, sleep_s: float = 0.0, batch: int | None = None) -> float:
+        """d latency / d MPS% (ms per percentage point) at ``sleep_s``; NaN with one level."""
+        pts = self._batch_points(batch)
+        if len(pts) < 2:
+            return math.nan
+        xs = [p.mps_pct for p in pts]
+        i = min(max(bisect.bisect_right(xs, mps_pct), 1), len(pts) - 1)
+        a, b = pts[i - 1], pts[i]
+        return (b.model.predict(sleep_s) - a.model.predict(sleep_s)) / (b.mps_pct - a.mps_pct)
+
+    def gain_ratios(self, nominal: LinearLatencyModel) -> tuple[float, float]:
+        """(min, max) of member gain / nominal gain: the envelope to check stability against."""
+        r = [p.model.gain / nominal.gain for p in self.points]
+        return min(r), max(r)
+
+    def to_json(self) -> str:
+        return json.dumps([
+            {"mps_pct": p.mps_pct, "batch": p.batch, **p.model.to_dict()} for p in self.points
+        ])
+
+    @classmethod
+    def from_json(cls, text: str) -> "LatencyModelFamily":
+        rows = json.loads(text)
+        return cls(tuple(
+            OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]), r.get("batch"))
+            for r in rows
+        ))

@@ -1,0 +1,287 @@
+"""Stability of a designed loop when the real plant differs from the nominal model.
+
+The real plant gain is ``g * model.gain`` with ``g > 0`` the real/nominal *gain ratio* (seed
+000 §V-B: the controller uses the nominal model; substituting its inputs into the actual model
+gives the closed loop whose stability we check). For the paper's P controller the closed-loop
+pole is ``1 - g``, stable exactly for ``0 < g < 2``.
+
+With a one-period measurement delay the P loop's characteristic polynomial becomes
+``z**2 - z + g * detune``. Jury's conditions for ``z**2 + a1 z + a0`` are ``|a0| < 1``,
+``1 + a1 + a0 > 0`` and ``1 - a1 + a0 > 0``; here they reduce to ``0 < g * detune < 1``, so the
+stable range halves to ``(0, 1 / detune)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ._validate import finite, int_at_least
+from .design import Design, PDesign, SETTLING_THRESHOLD, step_sequence
+
+
+def jury(coefficients: Sequence[float]) -> bool:
+    """Jury stability test: True iff every root of the polynomial lies strictly inside |z| = 1.
+
+    ``coefficients`` are real, in descending powers of z (as for ``numpy.roots``); leading
+    zeros are ignored. Uses Jury's table in its Schur–Cohn reduction form: with
+    ``p(z) = a0 z**n + ... + an`` and ``|an| < |a0|``, the polynomial with coefficients
+    ``a0*a_k - an*a_{n-k}`` (k = 0..n-1) has degree n-1 and all roots inside the unit circle
+    iff ``p`` does. Roots on the circle count as unstable.
+
+    >>> jury([1.0, -0.5])          # z - 0.5
+    True
+    >>> jury([1.0, -1.0, 0.5])     # z**2 - z + 0.5: poles 0.5 ± 0.5j
+    True
+    >>> jury([1.0, -1.0])          # z - 1: on the circle
+    False
+    """
+    a = np.asarray(coefficients, dtype=float).ravel()
+    if a.size == 0 or not np.all(np.isfinite(a)):
+        raise ValueError("coefficients must be a non-empty sequence of finite numbers")
+    nz = np.flatnonzero(a)
+    if nz.size == 0:
+        raise ValueError("coefficients must not all be zero")
+    a = a[nz[0]:]
+    scale = np.max(np.abs(a))
+    a = a / scale
+    eps = 1e-12
+    # necessary conditions (Jury): p(1) > 0 and (-1)^n p(-1) > 0 after making a0 > 0
+    if a[0] < 0:
+        a = -a
+    n = a.size - 1
+    if n == 0:
+        return True
+    if np.polyval(a, 1.0) <= eps or ((-1) ** n) * np.polyval(a, -1.0) <= eps:
+        return False
+    while a.size > 1:
+        a0, an = a[0], a[-1]
+        if abs(an) >= abs(a0) - eps:
+            return False
+        a = (a0 * a - an * a[::-1])[:-1]
+        a = a / np.max(np.abs(a))
+        if a[0] < 0:
+            a = -a
+    return True
+
+
+def is_stable(design: Design, gain_ratio: float = 1.0, delay_periods: int = 0) -> bool:
+    """Jury test of the design's closed loop at one gain ratio."""
+    return jury(design.characteristic_polynomial(gain_ratio, delay_periods))
+
+
+def _crossings(design: Design, delay_periods: int, n_grid: int = 4001) -> list[float]:
+    """Positive gain ratios at which a closed-loop pole lies on the unit circle.
+
+    On the circle ``z = e^{jw}``, the characteristic equation gives
+    ``g(w) = -z**d (z - 1) den(z) / (gain * num(z))``; crossings are the ``w`` where ``g`` is
+    real and positive.
+    """
+    from scipy.optimize import brentq
+
+    d = delay_periods
+    num, den, m = design.controller_num, design.controller_den, design.model.gain
+
+    def g_of(w: float) -> complex:
+        z = complex(math.cos(w), math.sin(w))
+        return -(z ** d) * (z - 1) * np.polyval(den, z) / (m * np.polyval(num, z))
+
+    out: list[float] = []
+    w = np.linspace(1e-9, math.pi, n_grid)
+    im = np.array([g_of(x).imag for x in w])
+    re = np.array([g_of(x).real for x in w])
+    for i in range(n_grid - 1):
+        if im[i] == 0.0 and re[i] > 0:
+            out.append(float(re[i]))
+        elif im[i] * im[i + 1] < 0:
+            root = brentq(lambda x: g_of(x).imag, w[i], w[i + 1], xtol=1e-14)
+            gr = g_of(root).real
+            if gr > 0:
+                out.append(float(gr))
+    end = g_of(math.pi)
+    if abs(end.imag) < 1e-9 and end.real > 0:
+        out.append(float(end.real))
+    return sorted(set(round(x, 12) for x in out))
+
+
+def stable_gain_range(design: Design, model=None, delay_periods: int = 0) -> tuple[float, float]:
+    """(lo, hi): the open interval of real/nominal gain ratios ``g`` around 1 that keeps the
+    loop stable.
+
+    ``model`` is the nominal model (defaults to ``design.model``; accepted so that a design can
+    be checked against a different nominal, e.g. a re-identified one). For the P design without
+    delay the closed form ``(0, 2 / detune)`` is returned; otherwise the boundaries are the
+    gain ratios where a pole crosses the unit circle, found on the circle and confirmed with
+    :func:`jury` on either side.
+
+    >>> from gpucontrol import LinearLatencyModel, design_p
+    >>> m = LinearLatencyModel(-12.0, 95.0)
+    >>> stable_gain_range(design_p(m), m)
+    (0.0, 2.0)
+    >>> tuple(round(x, 9) for x in stable_gain_range(design_p(m), m, delay_periods=1))
+    (0.0, 1.0)
+    """
+    d = int_at_least("delay_periods", delay_periods, 0)
+    if model is not None and model != design.model:
+        design = _rebase(design, model)
+    if isinstance(design, PDesign) and design.ki == 0.0:
+        scale = design.kp * design.model.gain  # = detune
+        if d == 0:
+            return 0.0, 2.0 / scale
+        if d == 1:
+            return 0.0, 1.0 / scale
+    if not is_stable(design, 1.0, d):
+        raise ValueError("the design is unstable at the nominal gain (gain ratio 1)")
+    edges = _crossings(design, d)
+    lo = max([e for e in edges if e < 1.0], default=0.0)
+    hi = min([e for e in edges if e > 1.0], default=math.inf)
+    return float(lo), float(hi)
+
+
+def _rebase(design: Design, model) -> Design:
+    """The same controller gains judged against another nominal model (gain ratio frame)."""
+    from dataclasses import replace
+
+    return replace(design, model=model)
+
+
+@dataclass(frozen=True)
+class RobustnessRow:
+    gain_ratio: float
+    poles: tuple[complex, ...]
+    stable: bool
+    settling_periods: float
+    overshoot_pct: float
+    steady_state_error: float
+
+
+@dataclass(frozen=True)
+class RobustnessTable:
+    """Rows of :func:`robustness_sweep`; ``to_records()`` gives plain dicts (pandas-friendly)."""
+
+    rows: tuple[RobustnessRow, ...]
+    delay_periods: int = 0
+    columns: tuple[str, ...] = field(default=(
+        "gain_ratio", "max_pole_abs", "stable", "settling_periods", "overshoot_pct",
+        "steady_state_error"))
+
+    def to_records(self) -> list[dict]:
+        return [{
+            "gain_ratio": r.gain_ratio,
+            "max_pole_abs": float(max(abs(p) for p in r.poles)) if r.poles else 0.0,
+            "stable": r.stable,
+            "settling_periods": r.settling_periods,
+            "overshoot_pct": r.overshoot_pct,
+            "steady_state_error": r.steady_state_error,
+        } for r in self.rows]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None = None,
+                     delay_periods: int = 0, horizon: int = 400) -> RobustnessTable:
+    """Closed-loop behaviour of ``design`` for each real/nominal gain ratio in ``ratios``.
+
+    Each row has the poles, the Jury verdict, the 2 % settling time in periods, the step
+    overshoot in percent and the steady-state error of a unit SLO step (NaN/inf when unstable).
+    """
+    d = int_at_least("delay_periods", delay_periods, 0)
+    if model is not None and model != design.model:
+        design = _rebase(design, model)
+    if ratios is None:
+        ratios = np.round(np.linspace(0.1, 2.5, 25), 6)
+    rows = []
+    for g in ratios:
+        g = finite("ratios[]", g)
+        if g <= 0:
+            raise ValueError(f"gain ratios must be > 0, got {g!r}")
+        char = design.characteristic_polynomial(g, d)
+        poles = tuple(complex(p) for p in np.roots(char))
+        stable = jury(char)
+        if stable:
+            y = step_sequence(char, design._closed_loop_num(g, d), horizon)
+            final = float(np.polyval(design._closed_loop_num(g, d), 1.0) / np.polyval(char, 1.0))
+            outside = np.nonzero(np.abs(y - final) > SETTLING_THRESHOLD * abs(final))[0]
+            settle = 0.0 if outside.size == 0 else float(outside[-1] + 1)
+            over = max(0.0, (float(np.max(y)) - final) / abs(final) * 100.0)
+            sse = 1.0 - final
+        else:
+            settle, over, sse = math.inf, math.inf, math.nan
+        rows.append(RobustnessRow(g, poles, stable, settle, over, sse))
+    return RobustnessTable(tuple(rows), d)
+
+
+def robustness_plot(table: RobustnessTable, ax=None, title: str | None = None):
+    """Plot max |pole| and settling periods against the gain ratio; returns the figure."""
+    import matplotlib
+
+    if ax is None:
+        matplotlib.use(matplotlib.get_backend())
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    else:
+        fig = ax.figure
+    rec = table.to_records()
+    g = [r["gain_ratio"] for r in rec]
+    ax.plot(g, [r["max_pole_abs"] for r in rec], "o-", label="max |pole|")
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xlabel("real / nominal plant gain")
+    ax.set_ylabel("max |pole|")
+    ax2 = ax.twinx()
+    ax2.plot(g, [r["settling_periods"] if math.isfinite(r["settling_periods"]) else np.nan
+                 for r in rec], "s:", color="tab:orange", label="settling periods")
+    ax2.set_ylabel("settling (periods)")
+    unstable = [r["gain_ratio"] for r in rec if not r["stable"]]
+    if unstable:
+        ax.axvspan(min(unstable), max(unstable), color="tab:red", alpha=0.1, label="unstable")
+    ax.set_title(title or f"robustness (delay {table.delay_periods} period(s))")
+    ax.legend(loc="upper left")
+    return fig
+
+
+@dataclass(frozen=True)
+class EnvelopeCheck:
+    """Verdict of :func:`check_envelope` for a measured gain envelope."""
+
+    envelope: tuple[float, float]
+    stable_range: tuple[float, float]
+    stable: bool
+    margin_low: float
+    margin_high: float
+    worst_settling_periods: float
+
+    def __str__(self) -> str:
+        verdict = "STABLE" if self.stable else "UNSTABLE"
+        return (f"{verdict}: envelope {self.envelope[0]:.3g}..{self.envelope[1]:.3g} within "
+                f"stable range {self.stable_range[0]:.3g}..{self.stable_range[1]:.3g}; "
+                f"worst settling {self.worst_settling_periods:g} periods")
+
+
+def check_envelope(design: Design, model=None, envelope: tuple[float, float] = (1.0, 1.0),
+                   delay_periods: int = 0) -> EnvelopeCheck:
+    """Is the loop stable for every real/nominal gain ratio in ``envelope = (g_min, g_max)``?
+
+    ``margin_low``/``margin_high`` are the factors by which the envelope could widen before
+    reaching the stability boundary (``g_min / lo`` and ``hi / g_max``; > 1 means safe).
+    """
+    try:
+        g_min, g_max = (finite("envelope[0]", envelope[0]), finite("envelope[1]", envelope[1]))
+    except (TypeError, IndexError):
+        raise ValueError(f"envelope must be a (g_min, g_max) pair, got {envelope!r}") from None
+    if not (0 < g_min <= g_max):
+        raise ValueError(f"envelope must satisfy 0 < g_min <= g_max, got {envelope!r}")
+    lo, hi = stable_gain_range(design, model, delay_periods)
+    ok = lo < g_min and g_max < hi
+    grid = np.unique(np.r_[np.linspace(g_min, g_max, 9), g_min, g_max])
+    table = robustness_sweep(design, model, grid, delay_periods)
+    worst = max(r.settling_periods for r in table.rows)
+    return EnvelopeCheck((g_min, g_max), (lo, hi), ok,
+                         math.inf if lo == 0 else g_min / lo, hi / g_max, worst)
