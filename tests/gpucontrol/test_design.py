@@ -1,0 +1,123 @@
+import math
+
+import control
+import numpy as np
+import pytest
+
+from gpucontrol import LinearLatencyModel, design_p, design_pi
+from gpucontrol.design import pole_spec
+
+MODEL = LinearLatencyModel(gain=-12.0, offset=95.0)
+
+
+def test_p_gain_is_inverse_model_gain():
+    p = design_p(MODEL)
+    assert p.kp == pytest.approx(1.0 / MODEL.gain, abs=1e-15)
+    assert p.ki == 0.0
+
+
+@pytest.mark.parametrize("g", [0.1, 0.5, 1.0, 1.5, 1.9, 2.5])
+def test_p_closed_loop_pole_is_one_minus_g(g):
+    p = design_p(MODEL)
+    np.testing.assert_allclose(p.poles(g), [1.0 - g], atol=1e-12)
+    cl = p.closed_loop(gain_ratio=g)
+    np.testing.assert_allclose(control.poles(cl), [1.0 - g], atol=1e-10)
+
+
+def test_deadbeat_at_nominal_gain():
+    p = design_p(MODEL)
+    info = control.step_info(p.closed_loop())
+    assert info["SteadyStateValue"] == pytest.approx(1.0, abs=1e-12)
+    assert info["Overshoot"] == pytest.approx(0.0, abs=1e-9)
+    assert info["SettlingTime"] == pytest.approx(p.period_s, abs=1e-12)  # one period
+    assert p.settling_periods() == 1.0
+
+
+@pytest.mark.parametrize("detune", [0.3, 0.6, 1.0, 1.4])
+def test_detuned_pole(detune):
+    p = design_p(MODEL, detune=detune)
+    np.testing.assert_allclose(p.poles(), [1.0 - detune], atol=1e-12)
+
+
+def test_closed_loop_matches_python_control_feedback_and_is_type_one():
+    p = design_p(MODEL, detune=0.7)
+    manual = control.feedback(p.controller_tf() * MODEL.to_tf(p.period_s), 1)
+    t = np.arange(0, 30) * p.period_s
+    _, y1 = control.step_response(p.closed_loop(), t)
+    _, y2 = control.step_response(manual, t)
+    np.testing.assert_allclose(y1, y2, atol=1e-12)
+    assert control.dcgain(p.closed_loop()) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_delay_appears_in_characteristic_polynomial():
+    p = design_p(MODEL)
+    np.testing.assert_allclose(p.characteristic_polynomial(0.5, 1), [1.0, -1.0, 0.5], atol=1e-12)
+    cl = p.closed_loop(0.5, delay_periods=1)
+    np.testing.assert_allclose(sorted(np.abs(control.poles(cl))), [math.sqrt(0.5)] * 2, atol=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_python_control_tools_work_on_designs():
+    p = design_p(MODEL, detune=0.8)
+    _, pm, *_ = control.stability_margins(p.loop_tf())
+    # L(z) = 0.8/(z - 1): |L| = 1 at w = 2 asin(0.4); arg L = -(90 deg + w/2)
+    w = 2 * math.asin(0.4)
+    assert pm == pytest.approx(90.0 - math.degrees(w) / 2, abs=1e-6)
+    # (python-control misses the phase crossover at the Nyquist frequency and reports an
+    #  infinite gain margin; stable_gain_range gives the true upper ratio 2/0.8 = 2.5.)
+    rl = control.root_locus_map(p.loop_tf(), gains=[0.5, 1.0])
+    assert rl is not None
+
+
+@pytest.mark.parametrize("settling,overshoot", [(10, 0.3), (4, 0.5), (25, 0.2)])
+def test_pi_meets_its_spec(settling, overshoot):
+    pi = design_pi(MODEL, settling_periods=settling, max_overshoot=overshoot)
+    assert np.all(np.abs(pi.poles()) < 1.0)
+    info = control.step_info(pi.closed_loop(), SettlingTimeThreshold=0.02)
+    assert info["Overshoot"] <= overshoot * 100 + 1e-6
+    assert info["SteadyStateValue"] == pytest.approx(1.0, abs=1e-9)
+    assert pi.settling_periods() <= settling
+
+
+def test_pi_placed_poles_are_the_closed_loop_poles():
+    pi = design_pi(MODEL, 10, 0.3)
+    np.testing.assert_allclose(sorted(pi.poles(), key=lambda z: z.imag),
+                               sorted(pi.poles_placed, key=lambda z: z.imag), atol=1e-9)
+    np.testing.assert_allclose(sorted(control.poles(pi.closed_loop()), key=lambda z: z.imag),
+                               sorted(pi.poles_placed, key=lambda z: z.imag), atol=1e-8)
+
+
+def test_pi_rejects_ramp_load_while_p_lags():
+    """A type-2 loop (PI on the increment) tracks a ramp; P keeps a constant lag."""
+    p, pi = design_p(MODEL), design_pi(MODEL, 10, 0.3)
+    ramp = control.tf([p.period_s, 0.0], [1.0, -2.0, 1.0], p.period_s)  # r(k) = k*T... scaled
+    t = np.arange(0, 200) * p.period_s
+    for design, lag in ((p, True), (pi, False)):
+        err = control.feedback(1, design.loop_tf())  # e/r
+        _, e = control.forced_response(err, t, np.arange(200, dtype=float))
+        if lag:
+            assert abs(e[-1]) > 0.5
+        else:
+            assert abs(e[-1]) < 1e-6
+
+
+def test_pi_impossible_spec_is_refused():
+    with pytest.raises(ValueError, match="max_overshoot"):
+        design_pi(MODEL, settling_periods=4, max_overshoot=0.05)
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    ({"detune": 0.0}, "detune"), ({"detune": 2.0}, "detune"), ({"period_s": -1}, "period_s")])
+def test_bad_p_config(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        design_p(MODEL, **kwargs)
+
+
+def test_pole_spec_radius_and_real_pair():
+    p1, p2 = pole_spec(10, 0.0)
+    assert p1 == p2
+    assert abs(p1) == pytest.approx(0.02 ** 0.1, abs=1e-12)
+    q1, q2 = pole_spec(10, 0.1)
+    assert q1 == q2.conjugate() and q1.imag > 0
+    with pytest.raises(ValueError, match="settling_periods"):
+        pole_spec(0.5, 0.1)

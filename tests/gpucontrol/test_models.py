@@ -1,0 +1,95 @@
+import json
+import math
+
+import control
+import numpy as np
+import pytest
+
+from gpucontrol import LatencyModelFamily, LinearLatencyModel, OperatingPoint
+
+
+def test_predict_and_inverse():
+    m = LinearLatencyModel(gain=-12.0, offset=95.0)
+    assert m.predict(0.0) == 95.0
+    assert m.predict(0.5) == pytest.approx(89.0, abs=1e-12)
+    assert m.sleep_for(m.predict(0.37)) == pytest.approx(0.37, abs=1e-12)
+
+
+def test_incremental_form_matches_static_model():
+    m = LinearLatencyModel(-7.5, 60.0)
+    s = np.array([0.0, 0.3, 0.1, 0.9, 0.9, 0.2])
+    l = m.predict(s[0])
+    for k in range(len(s) - 1):
+        l = m.step(l, s[k + 1] - s[k])
+        assert l == pytest.approx(m.predict(s[k + 1]), abs=1e-12)
+
+
+def test_to_tf_is_gain_over_z_minus_one():
+    tf = LinearLatencyModel(-12.0, 95.0).to_tf(4.0)
+    assert tf.dt == 4.0
+    np.testing.assert_allclose(tf.num[0][0], [-12.0], atol=1e-12)
+    np.testing.assert_allclose(tf.den[0][0], [1.0, -1.0], atol=1e-12)
+    np.testing.assert_allclose(control.poles(tf), [1.0], atol=1e-12)
+
+
+@pytest.mark.parametrize("gain", [0.0, 1.0, math.nan, math.inf, "x"])
+def test_bad_gain_names_field(gain):
+    with pytest.raises(ValueError, match="gain"):
+        LinearLatencyModel(gain, 10.0)
+
+
+def test_bad_offset_and_period():
+    with pytest.raises(ValueError, match="offset"):
+        LinearLatencyModel(-1.0, math.nan)
+    with pytest.raises(ValueError, match="period_s"):
+        LinearLatencyModel(-1.0, 1.0).to_tf(0.0)
+
+
+def test_from_fit_duck_typing_and_dict_round_trip():
+    class Fit:
+        gain, offset, r2 = -3.0, 40.0, 0.9
+
+    m = LinearLatencyModel.from_fit(Fit())
+    assert (m.gain, m.offset) == (-3.0, 40.0)
+    assert LinearLatencyModel.from_dict(m.to_dict()) == m
+    with pytest.raises(ValueError, match="gain"):
+        LinearLatencyModel.from_fit(object())
+    with pytest.raises(ValueError, match="offset"):
+        LinearLatencyModel.from_dict({"gain": -1.0})
+
+
+def family():
+    return LatencyModelFamily.from_points([
+        OperatingPoint(80, LinearLatencyModel(-14.0, 90.0)),
+        OperatingPoint(20, LinearLatencyModel(-2.0, 60.0)),
+        OperatingPoint(50, LinearLatencyModel(-8.0, 75.0), batch=None),
+    ])
+
+
+def test_family_interpolates_and_clamps():
+    fam = family()
+    assert fam.at(35).gain == pytest.approx(-5.0, abs=1e-12)
+    assert fam.at(35).offset == pytest.approx(67.5, abs=1e-12)
+    assert fam.at(5) == fam.points[0].model
+    assert fam.at(100) == fam.points[-1].model
+    assert fam.mps_gain(60, sleep_s=0.0) == pytest.approx(0.5, abs=1e-12)
+    assert fam.gain_ratios(LinearLatencyModel(-8.0, 75.0)) == pytest.approx((0.25, 1.75))
+
+
+def test_family_by_batch_and_json():
+    fam = LatencyModelFamily.from_points([
+        OperatingPoint(50, LinearLatencyModel(-8.0, 75.0), batch=105),
+        OperatingPoint(50, LinearLatencyModel(-9.0, 85.0), batch=115),
+    ])
+    assert fam.at(50, batch=113).offset == 85.0
+    assert fam.at(50, batch=100).offset == 75.0
+    back = LatencyModelFamily.from_json(fam.to_json())
+    assert back == fam
+    assert json.loads(fam.to_json())[0]["batch"] == 105
+
+
+def test_family_validation():
+    with pytest.raises(ValueError, match="points"):
+        LatencyModelFamily(())
+    with pytest.raises(ValueError, match="mps_pct"):
+        LatencyModelFamily.from_points([OperatingPoint(0, LinearLatencyModel(-1.0, 1.0))])
