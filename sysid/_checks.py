@@ -1,0 +1,95 @@
+"""Input checks shared by the sysid modules.
+
+Every check raises :class:`ValueError` naming the offending argument and what is wrong with
+it, so a bad record never turns into a silent garbage fit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def vector(name: str, value: Any, *, min_len: int = 1) -> np.ndarray:
+    """``value`` as a 1-D float array of finite numbers with at least ``min_len`` samples."""
+    try:
+        a = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a sequence of numbers, got {type(value).__name__}") \
+            from None
+    if a.ndim == 2 and 1 in a.shape:
+        a = a.ravel()
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {a.shape}")
+    if a.size < min_len:
+        raise ValueError(f"{name} is too short: {a.size} sample(s), need at least {min_len}")
+    bad = ~np.isfinite(a)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name} contains NaN or infinite values ({int(bad.sum())} of "
+                         f"{a.size}; first at index {i})")
+    return a
+
+
+def pair(u: Any, y: Any, *, min_len: int = 1, names: tuple[str, str] = ("u", "y")
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """Two vectors of equal length (at least ``min_len``)."""
+    a = vector(names[0], u)
+    b = vector(names[1], y)
+    if a.size != b.size:
+        raise ValueError(f"{names[0]} and {names[1]} have mismatched lengths: "
+                         f"{a.size} != {b.size}")
+    if a.size < min_len:
+        raise ValueError(f"record too short: {a.size} sample(s), need at least {min_len}")
+    return a, b
+
+
+def not_constant(name: str, a: np.ndarray) -> None:
+    """Raise if ``a`` does not vary: a constant input makes the gain unidentifiable."""
+    scale = max(float(np.max(np.abs(a))), 1.0)
+    if float(np.ptp(a)) <= 1e-12 * scale:
+        raise ValueError(f"{name} is constant ({a[0]:g}): the gain is unidentifiable; "
+                         "excite the system with a varying input")
+
+
+def finite(name: str, value: Any) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return v
+
+
+def positive(name: str, value: Any) -> float:
+    v = finite(name, value)
+    if v <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return v
+
+
+def integer(name: str, value: Any, lo: int = 0) -> int:
+    if isinstance(value, bool) or not (isinstance(value, (int, np.integer)) or (
+            isinstance(value, float) and value.is_integer())):
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    v = int(value)
+    if v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return v
+
+
+def bounds(low: Any, high: Any) -> tuple[float, float]:
+    lo, hi = finite("low", low), finite("high", high)
+    if not lo < hi:
+        raise ValueError(f"low must be < high, got low={low!r}, high={high!r}")
+    return lo, hi
+
+
+def fraction(name: str, value: Any) -> float:
+    v = finite(name, value)
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {value!r}")
+    return v

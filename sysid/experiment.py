@@ -1,0 +1,151 @@
+"""Drive a plant with an excitation signal and record an :class:`~sysid.data.IdData`.
+
+Any plant works, by duck typing (sysid imports nothing from the rest of the project):
+
+* an object with ``step(actuation, period_s)`` — a harness ``Plant`` — which is given an
+  actuation with ``sleep_s`` and ``mps_pct`` attributes for each period and returns the
+  period's measurement (a float, or an object/mapping with ``mean_ms``/``mean`` and
+  ``p99_ms``/``p99``);
+* or a plain callable ``u -> y``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._checks import finite, integer, positive, vector
+from .data import IdData
+
+__all__ = ["ExcitationActuation", "measurement_value", "run_experiment"]
+
+
+@dataclass(frozen=True)
+class ExcitationActuation:
+    """What the runner applies in one period: the fields a harness plant reads from
+    ``gpucontrol.Actuation`` (``sleep_s``, ``mps_pct``, ``mps_changed``)."""
+
+    sleep_s: float
+    mps_pct: float = 100.0
+    mps_changed: bool = False
+    saturated: bool = False
+    reason: str = "sysid excitation"
+
+
+_KEYS = {"mean": ("mean_ms", "mean", "latency_ms"), "p99": ("p99_ms", "p99")}
+
+
+def measurement_value(m: Any, statistic: str = "mean") -> float:
+    """The ``statistic`` ("mean" or "p99") of a plant's per-period measurement as a float
+    (NaN when absent, e.g. a period with no requests)."""
+    if statistic not in _KEYS:
+        raise ValueError(f"statistic must be 'mean' or 'p99', got {statistic!r}")
+    if isinstance(m, (int, float, np.number)) and not isinstance(m, bool):
+        return float(m)
+    get = m.get if isinstance(m, Mapping) else (lambda k, d=None: getattr(m, k, d))
+    for key in _KEYS[statistic]:
+        v = get(key, None)
+        if v is not None:
+            try:
+                return float(v)
+            except (TypeError, ValueError):
+                return math.nan
+    if get("count", 1) == 0:
+        return math.nan
+    raise ValueError(f"cannot read a {statistic!r} latency from a {type(m).__name__} "
+                     f"measurement (expected a number or one of {', '.join(_KEYS[statistic])})")
+
+
+def run_experiment(plant: Any, u, *, period_s: float = 4.0, mps_pct: float | None = None,
+                   statistic: str = "mean", warmup: int = 0, on_invalid: str = "raise",
+                   actuation: Callable[[float], Any] | None = None,
+                   meta: Mapping[str, Any] | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> IdData:
+    """Apply ``u[k]`` for one period each and record the plant's response.
+
+    Parameters
+    ----------
+    plant : Plant-like or callable
+        ``plant.step(actuation, period_s) -> measurement`` or ``plant(u) -> y``.
+    u : array_like
+        The excitation (e.g. :func:`sysid.white_noise` on the sleep interval, s).
+    period_s : float
+        Control/sampling period (s), passed to ``step`` and recorded.
+    mps_pct : float, optional
+        Training MPS percentage to hold during the experiment; the first actuation then sets
+        ``mps_changed=True`` so that the plant applies it (use ``warmup`` to skip the
+        restart). Default: the plant's ``mps_pct`` attribute if it has one, else 100.
+    statistic : {"mean", "p99"}
+        Which latency statistic of a period is the output.
+    warmup : int
+        Periods to run at ``u[0]`` before recording (settling, MPS restart).
+    on_invalid : {"raise", "drop"}
+        What to do with periods that yield no finite output (no requests, restart downtime):
+        raise ValueError naming the period, or drop them (fine for static fits; it breaks
+        the time alignment dynamic models rely on).
+    actuation : callable, optional
+        ``u_k -> actuation`` object for Plant-like plants (default: :class:`ExcitationActuation`).
+    meta : mapping, optional
+        Extra metadata for the record (merged with ``statistic`` and ``mps_pct``).
+    progress : callable, optional
+        ``progress(done, total)`` after each recorded period.
+
+    Examples
+    --------
+    >>> from sysid import white_noise
+    >>> d = run_experiment(lambda s: 95.0 - 12.0 * s, white_noise(20, 0.0, 1.0, seed=0))
+    >>> len(d), round(float(d.y[0] + 12.0 * d.u[0]), 9)
+    (20, 95.0)
+    """
+    uu = vector("u", u, min_len=1)
+    T = positive("period_s", period_s)
+    warmup = integer("warmup", warmup, 0)
+    if on_invalid not in ("raise", "drop"):
+        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+    measurement_value(0.0, statistic)  # validates the statistic name
+    has_step = callable(getattr(plant, "step", None))
+    if not has_step and not callable(plant):
+        raise ValueError("plant must have step(actuation, period_s) or be a callable u -> y")
+    if mps_pct is None:
+        mps = finite("plant.mps_pct", getattr(plant, "mps_pct", 100.0))
+        set_mps = False
+    else:
+        mps = finite("mps_pct", mps_pct)
+        set_mps = True
+    if not 0 < mps <= 100:
+        raise ValueError(f"mps_pct must be in (0, 100], got {mps!r}")
+
+    first = [set_mps]
+
+    def apply(x: float) -> float:
+        if not has_step:
+            return measurement_value(plant(float(x)), statistic)
+        if actuation is not None:
+            act = actuation(float(x))
+        else:
+            act = ExcitationActuation(sleep_s=float(x), mps_pct=mps, mps_changed=first[0])
+        first[0] = False
+        return measurement_value(plant.step(act, T), statistic)
+
+    for _ in range(warmup):
+        apply(uu[0])
+    ys = np.empty(uu.size)
+    for k, x in enumerate(uu):
+        ys[k] = apply(x)
+        if progress is not None:
+            progress(k + 1, uu.size)
+    bad = ~np.isfinite(ys)
+    if bad.any():
+        if on_invalid == "raise":
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"the plant returned no finite {statistic} latency in "
+                             f"{int(bad.sum())} period(s) (first: period {i}); pass "
+                             "on_invalid='drop' to discard them or add warmup periods")
+        uu, ys = uu[~bad], ys[~bad]
+    info = {"statistic": statistic, "mps_pct": mps, "warmup": warmup,
+            "dropped": int(bad.sum())}
+    return IdData(uu, ys, period_s=T, meta={**info, **dict(meta or {})})

@@ -1,0 +1,429 @@
+"""Least-squares fits: the static linear model of seed 000 and ARX models with order selection.
+
+* :func:`fit_static` fits ``y = gain * u + offset`` (seed 000 §V-A: latency vs sleep interval)
+  with standard errors and 95 % confidence intervals.
+* :func:`fit_arx` fits ``A(q) y(k) = B(q) u(k - nk) + c + e(k)`` by least squares, with the
+  parameter covariance, AIC and FPE, and fit %/R² by *free-run simulation* (the model is fed
+  only the input, as it would be when predicting far ahead), on validation data if given.
+* :func:`select_order` compares ARX orders by AIC, FPE or validation fit.
+
+A fit exposes ``gain`` and ``offset`` (for ARX: the static gain and the equilibrium output at
+``u = 0``), so it can seed a controller design by duck typing, e.g.
+``gpucontrol.LinearLatencyModel.from_fit(fit)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._checks import integer, not_constant, pair
+from .data import IdData, require_record
+from .metrics import fit_percent, r2
+
+__all__ = [
+    "ArxFit",
+    "OrderSelection",
+    "StaticFit",
+    "Validation",
+    "fit_arx",
+    "fit_static",
+    "select_order",
+    "validate",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# static
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StaticFit:
+    """``y = gain * u + offset`` fitted by ordinary least squares.
+
+    ``stderr`` and ``ci95`` are ``(gain, offset)`` pairs: standard errors, and 95 % confidence
+    intervals from Student's t with ``n - 2`` degrees of freedom. ``r2`` is on the data the
+    model was fitted to; use :func:`validate` for held-out data.
+    """
+
+    gain: float
+    offset: float
+    r2: float
+    stderr: tuple[float, float]
+    ci95: tuple[tuple[float, float], tuple[float, float]]
+    n: int
+    rmse: float
+
+    def predict(self, u) -> np.ndarray:
+        """Predicted outputs for the inputs ``u``."""
+        return self.gain * np.asarray(u, dtype=float) + self.offset
+
+    def __str__(self) -> str:
+        (glo, ghi), _ = self.ci95
+        return (f"y = {self.gain:.4g} u + {self.offset:.4g}  (gain 95% CI [{glo:.4g}, "
+                f"{ghi:.4g}], R² = {self.r2:.3f}, n = {self.n})")
+
+
+def fit_static(u, y) -> StaticFit:
+    """Fit ``y = gain * u + offset`` by least squares.
+
+    Raises ValueError on mismatched lengths, NaN/inf, fewer than 3 samples or a constant
+    input (which leaves the gain unidentifiable).
+
+    Examples
+    --------
+    >>> f = fit_static([0.0, 0.5, 1.0, 1.5], [95.0, 89.0, 83.0, 77.0])
+    >>> round(f.gain, 9), round(f.offset, 9), round(f.r2, 9)
+    (-12.0, 95.0, 1.0)
+    """
+    from scipy.stats import t as student_t
+
+    x, yy = pair(u, y, min_len=3)
+    not_constant("u", x)
+    n = x.size
+    phi = np.column_stack([x, np.ones(n)])
+    theta, *_ = np.linalg.lstsq(phi, yy, rcond=None)
+    resid = yy - phi @ theta
+    ssr = float(resid @ resid)
+    ss_tot = float(np.sum((yy - yy.mean()) ** 2))
+    dof = n - 2
+    sigma2 = ssr / dof
+    cov = sigma2 * np.linalg.inv(phi.T @ phi)
+    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    q = float(student_t.ppf(0.975, dof))
+    gain, offset = float(theta[0]), float(theta[1])
+    return StaticFit(
+        gain=gain, offset=offset,
+        r2=1.0 - ssr / ss_tot if ss_tot > 0 else 1.0,
+        stderr=(float(se[0]), float(se[1])),
+        ci95=((gain - q * se[0], gain + q * se[0]), (offset - q * se[1], offset + q * se[1])),
+        n=n, rmse=math.sqrt(ssr / n))
+
+
+# ---------------------------------------------------------------------------------------------
+# ARX
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class ArxFit:
+    """ARX model ``y(k) + a1 y(k-1) + … + a_na y(k-na) = b1 u(k-nk) + … + b_nb u(k-nk-nb+1) + c``.
+
+    Attributes
+    ----------
+    a, b : ndarray
+        Denominator coefficients ``a1..a_na`` and numerator ``b1..b_nb``.
+    c : float
+        Constant term (0 when fitted with ``offset=False``).
+    cov, stderr : ndarray
+        Covariance and standard errors of ``params = [a..., b..., c]``.
+    sigma2 : float
+        Unbiased noise-variance estimate (SSR / (N - d)).
+    loss : float
+        Mean squared one-step residual on the estimation data (MATLAB's loss function V).
+    aic, fpe : float
+        ``N log V + 2 d`` and ``V (1 + d/N) / (1 - d/N)``.
+    r2, fit_pct : float
+        Free-run simulation quality on ``validated_on`` ("validation" or "estimation") data.
+    """
+
+    na: int
+    nb: int
+    nk: int
+    a: np.ndarray
+    b: np.ndarray
+    c: float
+    cov: np.ndarray
+    stderr: np.ndarray
+    sigma2: float
+    loss: float
+    n_used: int
+    aic: float
+    fpe: float
+    r2: float = math.nan
+    fit_pct: float = math.nan
+    validated_on: str = "estimation"
+    period_s: float = 1.0
+    has_offset: bool = field(default=True)
+
+    # ---- structure ----------------------------------------------------------------------------
+    @property
+    def max_lag(self) -> int:
+        """Samples of history a prediction needs (the first ``max_lag`` are initial values)."""
+        return max(self.na, self.nk + self.nb - 1)
+
+    @property
+    def n_params(self) -> int:
+        return self.na + self.nb + (1 if self.has_offset else 0)
+
+    @property
+    def params(self) -> np.ndarray:
+        return np.r_[self.a, self.b, [self.c] if self.has_offset else []]
+
+    @property
+    def static_gain(self) -> float:
+        """Steady-state ``dy/du``: ``sum(b) / (1 + sum(a))`` (inf for an integrating model)."""
+        den = 1.0 + float(np.sum(self.a))
+        return math.inf if den == 0 else float(np.sum(self.b)) / den
+
+    @property
+    def gain(self) -> float:
+        """Alias of :attr:`static_gain`, so an ARX fit can seed a static-model design."""
+        return self.static_gain
+
+    @property
+    def offset(self) -> float:
+        """Equilibrium output at ``u = 0``: ``c / (1 + sum(a))``."""
+        den = 1.0 + float(np.sum(self.a))
+        return math.inf if den == 0 else self.c / den
+
+    def tf_coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(num, den)`` in descending powers of z, equal length, for ``control.tf(num, den,
+        dt)``: ``B(z) z**-nk / A(z)`` (the constant term ``c`` is an operating point, not
+        dynamics)."""
+        n = self.max_lag
+        den = np.zeros(n + 1)
+        den[0] = 1.0
+        den[1:self.na + 1] = self.a
+        num = np.zeros(n + 1)
+        num[self.nk:self.nk + self.nb] = self.b
+        return num, den
+
+    # ---- prediction ---------------------------------------------------------------------------
+    def _regressors(self, u: np.ndarray, y: np.ndarray, start: int) -> np.ndarray:
+        return _arx_matrix(u, y, self.na, self.nb, self.nk, start, self.has_offset)
+
+    def predict(self, data: IdData) -> np.ndarray:
+        """One-step-ahead prediction; the first ``max_lag`` samples are the measured ones."""
+        _need(data, self.max_lag + 1, self)
+        yhat = np.array(data.y, dtype=float)
+        yhat[self.max_lag:] = self._regressors(data.u, data.y, self.max_lag) @ self.params
+        return yhat
+
+    def simulate(self, u, y_init=None) -> np.ndarray:
+        """Free-run simulation from the input alone.
+
+        ``y_init`` supplies the first ``max_lag`` outputs (initial conditions); without it they
+        are the equilibrium output for the first input value.
+        """
+        uu = np.asarray(u, dtype=float).ravel()
+        n0 = self.max_lag
+        y = np.empty(uu.size)
+        if y_init is None:
+            y[:n0] = self.offset + self.static_gain * uu[0] if np.isfinite(self.offset) else 0.0
+        else:
+            yi = np.asarray(y_init, dtype=float).ravel()
+            if yi.size < n0:
+                raise ValueError(f"y_init needs {n0} value(s), got {yi.size}")
+            y[:n0] = yi[:n0]
+        for k in range(n0, uu.size):
+            acc = self.c if self.has_offset else 0.0
+            for i in range(1, self.na + 1):
+                acc -= self.a[i - 1] * y[k - i]
+            for j in range(self.nb):
+                acc += self.b[j] * uu[k - self.nk - j]
+            y[k] = acc
+        return y
+
+    def residuals(self, data: IdData) -> np.ndarray:
+        """One-step prediction errors ``y - yhat`` for ``k >= max_lag``."""
+        return np.asarray(data.y[self.max_lag:]) - self.predict(data)[self.max_lag:]
+
+    def __str__(self) -> str:
+        return (f"ARX(na={self.na}, nb={self.nb}, nk={self.nk}): static gain "
+                f"{self.static_gain:.4g}, offset {self.offset:.4g}, fit {self.fit_pct:.1f}% "
+                f"({self.validated_on}), R² {self.r2:.3f}, AIC {self.aic:.1f}")
+
+
+def _arx_matrix(u: np.ndarray, y: np.ndarray, na: int, nb: int, nk: int, start: int,
+                offset: bool) -> np.ndarray:
+    n = u.size
+    cols = [-y[start - i:n - i] for i in range(1, na + 1)]
+    cols += [u[start - nk - j:n - nk - j] for j in range(nb)]
+    if offset:
+        cols.append(np.ones(n - start))
+    return np.column_stack(cols)
+
+
+def _need(data: IdData, n_min: int, what) -> None:
+    if len(data) < n_min:
+        raise ValueError(f"record too short for the order of {what!s}: {len(data)} "
+                         f"sample(s), need at least {n_min}")
+
+
+def _check_orders(na, nb, nk) -> tuple[int, int, int]:
+    return integer("na", na, 0), integer("nb", nb, 1), integer("nk", nk, 0)
+
+
+def fit_arx(data: IdData, na: int = 1, nb: int = 1, nk: int = 1, *,
+            validation: IdData | None = None, offset: bool = True,
+            _start: int | None = None) -> ArxFit:
+    """Fit an ARX model by least squares.
+
+    Parameters
+    ----------
+    data : IdData
+        Estimation record.
+    na, nb, nk : int
+        Output order (>= 0), input order (>= 1) and input delay in samples (>= 0; 0 means the
+        input acts in the same period, as the sleep interval does on the period's latency).
+    validation : IdData, optional
+        Held-out record on which ``r2``/``fit_pct`` are computed by free-run simulation
+        (otherwise on the estimation record).
+    offset : bool
+        Include the constant term ``c`` (default); pass False for offset-free data.
+
+    Raises ValueError when the record is too short for the order (fewer samples than
+    parameters + 1 after the initial ``max_lag``), the input is constant, or the regressors
+    are linearly dependent (input not persistently exciting for ``nb``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> u = np.random.default_rng(0).uniform(0, 1, 200)
+    >>> y = np.zeros(200)
+    >>> for k in range(1, 200):
+    ...     y[k] = 0.5 * y[k - 1] + 2.0 * u[k - 1] + 1.0
+    >>> m = fit_arx(IdData(u, y), na=1, nb=1, nk=1)
+    >>> np.round(m.params, 6).tolist(), round(m.static_gain, 6)
+    ([-0.5, 2.0, 1.0], 4.0)
+    """
+    require_record(data)
+    na, nb, nk = _check_orders(na, nb, nk)
+    not_constant("u", data.u)
+    start = max(na, nk + nb - 1) if _start is None else _start
+    d = na + nb + (1 if offset else 0)
+    n_min = start + d + 1
+    if len(data) < n_min:
+        raise ValueError(f"record too short for the order na={na}, nb={nb}, nk={nk}: "
+                         f"{len(data)} sample(s), need at least {n_min}")
+    phi = _arx_matrix(data.u, data.y, na, nb, nk, start, offset)
+    target = np.asarray(data.y[start:])
+    if np.linalg.matrix_rank(phi) < d:
+        raise ValueError(f"regressors are linearly dependent for na={na}, nb={nb}, nk={nk}: "
+                         "the input is not exciting enough for this order")
+    theta, *_ = np.linalg.lstsq(phi, target, rcond=None)
+    res = target - phi @ theta
+    n_used = target.size
+    ssr = float(res @ res)
+    sigma2 = ssr / (n_used - d)
+    cov = sigma2 * np.linalg.inv(phi.T @ phi)
+    loss = max(ssr / n_used, np.finfo(float).tiny)
+    fit = ArxFit(
+        na=na, nb=nb, nk=nk, a=theta[:na].copy(), b=theta[na:na + nb].copy(),
+        c=float(theta[-1]) if offset else 0.0, cov=cov,
+        stderr=np.sqrt(np.maximum(np.diag(cov), 0.0)), sigma2=sigma2, loss=loss,
+        n_used=n_used, aic=n_used * math.log(loss) + 2 * d,
+        fpe=loss * (1 + d / n_used) / (1 - d / n_used) if d < n_used else math.inf,
+        period_s=data.period_s, has_offset=offset)
+    check = validation if validation is not None else data
+    v = validate(fit, check)
+    return _replace(fit, r2=v.r2, fit_pct=v.fit_pct,
+                    validated_on="validation" if validation is not None else "estimation")
+
+
+def _replace(fit, **kw):
+    from dataclasses import replace
+
+    return replace(fit, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Validation:
+    """Measured vs free-run predicted outputs on a record, compared from ``start`` on (the
+    first ``start`` samples are initial conditions copied from the measurement)."""
+
+    y: np.ndarray
+    yhat: np.ndarray
+    start: int
+    r2: float
+    fit_pct: float
+
+
+def validate(fit, data: IdData) -> Validation:
+    """Free-run validation of any fitted model on a record.
+
+    Models with ``simulate(u, y_init)`` and ``max_lag`` (ARX, NARX) are simulated from the
+    input with the record's first ``max_lag`` outputs as initial conditions, which are then
+    excluded from the scores; static models (``predict(u)``) are evaluated directly.
+    """
+    require_record(data)
+    if hasattr(fit, "simulate") and hasattr(fit, "max_lag"):
+        start = int(fit.max_lag)
+        _need(data, start + 2, fit)
+        yhat = np.asarray(fit.simulate(data.u, data.y[:start]), dtype=float)
+    elif hasattr(fit, "predict"):
+        start = 0
+        yhat = np.asarray(fit.predict(data.u), dtype=float)
+    else:
+        raise ValueError("fit must provide simulate(u, y_init) or predict(u)")
+    y = np.asarray(data.y, dtype=float)
+    if np.ptp(y[start:]) == 0:
+        raise ValueError("validation output is constant: R² and fit % are undefined")
+    return Validation(y=y, yhat=yhat, start=start, r2=r2(y[start:], yhat[start:]),
+                      fit_pct=fit_percent(y[start:], yhat[start:]))
+
+
+# ---------------------------------------------------------------------------------------------
+# order selection
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OrderSelection:
+    """Result of :func:`select_order`: the chosen fit and one row per candidate order."""
+
+    best: ArxFit
+    criterion: str
+    table: tuple[dict, ...]
+
+
+_CRITERIA = ("aic", "fpe", "validation")
+
+
+def select_order(data: IdData, na: Iterable[int] = range(4), nb: Iterable[int] = range(1, 4),
+                 nk: Iterable[int] = (0, 1), *, criterion: str = "aic",
+                 validation: IdData | None = None, offset: bool = True) -> OrderSelection:
+    """Fit every ARX order in ``na x nb x nk`` and pick the best by ``criterion``.
+
+    ``"aic"`` and ``"fpe"`` penalise parameters on the estimation data (all candidates use the
+    same samples, those after the largest lag, so the criteria are comparable);
+    ``"validation"`` maximises free-run fit % on ``validation`` (required).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(1)
+    >>> u = rng.uniform(0, 1, 300)
+    >>> y = np.zeros(300)
+    >>> for k in range(1, 300):
+    ...     y[k] = 0.6 * y[k - 1] + u[k - 1] + 0.01 * rng.standard_normal()
+    >>> sel = select_order(IdData(u, y), na=range(0, 3), nb=range(1, 3), nk=(0, 1))
+    >>> (sel.best.na, sel.best.nk)
+    (1, 1)
+    """
+    if criterion not in _CRITERIA:
+        raise ValueError(f"criterion must be one of {', '.join(_CRITERIA)}, got {criterion!r}")
+    if criterion == "validation" and validation is None:
+        raise ValueError("criterion 'validation' needs a validation record")
+    orders = [(a, b, k) for a in na for b in nb for k in nk]
+    if not orders:
+        raise ValueError("no candidate orders: na, nb and nk must be non-empty")
+    for o in orders:
+        _check_orders(*o)
+    start = max(max(a, k + b - 1) for a, b, k in orders)
+    fits, rows = [], []
+    for a, b, k in orders:
+        f = fit_arx(data, a, b, k, validation=validation, offset=offset, _start=start)
+        fits.append(f)
+        rows.append({"na": a, "nb": b, "nk": k, "n_params": f.n_params, "aic": f.aic,
+                     "fpe": f.fpe, "fit_pct": f.fit_pct, "r2": f.r2})
+    if criterion == "validation":
+        i = int(np.nanargmax([f.fit_pct for f in fits]))
+    else:
+        i = int(np.argmin([getattr(f, criterion) for f in fits]))
+    best = fits[i]
+    if best.max_lag != start:  # refit on all usable samples of the winning order
+        best = fit_arx(data, best.na, best.nb, best.nk, validation=validation, offset=offset)
+    return OrderSelection(best=best, criterion=criterion, table=tuple(rows))

@@ -1,0 +1,89 @@
+"""IdData: validation, split, offsets, CSV round trip."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sysid import IdData
+
+finite = st.floats(-1e6, 1e6, allow_nan=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(finite, finite), min_size=1, max_size=60),
+       st.floats(0.01, 100.0), st.integers(0, 200))
+def test_csv_round_trip_is_exact(tmp_path_factory, rows, period, mps):
+    u, y = zip(*rows)
+    d = IdData(u, y, period_s=period, meta={"mps_pct": mps, "plant": "sim"})
+    path = tmp_path_factory.mktemp("csv") / "d.csv"
+    d.to_csv(path)
+    back = IdData.from_csv(path)
+    np.testing.assert_array_equal(back.u, d.u)
+    np.testing.assert_array_equal(back.y, d.y)
+    assert back.period_s == d.period_s
+    assert back.meta == d.meta
+
+
+def test_from_plain_csv_with_named_columns(tmp_path):
+    p = tmp_path / "x.csv"
+    p.write_text("period,sleep_s,latency_ms\n0,0.1,9.0\n1,0.5,7.0\n")
+    d = IdData.from_csv(p, u="sleep_s", y="latency_ms", period_s=4.0)
+    assert d.u.tolist() == [0.1, 0.5] and d.y.tolist() == [9.0, 7.0]
+    with pytest.raises(ValueError, match="period_s is not recorded"):
+        IdData.from_csv(p, u="sleep_s", y="latency_ms")
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        IdData.from_csv(p, u="nope", y="latency_ms", period_s=4.0)
+
+
+def test_split_keeps_time_order():
+    d = IdData(np.arange(10.0), np.arange(10.0) * 2, period_s=2.0)
+    a, b = d.split(0.7)
+    assert a.u.tolist() == list(range(7)) and b.u.tolist() == [7.0, 8.0, 9.0]
+    assert a.period_s == b.period_s == 2.0
+    with pytest.raises(ValueError, match="fraction_train must be in"):
+        d.split(1.0)
+    with pytest.raises(ValueError, match="too short to split"):
+        IdData([1.0], [2.0]).split(0.5)
+
+
+@pytest.mark.parametrize("method", ["mean", "first"])
+def test_remove_offset(method):
+    d = IdData([1.0, 2.0, 3.0], [10.0, 20.0, 60.0])
+    c, (u0, y0) = d.remove_offset(method)
+    np.testing.assert_allclose(c.u + u0, d.u, atol=0)
+    np.testing.assert_allclose(c.y + y0, d.y, atol=0)
+    assert c.meta["u_offset"] == u0 and c.meta["y_offset"] == y0
+    if method == "mean":
+        assert math.isclose(float(c.y.mean()), 0.0, abs_tol=1e-12)
+
+
+def test_arrays_are_read_only_copies():
+    u = np.array([1.0, 2.0])
+    d = IdData(u, [3.0, 4.0])
+    u[0] = 99.0
+    assert d.u[0] == 1.0
+    with pytest.raises(ValueError):
+        d.u[0] = 5.0
+
+
+@pytest.mark.parametrize("u, y, msg", [
+    ([1.0, 2.0], [1.0], "mismatched lengths: 2 != 1"),
+    ([1.0, float("nan")], [1.0, 2.0], "u contains NaN"),
+    ([1.0, 2.0], [1.0, float("inf")], "y contains NaN or infinite"),
+    ([], [], "u is too short"),
+    ([[1.0, 2.0], [3.0, 4.0]], [1.0, 2.0], "one-dimensional"),
+    (["a"], [1.0], "u must be a sequence of numbers"),
+])
+def test_bad_records(u, y, msg):
+    with pytest.raises(ValueError, match=msg):
+        IdData(u, y)
+
+
+def test_bad_period_and_slices():
+    with pytest.raises(ValueError, match="period_s must be > 0"):
+        IdData([1.0], [1.0], period_s=0)
+    with pytest.raises(ValueError, match="contiguous slices"):
+        IdData([1.0, 2.0], [1.0, 2.0])[::2]

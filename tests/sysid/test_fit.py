@@ -1,0 +1,175 @@
+"""Static and ARX fits on systems whose truth is known."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sysid import IdData, fit_arx, fit_static, select_order, validate, white_noise
+
+
+def arx_data(n=600, a=(-1.2, 0.4), b=(0.8, 0.3), nk=1, c=5.0, noise=0.05, seed=0):
+    """y(k) + a1 y(k-1) + a2 y(k-2) = b1 u(k-nk) + b2 u(k-nk-1) + c + e(k)."""
+    rng = np.random.default_rng(seed)
+    u = white_noise(n, 0.0, 1.0, seed=seed + 100)
+    y = np.zeros(n)
+    for k in range(n):
+        acc = c + noise * rng.standard_normal()
+        for i, ai in enumerate(a, 1):
+            acc -= ai * (y[k - i] if k - i >= 0 else 0.0)
+        for j, bj in enumerate(b):
+            acc += bj * (u[k - nk - j] if k - nk - j >= 0 else 0.0)
+        y[k] = acc
+    return IdData(u, y, period_s=4.0)
+
+
+# ---- static ---------------------------------------------------------------------------------
+@settings(max_examples=50, deadline=None)
+@given(gain=st.floats(-50, 50).filter(lambda g: abs(g) > 1e-3), offset=st.floats(-200, 200),
+       seed=st.integers(0, 10_000))
+def test_static_recovers_exact_line(gain, offset, seed):
+    u = white_noise(20, 0.0, 1.0, seed=seed)
+    f = fit_static(u, gain * u + offset)
+    assert f.gain == pytest.approx(gain, abs=1e-9 * max(1, abs(gain)))
+    assert f.offset == pytest.approx(offset, abs=1e-8 * max(1, abs(offset), abs(gain)))
+    assert f.r2 == pytest.approx(1.0, abs=1e-9)
+
+
+def test_static_noisy_ci_and_stderr_are_calibrated():
+    rng = np.random.default_rng(0)
+    u = white_noise(50, 0.0, 1.0, seed=1)
+    hits, ses, gains = 0, [], []
+    for _ in range(400):
+        f = fit_static(u, 90.0 - 12.0 * u + rng.normal(0, 1.0, u.size))
+        (lo, hi), _ = f.ci95
+        hits += lo <= -12.0 <= hi
+        ses.append(f.stderr[0])
+        gains.append(f.gain)
+    assert 0.92 <= hits / 400 <= 0.98
+    assert np.mean(ses) == pytest.approx(np.std(gains), rel=0.1)
+
+
+def test_static_predict_and_duck_typing():
+    f = fit_static([0.0, 1.0, 2.0], [95.0, 83.0, 71.0])
+    np.testing.assert_allclose(f.predict([0.5]), [89.0], atol=1e-9)
+    assert "R²" in str(f)
+
+
+@pytest.mark.parametrize("u, y, msg", [
+    ([1.0, 2.0, 3.0], [1.0, 2.0], "mismatched lengths"),
+    ([1.0, 2.0, float("nan")], [1.0, 2.0, 3.0], "u contains NaN"),
+    ([0.5, 0.5, 0.5, 0.5], [1.0, 2.0, 3.0, 4.0], "u is constant"),
+    ([1.0, 2.0], [1.0, 2.0], "too short"),
+])
+def test_static_bad_input(u, y, msg):
+    with pytest.raises(ValueError, match=msg):
+        fit_static(u, y)
+
+
+# ---- ARX ------------------------------------------------------------------------------------
+def test_arx_recovers_parameters_within_their_stderr():
+    d = arx_data()
+    f = fit_arx(d, 2, 2, 1)
+    truth = np.array([-1.2, 0.4, 0.8, 0.3, 5.0])
+    z = np.abs(f.params - truth) / f.stderr
+    assert np.all(z < 4.0), z
+    assert f.static_gain == pytest.approx((0.8 + 0.3) / (1 - 1.2 + 0.4), rel=0.02)
+    assert f.offset == pytest.approx(5.0 / 0.2, rel=0.02)
+    assert f.gain == f.static_gain
+
+
+def test_arx_covariance_matches_monte_carlo_spread():
+    est = np.array([fit_arx(arx_data(n=300, seed=s), 2, 2, 1).params for s in range(150)])
+    se = fit_arx(arx_data(n=300, seed=999), 2, 2, 1).stderr
+    np.testing.assert_allclose(est.std(axis=0), se, rtol=0.3)
+
+
+def test_arx_validation_free_run_and_one_step():
+    d = arx_data(n=800, noise=0.02)
+    tr, va = d.split(0.6)
+    f = fit_arx(tr, 2, 2, 1, validation=va)
+    assert f.validated_on == "validation"
+    assert f.r2 > 0.95 and f.fit_pct > 80
+    v = validate(f, va)
+    assert v.start == f.max_lag == 2
+    np.testing.assert_array_equal(v.yhat[:2], va.y[:2])
+    one_step = f.predict(va)
+    assert np.std(va.y[2:] - one_step[2:]) == pytest.approx(0.02, rel=0.2)
+    # an under-parameterised model simulates worse
+    assert fit_arx(tr, 1, 1, 1, validation=va).fit_pct < f.fit_pct - 10
+
+
+def test_arx_static_special_case_equals_fit_static():
+    u = white_noise(100, 0.0, 1.0, seed=4)
+    y = 95.0 - 12.0 * u + np.random.default_rng(4).normal(0, 0.5, 100)
+    a = fit_arx(IdData(u, y), na=0, nb=1, nk=0)
+    s = fit_static(u, y)
+    assert a.gain == pytest.approx(s.gain, rel=1e-10)
+    assert a.offset == pytest.approx(s.offset, rel=1e-10)
+    assert a.r2 == pytest.approx(s.r2, rel=1e-10)
+
+
+def test_arx_tf_coefficients_reproduce_simulation():
+    from scipy.signal import dlsim
+
+    d = arx_data(noise=0.0, c=0.0)
+    f = fit_arx(d, 2, 2, 1, offset=False)
+    num, den = f.tf_coefficients()
+    _, ys = dlsim((np.trim_zeros(num, "f"), den, 1.0), d.u)  # zero initial state, as the record started
+    np.testing.assert_allclose(ys.ravel(), d.y, atol=1e-8)
+    np.testing.assert_allclose(f.simulate(d.u, d.y[:2]), d.y, atol=1e-8)
+
+
+def test_aic_fpe_definitions():
+    f = fit_arx(arx_data(), 2, 2, 1)
+    d, n = f.n_params, f.n_used
+    assert f.aic == pytest.approx(n * math.log(f.loss) + 2 * d)
+    assert f.fpe == pytest.approx(f.loss * (1 + d / n) / (1 - d / n))
+
+
+@pytest.mark.parametrize("criterion", ["aic", "fpe", "validation"])
+def test_order_selection_rejects_too_simple_models(criterion):
+    d = arx_data(n=1000, noise=0.05, seed=3)
+    tr, va = d.split(0.7)
+    sel = select_order(tr, na=range(4), nb=range(1, 4), nk=(0, 1, 2), criterion=criterion,
+                       validation=va)
+    assert len(sel.table) == 4 * 3 * 3
+    # AIC/FPE may keep a superfluous term (they overfit by design), never drop a needed one
+    assert sel.best.na >= 2 and sel.best.nk <= 1 and sel.best.nk + sel.best.nb >= 3
+    rows = {(r["na"], r["nb"], r["nk"]): r for r in sel.table}
+    true_aic = rows[(2, 2, 1)]["aic"]
+    assert true_aic - min(r["aic"] for r in sel.table) < 4.0
+    assert all(r["aic"] > true_aic + 100 for r in sel.table if r["na"] < 2)
+
+
+def test_order_selection_finds_true_order_with_low_noise():
+    d = arx_data(n=600, noise=0.001, seed=5)
+    sel = select_order(d, na=range(3), nb=range(1, 3), nk=(0, 1, 2))
+    assert (sel.best.na, sel.best.nb, sel.best.nk) == (2, 2, 1)
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"na": -1}, "na must be an integer >= 0"),
+    ({"nb": 0}, "nb must be an integer >= 1"),
+    ({"nk": 1.5}, "nk must be an integer"),
+])
+def test_arx_bad_orders(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        fit_arx(arx_data(n=50), **{"na": 1, "nb": 1, "nk": 1, **kwargs})
+
+
+def test_arx_bad_records():
+    with pytest.raises(ValueError, match="too short for the order na=4, nb=4, nk=1"):
+        fit_arx(arx_data(n=12), 4, 4, 1)
+    with pytest.raises(ValueError, match="u is constant"):
+        fit_arx(IdData(np.ones(50), np.arange(50.0)), 1, 1, 1)
+    with pytest.raises(ValueError, match="must be an IdData"):
+        fit_arx(np.ones(10), 1, 1, 1)
+    with pytest.raises(ValueError, match="not exciting enough"):
+        fit_arx(IdData(np.tile([0.0, 1.0], 30), np.arange(60.0)), 0, 3, 0)
+    with pytest.raises(ValueError, match="criterion must be one of"):
+        select_order(arx_data(n=50), criterion="bic")
+    with pytest.raises(ValueError, match="needs a validation record"):
+        select_order(arx_data(n=50), criterion="validation")

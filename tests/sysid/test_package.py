@@ -1,0 +1,56 @@
+"""sysid stands alone (no gpucontrol/harness imports, sysidentpy lazily) and its doctests run."""
+
+import doctest
+import importlib
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sysid
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sysid_imports_neither_gpucontrol_nor_harness():
+    code = ("import sys, sysid; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('gpucontrol', 'harness', 'sysidentpy', 'matplotlib')]; print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == ""
+
+
+def test_no_module_imports_project_packages():
+    import ast
+
+    for path in (ROOT / "sysid").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            assert not any(n.split(".")[0] in ("gpucontrol", "harness") for n in names), path
+
+
+MODULES = ["sysid"] + [f"sysid.{m.name}" for m in pkgutil.iter_modules(sysid.__path__)]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_doctests(module):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0
+
+
+def test_public_names():
+    for name in ("prbs", "white_noise", "IdData", "fit_static", "fit_arx",
+                 "fit_piecewise_linear"):
+        assert name in sysid.__all__ and hasattr(sysid, name)
+    assert set(sysid.__all__) <= set(dir(sysid))

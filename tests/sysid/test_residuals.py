@@ -1,0 +1,74 @@
+"""Residual analysis (MATLAB resid): bounds, verdicts, known-truth cases."""
+
+import numpy as np
+import pytest
+
+from sysid import IdData, correlation_analysis, fit_arx, fit_static, resid, white_noise
+from sysid.residuals import Z99
+
+
+def ar1_output(n=800, seed=0):
+    rng = np.random.default_rng(seed)
+    u = white_noise(n, 0.0, 1.0, seed=seed + 1)
+    y = np.zeros(n)
+    for k in range(1, n):
+        y[k] = 0.7 * y[k - 1] + 2.0 * u[k - 1] + 0.05 * rng.standard_normal()
+    return IdData(u, y)
+
+
+def test_correct_model_leaves_white_independent_residuals():
+    d = ar1_output()
+    ra = resid(fit_arx(d, 1, 1, 1), d)
+    assert ra.white and ra.independent
+    assert ra.autocorr[0] == pytest.approx(1.0)
+    assert ra.bound_auto == pytest.approx(Z99 / np.sqrt(ra.n))
+    assert ra.lags.size == 26 and ra.xlags.size == 51
+
+
+def test_missing_dynamics_are_flagged():
+    d = ar1_output()
+    ra = resid(fit_static(d.u, d.y), d)  # a static model of a dynamic plant
+    assert not ra.white
+    assert not ra.independent
+    assert 1 in ra.outside_auto()
+    assert 1 in ra.outside_cross()  # u(k) correlates with e(k+1): the lagged effect
+
+
+def test_white_noise_false_alarm_rate_is_about_one_percent():
+    rng = np.random.default_rng(0)
+    rejections = 0
+    for _ in range(300):
+        u, e = rng.standard_normal(400), rng.standard_normal(400)
+        ra = correlation_analysis(u, e, max_lag=20)
+        rejections += not ra.white
+    assert rejections / 300 < 0.04
+
+
+def test_cross_bound_widens_for_coloured_input():
+    rng = np.random.default_rng(1)
+    u = np.convolve(rng.standard_normal(2000), np.ones(10) / 10, mode="same")
+    e = np.convolve(rng.standard_normal(2000), np.ones(10) / 10, mode="same")
+    ra = correlation_analysis(u, e, max_lag=15)
+    assert ra.bound_cross > 2 * ra.bound_auto
+
+
+@pytest.mark.parametrize("u, e, lag, msg", [
+    (np.ones(50), np.arange(50.0), 5, "u is constant"),
+    (np.arange(50.0), np.zeros(50), 5, "residuals are all zero"),
+    (np.arange(10.0), np.arange(10.0), 9, "max_lag=9 is too large"),
+    (np.arange(10.0), np.arange(9.0), 3, "mismatched lengths"),
+])
+def test_bad_input(u, e, lag, msg):
+    with pytest.raises(ValueError, match=msg):
+        correlation_analysis(u, e, lag)
+
+
+def test_resid_plot_draws_two_panels():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from sysid import resid_plot
+
+    d = ar1_output(200)
+    fig = resid_plot(resid(fit_arx(d, 1, 1, 1), d, max_lag=10))
+    assert len(fig.axes) == 2
