@@ -78,7 +78,7 @@ def run_experiment(plant: Any, u, *, period_s: float = 4.0, mps_pct: float | Non
     mps_pct : float, optional
         Training MPS percentage to hold during the experiment; the first actuation then sets
         ``mps_changed=True`` so that the plant applies it (use ``warmup`` to skip the
-        restart). Default: the plant's ``mps_pct`` attribute if it has one, else 100.
+        restart). Default: the plant's current ``mps_pct`` if it has one (not None), else 100.
     statistic : {"mean", "p99"}
         Which latency statistic of a period is the output.
     warmup : int
@@ -111,7 +111,8 @@ def run_experiment(plant: Any, u, *, period_s: float = 4.0, mps_pct: float | Non
     if not has_step and not callable(plant):
         raise ValueError("plant must have step(actuation, period_s) or be a callable u -> y")
     if mps_pct is None:
-        mps = finite("plant.mps_pct", getattr(plant, "mps_pct", 100.0))
+        current = getattr(plant, "mps_pct", None)  # None: not started yet
+        mps = 100.0 if current is None else finite("plant.mps_pct", current)
         set_mps = False
     else:
         mps = finite("mps_pct", mps_pct)

@@ -27,6 +27,8 @@ class FakePlant:
 
     def step(self, act, period_s):
         self.calls.append((act.sleep_s, act.mps_pct, act.mps_changed, period_s))
+        if self.mps_pct is None:  # first actuation starts the processes
+            self.mps_pct = act.mps_pct
         if act.mps_changed:
             self.mps_pct = act.mps_pct
             self.restart_left = self.restart_periods
@@ -103,3 +105,11 @@ def test_bad_arguments(kwargs, msg):
 def test_unreadable_measurement():
     with pytest.raises(ValueError, match="cannot read a 'mean' latency"):
         run_experiment(lambda s: object(), [0.1])
+
+
+def test_plant_without_a_current_mps_gets_100():
+    plant = FakePlant()
+    plant.mps_pct = None  # not started yet, as a fresh simulated plant
+    d = run_experiment(plant, [0.2, 0.4])
+    assert d.meta["mps_pct"] == 100.0
+    assert plant.calls[0][1] == 100.0

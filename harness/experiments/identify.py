@@ -1,0 +1,317 @@
+"""``gpucontrol identify``: the system-identification study of seed 000 §V-A (Fig 6 and 7).
+
+At each training MPS level the plant is excited with pseudo-random white noise on the sleep
+interval, one value per control period (after a few warm-up periods that cover the training
+restart the MPS change causes). The first part of each record fits the static model
+``latency = gain * sleep + offset`` (:func:`sysid.fit_static`); the rest is held out to
+compare predicted and measured latency (Fig 7's R²). Alongside, the noise-free plant gives
+the true local slope at the middle of the sleep range, so the identified gain can be judged.
+
+Written to ``<out>/identify/``: ``identify_periods.csv`` (tidy, one row per period),
+``identify_summary.csv`` and ``.md`` (one row per MPS level), ``identify_meta.json``,
+``identify_fig6.png`` (latency vs sleep per level with the fitted lines) and
+``identify_fig7.png`` (predicted vs measured on the held-out periods). The command prints
+gain, offset and R² per level, then the gain envelope across levels and whether the seed-000
+P controller designed on the recommended nominal gain is stable over it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import sysid
+from gpucontrol import LinearLatencyModel, check_envelope, design_p
+
+from ..plant import Records
+from ..progress import Progress
+from ..results import markdown_table, save_figure, write_csv, write_json, write_markdown_table
+from .common import ExperimentResult, PlantUnavailable, close_plant, make_plant, matplotlib_pyplot
+
+__all__ = ["PERIOD_COLUMNS", "SUMMARY_COLUMNS", "identify", "register"]
+
+SUMMARY_COLUMNS = ("mps_pct", "gain", "offset", "r2", "r2_validation", "fit_pct_validation",
+                   "gain_ci_low", "gain_ci_high", "true_gain", "gain_err_pct", "rmse_ms",
+                   "residuals_white", "n_train", "n_validation")
+#: Seed 000 §V-A reports R² > 79 % for its linear model.
+R2_BAR = 0.79
+PERIOD_COLUMNS = ("mps_pct", "k", "t_s", "split", "sleep_s", "latency_ms", "predicted_ms",
+                  "expected_ms")
+
+
+def identify(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
+             mps_levels: Sequence[float] = (40.0, 60.0, 80.0, 100.0),
+             sleep_range: tuple[float, float] = (0.1, 0.7), periods: int = 100,
+             train_fraction: float = 0.6, period_s: float = 4.0, warmup: int = 3,
+             out_dir: str | Path | None = None, progress: bool | None = False
+             ) -> ExperimentResult:
+    """Identify ``latency = gain * sleep + offset`` per MPS level with white-noise excitation.
+
+    Parameters
+    ----------
+    plant, preset, seed
+        Which plant (``"sim"`` or ``"gpu"``), its preset and random seed.
+    mps_levels
+        Training MPS percentages, each identified in turn on the same plant.
+    sleep_range
+        Bounds of the white-noise sleep interval (s).
+    periods
+        Recorded control periods per level (after ``warmup``).
+    train_fraction
+        Share of each record used for fitting; the rest validates.
+    period_s
+        Control period T (s).
+    warmup
+        Periods discarded after each MPS change (the training restarts, ~7 s).
+    out_dir
+        Folder for CSV/PNG/JSON (nothing written when None).
+    progress
+        Show a progress bar (None: when stderr is a terminal).
+
+    Returns
+    -------
+    ExperimentResult
+        ``records``: one row per period; ``summary``: one row per MPS level (see
+        :data:`SUMMARY_COLUMNS`); ``meta`` holds the envelope, the recommended nominal gain
+        and the stability verdict.
+    """
+    lo, hi = (float(sleep_range[0]), float(sleep_range[1]))
+    if not (0.0 <= lo < hi):
+        raise ValueError(f"sleep_range must satisfy 0 <= low < high, got {sleep_range!r}")
+    if int(periods) != periods or periods < 10:
+        raise ValueError(f"periods must be an integer >= 10, got {periods!r}")
+    levels = [float(m) for m in mps_levels]
+    if not levels or any(not (0 < m <= 100) for m in levels):
+        raise ValueError(f"mps_levels must be percentages in (0, 100], got {list(mps_levels)!r}")
+    p = make_plant(plant, preset, seed=seed)
+    records = Records()
+    summary: list[dict[str, Any]] = []
+    fits: dict[str, sysid.StaticFit] = {}
+    mid = 0.5 * (lo + hi)
+    try:
+        with Progress(len(levels) * (int(periods) + warmup), "identify",
+                      enabled=progress) as bar:
+            for i, m in enumerate(levels):
+                u = sysid.white_noise(int(periods), lo, hi, seed=seed * 1000 + i)
+                for _ in range(warmup):
+                    bar.advance()
+                data = sysid.run_experiment(p, u, period_s=period_s, mps_pct=m,
+                                            warmup=warmup, on_invalid="drop",
+                                            meta={"preset": preset, "seed": seed},
+                                            progress=lambda _k, _n: bar.advance())
+                row, rows, fit = _identify_level(p, data, m, train_fraction, mid)
+                summary.append(row)
+                records.extend(rows)
+                fits[f"{m:g}"] = fit
+    finally:
+        close_plant(p)
+    meta = {"experiment": "identify", "plant": plant, "preset": preset, "seed": seed,
+            "mps_levels": levels, "sleep_range_s": [lo, hi], "periods": int(periods),
+            "train_fraction": train_fraction, "period_s": period_s, "warmup": warmup,
+            "plant_params": p.describe() if hasattr(p, "describe") else {}}
+    meta.update(_envelope(fits))
+    res = ExperimentResult("identify", records, summary, meta=meta)
+    if out_dir is not None:
+        out = Path(out_dir)
+        res.files += [
+            write_csv(records, out / "identify_periods.csv", PERIOD_COLUMNS),
+            write_csv(summary, out / "identify_summary.csv", SUMMARY_COLUMNS),
+            write_markdown_table(summary, SUMMARY_COLUMNS, out / "identify_summary.md",
+                                 title="System identification (seed 000 Fig 6/7)", digits=3),
+            write_json(meta, out / "identify_meta.json"),
+            plot_fig6(res, p, out / "identify_fig6.png"),
+            plot_fig7(res, out / "identify_fig7.png"),
+        ]
+    return res
+
+
+def _identify_level(p: Any, data: sysid.IdData, mps: float, train_fraction: float,
+                    mid: float) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
+    train, val = data.split(train_fraction)
+    fit = sysid.fit_static(train.u, train.y)
+    v = sysid.validate(fit, val)
+    white = sysid.resid(fit, train, max_lag=min(20, len(train) // 4)).white
+    true_gain = _call(p, "local_gain", mid, mps)
+    row = {"mps_pct": mps, "gain": fit.gain, "offset": fit.offset, "r2": fit.r2,
+           "r2_validation": v.r2, "fit_pct_validation": v.fit_pct,
+           "gain_ci_low": fit.ci95[0][0], "gain_ci_high": fit.ci95[0][1],
+           "true_gain": true_gain, "gain_err_pct": 100.0 * (fit.gain / true_gain - 1.0)
+           if true_gain else math.nan, "rmse_ms": fit.rmse, "residuals_white": white,
+           "n_train": len(train), "n_validation": len(val)}
+    expected = _call(p, "expected_latency_ms", np.asarray(data.u), mps)
+    expected = np.broadcast_to(np.asarray(expected, float), data.u.shape)
+    rows = [{"mps_pct": mps, "k": k, "t_s": float(t), "split":
+             "train" if k < len(train) else "validation", "sleep_s": float(s),
+             "latency_ms": float(y), "predicted_ms": float(fit.predict(s)),
+             "expected_ms": float(e)}
+            for k, (t, s, y, e) in enumerate(zip(data.t, data.u, data.y, expected))]
+    return row, rows, fit
+
+
+def _call(p: Any, name: str, sleep: Any, mps: float) -> Any:
+    """A noise-free view of the plant if it offers one (the simulator does), else NaN."""
+    fn = getattr(p, name, None)
+    if not callable(fn):
+        return math.nan
+    out = fn(sleep, mps)
+    return float(out) if np.ndim(out) == 0 else np.asarray(out, float)
+
+
+def _envelope(fits: dict[str, Any]) -> dict[str, Any]:
+    """Gain envelope over the identified levels and the P design on the best nominal."""
+    usable = {k: f for k, f in fits.items() if f.gain < 0 and f.ci95[0][1] < 0}
+    if not usable:
+        return {"envelope": None, "note": "no level has a significantly negative gain"}
+    choice = sysid.recommend_nominal(usable)
+    env = sysid.gain_envelope(usable, nominal=choice.nominal_gain)
+    offset = float(np.mean([f.offset for f in usable.values()]))
+    model = LinearLatencyModel(gain=choice.nominal_gain, offset=offset)
+    verdict = check_envelope(design_p(model), model, env.envelope)
+    return {"envelope": list(env.envelope), "envelope_levels": list(usable),
+            "nominal_gain": choice.nominal_gain, "worst_pole_abs": choice.worst_pole_abs,
+            "p_design_stable": bool(verdict.stable), "verdict": str(verdict)}
+
+
+# ---- plots ---------------------------------------------------------------------------------
+def _levels(res: ExperimentResult) -> list[float]:
+    return [r["mps_pct"] for r in res.summary]
+
+
+def plot_fig6(res: ExperimentResult, plant: Any, path: str | Path) -> Path:
+    """Latency vs sleep per MPS level: measured periods, fitted line, noise-free curve."""
+    plt = matplotlib_pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 4.5))
+    lo, hi = res.meta["sleep_range_s"]
+    s = np.linspace(lo, hi, 50)
+    for row, color in zip(res.summary, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3):
+        m = row["mps_pct"]
+        r = res.records.where(lambda x, m=m: x["mps_pct"] == m)
+        ax.plot(r.col("sleep_s"), r.col("latency_ms"), ".", color=color, alpha=0.5, ms=4)
+        ax.plot(s, row["gain"] * s + row["offset"], "-", color=color,
+                label=f"MPS {m:g}%: {row['gain']:.1f} s + {row['offset']:.1f} "
+                      f"(R² {row['r2']:.2f})")
+        exp = _call(plant, "expected_latency_ms", s, m)
+        if np.all(np.isfinite(exp)):
+            ax.plot(s, exp, ":", color=color, lw=1)
+    ax.set(xlabel="training sleep interval (s)", ylabel="mean inference latency (ms)",
+           title="Latency vs sleep per training MPS level (dotted: noise-free plant)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_fig7(res: ExperimentResult, path: str | Path) -> Path:
+    """Predicted vs measured latency on the held-out periods, one panel per level."""
+    plt = matplotlib_pyplot()
+    levels = _levels(res)
+    fig, axes = plt.subplots(len(levels), 1, figsize=(7.0, 1.9 * len(levels) + 0.6),
+                             sharex=True, squeeze=False)
+    for ax, row in zip(axes[:, 0], res.summary):
+        m = row["mps_pct"]
+        r = res.records.where(lambda x, m=m: x["mps_pct"] == m and x["split"] == "validation")
+        k = r.col("k")
+        ax.plot(k, r.col("latency_ms"), "o-", ms=3, lw=0.8, label="measured")
+        ax.plot(k, r.col("predicted_ms"), "s--", ms=3, lw=0.8, label="predicted")
+        ax.set_ylabel("ms")
+        ax.set_title(f"MPS {m:g}%: held-out R² {row['r2_validation']:.2f}", fontsize=9)
+    axes[0, 0].legend(fontsize=8, loc="upper right")
+    axes[-1, 0].set_xlabel("control period")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+# ---- command line ----------------------------------------------------------------------------
+def _floats(text: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.replace(",", " ").split() if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 40,60,80, got {text!r}") \
+            from None
+    if not vals:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return vals
+
+
+def _range(text: str) -> tuple[float, float]:
+    vals = _floats(text)
+    if len(vals) != 2:
+        raise argparse.ArgumentTypeError(f"expected 'LOW,HIGH', got {text!r}")
+    return vals[0], vals[1]
+
+
+def format_summary(res: ExperimentResult) -> str:
+    """The printed report: per-level table, then the envelope and the design verdict."""
+    cols = ("mps_pct", "gain", "offset", "r2", "r2_validation", "true_gain", "gain_err_pct")
+    heads = ("MPS %", "gain (ms/s)", "offset (ms)", "R² fit", "R² held-out",
+             "true slope", "gain err %")
+    text = markdown_table(res.summary, cols, heads, digits=2)
+    lo, hi = res.meta["sleep_range_s"]
+    for r in res.summary:
+        if r["r2_validation"] < R2_BAR:
+            signal = abs(r["gain"]) * (hi - lo) / math.sqrt(12.0)  # std of gain * U(lo, hi)
+            why = ("the sleep knob barely acts at this level" if signal < r["rmse_ms"] else
+                   "the curve bends over this sleep range and the period means are noisy "
+                   "(training iterations alias with the control period)")
+            text += (f"\nMPS {r['mps_pct']:g}%: held-out R² {r['r2_validation']:.2f} < "
+                     f"{R2_BAR:.2f} (seed 000's bar): the sleep moves latency by "
+                     f"{signal:.2f} ms rms against {r['rmse_ms']:.2f} ms rms of residual; {why}")
+    m = res.meta
+    if m.get("envelope"):
+        text += (f"\n\nGain envelope over MPS {', '.join(m['envelope_levels'])}%: "
+                 f"{m['envelope'][0]:.2f}..{m['envelope'][1]:.2f} of the recommended nominal "
+                 f"gain {m['nominal_gain']:.2f} ms/s (worst closed-loop |pole| "
+                 f"{m['worst_pole_abs']:.2f})\nP controller on that nominal: {m['verdict']}\n")
+    else:
+        text += f"\n{m.get('note', '')}\n"
+    return text
+
+
+def _cmd_identify(args: argparse.Namespace) -> int:
+    try:
+        res = identify(plant=args.plant, preset=args.preset, seed=args.seed,
+                       mps_levels=args.mps, sleep_range=args.sleep, periods=args.periods,
+                       train_fraction=args.train, period_s=args.period,
+                       out_dir=Path(args.out) / "identify",
+                       progress=False if args.no_progress else None)
+    except PlantUnavailable as exc:
+        print(f"gpucontrol identify: {exc}", file=sys.stderr)
+        return 3
+    print(f"Identification on the {args.plant} plant ({args.preset} preset, seed {args.seed}): "
+          f"white-noise sleep in [{args.sleep[0]:g}, {args.sleep[1]:g}] s, {args.periods} "
+          f"periods of {args.period:g} s per MPS level, {args.train:.0%} fit / rest held out")
+    print(format_summary(res))
+    print("Results: " + ", ".join(str(f) for f in res.files))
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``identify`` to the ``gpucontrol`` parser."""
+    p = sub.add_parser(
+        "identify", help="system identification: latency vs sleep per MPS level (Fig 6/7)",
+        description="Excite the plant with white noise on the sleep interval at each training "
+                    "MPS level, fit latency = gain * sleep + offset, validate on held-out "
+                    "periods and report gain, offset and R² per level (seed 000 Fig 6/7). "
+                    "Results go to <out>/identify/.")
+    p.add_argument("--plant", choices=("sim", "gpu"), default="sim",
+                   help="simulated plant (default) or the real GPU (needs the GPU harness)")
+    p.add_argument("--preset", choices=("fig8", "fig4"), default="fig8",
+                   help="plant preset (default fig8: ResNet-50 batch 105)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--out", default="results", help="output folder (default ./results)")
+    p.add_argument("--mps", type=_floats, default=[40.0, 60.0, 80.0, 100.0],
+                   help="training MPS levels in %% (default 40,60,80,100)")
+    p.add_argument("--sleep", type=_range, default=(0.1, 0.7),
+                   help="sleep range of the excitation in s (default 0.1,0.7)")
+    p.add_argument("--periods", type=int, default=100,
+                   help="recorded periods per MPS level (default 100)")
+    p.add_argument("--train", type=float, default=0.6,
+                   help="fraction of each record used for fitting (default 0.6)")
+    p.add_argument("--period", type=float, default=4.0, help="control period in s (default 4)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_identify)

@@ -1,0 +1,80 @@
+"""The identification study (seed 000 Fig 6/7) on the simulated plant and its command."""
+
+import math
+
+import pytest
+
+from harness.experiments import identify as ident
+from harness.results import read_csv
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("identify")
+    res = ident.identify(mps_levels=(60, 80, 100), periods=60, seed=1, out_dir=out)
+    return res, out
+
+
+def test_writes_tidy_csv_png_and_meta(study):
+    res, out = study
+    names = {f.name for f in res.files}
+    assert names == {"identify_periods.csv", "identify_summary.csv", "identify_summary.md",
+                     "identify_meta.json", "identify_fig6.png", "identify_fig7.png"}
+    rows = read_csv(out / "identify_periods.csv")
+    assert len(rows) == 3 * 60  # one row per recorded period
+    assert set(rows[0]) == set(ident.PERIOD_COLUMNS)
+    assert {r["split"] for r in rows} == {"train", "validation"}
+    summary = read_csv(out / "identify_summary.csv")
+    assert [r["mps_pct"] for r in summary] == [60.0, 80.0, 100.0]
+
+
+def test_identified_gains_track_the_plant(study):
+    res, _ = study
+    for row in res.summary:
+        assert row["gain"] < 0 and row["gain_ci_low"] < row["gain"] < row["gain_ci_high"]
+        assert abs(row["gain_err_pct"]) < 30  # 60 noisy periods; the benchmark measures more
+        assert row["r2"] > 0.5
+    gains = [r["gain"] for r in res.summary]
+    assert gains[0] > gains[1] > gains[2]  # more training MPS, steeper latency vs sleep
+
+
+def test_envelope_and_design_verdict(study):
+    res, _ = study
+    m = res.meta
+    assert m["envelope_levels"] == ["60", "80", "100"]
+    lo, hi = m["envelope"]
+    assert 0 < lo < 1 < hi < 2 and math.isclose(lo + hi, 2.0, rel_tol=1e-9)
+    assert m["p_design_stable"] is True
+
+
+def test_command_prints_gain_offset_r2(tmp_path, capsys):
+    from harness.cli import main
+
+    rc = main(["identify", "--out", str(tmp_path), "--mps", "80,100", "--periods", "30",
+               "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "gain (ms/s)" in text and "offset (ms)" in text and "R² held-out" in text
+    assert "Gain envelope" in text
+    assert (tmp_path / "identify" / "identify_fig6.png").stat().st_size > 10_000
+
+
+def test_unavailable_plant_exits_3(monkeypatch, tmp_path, capsys):
+    from harness.cli import main
+
+    def no_gpu(*a, **k):
+        raise ident.PlantUnavailable("no CUDA device here")
+
+    monkeypatch.setattr(ident, "make_plant", no_gpu)
+    assert main(["identify", "--plant", "gpu", "--out", str(tmp_path)]) == 3
+    assert "no CUDA device here" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    (dict(sleep_range=(0.5, 0.2)), "sleep_range"),
+    (dict(periods=5), "periods must be"),
+    (dict(mps_levels=(0, 50)), "mps_levels"),
+])
+def test_bad_arguments(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        ident.identify(**kwargs)
