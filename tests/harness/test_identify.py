@@ -71,9 +71,9 @@ def test_unavailable_plant_exits_3(monkeypatch, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kwargs, msg", [
-    (dict(sleep_range=(0.5, 0.2)), "sleep_range"),
-    (dict(periods=5), "periods must be"),
-    (dict(mps_levels=(0, 50)), "mps_levels"),
+    ({"sleep_range": (0.5, 0.2)}, "sleep_range"),
+    ({"periods": 5}, "periods must be"),
+    ({"mps_levels": (0, 50)}, "mps_levels"),
 ])
 def test_bad_arguments(kwargs, msg):
     with pytest.raises(ValueError, match=msg):

@@ -1,0 +1,32 @@
+"""The controller-design notebook executes from top to bottom without an error."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "docs" / "notebooks" / "controller_design.ipynb"
+
+
+@pytest.mark.slow
+def test_controller_design_notebook_runs(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    # The native kernelspec (ipykernel's own) starts "python", which jupyter_client maps to
+    # sys.executable: the kernel runs in this interpreter's environment (the venv).
+    from jupyter_client.kernelspec import NATIVE_KERNEL_NAME
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import sys; print('KERNEL', sys.prefix)"))
+    client = nbclient.NotebookClient(
+        nb, kernel_name=NATIVE_KERNEL_NAME, timeout=300, allow_errors=False,
+        resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # raises CellExecutionError naming the failing cell
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+    assert "held-out: R²" in text and "STABLE" in text
+    assert f"KERNEL {sys.prefix}" in text  # the kernel ran in this environment
