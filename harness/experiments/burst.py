@@ -1,0 +1,151 @@
+"""Seed 000 Fig 8: an inference burst (batch 105 -> 115 at 90 s, back at 290 s, 400 s, SLO
+90 ms) under every controller; latency, sleep, MPS and throughputs over time."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..plant import LoadEvent, Records, Scenario, concat, run_loop
+from ..progress import Progress
+from ..results import save_figure, write_csv, write_json, write_markdown_table
+from .common import (
+    ExperimentResult,
+    build_controllers,
+    close_plant,
+    controller_metrics,
+    make_plant,
+    matplotlib_pyplot,
+    resolve_names,
+)
+
+__all__ = ["SUMMARY_COLUMNS", "burst", "burst_scenario"]
+
+SUMMARY_COLUMNS = ("controller", "mean_latency_ms", "pct_over", "periods_over_after_step",
+                   "inference_throughput", "training_throughput", "training_vs_oracle",
+                   "training_vs_gslice", "mps_changes")
+
+
+def burst_scenario(batches: tuple[int, int] = (105, 115),
+                   burst_s: tuple[float, float] = (90.0, 290.0)) -> Scenario:
+    """Batch ``batches[0]``, ``batches[1]`` from ``burst_s[0]`` to ``burst_s[1]``."""
+    b0, b1 = batches
+    return Scenario.of(LoadEvent.at(0.0, batch=b0), LoadEvent.at(burst_s[0], batch=b1),
+                       LoadEvent.at(burst_s[1], batch=b0))
+
+
+def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s: float = 400.0,
+          slo_ms: float = 90.0, burst_s: tuple[float, float] = (90.0, 290.0),
+          batches: tuple[int, int] = (105, 115), period_s: float = 4.0,
+          controllers: Sequence[str] | str | None = None, out_dir: str | Path | None = None,
+          progress: bool | None = False, tolerance: float = 0.05,
+          plant_overrides: dict[str, Any] | None = None) -> ExperimentResult:
+    """Run the burst experiment.
+
+    Every controller gets a fresh plant with the same seed (common random numbers). The
+    nominal model, the Open setting and the Oracle come from the noise-free simulated plant.
+
+    Returns an :class:`ExperimentResult` whose summary has, per controller: mean latency,
+    ``pct_over`` (% of periods above ``(1 + tolerance)`` SLO), ``periods_over_after_step``
+    (such periods during the burst), inference (images/s) and training (iterations/s)
+    throughput, and training throughput relative to the Oracle and to GSLICE-extended.
+    With ``out_dir``: burst.csv (one row per period and controller), burst_summary.csv/.md,
+    burst.png and burst_meta.json.
+    """
+    names = resolve_names(controllers)
+    if not (0 <= burst_s[0] < burst_s[1]):
+        raise ValueError(f"burst_s must be (start, end) with 0 <= start < end, got {burst_s!r}")
+    periods = math.ceil(duration_s / period_s)
+    if periods < 1:
+        raise ValueError(f"duration_s must be at least one period ({period_s} s)")
+    overrides = dict(plant_overrides or {})
+    scenario = burst_scenario(batches, burst_s)
+    ref = make_plant("sim", preset, seed=seed, **{**overrides, "batch": batches[0]})
+    ctls = build_controllers(names, plant=ref, slo_ms=slo_ms, scenario=scenario,
+                             duration_s=periods * period_s, period_s=period_s)
+    runs: list[Records] = []
+    with Progress(periods * len(ctls), "burst", enabled=progress) as bar:
+        for c in ctls:
+            p = make_plant(plant, preset, seed=seed, **overrides)
+            try:
+                runs.append(run_loop(c, p, periods, scenario, period_s=period_s,
+                                     on_period=lambda _k: bar.advance()))
+            finally:
+                close_plant(p)
+    rec = concat(runs)
+    summary = []
+    for c, r in zip(ctls, runs):
+        m = controller_metrics(r, slo_ms, tolerance=tolerance)
+        during = controller_metrics(r, slo_ms, tolerance=tolerance, window=burst_s)
+        summary.append({"controller": c.name, **m,
+                        "periods_over_after_step": during["periods_over"]})
+    by = {r["controller"]: r for r in summary}
+    for r in summary:
+        for key, ref_name in (("training_vs_oracle", "Oracle"),
+                              ("training_vs_gslice", "GSLICE-extended")):
+            base = by.get(ref_name, {}).get("training_throughput", math.nan)
+            r[key] = r["training_throughput"] / base if base and base > 0 else math.nan
+    meta = {"experiment": "burst", "plant": plant, "preset": preset, "seed": seed,
+            "duration_s": periods * period_s, "period_s": period_s, "slo_ms": slo_ms,
+            "burst_s": list(burst_s), "batches": list(batches), "tolerance": tolerance,
+            "plant_params": ref.describe()}
+    oracle = next((c for c in ctls if c.name == "Oracle"), None)
+    if oracle is not None:
+        meta["oracle_points"] = [vars(p) for p in oracle.points]
+    res = ExperimentResult("burst", rec, summary, meta=meta)
+    if out_dir is not None:
+        out = Path(out_dir)
+        res.files += [write_csv(rec, out / "burst.csv"),
+                      write_csv(summary, out / "burst_summary.csv", SUMMARY_COLUMNS),
+                      write_markdown_table(summary, SUMMARY_COLUMNS, out / "burst_summary.md",
+                                           title=f"Burst (SLO {slo_ms:g} ms, seed {seed})"),
+                      write_json(meta, out / "burst_meta.json"),
+                      plot_burst(res, out / "burst.png")]
+    return res
+
+
+def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
+    """Fig 8 layout: (a) latency, (b) throughputs, (c) sleep, (d) training MPS."""
+    plt = matplotlib_pyplot()
+    slo = res.meta["slo_ms"]
+    fig, ax = plt.subplots(2, 2, figsize=(12, 7))
+    names = [r["controller"] for r in res.summary]
+    show = [n for n in names if n not in ("Simple", "Conservative")]
+    for n in show:
+        r = Records(x for x in res.records if x["controller"] == n)
+        t = r.col("t_end_s")
+        ax[0, 0].plot(t, r.col("latency_ms"), label=n, lw=1.2)
+        ax[1, 0].step(t, r.col("sleep_s"), where="pre", label=n, lw=1.2)
+        ax[1, 1].step(t, r.col("mps_pct"), where="pre", label=n, lw=1.2)
+    ax[0, 0].axhline(slo, color="k", ls="--", lw=1, label="SLO")
+    ax[0, 0].set(ylabel="mean batch latency (ms)", xlabel="time (s)", title="(a) latency")
+    lo, hi = ax[0, 0].get_ylim()
+    ax[0, 0].set_ylim(max(lo, 0.6 * slo), min(hi, 1.5 * slo))
+    ax[0, 0].legend(fontsize=7, ncol=2)
+    x = np.arange(len(names))
+    inf = [r["inference_throughput"] for r in res.summary]
+    tr = [r["training_throughput"] for r in res.summary]
+    a2 = ax[0, 1]
+    a2.bar(x - 0.2, inf, 0.4, label="inference (img/s)")
+    a3 = a2.twinx()
+    a3.bar(x + 0.2, tr, 0.4, color="tab:orange", label="training (it/s)")
+    a2.set_xticks(x, [n.replace("GPUColo ", "GPUColo\n") for n in names], rotation=60,
+                  fontsize=7, ha="right")
+    a2.set(ylabel="inference images/s", title="(b) mean throughput")
+    a3.set_ylabel("training iterations/s")
+    h1, l1 = a2.get_legend_handles_labels()
+    h2, l2 = a3.get_legend_handles_labels()
+    a2.legend(h1 + h2, l1 + l2, fontsize=7)
+    ax[1, 0].set(ylabel="sleep interval (s)", xlabel="time (s)", title="(c) training sleep")
+    ax[1, 1].set(ylabel="training MPS (%)", xlabel="time (s)", title="(d) training MPS")
+    for a in (ax[0, 0], ax[1, 0], ax[1, 1]):
+        for b in res.meta["burst_s"]:
+            a.axvline(b, color="grey", lw=0.8, ls=":")
+    fig.suptitle(f"Burst: batch {res.meta['batches'][0]} -> {res.meta['batches'][1]} "
+                 f"({res.meta['plant']} plant, seed {res.meta['seed']})")
+    fig.tight_layout()
+    return save_figure(fig, path)

@@ -1,0 +1,245 @@
+"""Shared pieces of the experiments: plant construction, the nominal model, the controller
+suite, per-controller metrics and the result container."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpucontrol import LatencyModelFamily, LinearLatencyModel, OperatingPoint
+
+from .. import baselines as B
+from ..plant import Records, Scenario
+from ..simulated import SimulatedColocation
+
+__all__ = [
+    "CONTROLLER_NAMES",
+    "ExperimentResult",
+    "PlantUnavailable",
+    "build_controllers",
+    "close_plant",
+    "controller_metrics",
+    "identify_family",
+    "make_plant",
+    "matplotlib_pyplot",
+    "steady_mask",
+]
+
+#: Every controller the experiments know, in display order.
+CONTROLLER_NAMES: tuple[str, ...] = (
+    "Open", "Simple", "Conservative", "Sleep-only", "MPS-only", "GSLICE-extended",
+    "GPUColo two-tier", "GPUColo mid-range + adaptive", "Oracle")
+
+#: Short aliases accepted on the command line.
+ALIASES = {"open": "Open", "simple": "Simple", "conservative": "Conservative",
+           "sleep": "Sleep-only", "sleep-only": "Sleep-only", "mps": "MPS-only",
+           "mps-only": "MPS-only", "gslice": "GSLICE-extended",
+           "gslice-extended": "GSLICE-extended", "two-tier": "GPUColo two-tier",
+           "paper": "GPUColo two-tier", "gpucolo": "GPUColo two-tier",
+           "mid-range": "GPUColo mid-range + adaptive", "ours": "GPUColo mid-range + adaptive",
+           "adaptive": "GPUColo mid-range + adaptive", "oracle": "Oracle"}
+
+
+class PlantUnavailable(RuntimeError):
+    """The requested plant cannot be built here (e.g. ``--plant gpu`` without the GPU harness)."""
+
+
+def make_plant(kind: str = "sim", preset: str = "fig8", *, seed: int = 0,
+               **overrides: Any) -> Any:
+    """Build a plant. ``"sim"``: :class:`SimulatedColocation` with ``preset``; ``"gpu"``: the
+    GPU harness's :class:`harness.gpu.plant.GPUPlant` with the same preset, which needs a CUDA
+    GPU and the ``gpu`` extra — without them this raises :class:`PlantUnavailable` saying so.
+    Close a GPU plant when done (:func:`close_plant`)."""
+    if kind == "sim":
+        return SimulatedColocation.preset(preset, seed=seed, **overrides)
+    if kind == "gpu":
+        try:
+            from ..gpu import cupy_device_count, torch_cuda_available
+            from ..gpu.plant import GPUPlant
+        except ImportError as exc:
+            raise PlantUnavailable(
+                "--plant gpu needs the GPU harness (harness.gpu), which is not importable here "
+                f"({exc}). Use --plant sim for the simulated plant.") from None
+        if not (torch_cuda_available() or cupy_device_count() > 0):
+            raise PlantUnavailable(
+                "--plant gpu needs the GPU harness on a machine with a CUDA GPU, and none is "
+                "usable here (no CUDA device, or torch/cupy missing: pip install -e '.[gpu]'). "
+                "Use --plant sim for the simulated plant.")
+        return GPUPlant.preset(preset, seed=seed, **overrides)
+    raise ValueError(f"plant must be 'sim' or 'gpu', got {kind!r}")
+
+
+def close_plant(plant: Any) -> None:
+    """Release a plant's processes if it has any (the GPU plant); no-op for the simulator."""
+    close = getattr(plant, "close", None)
+    if callable(close):
+        close()
+
+
+def resolve_names(names: Sequence[str] | str | None) -> list[str]:
+    """Controller names from a list or a comma-separated string (aliases allowed)."""
+    if names is None:
+        return list(CONTROLLER_NAMES)
+    if isinstance(names, str):
+        names = [n for n in names.split(",") if n.strip()]
+    out = []
+    for n in names:
+        key = n.strip()
+        full = key if key in CONTROLLER_NAMES else ALIASES.get(key.lower())
+        if full is None:
+            raise ValueError(f"unknown controller {key!r}; choose from "
+                             f"{', '.join(CONTROLLER_NAMES)} (or {', '.join(sorted(ALIASES))})")
+        if full not in out:
+            out.append(full)
+    return out
+
+
+def identify_family(plant: Any, mps_levels: Sequence[float] = (20, 40, 60, 80, 100), *,
+                    batch: int | None = None, sleeps: Sequence[float] | None = None
+                    ) -> LatencyModelFamily:
+    """The controllers' nominal model: at each MPS level, a least-squares line of latency
+    over the sleep range (the seed-000 Fig 6 procedure), on the noise-free plant.
+
+    The fitted gain is clipped below -1e-3 ms/s so a level where sleep has no effect still
+    gives a valid (negative-gain) model.
+    """
+    s = np.linspace(0.0, 1.0, 21) if sleeps is None else np.asarray(sleeps, float)
+    pts = []
+    for m in mps_levels:
+        lat = np.asarray(plant.expected_latency_ms(s, float(m), batch), float)
+        gain, offset = np.polyfit(s, lat, 1)
+        pts.append(OperatingPoint(float(m), LinearLatencyModel(min(float(gain), -1e-3),
+                                                               float(offset))))
+    return LatencyModelFamily.from_points(pts)
+
+
+def build_controllers(names: Sequence[str], *, plant: Any, slo_ms: float,
+                      scenario: Scenario | None, duration_s: float, period_s: float = 4.0,
+                      family: LatencyModelFamily | None = None, initial_mps_pct: float = 80.0
+                      ) -> list[Any]:
+    """Instantiate the named controllers for one run (``plant``: a noise-free reference for
+    the Oracle, the Open setting and the nominal model)."""
+    fam = family if family is not None else identify_family(plant)
+    gain_mps = fam.mps_gain(initial_mps_pct)
+    if not (math.isfinite(gain_mps) and gain_mps > 0):
+        gain_mps = slo_ms / 100.0
+    oracle = None
+    out: list[Any] = []
+    for n in names:
+        if n in ("Oracle", "Open") and oracle is None:
+            oracle = B.Oracle(plant, slo_ms, scenario, duration_s=duration_s,
+                              inner_period_s=period_s)
+        if n == "Open":
+            p0 = oracle.points[0]
+            out.append(B.FixedAllocation(p0.sleep_s, p0.mps_pct, slo_ms=slo_ms, name="Open",
+                                         inner_period_s=period_s))
+        elif n == "Simple":
+            out.append(B.FixedAllocation.simple(slo_ms))
+        elif n == "Conservative":
+            out.append(B.FixedAllocation.conservative(slo_ms))
+        elif n == "Sleep-only":
+            out.append(B.sleep_only(fam, slo_ms, mps_pct=initial_mps_pct,
+                                    inner_period_s=period_s))
+        elif n == "MPS-only":
+            out.append(B.MPSOnly(slo_ms, gain_mps, every=max(1, round(25.0 / period_s)),
+                                 initial_mps_pct=initial_mps_pct, inner_period_s=period_s))
+        elif n == "GSLICE-extended":
+            out.append(B.GSliceExtended(slo_ms, every=max(1, round(25.0 / period_s)),
+                                        inner_period_s=period_s))
+        elif n == "GPUColo two-tier":
+            out.append(B.gpucolo_two_tier(fam, slo_ms, initial_mps_pct=initial_mps_pct,
+                                          inner_period_s=period_s))
+        elif n == "GPUColo mid-range + adaptive":
+            out.append(B.gpucolo_midrange_adaptive(fam, slo_ms, initial_mps_pct=initial_mps_pct,
+                                                   inner_period_s=period_s))
+        elif n == "Oracle":
+            out.append(oracle)
+        else:
+            raise ValueError(f"unknown controller {n!r}")
+    return out
+
+
+def steady_mask(rec: Records, *, warmup_s: float = 100.0, settle_periods: int = 2
+                ) -> np.ndarray:
+    """Periods that count as steady state: after ``warmup_s``, not restarting (training or
+    inference), and not within ``settle_periods`` after a restart or an MPS change."""
+    t = rec.col("t_start_s")
+    bad = (rec.col("restarting") > 0) | (rec.col("inference_restarting") > 0)
+    changed = np.r_[False, rec.col("mps_pct")[1:] != rec.col("mps_pct")[:-1]]
+    bad = bad | changed
+    after = np.zeros(len(rec), bool)
+    left = 0
+    for i, b in enumerate(bad):
+        if b:
+            left = settle_periods + 1
+        after[i] = left > 0
+        left = max(0, left - 1)
+    return (t >= warmup_s) & ~after
+
+
+def controller_metrics(rec: Records, slo_ms: float, *, tolerance: float = 0.05,
+                       window: tuple[float, float] | None = None) -> dict[str, float]:
+    """Per-run metrics: mean latency, % periods over ``(1 + tolerance)`` SLO, throughputs,
+    MPS changes; ``window`` (start, end) restricts to periods starting inside it."""
+    if window is not None:
+        t = rec.col("t_start_s")
+        rec = Records(r for r, ok in zip(rec, (t >= window[0]) & (t < window[1])) if ok)
+    if not rec:
+        return {"mean_latency_ms": math.nan, "pct_over": math.nan, "periods_over": 0,
+                "inference_throughput": math.nan, "training_throughput": math.nan,
+                "mps_changes": 0, "periods": 0}
+    lat = rec.col("latency_ms")
+    cnt = rec.col("count")
+    have = np.isfinite(lat) & (cnt > 0)
+    over = have & (lat > (1.0 + tolerance) * slo_ms)
+    w = np.where(have, cnt, 0.0)
+    mean_lat = float(np.sum(np.where(have, lat, 0.0) * w) / w.sum()) if w.sum() else math.nan
+    return {
+        "mean_latency_ms": mean_lat,
+        "pct_over": 100.0 * float(over.sum()) / max(1, int(have.sum())),
+        "periods_over": int(over.sum()),
+        "inference_throughput": float(np.nanmean(rec.col("inference_throughput"))),
+        "training_throughput": float(np.nanmean(rec.col("training_throughput"))),
+        "mps_changes": int(np.sum(rec.col("mps_pct")[1:] != rec.col("mps_pct")[:-1])),
+        "periods": len(rec),
+    }
+
+
+@dataclass
+class ExperimentResult:
+    """What an experiment returns: the tidy records, a per-controller (or per-point) summary,
+    the files written, and metadata (seed, plant parameters ...)."""
+
+    name: str
+    records: Records
+    summary: list[dict[str, Any]]
+    files: list[Path] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, controller: str) -> dict[str, Any]:
+        for r in self.summary:
+            if r.get("controller") == controller:
+                return r
+        raise KeyError(controller)
+
+
+def matplotlib_pyplot():
+    """pyplot with a non-interactive backend (experiments run headless)."""
+    import matplotlib
+
+    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
+        try:
+            matplotlib.use("Agg")
+        except Exception:  # noqa: BLE001
+            pass
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+ProgressHook = Callable[[int], None]

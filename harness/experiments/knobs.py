@@ -1,0 +1,154 @@
+"""Seed 000 Fig 4: MPS vs Sleep vs Sleep+MPS as knobs.
+
+Three open-loop runs on the Fig 4 plant (ResNet-50 inference with the training emulator):
+
+* **MPS** — both processes at MPS 80 %, no sleep; training MPS 80 -> 20 % at 20 s (the
+  training restarts, ~7 s without SM readings while inference keeps running) and back to
+  80 % at 40 s.
+* **Sleep** — no MPS (time slicing); sleep 0.2 s -> 0.8 s at 20 s -> 0.2 s at 40 s.
+* **Sleep+MPS** — both at MPS 80 %; sleep 0.2 s -> 0.8 s -> 0.2 s.
+
+The summary compares the settled latency and training SM share before and after the first
+change with the paper's numbers (ARCHITECTURE.md §6).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpucontrol import Actuation
+
+from ..plant import Records, concat, run_loop
+from ..progress import Progress
+from ..results import save_figure, write_csv, write_json, write_markdown_table
+from .common import ExperimentResult, close_plant, make_plant, matplotlib_pyplot
+
+__all__ = ["KNOB_RUNS", "PAPER_FIG4", "Schedule", "knobs"]
+
+#: Seed 000 Fig 4 (§IV-B): (latency ms, training SM %) before and after the change at 20 s.
+PAPER_FIG4: dict[str, dict[str, tuple[float, float]]] = {
+    "MPS": {"before": (15.1, 38.15), "after": (5.62, 1.128)},
+    "Sleep": {"before": (6.68, 32.8), "after": (5.52, 15.8)},
+    "Sleep+MPS": {"before": (7.95, 26.3), "after": (6.2, 2.89)},
+}
+
+#: run name -> (plant overrides, knobs before, knobs after) with knobs = (sleep s, training MPS)
+KNOB_RUNS: dict[str, tuple[dict[str, Any], tuple[float, float], tuple[float, float]]] = {
+    "MPS": ({}, (0.0, 80.0), (0.0, 20.0)),
+    "Sleep": ({"mps_enabled": False}, (0.2, 100.0), (0.8, 100.0)),
+    "Sleep+MPS": ({}, (0.2, 80.0), (0.8, 80.0)),
+}
+
+
+class Schedule:
+    """An open-loop controller that applies ``(time_s, sleep_s, mps_pct)`` steps."""
+
+    def __init__(self, steps: list[tuple[float, float, float]], *, period_s: float = 1.0,
+                 name: str = "schedule") -> None:
+        if not steps:
+            raise ValueError("steps must not be empty")
+        self.steps = sorted(steps)
+        self.inner_period_s = float(period_s)
+        self.name = name
+        self.slo_ms = math.nan
+        self._k = 0
+
+    def _at(self, t: float) -> Actuation:
+        cur = self.steps[0]
+        for st in self.steps:
+            if st[0] <= t + 1e-9:
+                cur = st
+        return Actuation(cur[1], cur[2], False, False, "schedule")
+
+    def initial_actuation(self) -> Actuation:
+        return self._at(0.0)
+
+    def update(self, measurement: Any) -> Actuation:
+        self._k += 1
+        return self._at(self._k * self.inner_period_s)
+
+
+def knobs(*, plant: str = "sim", seed: int = 0, duration_s: float = 60.0,
+          change_s: tuple[float, float] = (20.0, 40.0), period_s: float = 1.0,
+          settle_s: float = 8.0, out_dir: str | Path | None = None,
+          progress: bool | None = False) -> ExperimentResult:
+    """Run the three Fig 4 knob experiments.
+
+    The summary has one row per run and phase ("before": the ``settle_s`` seconds before the
+    first change; "after": the ``settle_s`` seconds before the second change, i.e. after the
+    MPS restart has finished) with the measured mean latency and SM share next to the
+    paper's and the relative differences.
+    """
+    if not (0 < change_s[0] < change_s[1] <= duration_s):
+        raise ValueError(f"change_s must satisfy 0 < first < second <= duration_s, got "
+                         f"{change_s!r} with duration_s={duration_s!r}")
+    periods = math.ceil(duration_s / period_s)
+    runs: list[Records] = []
+    summary: list[dict[str, Any]] = []
+    with Progress(periods * len(KNOB_RUNS), "knobs", enabled=progress) as bar:
+        for name, (over, before, after) in KNOB_RUNS.items():
+            p = make_plant(plant, "fig4", seed=seed, **over)
+            sched = Schedule([(0.0, *before), (change_s[0], *after), (change_s[1], *before)],
+                             period_s=period_s, name=name)
+            try:
+                r = run_loop(sched, p, periods, period_s=period_s,
+                             on_period=lambda _k: bar.advance())
+            finally:
+                close_plant(p)
+            runs.append(r)
+            t = r.col("t_end_s")
+            lat, sm = r.col("latency_ms"), r.col("training_sm_share")
+            for phase, (a, b) in (("before", (change_s[0] - settle_s, change_s[0])),
+                                  ("after", (change_s[1] - settle_s, change_s[1]))):
+                sel = (t > a + 1e-9) & (t <= b + 1e-9) & (r.col("restarting") == 0)
+                pl, ps = PAPER_FIG4[name][phase]
+                ml = float(np.nanmean(lat[sel])) if sel.any() else math.nan
+                ms = 100.0 * float(np.nanmean(sm[sel])) if sel.any() else math.nan
+                summary.append({"run": name, "phase": phase, "latency_ms": ml,
+                                "paper_latency_ms": pl, "latency_err_pct": 100 * (ml - pl) / pl,
+                                "sm_pct": ms, "paper_sm_pct": ps,
+                                "sm_err_pct": 100 * (ms - ps) / ps})
+    rec = concat(runs)
+    for row in rec:
+        row["run"] = row["controller"]
+    meta = {"experiment": "knobs", "plant": plant, "preset": "fig4", "seed": seed,
+            "duration_s": periods * period_s, "period_s": period_s, "change_s": list(change_s),
+            "runs": {k: {"overrides": v[0], "before": v[1], "after": v[2]}
+                     for k, v in KNOB_RUNS.items()}}
+    res = ExperimentResult("knobs", rec, summary, meta=meta)
+    if out_dir is not None:
+        out = Path(out_dir)
+        cols = ("run", "phase", "latency_ms", "paper_latency_ms", "latency_err_pct", "sm_pct",
+                "paper_sm_pct", "sm_err_pct")
+        res.files += [write_csv(rec, out / "knobs.csv"),
+                      write_csv(summary, out / "knobs_summary.csv", cols),
+                      write_markdown_table(summary, cols, out / "knobs_summary.md",
+                                           title="Knobs (seed 000 Fig 4)", digits=2),
+                      write_json(meta, out / "knobs_meta.json"),
+                      plot_knobs(res, out / "knobs.png")]
+    return res
+
+
+def plot_knobs(res: ExperimentResult, path: str | Path) -> Path:
+    plt = matplotlib_pyplot()
+    fig, ax = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    marks = {"MPS": "s", "Sleep": "o", "Sleep+MPS": "*"}
+    for name in KNOB_RUNS:
+        r = Records(x for x in res.records if x["run"] == name)
+        t = r.col("t_end_s")
+        sm = 100 * r.col("training_sm_share")
+        sm[r.col("restarting") > 0] = np.nan  # no SM readings while training restarts
+        ax[0].plot(t, r.col("latency_ms"), marker=marks[name], ms=4, label=name)
+        ax[1].plot(t, sm, marker=marks[name], ms=4, label=name)
+    ax[0].set(ylabel="inference latency (ms)", title="Knobs: MPS vs Sleep vs Sleep+MPS")
+    ax[1].set(ylabel="training SMs (%)", xlabel="time (s)")
+    for a in ax:
+        for c in res.meta["change_s"]:
+            a.axvline(c, color="grey", ls=":", lw=0.8)
+        a.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)

@@ -1,0 +1,136 @@
+"""Seed 000 Fig 9: SLO sweep (75..95 ms, step 5), batch 105, 400 s per point.
+
+For each SLO and controller the summary gives the steady-state latency (transients excluded:
+the first ``warmup_s`` and the periods of and right after any restart or MPS change), its
+error against the SLO, the throughputs (averaged over everything after the warm-up, restart
+losses included, since they are part of a controller's cost), and how often the controller
+was saturated — saturation is reported, not hidden.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..plant import Records, concat, run_loop
+from ..progress import Progress
+from ..results import save_figure, write_csv, write_json, write_markdown_table
+from .common import (
+    ExperimentResult,
+    build_controllers,
+    close_plant,
+    make_plant,
+    matplotlib_pyplot,
+    resolve_names,
+    steady_mask,
+)
+
+__all__ = ["DEFAULT_SWEEP_CONTROLLERS", "SUMMARY_COLUMNS", "slo_sweep"]
+
+DEFAULT_SWEEP_CONTROLLERS = ("GSLICE-extended", "GPUColo two-tier",
+                             "GPUColo mid-range + adaptive", "Oracle")
+
+SUMMARY_COLUMNS = ("slo_ms", "controller", "steady_latency_ms", "steady_error_ms",
+                   "mean_abs_rel_error_pct", "inference_throughput", "training_throughput",
+                   "saturated_pct", "feasible", "steady_periods")
+
+
+def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
+              slos: Sequence[float] = (75, 80, 85, 90, 95), duration_s: float = 400.0,
+              batch: int = 105, period_s: float = 4.0, warmup_s: float = 100.0,
+              controllers: Sequence[str] | str | None = DEFAULT_SWEEP_CONTROLLERS,
+              out_dir: str | Path | None = None, progress: bool | None = False,
+              plant_overrides: dict[str, Any] | None = None) -> ExperimentResult:
+    """Run every controller at every SLO; see the module docstring for the summary."""
+    names = resolve_names(controllers)
+    slos = [float(s) for s in slos]
+    if not slos or any(not (math.isfinite(s) and s > 0) for s in slos):
+        raise ValueError(f"slos must be positive numbers, got {slos!r}")
+    periods = math.ceil(duration_s / period_s)
+    if periods * period_s <= warmup_s:
+        raise ValueError(f"duration_s ({duration_s}) must exceed warmup_s ({warmup_s})")
+    overrides = {**(plant_overrides or {}), "batch": int(batch)}
+    ref = make_plant("sim", preset, seed=seed, **overrides)
+    runs: list[Records] = []
+    summary: list[dict[str, Any]] = []
+    with Progress(periods * len(names) * len(slos), "sweep", enabled=progress) as bar:
+        for slo in slos:
+            ctls = build_controllers(names, plant=ref, slo_ms=slo, scenario=None,
+                                     duration_s=periods * period_s, period_s=period_s)
+            for c in ctls:
+                p = make_plant(plant, preset, seed=seed, **overrides)
+                try:
+                    r = run_loop(c, p, periods, period_s=period_s, extra={"slo_ms": slo},
+                                 on_period=lambda _k: bar.advance())
+                finally:
+                    close_plant(p)
+                runs.append(r)
+                summary.append(_point(r, c, slo, warmup_s))
+    rec = concat(runs)
+    meta = {"experiment": "slo_sweep", "plant": plant, "preset": preset, "seed": seed,
+            "slos": slos, "duration_s": periods * period_s, "period_s": period_s,
+            "warmup_s": warmup_s, "batch": batch, "plant_params": ref.describe()}
+    res = ExperimentResult("slo_sweep", rec, summary, meta=meta)
+    if out_dir is not None:
+        out = Path(out_dir)
+        res.files += [write_csv(rec, out / "slo_sweep.csv"),
+                      write_csv(summary, out / "slo_sweep_summary.csv", SUMMARY_COLUMNS),
+                      write_markdown_table(summary, SUMMARY_COLUMNS,
+                                           out / "slo_sweep_summary.md",
+                                           title=f"SLO sweep (batch {batch}, seed {seed})"),
+                      write_json(meta, out / "slo_sweep_meta.json"),
+                      plot_sweep(res, out / "slo_sweep.png")]
+    return res
+
+
+def _point(r: Records, ctl: Any, slo: float, warmup_s: float) -> dict[str, Any]:
+    steady = steady_mask(r, warmup_s=warmup_s)
+    lat = r.col("latency_ms")
+    cnt = r.col("count")
+    ok = steady & np.isfinite(lat) & (cnt > 0)
+    after = r.col("t_start_s") >= warmup_s
+    w = cnt[ok]
+    mean = float(np.sum(lat[ok] * w) / w.sum()) if ok.any() and w.sum() > 0 else math.nan
+    feasible = True
+    if getattr(ctl, "points", None):
+        feasible = all(p.feasible for p in ctl.points)
+    return {
+        "slo_ms": slo, "controller": ctl.name, "steady_latency_ms": mean,
+        "steady_error_ms": mean - slo,
+        "mean_abs_rel_error_pct": 100.0 * float(np.mean(np.abs(lat[ok] - slo) / slo))
+        if ok.any() else math.nan,
+        "inference_throughput": float(np.nanmean(r.col("inference_throughput")[after])),
+        "training_throughput": float(np.nanmean(r.col("training_throughput")[after])),
+        "saturated_pct": 100.0 * float(np.mean(r.col("saturated")[after] > 0)),
+        "feasible": feasible, "steady_periods": int(ok.sum()),
+    }
+
+
+def plot_sweep(res: ExperimentResult, path: str | Path) -> Path:
+    plt = matplotlib_pyplot()
+    fig, ax = plt.subplots(1, 3, figsize=(13, 4))
+    names = list(dict.fromkeys(r["controller"] for r in res.summary))
+    slos = res.meta["slos"]
+    x = np.arange(len(slos))
+    width = 0.8 / max(1, len(names))
+    for i, n in enumerate(names):
+        rows = [next(r for r in res.summary if r["controller"] == n and r["slo_ms"] == s)
+                for s in slos]
+        off = (i - (len(names) - 1) / 2) * width
+        ax[0].bar(x + off, [r["steady_latency_ms"] for r in rows], width, label=n)
+        ax[1].bar(x + off, [r["inference_throughput"] for r in rows], width, label=n)
+        ax[2].bar(x + off, [r["training_throughput"] for r in rows], width, label=n)
+    ax[0].plot(x, slos, "k_", ms=30, mew=2, label="SLO")
+    lo = min(slos) * 0.8
+    ax[0].set_ylim(lo, max(slos) * 1.1)
+    titles = ("(a) steady latency (ms)", "(b) inference images/s", "(c) training iterations/s")
+    for a, t in zip(ax, titles):
+        a.set_xticks(x, [f"{s:g}" for s in slos])
+        a.set(xlabel="SLO (ms)", title=t)
+    ax[0].legend(fontsize=7)
+    fig.tight_layout()
+    return save_figure(fig, path)

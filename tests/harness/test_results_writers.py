@@ -1,0 +1,87 @@
+"""harness.results: atomic CSV/JSON/Markdown/PNG writers."""
+
+import json
+import math
+import os
+
+import pytest
+
+from harness.results import (
+    atomic_write_text,
+    markdown_table,
+    read_csv,
+    save_figure,
+    write_csv,
+    write_json,
+    write_markdown_table,
+)
+
+
+def test_csv_round_trip_with_nan_bool_and_union_of_columns(tmp_path):
+    rows = [{"a": 1.5, "b": True, "c": "x"}, {"a": math.nan, "b": False, "d": 3}]
+    p = write_csv(rows, tmp_path / "sub" / "t.csv")
+    text = p.read_text()
+    assert text.splitlines()[0] == "a,b,c,d"
+    back = read_csv(p)
+    assert back[0] == {"a": 1.5, "b": 1.0, "c": "x", "d": pytest.approx(math.nan, nan_ok=True)}
+    assert math.isnan(back[1]["a"]) and back[1]["b"] == 0.0 and back[1]["d"] == 3.0
+
+
+def test_csv_selected_columns(tmp_path):
+    p = write_csv([{"a": 1, "b": 2}], tmp_path / "t.csv", columns=["b"])
+    assert p.read_text() == "b\n2\n"
+
+
+def test_json_nan_becomes_null_and_numpy_scalars_work(tmp_path):
+    np = pytest.importorskip("numpy")
+    p = write_json({"x": math.nan, "y": np.float64(2.5), "z": [np.int64(3), math.inf]},
+                   tmp_path / "m.json")
+    assert json.loads(p.read_text()) == {"x": None, "y": 2.5, "z": [3, None]}
+
+
+def test_markdown_table():
+    t = markdown_table([{"n": "a", "v": 1.23456, "ok": True}], ["n", "v", "ok"], digits=2)
+    assert t.splitlines()[2] == "| a | 1.23 | yes |"
+    assert "| n | v | ok |" in t
+
+
+def test_atomic_write_leaves_no_temp_files_and_replaces(tmp_path):
+    p = tmp_path / "f.txt"
+    atomic_write_text(p, "one")
+    atomic_write_text(p, "two")
+    assert p.read_text() == "two"
+    assert os.listdir(tmp_path) == ["f.txt"]
+
+
+def test_failed_write_keeps_the_old_file(tmp_path):
+    p = tmp_path / "f.csv"
+    write_csv([{"a": 1}], p)
+
+    class Boom:
+        def items(self):
+            raise RuntimeError("boom")
+
+        def get(self, *a):
+            raise RuntimeError("boom")
+
+        def __iter__(self):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        write_csv([Boom()], p)
+    assert p.read_text() == "a\n1\n"
+    assert os.listdir(tmp_path) == ["f.csv"]
+
+
+def test_markdown_file_and_png(tmp_path):
+    p = write_markdown_table([{"a": 1}], ["a"], tmp_path / "t.md", title="T")
+    assert p.read_text().startswith("# T\n")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    png = save_figure(fig, tmp_path / "f.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
