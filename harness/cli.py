@@ -14,6 +14,7 @@ import sys
 
 #: Modules that contribute subcommands (each defines ``register(subparsers)``).
 COMMAND_MODULES: list[str] = [
+    "harness.cluster.commands",
     "harness.experiments.commands",
     "harness.experiments.identify",
 ]

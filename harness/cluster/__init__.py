@@ -1,0 +1,46 @@
+"""Trace-driven cluster simulator (seed 000 §VI, §VIII): traces, the event-driven engine with
+1 s semantics, the paper's co-location policies and interference-aware placement.
+
+>>> from harness.cluster import synthetic, simulate
+>>> r = simulate(synthetic(days=1, target_gpus=10, seed=1), "gpucolo")
+>>> r.mean_gpus > 0
+True
+"""
+
+from .engine import GpuType, SimConfig, SimResult, Simulation, simulate
+from .placement import PLACEMENTS, KacePredictor
+from .policies import POLICIES, ControlParams, PlantParams, make_policy
+from .traces import (
+                     LoadReport,
+                     SyntheticConfig,
+                     Trace,
+                     inference_burst,
+                     load_openb,
+                     load_pai,
+                     synthetic,
+                     with_ratio,
+)
+from .vcontrol import VectorTwoTier
+
+__all__ = [
+                     "PLACEMENTS",
+                     "POLICIES",
+                     "ControlParams",
+                     "GpuType",
+                     "KacePredictor",
+                     "LoadReport",
+                     "PlantParams",
+                     "SimConfig",
+                     "SimResult",
+                     "Simulation",
+                     "SyntheticConfig",
+                     "Trace",
+                     "VectorTwoTier",
+                     "inference_burst",
+                     "load_openb",
+                     "load_pai",
+                     "make_policy",
+                     "simulate",
+                     "synthetic",
+                     "with_ratio",
+]

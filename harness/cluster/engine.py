@@ -1,0 +1,459 @@
+"""Trace-driven cluster simulation (seed 000 §VI), event-driven with 1 s semantics.
+
+The reference semantics is the paper's loop over 1 s ticks. At tick ``t``:
+
+1. jobs whose remaining work reached zero during ``[t-1, t)`` leave their GPU (a GPU with no
+   job is powered off; its slot may be reused);
+2. processes whose restart (MPS change) ends at ``t`` resume; parked controllers whose outer
+   step is due wake up;
+3. jobs arriving at ``t`` are dispatched in trace order: the placement picks among the
+   powered-on GPUs where the job's demanded utilization and memory fit; when none fits a GPU
+   is powered on (the lowest free slot whose memory is large enough);
+4. if ``t`` is a multiple of 4 s (GPUColo) or 25 s (GSLICE), the controllers of the GPUs that
+   are not settled run once (see :mod:`harness.cluster.control`);
+5. rates are recomputed on the GPUs that changed, and every job progresses ``rate`` seconds of
+   its trace length during ``[t, t+1)``.
+
+``Simulation.run()`` skips the ticks at which nothing can happen: between events every rate
+is constant, so it computes each job's finishing tick directly (one heap entry per GPU: its
+earliest finishing job) and jumps to the next arrival, completion, restart end, wake-up or
+(while some controller is unsettled) control tick. With ``stepwise=True`` it walks every
+second as above and subtracts the rates each second; the tests check both give the same
+per-job completion ticks and daily GPU counts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from .config import DEFAULT_GPUS, GpuType, SimConfig, SimResult
+from .control import ControllerMixin
+from .placement import KacePredictor, choose, observed_features
+from .policies import fixed_shares, make_policy, proportional_shares, rates
+from .traces import DAY, INFERENCE, TRAINING, Trace
+from .vcontrol import VectorTwoTier
+
+EPS_WORK = 1e-6
+INF = 1 << 62
+
+__all__ = ["DEFAULT_GPUS", "GpuType", "SimConfig", "SimResult", "Simulation", "simulate"]
+
+
+class Simulation(ControllerMixin):
+    """Run one policy and placement over a trace. ``run()`` returns a :class:`SimResult`."""
+
+    def __init__(self, trace: Trace, cfg: SimConfig | None = None, **kw) -> None:
+        self.trace = trace
+        self.cfg = cfg or SimConfig(**kw)
+        self.pol = make_policy(self.cfg.policy)
+
+    # -----------------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        tr, cfg = self.trace, self.cfg
+        n = len(tr)
+        self.n = n
+        self.arr = tr.arrival.tolist()
+        self.d = tr.demand.tolist()
+        self.memj = np.minimum(tr.mem_gb, max(gt.mem_gb for gt in cfg.gpu_types)).tolist()
+        self.kindj = tr.kind.tolist()
+        self.beta = tr.beta.tolist()
+        self.sigma = tr.sigma.tolist()
+        self.rem = tr.work.astype(float).tolist()
+        self.tref = [0] * n
+        self.rate = [0.0] * n
+        self.fin = [INF] * n
+        self.gpu = [-1] * n
+        self.finish = [-1] * n
+        self.share = [0.0] * n          # GSLICE
+        self.jrestart = [0] * n         # GSLICE: restarting until
+        self.feat = observed_features(tr.demand, tr.beta, tr.sigma, tr.mem_gb, seed=cfg.seed)
+        self.featl = self.feat.tolist()
+        self.kace = None
+        if cfg.placement == "kace":
+            self.kace = KacePredictor.train(self.feat, tr.demand, tr.beta, tr.sigma,
+                                            cfg.plant.interference, seed=cfg.seed)
+        self.pattern = [gt for gt in cfg.gpu_types for _ in range(max(1, int(gt.weight)))]
+        p = cfg.plant
+        self.smax, self.gamma, self.iter_s = p.max_speedup, p.interference, p.train_iteration_s
+        G = 64
+        self.G = 0
+        self.free_u = np.zeros(G)
+        self.free_m = np.zeros(G)
+        self.nonempty = np.zeros(G, dtype=bool)
+        self.order = np.full(G, INF, dtype=np.int64)
+        self.pool = np.zeros(G, dtype=np.int8)
+        self.memcap = np.zeros(G)
+        self.count = np.zeros(G)
+        self.n_inf = np.zeros(G)
+        self.sig_inf = np.zeros(G)
+        self.press = np.zeros(G)
+        self.fsum = np.zeros((G, self.feat.shape[1]))
+        # per-slot python state
+        names = ("speed", "gjobs", "gk", "gd", "gb", "gs", "ijobs", "isig", "iB", "DI", "DT", "BI", "BT",
+                 "colo", "trestart", "wait_since", "wait_count", "wtoken", "gver")
+        for name in names:
+            setattr(self, name, [])
+        self.free_slots: list[int] = []
+        self.power_on = 0
+        self.n_used = 0
+        self.n_pool = [0, 0]
+        c = cfg.control
+        self.slo_lat = cfg.slo_latency
+        self.setpoint = self.slo_lat * (1.0 - c.setpoint_margin)
+        self.ctl = VectorTwoTier(self.setpoint, every=c.outer_every, threshold=c.threshold,
+                                 sleep_bounds=(0.0, c.sleep_max_s), hold_periods=2)
+        self.active: set[int] = set()
+        self.heap: list[tuple[int, int, int]] = []    # (tick, version, gpu): earliest finish
+        self.rheap: list[tuple[int, int]] = []         # (tick, gpu): restart ends
+        self.wheap: list[tuple[int, int, int]] = []   # (tick, gpu, token): parked wake-ups
+        self.dirty: set[int] = set()
+        self.stats = {"controller_updates": 0, "mps_changes": 0, "restarts": 0}
+        self.period = c.inner_period_s if self.pol.controller == "gpucolo" else (
+            c.gslice_period_s if self.pol.controller == "gslice" else 0)
+
+    def _grow(self) -> None:
+        G = len(self.free_u) * 2
+        for name in ("free_u", "free_m", "nonempty", "order", "pool", "memcap", "count",
+                     "n_inf", "sig_inf", "press"):
+            a = getattr(self, name)
+            b = np.full(G, INF if name == "order" else 0, dtype=a.dtype)
+            b[:len(a)] = a
+            setattr(self, name, b)
+        f = np.zeros((G, self.fsum.shape[1]))
+        f[:len(self.fsum)] = self.fsum
+        self.fsum = f
+
+    def _new_slot(self) -> int:
+        g = self.G
+        if g >= len(self.free_u):
+            self._grow()
+        self.G += 1
+        gt = self.pattern[g % len(self.pattern)]
+        self.memcap[g] = gt.mem_gb
+        self.speed.append(gt.speed)
+        for name in ("gjobs", "gk", "gd", "gb", "gs", "ijobs", "isig", "iB"):
+            getattr(self, name).append([])
+        for name in ("DI", "DT", "BI", "BT"):
+            getattr(self, name).append(0.0)
+        self.colo.append(False)
+        for name in ("trestart", "wait_count", "wtoken", "gver"):
+            getattr(self, name).append(0)
+        self.wait_since.append(-1)
+        self.ctl.ensure(self.G)
+        return g
+
+    def _power_on(self, mem: float, pool: int) -> int:
+        skipped, g = [], -1
+        while self.free_slots:
+            s = heapq.heappop(self.free_slots)
+            if self.memcap[s] >= mem - 1e-9:
+                g = s
+                break
+            skipped.append(s)
+        for s in skipped:
+            heapq.heappush(self.free_slots, s)
+        while g < 0:
+            s = self._new_slot()
+            if self.memcap[s] >= mem - 1e-9:
+                g = s
+            else:
+                heapq.heappush(self.free_slots, s)
+        self.power_on += 1
+        self.order[g] = self.power_on
+        self.nonempty[g] = True
+        self.free_u[g] = 1.0
+        self.free_m[g] = self.memcap[g]
+        self.pool[g] = pool
+        self.n_used += 1
+        self.n_pool[pool] += 1
+        return g
+
+    # -----------------------------------------------------------------------------------------
+    def _dispatch(self, j: int, t: int) -> None:
+        d, m, k = self.d[j], self.memj[j], self.kindj[j]
+        pool = 0 if self.pol.mixed else k
+        g = -1
+        if not self.pol.exclusive and self.G:
+            G = self.G
+            mask = self.nonempty[:G] & (self.free_u[:G] >= d - 1e-9) & (
+                self.free_m[:G] >= m - 1e-9)
+            if not self.pol.mixed:
+                mask &= self.pool[:G] == pool
+            cand = np.flatnonzero(mask)
+            if len(cand):
+                g = choose(self.cfg.placement, cand, self.order, fx=self.feat[j], kind=k,
+                           count=self.count, fsum=self.fsum, n_inf=self.n_inf,
+                           sig_inf=self.sig_inf, press=self.press, kace=self.kace)
+        if g < 0:
+            g = self._power_on(m, pool)
+        self._add(j, g, t)
+
+    def _add(self, j: int, g: int, t: int) -> None:
+        d, k, b, s = self.d[j], self.kindj[j], self.beta[j], self.sigma[j]
+        self.gjobs[g].append(j)
+        self.gk[g].append(k)
+        self.gd[g].append(d)
+        self.gb[g].append(b)
+        self.gs[g].append(s)
+        self.gpu[j] = g
+        self.tref[j] = t
+        self.free_u[g] -= d
+        self.free_m[g] -= self.memj[j]
+        self._aggregate(j, g, +1)
+        if self.pol.controller == "gslice" and k == INFERENCE:
+            used = sum(self.share[i] for i in self.gjobs[g] if i != j)
+            self.share[j] = min(d, max(0.0, 1.0 - used))
+        self._changed(g, t)
+
+    def _aggregate(self, j: int, g: int, sign: int) -> None:
+        fx = self.featl[j]
+        d, b, s = self.d[j], self.beta[j], self.sigma[j]
+        self.count[g] += sign
+        self.fsum[g] += sign * self.feat[j]
+        self.press[g] += sign * fx[1]
+        if self.kindj[j] == INFERENCE:
+            self.n_inf[g] += sign
+            self.sig_inf[g] += sign * fx[2]
+            self.DI[g] += sign * d
+            self.BI[g] += sign * b * d
+            if sign > 0:
+                self.ijobs[g].append(j)
+                self.isig[g].append(s)
+                self.iB[g].append(s * b * d)
+            else:
+                i = self.ijobs[g].index(j)
+                for lst in (self.ijobs[g], self.isig[g], self.iB[g]):
+                    lst.pop(i)
+        else:
+            self.DT[g] += sign * d
+            self.BT[g] += sign * b * d
+
+    def _remove(self, j: int, t: int) -> None:
+        g = self.gpu[j]
+        jobs = self.gjobs[g]
+        i = jobs.index(j)
+        for lst in (jobs, self.gk[g], self.gd[g], self.gb[g], self.gs[g]):
+            lst.pop(i)
+        self.finish[j] = t
+        self.fin[j] = INF
+        self.free_u[g] += self.d[j]
+        self.free_m[g] += self.memj[j]
+        self._aggregate(j, g, -1)
+        if not jobs:
+            self.nonempty[g] = False
+            self.order[g] = INF
+            self.free_u[g] = self.free_m[g] = 0.0
+            self.count[g] = self.press[g] = self.n_inf[g] = self.sig_inf[g] = 0.0
+            self.fsum[g] = 0.0
+            self.DI[g] = self.DT[g] = self.BI[g] = self.BT[g] = 0.0
+            self.n_used -= 1
+            self.n_pool[int(self.pool[g])] -= 1
+            heapq.heappush(self.free_slots, g)
+            if self.colo[g]:
+                self.colo[g] = False
+                self.ctl.reset(g)
+            self._forget(g)
+            self.trestart[g] = 0
+            self.gver[g] += 1
+            self.dirty.discard(g)
+            return
+        self._changed(g, t)
+
+    def _changed(self, g: int, t: int) -> None:
+        self.dirty.add(g)
+        if self.pol.controller == "gslice":
+            if self.n_inf[g] > 0:
+                self._activate(g, t)
+        elif self.pol.controller == "gpucolo":
+            self._colo_changed(g, t)
+
+    # ---- rates ------------------------------------------------------------------------------
+    def _rates(self, g: int, t: int) -> list[float]:
+        pol, p = self.pol, self.cfg.plant
+        if pol.controller == "gpucolo":
+            if self.colo[g]:
+                return self._colo_rates(g, t)
+            u = proportional_shares(self.gd[g], self.smax)
+            if t < self.trestart[g]:
+                u = [0.0 if k == TRAINING else x for k, x in zip(self.gk[g], u)]
+        elif pol.controller == "gslice" and self.pool[g] == INFERENCE:
+            u = [0.0 if t < self.jrestart[j] else min(self.share[j], self.smax * self.d[j])
+                 for j in self.gjobs[g]]
+        else:
+            u = fixed_shares(self.gk[g], self.gd[g], pol.weights, self.smax, pol.exclusive)
+        return rates(u, self.gd[g], self.gb[g], self.gs[g], self.speed[g], p.interference)
+
+    def _refresh(self, g: int, t: int) -> None:
+        jobs = self.gjobs[g]
+        if not jobs:
+            return
+        new = self._rates(g, t)
+        rate = self.rate
+        if self.stepwise:
+            for j, r in zip(jobs, new):
+                rate[j] = r
+            return
+        rem, tref, fin = self.rem, self.tref, self.fin
+        first = INF
+        for j, r in zip(jobs, new):
+            rj = rate[j]
+            if rj:
+                rem[j] -= rj * (t - tref[j])
+            tref[j] = t
+            if r != rj:
+                rate[j] = r
+                if r > 0:
+                    x = rem[j]
+                    k = max(1, math.ceil((x - EPS_WORK) / r))
+                    while k > 1 and x - (k - 1) * r <= EPS_WORK:
+                        k -= 1
+                    while x - k * r > EPS_WORK:
+                        k += 1
+                    fin[j] = t + k
+                else:
+                    fin[j] = INF
+            first = min(first, fin[j])
+        self.gver[g] += 1
+        if first < INF:
+            heapq.heappush(self.heap, (first, self.gver[g], g))
+
+    # -----------------------------------------------------------------------------------------
+    def run(self, *, stepwise: bool = False,
+            progress: Callable[[float], None] | None = None) -> SimResult:
+        """Simulate to the horizon (default: the end of the last arrival's day)."""
+        t0 = time.perf_counter()
+        self.stepwise = stepwise
+        self._setup()
+        n, arr = self.n, self.arr
+        horizon = self.cfg.horizon_s
+        if horizon is None:
+            horizon = ((max(arr) // DAY) + 1) * DAY if n else DAY
+        days = math.ceil(horizon / DAY)
+        used_s, prov_s = np.zeros(days), np.zeros(days)
+        ratio, period = self.pol.provision_ratio, self.period
+        heap, rheap, wheap, gver, wtoken = self.heap, self.rheap, self.wheap, self.gver, self.wtoken
+        ai, t, ticks, peak, last = 0, -1, 0, 0, 0.0
+        running: set[int] = set()
+        while True:
+            if stepwise:
+                nt = t + 1
+            else:
+                nt = arr[ai] if ai < n else INF
+                while heap and heap[0][1] != gver[heap[0][2]]:
+                    heapq.heappop(heap)
+                if heap and heap[0][0] < nt:
+                    nt = heap[0][0]
+                if rheap and rheap[0][0] < nt:
+                    nt = rheap[0][0]
+                while wheap and wheap[0][2] != wtoken[wheap[0][1]]:
+                    heapq.heappop(wheap)
+                if wheap and wheap[0][0] < nt:
+                    nt = wheap[0][0]
+                if period and self.active:
+                    nc = (t // period + 1) * period
+                    nt = min(nt, nc)
+            nt = min(nt, horizon)
+            if t >= 0:     # GPUs over [t, nt)
+                used = self.n_used
+                prov = used if not ratio else int((1 + ratio) * max(
+                    self.n_pool[TRAINING], math.ceil(self.n_pool[INFERENCE] / ratio)))
+                peak = max(peak, prov)
+                _accumulate(used_s, prov_s, t, nt, used, prov)
+            if nt >= horizon:
+                break
+            t = nt
+            ticks += 1
+            # 1. completions
+            if stepwise:
+                done = sorted(j for j in running if self.rem[j] <= EPS_WORK)
+                running.difference_update(done)
+            else:
+                done = []
+                while heap and heap[0][0] <= t:
+                    _, v, g = heapq.heappop(heap)
+                    if v == gver[g]:
+                        done += [j for j in self.gjobs[g] if self.fin[j] == t]
+                done.sort()
+            for j in done:
+                self._remove(j, t)
+            # 2. restart ends, wake-ups
+            while rheap and rheap[0][0] <= t:
+                _, g = heapq.heappop(rheap)
+                if self.nonempty[g]:
+                    self.dirty.add(g)
+                    if self.pol.controller == "gslice" or (self.pol.controller and self.colo[g]):
+                        self._activate(g, t)
+            while wheap and wheap[0][0] <= t:
+                _, g, tok = heapq.heappop(wheap)
+                if tok == wtoken[g]:
+                    self._activate(g, t)
+            # 3. arrivals
+            while ai < n and arr[ai] == t:
+                self._dispatch(ai, t)
+                if stepwise:
+                    running.add(ai)
+                ai += 1
+            # 4. controllers
+            if period and t % period == 0 and self.active:
+                if self.pol.controller == "gpucolo":
+                    self._step_gpucolo(t)
+                else:
+                    self._step_gslice(t)
+            # 5. rates
+            if self.dirty:
+                for g in sorted(self.dirty):
+                    self._refresh(g, t)
+                self.dirty.clear()
+            if stepwise:
+                for j in running:
+                    self.rem[j] -= self.rate[j]
+            if progress is not None and ticks % 4096 == 0 and t / horizon - last > 0.001:
+                last = t / horizon
+                progress(last)
+        if progress is not None:
+            progress(1.0)
+        return self._result(horizon, days, used_s, prov_s, time.perf_counter() - t0, ticks, peak)
+
+    def _result(self, horizon, days, used_s, prov_s, wall, ticks, peak) -> SimResult:
+        tr, cfg = self.trace, self.cfg
+        finish = np.array(self.finish, dtype=np.int64)
+        arrival = tr.arrival
+        slo = tr.work / cfg.slo_factor if cfg.slo_mode == "rate" else tr.work * cfg.slo_factor
+        viol = np.full(len(tr), -1, dtype=np.int8)
+        inf = tr.kind == INFERENCE
+        done = finish >= 0
+        late = (finish - arrival) > slo + 1.0          # one tick of clock resolution
+        viol[inf & done] = late[inf & done]
+        viol[inf & ~done & ((horizon - arrival) > slo + 1.0)] = 1
+        day_len = np.full(days, float(DAY))
+        day_len[-1] = horizon - (days - 1) * DAY
+        return SimResult(cfg.policy, cfg.placement, tr.name, days, prov_s / day_len,
+                         used_s / day_len, finish, viol, tr.kind, arrival, tr.work, wall, ticks,
+                         self.stats["controller_updates"], self.stats["mps_changes"],
+                         self.stats["restarts"], peak,
+                         self.kace.r2 if self.kace is not None else float("nan"))
+
+
+def _accumulate(used_s: np.ndarray, prov_s: np.ndarray, t0: int, t1: int, used: int,
+                prov: int) -> None:
+    """Add ``used``/``prov`` GPU-seconds for every second in [t0, t1) into day bins."""
+    while t0 < t1:
+        d = t0 // DAY
+        if d >= len(used_s):
+            return
+        e = min(t1, (d + 1) * DAY)
+        used_s[d] += used * (e - t0)
+        prov_s[d] += prov * (e - t0)
+        t0 = e
+
+
+def simulate(trace: Trace, policy: str = "gpucolo", placement: str = "first-fit", *,
+             progress=None, stepwise: bool = False, **kw) -> SimResult:
+    """Convenience wrapper: ``simulate(trace, "gpucolo", "kace")``."""
+    return Simulation(trace, SimConfig(policy=policy, placement=placement, **kw)).run(
+        progress=progress, stepwise=stepwise)

@@ -1,0 +1,550 @@
+"""Job traces for the cluster simulator: the Alibaba openb pod list, the PAI 2020
+``pai_task_table`` format, and a seeded synthetic generator.
+
+Every loader returns a :class:`Trace` (one row per *per-GPU task*: multi-GPU tasks are split)
+and a :class:`LoadReport` that counts every input row: kept, filtered by a stated rule, or
+malformed. Nothing is dropped silently. A file whose header has unknown or missing columns
+raises :class:`ValueError` naming them.
+
+Mapping rules (also in docs/cluster.md)
+--------------------------------------
+openb (``openb_pod_list_default.csv``):
+
+* ``qos`` LS → inference, BE → training, Guaranteed → inference (Kubernetes *Guaranteed* is
+  what long-running services request), Burstable → training when it asks for at least half a
+  GPU *and* ran at least one hour, else inference (seed 000 §VI: training has higher
+  utilization and longer duration).
+* ``gpu_milli / 1000`` → demanded GPU utilization of each per-GPU task; ``num_gpu > 1`` →
+  ``num_gpu`` sub-tasks; ``num_gpu == 0`` → filtered (no GPU).
+* start = ``scheduled_time``, length = ``deletion_time - scheduled_time`` (s).
+* ``pod_phase`` Failed → filtered (seed 000 rule: failed jobs out); Pending or no
+  ``scheduled_time`` → filtered (never ran); zero length → filtered.
+* GPU memory (the trace has none): ``MEMORY_PER_SHARE_GB[kind] * demand`` (training 24 GB per
+  GPU share, inference 8 GB: Table I of seed 000 has inference at 1/3 of training memory for
+  the same utilization; 24 GB is the paper's RTX 3090).
+
+PAI 2020 (``pai_task_table``): ``status`` Failed → filtered, other non-Terminated statuses or
+missing times → filtered; ``plan_gpu`` (percent of one GPU) or ``plan_mem`` (GB, used as the
+task's GPU memory, as seed 000 §VI does) zero or missing → filtered; each of ``inst_num``
+instances becomes a task; an instance above 100 % or 32 GB is split into
+``n = max(ceil(gpu/100), ceil(mem/32))`` equal sub-tasks. Training vs inference: a
+``task_name`` containing "train" is training, one containing "infer" or "serv" is inference;
+otherwise training when at least two of (utilization >= 50 %, memory >= 8 GB, length >= 1 h).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+INFERENCE, TRAINING = 0, 1
+DAY = 86400
+
+#: GPU memory per unit of demanded GPU share (GB), by kind (inference, training).
+MEMORY_PER_SHARE_GB = (8.0, 24.0)
+#: Sub-task limits of the PAI split rule (seed 000 §VI).
+SPLIT_UTIL, SPLIT_MEM_GB = 1.0, 32.0
+
+OPENB_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
+                 "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+PAI_COLUMNS = ("job_name", "task_name", "inst_num", "status", "start_time", "end_time",
+               "plan_cpu", "plan_mem", "plan_gpu", "gpu_type")
+OPENB_QOS = ("LS", "BE", "Burstable", "Guaranteed")
+OPENB_PHASES = ("Running", "Succeeded", "Failed", "Pending")
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+OPENB_PODS = DATA_DIR / "openb_pod_list_default.csv"
+OPENB_NODES = DATA_DIR / "openb_node_list_gpu_node.csv"
+
+
+@dataclass
+class LoadReport:
+    """What happened to every input row."""
+
+    source: str
+    rows: int = 0
+    kept_rows: int = 0
+    tasks: int = 0
+    filtered: dict[str, int] = field(default_factory=dict)
+    malformed: dict[str, int] = field(default_factory=dict)
+    malformed_lines: list[int] = field(default_factory=list)
+
+    def filter(self, reason: str) -> None:
+        self.filtered[reason] = self.filtered.get(reason, 0) + 1
+
+    def bad(self, reason: str, line: int) -> None:
+        self.malformed[reason] = self.malformed.get(reason, 0) + 1
+        if len(self.malformed_lines) < 20:
+            self.malformed_lines.append(line)
+
+    @property
+    def n_malformed(self) -> int:
+        return sum(self.malformed.values())
+
+    @property
+    def n_filtered(self) -> int:
+        return sum(self.filtered.values())
+
+    def check(self) -> None:
+        """Every row is accounted for exactly once."""
+        assert self.kept_rows + self.n_filtered + self.n_malformed == self.rows, self
+
+    def summary(self) -> str:
+        parts = [(f"{self.source}: {self.rows} rows -> {self.kept_rows} kept "
+                  f"({self.tasks} per-GPU tasks)")]
+        if self.filtered:
+            parts.append("filtered by rule: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(self.filtered.items())))
+        if self.malformed:
+            parts.append(f"MALFORMED {self.n_malformed}: " + ", ".join(
+                f"{k} {v}" for k, v in sorted(self.malformed.items()))
+                + f" (first lines {self.malformed_lines[:5]})")
+        else:
+            parts.append("malformed 0")
+        return "; ".join(parts)
+
+
+@dataclass
+class Trace:
+    """Per-GPU tasks, sorted by arrival. Times in integer seconds from the trace start."""
+
+    name: str
+    arrival: np.ndarray   # int64, s
+    work: np.ndarray      # float64, s at trace speed (the length in the trace)
+    demand: np.ndarray    # float64 in (0, 1]: demanded GPU utilization
+    mem_gb: np.ndarray    # float64 GPU memory
+    kind: np.ndarray      # int8: 0 inference, 1 training
+    beta: np.ndarray      # interference pressure per unit of GPU share used
+    sigma: np.ndarray     # interference sensitivity
+    report: LoadReport | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival)
+        for k in ("work", "demand", "mem_gb", "kind", "beta", "sigma"):
+            if len(getattr(self, k)) != n:
+                raise ValueError(f"trace column {k} has {len(getattr(self, k))} rows, not {n}")
+        order = np.argsort(self.arrival, kind="stable")
+        for k in ("arrival", "work", "demand", "mem_gb", "kind", "beta", "sigma"):
+            setattr(self, k, np.asarray(getattr(self, k))[order])
+        self.arrival = self.arrival.astype(np.int64)
+        self.kind = self.kind.astype(np.int8)
+        if n and (np.any(self.work < 1) or np.any(self.demand <= 0) or np.any(self.demand > 1)):
+            raise ValueError("trace tasks need work >= 1 s and demand in (0, 1]")
+
+    def __len__(self) -> int:
+        return len(self.arrival)
+
+    @property
+    def days(self) -> float:
+        return float(self.arrival.max() + 1) / DAY if len(self) else 0.0
+
+    def take(self, mask: np.ndarray, name: str | None = None) -> Trace:
+        return Trace(name or self.name, self.arrival[mask], self.work[mask], self.demand[mask],
+                     self.mem_gb[mask], self.kind[mask], self.beta[mask], self.sigma[mask],
+                     self.report)
+
+    def window(self, start_day: float, days: float) -> Trace:
+        """Tasks arriving in [start_day, start_day + days), re-based to start at 0."""
+        lo, hi = int(start_day * DAY), int((start_day + days) * DAY)
+        m = (self.arrival >= lo) & (self.arrival < hi)
+        t = self.take(m, f"{self.name}[{start_day:g}+{days:g}d]")
+        t.arrival = t.arrival - lo
+        return t
+
+    def counts(self) -> dict[str, int]:
+        return {"inference": int(np.sum(self.kind == INFERENCE)),
+                "training": int(np.sum(self.kind == TRAINING))}
+
+    @staticmethod
+    def concat(name: str, parts: Iterable[Trace]) -> Trace:
+        ps = list(parts)
+        cat = lambda k: np.concatenate([getattr(p, k) for p in ps])
+        return Trace(name, cat("arrival"), cat("work"), cat("demand"), cat("mem_gb"),
+                     cat("kind"), cat("beta"), cat("sigma"), ps[0].report if ps else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# interference profile: the traces have no kernel metrics, so each task gets a deterministic
+# pseudo-random "exclusive-run profile" from a hash of its id (documented in docs/cluster.md).
+
+def profile_from_keys(keys: list[str], kind: np.ndarray, seed: int = 0
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """(beta, sigma) per task from a stable hash of its key: beta ~ U(0.05, 0.45) for inference,
+    U(0.2, 0.8) for training; sigma ~ U(0.5, 1.5)."""
+    u = np.empty((len(keys), 2))
+    for i, k in enumerate(keys):
+        h = hashlib.blake2b(f"{seed}:{k}".encode(), digest_size=8).digest()
+        u[i, 0] = int.from_bytes(h[:4], "little") / 2**32
+        u[i, 1] = int.from_bytes(h[4:], "little") / 2**32
+    return _profile(u, kind)
+
+
+def _profile(u: np.ndarray, kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    train = kind == TRAINING
+    beta = np.where(train, 0.2 + 0.6 * u[:, 0], 0.05 + 0.4 * u[:, 0])
+    sigma = 0.5 + u[:, 1]
+    return beta, sigma
+
+
+def memory_model(demand: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    per = np.where(kind == TRAINING, MEMORY_PER_SHARE_GB[1], MEMORY_PER_SHARE_GB[0])
+    return demand * per
+
+
+def _check_header(header: list[str], expected: tuple[str, ...], what: str) -> list[int]:
+    names = [h.strip() for h in header]
+    missing = [c for c in expected if c not in names]
+    unknown = [c for c in names if c not in expected]
+    if missing or unknown:
+        msg = [f"{what}: unexpected header"]
+        if missing:
+            msg.append(f"missing column(s): {', '.join(missing)}")
+        if unknown:
+            msg.append(f"unknown column(s): {', '.join(unknown)}")
+        raise ValueError("; ".join(msg) + f" (expected: {', '.join(expected)})")
+    return [names.index(c) for c in expected]
+
+
+def _int(s: str) -> int:
+    s = s.strip()
+    v = float(s)  # accepts "12" and "12.0"
+    if not math.isfinite(v) or v != int(v):
+        raise ValueError(s)
+    return int(v)
+
+
+# ---------------------------------------------------------------------------------------------
+def load_openb(path: str | Path = OPENB_PODS, *, seed: int = 0) -> Trace:
+    """Load an openb pod list (see the module docstring for the mapping rules)."""
+    path = Path(path)
+    rep = LoadReport(f"openb {path.name}")
+    keys: list[str] = []
+    arr, work, dem, kind = [], [], [], []
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise ValueError(f"{path}: empty file, expected header "
+                             f"{', '.join(OPENB_COLUMNS)}") from None
+        idx = _check_header(header, OPENB_COLUMNS, str(path))
+        for line, row in enumerate(reader, start=2):
+            if not row or all(not c.strip() for c in row):
+                continue
+            rep.rows += 1
+            if len(row) != len(header):
+                rep.bad("wrong field count", line)
+                continue
+            r = dict(zip(OPENB_COLUMNS, (row[i] for i in idx)))
+            try:
+                num_gpu, milli = _int(r["num_gpu"]), _int(r["gpu_milli"])
+                created = _int(r["creation_time"])
+                deleted = _int(r["deletion_time"]) if r["deletion_time"].strip() else None
+                sched = _int(r["scheduled_time"]) if r["scheduled_time"].strip() else None
+            except ValueError:
+                rep.bad("non-integer number", line)
+                continue
+            qos, phase = r["qos"].strip(), r["pod_phase"].strip()
+            if qos not in OPENB_QOS:
+                rep.bad("unknown qos", line)
+                continue
+            if phase not in OPENB_PHASES:
+                rep.bad("unknown pod_phase", line)
+                continue
+            if num_gpu < 0 or milli < 0 or milli > 1000 or created < 0:
+                rep.bad("value out of range", line)
+                continue
+            if num_gpu == 0:
+                rep.filter("no GPU (num_gpu=0)")
+                continue
+            if phase == "Failed":
+                rep.filter("failed")
+                continue
+            if phase == "Pending" or sched is None:
+                rep.filter("never scheduled")
+                continue
+            if deleted is None:
+                rep.bad("missing deletion_time", line)
+                continue
+            if deleted < sched or sched < 0:
+                rep.bad("deletion before scheduling", line)
+                continue
+            if deleted == sched:
+                rep.filter("zero length")
+                continue
+            if milli == 0:
+                rep.filter("zero GPU share")
+                continue
+            length = deleted - sched
+            if qos in ("LS", "Guaranteed"):
+                k = INFERENCE
+            elif qos == "BE":
+                k = TRAINING
+            else:  # Burstable
+                k = TRAINING if (milli >= 500 and length >= 3600) else INFERENCE
+            rep.kept_rows += 1
+            d = milli / 1000.0
+            for j in range(num_gpu):
+                keys.append(f"{r['name'].strip()}#{j}")
+                arr.append(sched)
+                work.append(float(length))
+                dem.append(d)
+                kind.append(k)
+    rep.tasks = len(arr)
+    rep.check()
+    kind_a = np.array(kind, dtype=np.int8)
+    dem_a = np.array(dem, dtype=float)
+    beta, sigma = profile_from_keys(keys, kind_a, seed)
+    a = np.array(arr, dtype=np.int64)
+    if len(a):
+        a = a - a.min()
+    return Trace("openb", a, np.array(work), dem_a, memory_model(dem_a, kind_a), kind_a,
+                 beta, sigma, rep)
+
+
+def pai_kind(task_name: str, util: float, mem_gb: float, length: float) -> int:
+    """Training vs inference rule for PAI tasks (module docstring)."""
+    n = task_name.lower()
+    if "train" in n:
+        return TRAINING
+    if "infer" in n or "serv" in n:
+        return INFERENCE
+    score = (util >= 0.5) + (mem_gb >= 8.0) + (length >= 3600)
+    return TRAINING if score >= 2 else INFERENCE
+
+
+def load_pai(path: str | Path, *, seed: int = 0) -> Trace:
+    """Load a PAI 2020 ``pai_task_table`` CSV (with or without its header row)."""
+    path = Path(path)
+    rep = LoadReport(f"pai {path.name}")
+    keys: list[str] = []
+    arr, work, dem, mem, kind = [], [], [], [], []
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        first = next(reader, None)
+        if first is None:
+            raise ValueError(f"{path}: empty file")
+        rows: Iterable[list[str]]
+        looks_header = any(c.strip() in PAI_COLUMNS for c in first) or not any(
+            c.strip().replace(".", "", 1).isdigit() for c in first)
+        if looks_header:
+            idx = _check_header(first, PAI_COLUMNS, str(path))
+            rows, start = reader, 2
+        else:
+            if len(first) != len(PAI_COLUMNS):
+                raise ValueError(f"{path}: no header and {len(first)} fields; a headerless "
+                                 f"pai_task_table has {len(PAI_COLUMNS)}: "
+                                 f"{', '.join(PAI_COLUMNS)}")
+            idx = list(range(len(PAI_COLUMNS)))
+            rows, start = _chain([first], reader), 1
+        width = len(first)
+        for line, row in enumerate(rows, start=start):
+            if not row or all(not c.strip() for c in row):
+                continue
+            rep.rows += 1
+            if len(row) != width:
+                rep.bad("wrong field count", line)
+                continue
+            r = dict(zip(PAI_COLUMNS, (row[i].strip() for i in idx)))
+            status = r["status"]
+            if status == "Failed":
+                rep.filter("failed")
+                continue
+            try:
+                gpu = float(r["plan_gpu"]) if r["plan_gpu"] else 0.0
+                pmem = float(r["plan_mem"]) if r["plan_mem"] else 0.0
+                inst = _int(r["inst_num"]) if r["inst_num"] else 1
+                st = float(r["start_time"]) if r["start_time"] else math.nan
+                en = float(r["end_time"]) if r["end_time"] else math.nan
+            except ValueError:
+                rep.bad("non-numeric field", line)
+                continue
+            if not (math.isfinite(gpu) and math.isfinite(pmem)) or gpu < 0 or pmem < 0 \
+                    or inst < 0:
+                rep.bad("value out of range", line)
+                continue
+            if status != "Terminated" or not (math.isfinite(st) and math.isfinite(en)):
+                rep.filter("not terminated / no times")
+                continue
+            if en < st:
+                rep.bad("end before start", line)
+                continue
+            if gpu == 0 or pmem == 0 or inst == 0:
+                rep.filter("zero GPU, memory or instances")
+                continue
+            length = math.floor(en) - math.floor(st)
+            if length < 1:
+                rep.filter("zero length")
+                continue
+            util = gpu / 100.0
+            k = pai_kind(r["task_name"], util, pmem, length)
+            n = max(math.ceil(util / SPLIT_UTIL - 1e-9), math.ceil(pmem / SPLIT_MEM_GB - 1e-9), 1)
+            rep.kept_rows += 1
+            for i in range(inst):
+                for j in range(n):
+                    keys.append(f"{r['job_name']}/{r['task_name']}/{i}/{j}")
+                    arr.append(math.floor(st))
+                    work.append(float(length))
+                    dem.append(util / n)
+                    mem.append(pmem / n)
+                    kind.append(k)
+    rep.tasks = len(arr)
+    rep.check()
+    kind_a = np.array(kind, dtype=np.int8)
+    beta, sigma = profile_from_keys(keys, kind_a, seed)
+    a = np.array(arr, dtype=np.int64)
+    if len(a):
+        a = a - a.min()
+    return Trace("pai", a, np.array(work), np.array(dem, dtype=float), np.array(mem, dtype=float),
+                 kind_a, beta, sigma, rep)
+
+
+def _chain(*its):
+    for it in its:
+        yield from it
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """Statistics of the synthetic trace (seed 000 §VIII scale).
+
+    ``target_gpus`` is the mean number of busy GPUs under No Co-location (the paper reports
+    3059 for its 6500-GPU cluster); arrival rates are solved from it. Durations are lognormal
+    (median, sigma of the log); demands are Beta-distributed (mean given) and clipped to
+    [0.05, 1]; a fraction of training jobs spans 2-8 GPUs (split per GPU). Arrivals follow a
+    Poisson process with a diurnal sine modulation.
+    """
+
+    days: float = 57.0
+    target_gpus: float = 3000.0
+    inference_to_training: float = 3.0
+    inf_median_s: float = 8 * 3600.0
+    inf_log_sigma: float = 1.0
+    train_median_s: float = 16 * 3600.0
+    train_log_sigma: float = 1.0
+    inf_demand_mean: float = 0.2
+    train_demand_mean: float = 0.3
+    multi_gpu_fraction: float = 0.05
+    diurnal_amplitude: float = 0.3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("days", "target_gpus", "inference_to_training", "inf_median_s",
+                     "train_median_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("inf_demand_mean", "train_demand_mean"):
+            if not 0.05 < getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in (0.05, 1), got {getattr(self, name)!r}")
+        if not 0 <= self.multi_gpu_fraction <= 1:
+            raise ValueError("multi_gpu_fraction must be in [0, 1]")
+        if not 0 <= self.diurnal_amplitude < 1:
+            raise ValueError("diurnal_amplitude must be in [0, 1)")
+
+
+def synthetic(cfg: SyntheticConfig | None = None, **kw) -> Trace:
+    """A seeded synthetic trace (see :class:`SyntheticConfig`).
+
+    >>> t = synthetic(days=1, target_gpus=20, seed=1)
+    >>> t.counts()["inference"] > t.counts()["training"]
+    True
+    """
+    cfg = cfg or SyntheticConfig(**kw)
+    rng = np.random.default_rng(cfg.seed)
+    horizon = cfg.days * DAY
+    mean_inf = cfg.inf_median_s * math.exp(cfg.inf_log_sigma ** 2 / 2)
+    mean_train = cfg.train_median_s * math.exp(cfg.train_log_sigma ** 2 / 2)
+    gpus_per_train = 1 + cfg.multi_gpu_fraction * (np.mean([2, 4, 8]) - 1)
+    r = cfg.inference_to_training
+    lam_train = cfg.target_gpus / (r * mean_inf + mean_train * gpus_per_train)
+    parts = []
+    for kind, lam, med, sig, dmean in (
+            (INFERENCE, lam_train * r, cfg.inf_median_s, cfg.inf_log_sigma, cfg.inf_demand_mean),
+            (TRAINING, lam_train, cfg.train_median_s, cfg.train_log_sigma,
+             cfg.train_demand_mean)):
+        n = rng.poisson(lam * horizon)
+        # thinning for the diurnal modulation: accept with (1 + A sin) / (1 + A)
+        t = rng.uniform(0, horizon, int(n * (1 + cfg.diurnal_amplitude)) + 16)
+        acc = rng.uniform(0, 1, len(t)) < (1 + cfg.diurnal_amplitude * np.sin(
+            2 * math.pi * t / DAY)) / (1 + cfg.diurnal_amplitude)
+        t = np.sort(t[acc][:n])
+        n = len(t)
+        length = np.maximum(1.0, np.round(rng.lognormal(math.log(med), sig, n)))
+        conc = 4.0
+        demand = np.clip(rng.beta(dmean * conc, (1 - dmean) * conc, n), 0.05, 1.0)
+        demand = np.round(demand, 2)
+        ngpu = np.ones(n, dtype=int)
+        if kind == TRAINING:
+            multi = rng.uniform(0, 1, n) < cfg.multi_gpu_fraction
+            ngpu[multi] = rng.choice([2, 4, 8], int(multi.sum()))
+            demand[multi] = 1.0
+        rep = np.repeat(np.arange(n), ngpu)
+        kinds = np.full(len(rep), kind, dtype=np.int8)
+        dem = demand[rep]
+        u = rng.uniform(0, 1, (len(rep), 2))
+        beta, sigma = _profile(u, kinds)
+        parts.append(Trace("synthetic", np.floor(t[rep]).astype(np.int64), length[rep], dem,
+                           memory_model(dem, kinds), kinds, beta, sigma))
+    out = Trace.concat("synthetic", parts)
+    out.report = LoadReport(f"synthetic {cfg.days:g} d seed {cfg.seed}", rows=len(out),
+                            kept_rows=len(out), tasks=len(out))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+def inference_burst(trace: Trace, start_day: float = 20.0, end_day: float = 40.0) -> Trace:
+    """Seed 000 §VIII: duplicate the inference tasks that arrive in [start_day, end_day)."""
+    lo, hi = start_day * DAY, end_day * DAY
+    m = (trace.kind == INFERENCE) & (trace.arrival >= lo) & (trace.arrival < hi)
+    dup = trace.take(m)
+    # the duplicates are new tasks: give them their own interference profile
+    rng = np.random.default_rng(12345)
+    dup.beta, dup.sigma = _profile(rng.uniform(0, 1, (len(dup), 2)), dup.kind)
+    out = Trace.concat(trace.name + "+burst", [trace, dup])
+    out.report = trace.report
+    return out
+
+
+def with_ratio(trace: Trace, ratio: float, seed: int = 0) -> Trace:
+    """Thin the trace (randomly, seeded) to an inference:training task ratio of ``ratio``."""
+    if not ratio > 0:
+        raise ValueError(f"ratio must be > 0, got {ratio!r}")
+    c = trace.counts()
+    if c["training"] == 0 or c["inference"] == 0:
+        return trace
+    base = c["inference"] / c["training"]
+    rng = np.random.default_rng(seed)
+    keep = np.ones(len(trace), dtype=bool)
+    if ratio > base:   # fewer training tasks
+        m = trace.kind == TRAINING
+        keep[m] = rng.uniform(0, 1, int(m.sum())) < base / ratio
+    else:
+        m = trace.kind == INFERENCE
+        keep[m] = rng.uniform(0, 1, int(m.sum())) < ratio / base
+    return trace.take(keep, f"{trace.name} {ratio:g}:1")
+
+
+def load_gpu_mix(path: str | Path = OPENB_NODES) -> dict[str, int]:
+    """GPU models and counts from an openb node list (for heterogeneous pools)."""
+    path = Path(path)
+    out: dict[str, int] = {}
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise ValueError(f"{path}: empty file")
+        idx = _check_header(header, ("sn", "cpu_milli", "memory_mib", "gpu", "model"),
+                            str(path))
+        for line, row in enumerate(reader, start=2):
+            if len(row) != len(header):
+                raise ValueError(f"{path}:{line}: wrong field count")
+            model, n = row[idx[4]].strip(), _int(row[idx[3]])
+            out[model] = out.get(model, 0) + n
+    return out

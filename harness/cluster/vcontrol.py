@@ -1,0 +1,171 @@
+"""The two-tier controller of :class:`gpucontrol.TwoTierController`, vectorized over GPUs.
+
+One array slot per GPU. :meth:`VectorTwoTier.update` applies, to the slots it is given, the
+same equations as ``TwoTierController.update`` with a P inner design (``ki = 0``), the
+``"paper"`` outer strategy and a plain float measurement:
+
+* hold (no inner move, no outer count) while ``hold_left > 0`` after an MPS change;
+* inner: ``e = slo - l``; ``s = clamp(s + kp e, lo, hi)``; saturation "high"/"low";
+* outer, every ``every`` non-held periods: acts when ``|e|/slo > threshold`` or saturated;
+  ``d = e / mps_gain`` (at least ``saturated_step`` down when saturated high, up when
+  saturated low with a large positive error), ``mps = clamp(round(mps + d))``.
+
+``tests/harness/cluster/test_cluster_vcontrol.py`` checks it against N scalar
+``TwoTierController`` instances step by step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class VectorTwoTier:
+    """Per-GPU controller state in numpy arrays (grown on demand)."""
+
+    #: batches up to this size are stepped element by element (same equations)
+    SMALL = 8
+
+    def __init__(self, slo: float, *, every: int = 25, threshold: float = 0.02,
+                 sleep_bounds: tuple[float, float] = (0.0, 1.0),
+                 mps_bounds: tuple[float, float] = (1.0, 100.0),
+                 mps_gain: float | None = None, saturated_step: float = 5.0,
+                 hold_periods: int = 2, capacity: int = 64) -> None:
+        if not slo > 0:
+            raise ValueError(f"slo must be > 0, got {slo!r}")
+        self.slo = float(slo)
+        self.every = int(every)
+        self.threshold = float(threshold)
+        self.lo, self.hi = map(float, sleep_bounds)
+        self.mlo, self.mhi = map(float, mps_bounds)
+        self.mps_gain = float(mps_gain) if mps_gain is not None else self.slo / 100.0
+        self.sat_step = float(saturated_step)
+        self.hold_periods = int(hold_periods)
+        n = capacity
+        self.sleep = np.full(n, self.lo)
+        self.mps = np.full(n, self.mhi)
+        self.kp = np.zeros(n)
+        self.count = np.zeros(n, dtype=np.int64)
+        self.hold = np.zeros(n, dtype=np.int64)
+
+    def ensure(self, n: int) -> None:
+        if n <= len(self.sleep):
+            return
+        m = max(n, 2 * len(self.sleep))
+        for name, fill in (("sleep", self.lo), ("mps", self.mhi), ("kp", 0.0), ("count", 0),
+                           ("hold", 0)):
+            a = getattr(self, name)
+            b = np.full(m, fill, dtype=a.dtype)
+            b[:len(a)] = a
+            setattr(self, name, b)
+
+    def reset(self, idx) -> None:
+        """A fresh controller in these slots (sleep at its low bound, MPS at its high bound)."""
+        self.sleep[idx] = self.lo
+        self.mps[idx] = self.mhi
+        self.count[idx] = 0
+        self.hold[idx] = 0
+
+    def update(self, idx: np.ndarray, latency: np.ndarray, restarting: np.ndarray | None = None):
+        """One period for the slots ``idx`` with their measured latencies (``restarting``: the
+        measurement is flagged as taken while training restarts, which holds like
+        ``Measurement(restarting=True)``).
+
+        Returns ``(old_sleep, mps_changed, saturated, held)``; saturated is -1 low, +1 high,
+        0 none. The new state is in ``self.sleep[idx]`` / ``self.mps[idx]``.
+        """
+        if len(idx) <= self.SMALL:
+            return self._update_small(idx, latency, restarting)
+        idx = np.asarray(idx, dtype=np.int64)
+        l = np.asarray(latency, dtype=float)
+        s0 = self.sleep[idx].copy()
+        pending = self.hold[idx] > 0
+        held = pending if restarting is None else pending | np.asarray(restarting, dtype=bool)
+        act = ~held
+        self.hold[idx[pending]] -= 1
+        e = self.slo - l
+        raw = s0 + self.kp[idx] * e
+        sat = np.where(raw > self.hi, 1, np.where(raw < self.lo, -1, 0))
+        new = np.clip(raw, self.lo, self.hi)
+        new = np.where(act, new, s0)
+        sat = np.where(act, sat, 0)
+        self.sleep[idx] = new
+        # outer loop
+        cnt = self.count[idx] + act
+        fire = act & (cnt >= self.every)
+        cnt = np.where(fire, 0, cnt)
+        self.count[idx] = cnt
+        changed = np.zeros(len(idx), dtype=bool)
+        if fire.any():
+            f = np.nonzero(fire)[0]
+            new_mps = self.outer_target(e[f], sat[f], self.mps[idx[f]])
+            ch = new_mps != self.mps[idx[f]]
+            g = idx[f[ch]]
+            self.mps[g] = new_mps[ch]
+            self.hold[g] = self.hold_periods
+            changed[f[ch]] = True
+        return s0, changed, sat, held
+
+    def _update_small(self, idx, latency, restarting):
+        """The same equations element by element (numpy's per-call overhead dominates for a
+        handful of GPUs)."""
+        n = len(idx)
+        s0 = np.empty(n)
+        changed = np.zeros(n, dtype=bool)
+        sat = np.zeros(n, dtype=np.int64)
+        held = np.zeros(n, dtype=bool)
+        lo, hi, slo = self.lo, self.hi, self.slo
+        for i in range(n):
+            g = int(idx[i])
+            s = float(self.sleep[g])
+            s0[i] = s
+            pending = self.hold[g] > 0
+            if pending:
+                self.hold[g] -= 1
+            if pending or (restarting is not None and restarting[i]):
+                held[i] = True
+                continue
+            e = slo - float(latency[i])
+            raw = s + float(self.kp[g]) * e
+            if raw > hi:
+                new, st = hi, 1
+            elif raw < lo:
+                new, st = lo, -1
+            else:
+                new, st = raw, 0
+            sat[i] = st
+            self.sleep[g] = new
+            c = int(self.count[g]) + 1
+            if c >= self.every:
+                c = 0
+                m = float(self.mps[g])
+                nm = self.outer_target_one(e, st, m)
+                if nm != m:
+                    self.mps[g] = nm
+                    self.hold[g] = self.hold_periods
+                    changed[i] = True
+            self.count[g] = c
+        return s0, changed, sat, held
+
+    def outer_target_one(self, e: float, sat: int, mps: float) -> float:
+        """Scalar :meth:`outer_target`."""
+        rel = abs(e) / self.slo
+        if rel <= self.threshold and sat == 0:
+            return mps
+        delta = e / self.mps_gain
+        if sat == 1:
+            delta = min(delta, -self.sat_step)
+        elif sat == -1 and e > 0:
+            delta = max(delta, self.sat_step if rel > self.threshold else 0.0)
+        return float(min(max(round(mps + delta), self.mlo), self.mhi))
+
+    def outer_target(self, e: np.ndarray, sat: np.ndarray, mps: np.ndarray) -> np.ndarray:
+        """The MPS the outer loop would set (equal to ``mps`` where it would not act)."""
+        rel = np.abs(e) / self.slo
+        quiet = (rel <= self.threshold) & (sat == 0)
+        delta = e / self.mps_gain
+        delta = np.where(sat == 1, np.minimum(delta, -self.sat_step), delta)
+        low_push = (sat == -1) & (e > 0)
+        delta = np.where(low_push, np.maximum(delta, np.where(rel > self.threshold,
+                                                              self.sat_step, 0.0)), delta)
+        new = np.clip(np.round(mps + delta), self.mlo, self.mhi)
+        return np.where(quiet, mps, new)

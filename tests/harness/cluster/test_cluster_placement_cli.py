@@ -1,0 +1,87 @@
+"""Placement policies and the ``gpucontrol cluster`` command."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from harness.cli import main
+from harness.cluster.placement import KacePredictor, choose, observed_features, pair_design
+from harness.cluster.report import saved
+from harness.cluster.traces import PAI_COLUMNS, synthetic
+
+
+def test_kace_regression_predicts_pair_slowdown():
+    t = synthetic(days=2, target_gpus=100, seed=1)
+    feats = observed_features(t.demand, t.beta, t.sigma, t.mem_gb, seed=0)
+    k = KacePredictor.train(feats, t.demand, t.beta, t.sigma, 0.5, n_pairs=300)
+    assert k.r2 > 0.8
+    # the per-GPU aggregate score equals the sum of the pair predictions
+    rng = np.random.default_rng(0)
+    x, ys = rng.integers(0, len(t), 1)[0], rng.integers(0, len(t), 3)
+    pairs = pair_design(np.repeat(feats[[x]], 3, axis=0), feats[ys]) @ k.coef
+    score = k.gpu_scores(feats[x], np.array([3.0]), feats[ys].sum(axis=0)[None, :])
+    assert score[0] == pytest.approx(pairs.sum(), rel=1e-9)
+
+
+def test_choose_first_fit_kace_mudi():
+    order = np.array([5, 2, 9, 1])
+    cand = np.array([0, 1, 2])
+    assert choose("first-fit", cand, order) == 1
+    fx = np.array([0.3, 0.2, 1.0, 0.1])
+    # Mudi, training job: GPU whose inference is least sensitive; GPU 2 hosts no inference
+    n_inf = np.array([1.0, 2.0, 0.0, 0.0])
+    sig_inf = np.array([1.4, 1.2, 0.0, 0.0])     # means 1.4 and 0.6
+    assert choose("mudi", cand, order, fx=fx, kind=1, n_inf=n_inf, sig_inf=sig_inf) == 1
+    # Mudi, inference job: smallest pressure from co-runners
+    press = np.array([0.5, 0.3, 0.1, 0.0])
+    assert choose("mudi", cand, order, fx=fx, kind=0, press=press) == 2
+    with pytest.raises(ValueError, match="unknown placement"):
+        choose("random", cand, order, fx=fx)
+
+
+def test_saved():
+    assert saved(3059, 766) == pytest.approx(0.7496, abs=1e-4)
+
+
+def test_cli_cluster_synthetic(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["cluster", "--trace", "synthetic", "--days", "1", "--scale", "15", "--policy",
+               "all", "--placement", "first-fit,mudi", "--no-burst", "--ratios", "1,3",
+               "--out", str(out), "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "GPUColo (first-fit) saves" in text and "paper 74.9 %" in text
+    for f in ("summary.csv", "daily.csv", "fig12_gpus.png", "fig13a_violation.png",
+              "ratio.csv", "fig13b_ratio.png"):
+        assert (out / f).stat().st_size > 0
+    with open(out / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["policy"] for r in rows} == {"nocolo", "separate", "simple", "conservative",
+                                           "gslice", "gpucolo"}
+    assert len(rows) == 11          # No Co-location once, others per placement
+
+
+def test_cli_cluster_pai_file_and_errors(tmp_path, capsys):
+    path = tmp_path / "pai.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(PAI_COLUMNS)
+        for i in range(30):
+            w.writerow([f"j{i}", "worker", 1, "Terminated", 100 * i, 100 * i + 900 + 37 * i,
+                        100, 4 + i % 20, [25, 50, 100, 150][i % 4], "V100"])
+        w.writerow(["bad", "worker", 1, "Terminated", "x", 5, 1, 1, 1, "T4"])
+    rc = main(["cluster", "--trace", "pai", str(path), "--policy", "gslice,gpucolo",
+               "--out", str(tmp_path / "o"), "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "MALFORMED 1" in text
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_name,task,inst_num\n")
+    assert main(["cluster", "--trace", "pai", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "missing column(s): task_name" in err and "unknown column(s): task" in err
+    assert main(["cluster", "--trace", "pai"]) == 2
+    assert main(["cluster", "--trace", "synthetic", "--policy", "best"]) == 2
