@@ -54,3 +54,16 @@ def test_public_names():
                  "fit_piecewise_linear"):
         assert name in sysid.__all__ and hasattr(sysid, name)
     assert set(sysid.__all__) <= set(dir(sysid))
+
+
+def test_guide_example_runs():
+    import re
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    text = (ROOT / "docs" / "sysid.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/sysid.md", "exec"), {"__name__": "guide"})  # noqa: S102 - run the guide
