@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -256,8 +256,7 @@ def _check_orders(na, nb, nk) -> tuple[int, int, int]:
 
 
 def fit_arx(data: IdData, na: int = 1, nb: int = 1, nk: int = 1, *,
-            validation: IdData | None = None, offset: bool = True,
-            _start: int | None = None) -> ArxFit:
+            validation: IdData | None = None, offset: bool = True) -> ArxFit:
     """Fit an ARX model by least squares.
 
     Parameters
@@ -290,8 +289,14 @@ def fit_arx(data: IdData, na: int = 1, nb: int = 1, nk: int = 1, *,
     """
     require_record(data)
     na, nb, nk = _check_orders(na, nb, nk)
+    return _fit_arx(data, na, nb, nk, validation, offset, max(na, nk + nb - 1))
+
+
+def _fit_arx(data: IdData, na: int, nb: int, nk: int, validation: IdData | None,
+             offset: bool, start: int) -> ArxFit:
+    """:func:`fit_arx` on the samples from ``start`` on (``start >= max_lag``), so that
+    :func:`select_order` can compare every order on the same samples."""
     not_constant("u", data.u)
-    start = max(na, nk + nb - 1) if _start is None else _start
     d = na + nb + (1 if offset else 0)
     n_min = start + d + 1
     if len(data) < n_min:
@@ -318,14 +323,8 @@ def fit_arx(data: IdData, na: int = 1, nb: int = 1, nk: int = 1, *,
         period_s=data.period_s, has_offset=offset)
     check = validation if validation is not None else data
     v = validate(fit, check)
-    return _replace(fit, r2=v.r2, fit_pct=v.fit_pct,
-                    validated_on="validation" if validation is not None else "estimation")
-
-
-def _replace(fit, **kw):
-    from dataclasses import replace
-
-    return replace(fit, **kw)
+    return replace(fit, r2=v.r2, fit_pct=v.fit_pct,
+                   validated_on="validation" if validation is not None else "estimation")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,15 +406,14 @@ def select_order(data: IdData, na: Iterable[int] = range(4), nb: Iterable[int] =
         raise ValueError(f"criterion must be one of {', '.join(_CRITERIA)}, got {criterion!r}")
     if criterion == "validation" and validation is None:
         raise ValueError("criterion 'validation' needs a validation record")
-    orders = [(a, b, k) for a in na for b in nb for k in nk]
+    require_record(data)
+    orders = [_check_orders(a, b, k) for a in na for b in nb for k in nk]
     if not orders:
         raise ValueError("no candidate orders: na, nb and nk must be non-empty")
-    for o in orders:
-        _check_orders(*o)
     start = max(max(a, k + b - 1) for a, b, k in orders)
     fits, rows = [], []
     for a, b, k in orders:
-        f = fit_arx(data, a, b, k, validation=validation, offset=offset, _start=start)
+        f = _fit_arx(data, a, b, k, validation, offset, start)
         fits.append(f)
         rows.append({"na": a, "nb": b, "nk": k, "n_params": f.n_params, "aic": f.aic,
                      "fpe": f.fpe, "fit_pct": f.fit_pct, "r2": f.r2})

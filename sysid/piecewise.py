@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -191,8 +191,6 @@ def fit_piecewise_linear(x, y, *, method: str = "curvature") -> PiecewiseFit:
     (y0, k1, k2), _ = _hinge_fit(xs, ys, x0)
     f = PiecewiseFit(k1=float(k1), k2=float(k2), x0=x0, y0=float(y0), r2=0.0, method=method,
                      x_range=(float(xs[0]), float(xs[-1])))
-    from dataclasses import replace
-
     return replace(f, r2=_r2(ys, f.predict(xs)))
 
 

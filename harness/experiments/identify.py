@@ -32,6 +32,7 @@ from gpucontrol import LinearLatencyModel, check_envelope, design_p
 from ..plant import Records
 from ..progress import Progress
 from ..results import markdown_table, save_figure, write_csv, write_json, write_markdown_table
+from .commands import _floats, _pair
 from .common import ExperimentResult, PlantUnavailable, close_plant, make_plant, matplotlib_pyplot
 
 __all__ = ["PERIOD_COLUMNS", "SUMMARY_COLUMNS", "identify", "register"]
@@ -227,24 +228,6 @@ def plot_fig7(res: ExperimentResult, path: str | Path) -> Path:
 
 
 # ---- command line ----------------------------------------------------------------------------
-def _floats(text: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.replace(",", " ").split() if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers like 40,60,80, got {text!r}") \
-            from None
-    if not vals:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return vals
-
-
-def _range(text: str) -> tuple[float, float]:
-    vals = _floats(text)
-    if len(vals) != 2:
-        raise argparse.ArgumentTypeError(f"expected 'LOW,HIGH', got {text!r}")
-    return vals[0], vals[1]
-
-
 def format_summary(res: ExperimentResult) -> str:
     """The printed report: per-level table, then the envelope and the design verdict."""
     cols = ("mps_pct", "gain", "offset", "r2", "r2_validation", "true_gain", "gain_err_pct")
@@ -306,7 +289,7 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default="results", help="output folder (default ./results)")
     p.add_argument("--mps", type=_floats, default=[40.0, 60.0, 80.0, 100.0],
                    help="training MPS levels in %% (default 40,60,80,100)")
-    p.add_argument("--sleep", type=_range, default=(0.1, 0.7),
+    p.add_argument("--sleep", type=_pair(float), default=(0.1, 0.7),
                    help="sleep range of the excitation in s (default 0.1,0.7)")
     p.add_argument("--periods", type=int, default=100,
                    help="recorded periods per MPS level (default 100)")
