@@ -251,6 +251,9 @@ class OuterMPSOptimizer:
         if abs(drive) / self.slo_ms <= self.threshold and saturated is None:
             return None, "outer: within threshold"
         delta = drive / self.mps_gain
+        # a move beyond the whole range saturates anyway; clamping first keeps a huge finite
+        # latency (delta = +-inf) from overflowing round()
+        delta = min(max(delta, self.lo - self.hi), self.hi - self.lo)
         if saturated == "high":
             delta = min(delta, -self.saturated_step_pct)
         elif saturated == "low" and e > 0:

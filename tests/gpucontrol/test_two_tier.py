@@ -233,3 +233,13 @@ def test_actuators_never_leave_bounds(stream, outer, adaptive, sleep_hi, mps_lo,
         assert 0.0 <= act.sleep_s <= sleep_hi
         assert mps_lo <= act.mps_pct <= 100.0
         assert math.isfinite(act.sleep_s) and math.isfinite(act.mps_pct)
+
+
+@pytest.mark.parametrize("outer", ["paper", "mid-range"])
+def test_huge_finite_latency_does_not_overflow_the_outer_loop(outer):
+    # found by hypothesis: (slo - 1.6e308) / mps_gain is -inf, and round(-inf) raised
+    ctl = TwoTierController(LinearLatencyModel(-12.0, 95.0), 90.0, outer=outer, outer_every=2,
+                            hold_periods_after_mps=0)
+    ctl.update(0.0)
+    act = ctl.update(1.6179238213760844e308)
+    assert act.mps_pct == ctl.mps_bounds_pct[0]
