@@ -34,7 +34,6 @@ restart".
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -319,13 +318,6 @@ def run_loop(controller: Any, plant: Plant, periods: int, scenario: Scenario | N
         if on_period is not None:
             on_period(k)
     return out
-
-
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    """``(fn(), seconds)`` — small helper for the benchmarks."""
-    t0 = time.perf_counter()
-    r = fn()
-    return r, time.perf_counter() - t0
 
 
 def concat(parts: Iterable[Sequence[dict]]) -> Records:
