@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -51,7 +52,7 @@ def register(sub) -> None:
     p = sub.add_parser("cluster", help="trace-driven cluster simulation (Fig 12/13)",
                        description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--trace", nargs="+", default=["openb"], metavar="KIND [FILE]",
+    p.add_argument("--trace", nargs="+", default=["openb"], metavar="KIND_OR_FILE",
                    help="openb [POD_CSV] | pai FILE | synthetic")
     p.add_argument("--policy", default=DEFAULT_POLICIES,
                    help=f"comma list of {', '.join(POLICIES)}, or 'all'")
@@ -158,10 +159,16 @@ def run(args) -> int:
     print(format_table(rows))
     for r in rows:
         if r["policy"] == "gpucolo":
-            print(f"GPUColo ({r['placement']}) saves {100 * r['saved_vs_nocolo']:.1f} % of GPUs "
-                  f"vs No Co-location (paper 74.9 %) and {100 * r['saved_vs_gslice']:.1f} % vs "
-                  f"GSLICE (paper 50.2 %); SLO violation {100 * r['violation_rate']:.1f} % "
-                  f"(paper 1.1 %, GSLICE 27.2 %)")
+            parts = [f"GPUColo ({r['placement']}):"]
+            if math.isfinite(r["saved_vs_nocolo"]):
+                parts.append(f"saves {100 * r['saved_vs_nocolo']:.1f} % of GPUs vs No "
+                             "Co-location (paper 74.9 %);")
+            if math.isfinite(r["saved_vs_gslice"]):
+                parts.append(f"saves {100 * r['saved_vs_gslice']:.1f} % vs GSLICE "
+                             "(paper 50.2 %);")
+            parts.append(f"SLO violation {100 * r['violation_rate']:.1f} % (paper 1.1 %, "
+                         "GSLICE 27.2 %)")
+            print(" ".join(parts))
     files = [write_rows(rows, out / "summary.csv"), write_rows(daily_rows(results),
                                                                out / "daily.csv"),
              plot_fig12(results, out / "fig12_gpus.png", burst),

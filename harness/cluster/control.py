@@ -7,13 +7,16 @@ GPUColo, on every GPU hosting both inference and training:
 * the measured latency is the worst normalized latency (100 = trace speed) of the GPU's
   inference jobs; the set point is the SLO latency times ``1 - setpoint_margin``;
 * the gain is identified on the noise-free plant whenever the GPU's jobs or MPS change, and
-  (``gain="scheduled"``, default) before each inner step at the current sleep;
+  (``gain="scheduled"``, default) before each inner step at the current sleep; so is the
+  outer loop's latency-vs-MPS slope (what ``LatencyModelFamily.mps_gain`` gives
+  ``TwoTierController``), so that one outer step lands near the MPS it needs;
 * every ``inner_period_s`` (on multiples of 4 s) the *unsettled* GPUs are stepped together by
   :class:`~harness.cluster.vcontrol.VectorTwoTier` (the equations of
   ``gpucontrol.TwoTierController``); an MPS change restarts the GPU's training processes;
-* a GPU whose step moved the sleep by less than the actuator resolution is *parked*: its
-  calls would change nothing, so they are skipped, but they still count toward the outer
-  period; when the outer loop would act it is woken at the tick of that outer step.
+* a step that would move the sleep by less than the actuator resolution (1 ms) is not
+  applied and *parks* the GPU: its later calls would change nothing, so they are skipped,
+  but they still count toward the outer period; when the outer loop would act it is woken at
+  the tick of that outer step.
 
 GSLICE, on inference GPUs, every ``gslice_period_s``: a job above its SLO gets its share
 scaled by latency/target (limited by the GPU's free share, most-violating first); a job more
@@ -125,7 +128,8 @@ class ControllerMixin:
                 out.append(f * cs_u / (1.0 + gam * s * (P - b * d * cs_u)))
         return out
 
-    def _identify(self, g: int, s: float | None = None, l_s: float | None = None) -> None:
+    def _identify(self, g: int, s: float | None = None, l_s: float | None = None,
+                  mps_slope: bool = True) -> None:
         """kp = detune / slope on the noise-free plant at the current MPS: the secant over the
         sleep range (``gain="fixed"``) or a 1 ms forward difference at the sleep ``s``
         (``"scheduled"``; ``l_s`` is the latency at ``s`` when already known)."""
@@ -145,6 +149,17 @@ class ControllerMixin:
         l1 = self._colo_latency(g, b, mps)
         m = min((l1 - l0) / (b - a), -0.01)
         self.ctl.kp[g] = c.detune / m
+        if mps_slope:
+            self._mps_slope(g, a, l0)
+
+    def _mps_slope(self, g: int, s: float, l_s: float) -> None:
+        """The outer loop's latency-vs-MPS slope at sleep ``s`` (latency there ``l_s``), over
+        the 5 points of MPS below the current one."""
+        mps = float(self.ctl.mps[g])
+        lo_m = max(self.ctl.mlo, mps - 5.0)
+        if lo_m < mps:
+            lm = self._colo_latency(g, s, lo_m)
+            self.ctl.mps_gain[g] = max((l_s - lm) / (mps - lo_m), 0.01)
 
     # ---- steps ------------------------------------------------------------------------------
     def _step_gpucolo(self, t: int) -> None:
@@ -155,12 +170,14 @@ class ControllerMixin:
         restarting = [t < self.trestart[g] for g in idx]
         lat = []
         sched = c.gain == "scheduled"
-        for g in idx:
+        every = ctl.every
+        for g, rs in zip(idx, restarting):
             s, m = float(ctl.sleep[g]), float(ctl.mps[g])
             l = self._colo_latency(g, s, m)
             lat.append(l)
             if sched:
-                self._identify(g, s, l)
+                fires = not rs and ctl.hold[g] == 0 and ctl.count[g] + 1 >= every
+                self._identify(g, s, l, mps_slope=fires)
         s0, changed, sat, held = ctl.update(idx, lat, restarting)
         self.stats["controller_updates"] += len(idx)
         tol = c.sleep_tolerance_s
@@ -171,8 +188,14 @@ class ControllerMixin:
                 self._restart_gpu(g, t)
                 self._identify(g)
             elif not held[i] and ctl.hold[g] == 0 and abs(new_s - s0[i]) < tol:
+                # below the actuator's resolution: the move is not applied
+                new_s = float(s0[i])
+                ctl.sleep[g] = new_s
                 m = float(ctl.mps[g])
-                will_act = ctl.outer_target_one(ctl.slo - lat[i], int(sat[i]), m) != m
+                if sched:
+                    self._mps_slope(g, float(s0[i]), lat[i])
+                will_act = ctl.outer_target_one(ctl.slo - lat[i], int(sat[i]), m,
+                                                float(ctl.mps_gain[g])) != m
                 self._park(g, t, will_act)
             if new_s != s0[i] or changed[i]:
                 self.dirty.add(g)

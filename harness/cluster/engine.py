@@ -178,7 +178,8 @@ class Simulation(ControllerMixin):
         d, m, k = self.d[j], self.memj[j], self.kindj[j]
         pool = 0 if self.pol.mixed else k
         g = -1
-        if not self.pol.exclusive and self.G:
+        if not (self.pol.exclusive or (k == TRAINING and self.pol.exclusive_training)) \
+                and self.G:
             G = self.G
             mask = self.nonempty[:G] & (self.free_u[:G] >= d - 1e-9) & (
                 self.free_m[:G] >= m - 1e-9)
@@ -285,7 +286,8 @@ class Simulation(ControllerMixin):
             u = [0.0 if t < self.jrestart[j] else min(self.share[j], self.smax * self.d[j])
                  for j in self.gjobs[g]]
         else:
-            u = fixed_shares(self.gk[g], self.gd[g], pol.weights, self.smax, pol.exclusive)
+            u = fixed_shares(self.gk[g], self.gd[g], pol.weights, self.smax,
+                             pol.exclusive or pol.exclusive_training)
         return rates(u, self.gd[g], self.gb[g], self.gs[g], self.speed[g], p.interference)
 
     def _refresh(self, g: int, t: int) -> None:
@@ -300,24 +302,32 @@ class Simulation(ControllerMixin):
             return
         rem, tref, fin = self.rem, self.tref, self.fin
         first = INF
+        ceil = math.ceil
         for j, r in zip(jobs, new):
             rj = rate[j]
-            if rj:
-                rem[j] -= rj * (t - tref[j])
-            tref[j] = t
             if r != rj:
+                if rj:
+                    rem[j] -= rj * (t - tref[j])
+                tref[j] = t
                 rate[j] = r
                 if r > 0:
-                    x = rem[j]
-                    k = max(1, math.ceil((x - EPS_WORK) / r))
-                    while k > 1 and x - (k - 1) * r <= EPS_WORK:
-                        k -= 1
-                    while x - k * r > EPS_WORK:
+                    # smallest k >= 1 with rem - k r <= EPS (what the 1 s loop finds)
+                    x = rem[j] - EPS_WORK
+                    k = ceil(x / r)
+                    if k < 1:
+                        k = 1
+                    elif x - k * r > 0:
                         k += 1
-                    fin[j] = t + k
+                    elif k > 1 and x - (k - 1) * r <= 0:
+                        k -= 1
+                    f = t + k
                 else:
-                    fin[j] = INF
-            first = min(first, fin[j])
+                    f = INF
+                fin[j] = f
+            else:
+                f = fin[j]
+            if f < first:  # noqa: PLR1730 (faster than min in this loop)
+                first = f
         self.gver[g] += 1
         if first < INF:
             heapq.heappush(self.heap, (first, self.gver[g], g))
@@ -338,6 +348,7 @@ class Simulation(ControllerMixin):
         ratio, period = self.pol.provision_ratio, self.period
         heap, rheap, wheap, gver, wtoken = self.heap, self.rheap, self.wheap, self.gver, self.wtoken
         ai, t, ticks, peak, last = 0, -1, 0, 0, 0.0
+        acc_t, acc_used, acc_prov = 0, 0, 0     # GPU counts since tick acc_t
         running: set[int] = set()
         while True:
             if stepwise:
@@ -358,13 +369,16 @@ class Simulation(ControllerMixin):
                     nc = (t // period + 1) * period
                     nt = min(nt, nc)
             nt = min(nt, horizon)
-            if t >= 0:     # GPUs over [t, nt)
+            if t >= 0:     # GPU counts hold over [t, nt); integrate when they change
                 used = self.n_used
                 prov = used if not ratio else int((1 + ratio) * max(
                     self.n_pool[TRAINING], math.ceil(self.n_pool[INFERENCE] / ratio)))
-                peak = max(peak, prov)
-                _accumulate(used_s, prov_s, t, nt, used, prov)
+                if used != acc_used or prov != acc_prov:
+                    _accumulate(used_s, prov_s, acc_t, t, acc_used, acc_prov)
+                    acc_t, acc_used, acc_prov = t, used, prov
+                    peak = max(peak, prov)
             if nt >= horizon:
+                _accumulate(used_s, prov_s, acc_t, horizon, acc_used, acc_prov)
                 break
             t = nt
             ticks += 1

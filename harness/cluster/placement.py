@@ -74,8 +74,9 @@ class KacePredictor:
     def gpu_scores(self, fx: np.ndarray, count: np.ndarray, fsum: np.ndarray) -> np.ndarray:
         """Sum over the jobs already on each GPU of the predicted pair slowdown with ``fx``.
 
-        ``count[g]`` jobs with feature sum ``fsum[g]``: sum_y w.phi(x, y) =
-        count (w0 + w1.fx + fx W fx... ) is linear in fsum because phi is bilinear.
+        With ``count[g]`` jobs whose features sum to ``fsum[g]``, and ``phi`` bilinear:
+        ``sum_y w.phi(x, y) = count (w0 + w1.fx) + w1.fsum + fsum' Ws fx``
+        (``Ws`` the symmetric part of the interaction weights).
         """
         Ws = (self.W + self.W.T) / 2
         lin = self.w0 + self.w1 @ fx

@@ -108,6 +108,7 @@ class Policy:
     controller: str      # "", "gpucolo" or "gslice"
     weights: tuple[float, float] = (1.0, 1.0)   # fixed share weights (inference, training)
     provision_ratio: float = 0.0                 # Separate: inference GPUs per training GPU
+    exclusive_training: bool = False             # GSLICE: training jobs one per GPU
 
     @property
     def label(self) -> str:
@@ -122,7 +123,7 @@ def make_policy(name: str) -> Policy:
         "separate": Policy("separate", False, False, "", provision_ratio=5.0),
         "simple": Policy("simple", True, False, ""),
         "conservative": Policy("conservative", True, False, "", weights=(4.0, 1.0)),
-        "gslice": Policy("gslice", False, False, "gslice"),
+        "gslice": Policy("gslice", False, False, "gslice", exclusive_training=True),
         "gpucolo": Policy("gpucolo", True, False, "gpucolo"),
     }[name]
 

@@ -7,7 +7,7 @@ same equations as ``TwoTierController.update`` with a P inner design (``ki = 0``
 * hold (no inner move, no outer count) while ``hold_left > 0`` after an MPS change;
 * inner: ``e = slo - l``; ``s = clamp(s + kp e, lo, hi)``; saturation "high"/"low";
 * outer, every ``every`` non-held periods: acts when ``|e|/slo > threshold`` or saturated;
-  ``d = e / mps_gain`` (at least ``saturated_step`` down when saturated high, up when
+  ``d = e / mps_gain`` (per GPU; ``TwoTierController`` takes it from its model family) (at least ``saturated_step`` down when saturated high, up when
   saturated low with a large positive error), ``mps = clamp(round(mps + d))``.
 
 ``tests/harness/cluster/test_cluster_vcontrol.py`` checks it against N scalar
@@ -37,13 +37,14 @@ class VectorTwoTier:
         self.threshold = float(threshold)
         self.lo, self.hi = map(float, sleep_bounds)
         self.mlo, self.mhi = map(float, mps_bounds)
-        self.mps_gain = float(mps_gain) if mps_gain is not None else self.slo / 100.0
+        self.default_mps_gain = float(mps_gain) if mps_gain is not None else self.slo / 100.0
         self.sat_step = float(saturated_step)
         self.hold_periods = int(hold_periods)
         n = capacity
         self.sleep = np.full(n, self.lo)
         self.mps = np.full(n, self.mhi)
         self.kp = np.zeros(n)
+        self.mps_gain = np.full(n, self.default_mps_gain)   # per GPU (ms of latency per %)
         self.count = np.zeros(n, dtype=np.int64)
         self.hold = np.zeros(n, dtype=np.int64)
 
@@ -52,7 +53,7 @@ class VectorTwoTier:
             return
         m = max(n, 2 * len(self.sleep))
         for name, fill in (("sleep", self.lo), ("mps", self.mhi), ("kp", 0.0), ("count", 0),
-                           ("hold", 0)):
+                           ("hold", 0), ("mps_gain", self.default_mps_gain)):
             a = getattr(self, name)
             b = np.full(m, fill, dtype=a.dtype)
             b[:len(a)] = a
@@ -64,6 +65,7 @@ class VectorTwoTier:
         self.mps[idx] = self.mhi
         self.count[idx] = 0
         self.hold[idx] = 0
+        self.mps_gain[idx] = self.default_mps_gain
 
     def update(self, idx: np.ndarray, latency: np.ndarray, restarting: np.ndarray | None = None):
         """One period for the slots ``idx`` with their measured latencies (``restarting``: the
@@ -97,7 +99,7 @@ class VectorTwoTier:
         changed = np.zeros(len(idx), dtype=bool)
         if fire.any():
             f = np.nonzero(fire)[0]
-            new_mps = self.outer_target(e[f], sat[f], self.mps[idx[f]])
+            new_mps = self.outer_target(e[f], sat[f], self.mps[idx[f]], self.mps_gain[idx[f]])
             ch = new_mps != self.mps[idx[f]]
             g = idx[f[ch]]
             self.mps[g] = new_mps[ch]
@@ -138,7 +140,7 @@ class VectorTwoTier:
             if c >= self.every:
                 c = 0
                 m = float(self.mps[g])
-                nm = self.outer_target_one(e, st, m)
+                nm = self.outer_target_one(e, st, m, float(self.mps_gain[g]))
                 if nm != m:
                     self.mps[g] = nm
                     self.hold[g] = self.hold_periods
@@ -146,23 +148,25 @@ class VectorTwoTier:
             self.count[g] = c
         return s0, changed, sat, held
 
-    def outer_target_one(self, e: float, sat: int, mps: float) -> float:
+    def outer_target_one(self, e: float, sat: int, mps: float, gain: float | None = None
+                         ) -> float:
         """Scalar :meth:`outer_target`."""
         rel = abs(e) / self.slo
         if rel <= self.threshold and sat == 0:
             return mps
-        delta = e / self.mps_gain
+        delta = e / (self.default_mps_gain if gain is None else gain)
         if sat == 1:
             delta = min(delta, -self.sat_step)
         elif sat == -1 and e > 0:
             delta = max(delta, self.sat_step if rel > self.threshold else 0.0)
         return float(min(max(round(mps + delta), self.mlo), self.mhi))
 
-    def outer_target(self, e: np.ndarray, sat: np.ndarray, mps: np.ndarray) -> np.ndarray:
+    def outer_target(self, e: np.ndarray, sat: np.ndarray, mps: np.ndarray,
+                     gain: np.ndarray | float | None = None) -> np.ndarray:
         """The MPS the outer loop would set (equal to ``mps`` where it would not act)."""
         rel = np.abs(e) / self.slo
         quiet = (rel <= self.threshold) & (sat == 0)
-        delta = e / self.mps_gain
+        delta = e / (self.default_mps_gain if gain is None else gain)
         delta = np.where(sat == 1, np.minimum(delta, -self.sat_step), delta)
         low_push = (sat == -1) & (e > 0)
         delta = np.where(low_push, np.maximum(delta, np.where(rel > self.threshold,

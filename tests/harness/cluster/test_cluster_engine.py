@@ -92,7 +92,8 @@ def test_gpucolo_controls_inference_to_its_setpoint():
     g = sim.gpu[0]
     lat, ref = sim.colo_latency_check(g)
     assert lat == pytest.approx(ref, rel=1e-12)
-    assert lat == pytest.approx(sim.setpoint, abs=0.05)
+    # within one actuator step (1 ms of sleep) of the set point
+    assert lat == pytest.approx(sim.setpoint, abs=0.2)
     assert 0.0 < sim.ctl.sleep[g] < 1.0
     assert r.controller_updates < 20      # settled and parked quickly
 

@@ -53,7 +53,7 @@ def test_cli_cluster_synthetic(tmp_path, capsys):
                "--out", str(out), "--no-progress"])
     assert rc == 0
     text = capsys.readouterr().out
-    assert "GPUColo (first-fit) saves" in text and "paper 74.9 %" in text
+    assert "GPUColo (first-fit): saves" in text and "paper 74.9 %" in text
     for f in ("summary.csv", "daily.csv", "fig12_gpus.png", "fig13a_violation.png",
               "ratio.csv", "fig13b_ratio.png"):
         assert (out / f).stat().st_size > 0

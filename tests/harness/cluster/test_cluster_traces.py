@@ -207,3 +207,12 @@ def test_with_ratio(ratio):
     r = with_ratio(t, ratio)
     c = r.counts()
     assert c["inference"] / c["training"] == pytest.approx(ratio, rel=0.15)
+
+
+@pytest.mark.parametrize("module", ["harness.cluster", "harness.cluster.traces"])
+def test_doctests(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0

@@ -1,0 +1,100 @@
+"""Cluster simulator benchmark: wall time, GPUs saved, SLO violation, placement effect.
+
+Prints, for the whole openb trace and for the synthetic 57-day trace (both with the seed-000
+inference burst, days 20-40):
+
+* wall time and CPU time per policy run (goals: openb <= 10 s, synthetic <= 60 s, 2 cores);
+* mean GPUs, GPUs saved by GPUColo vs No Co-location (paper 74.9 %) and vs GSLICE (50.2 %);
+* inference SLO violation rate (paper: GPUColo 1.1 %, GSLICE 27.2 %);
+* the effect of the placement policy (first-fit, KACE-style, Mudi-style) on GSLICE and GPUColo.
+
+    python benchmarks/cluster.py [--scale 3000] [--placement-scale 300] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+from harness.cluster import SimConfig, Simulation, inference_burst, load_openb, synthetic
+from harness.cluster.policies import LABELS
+from harness.cluster.report import saved, window_violation
+
+
+def run(trace, policy, placement="first-fit"):
+    c0 = time.process_time()
+    r = Simulation(trace, SimConfig(policy=policy, placement=placement)).run()
+    return r, time.process_time() - c0
+
+
+def table(name, trace, policies, goal_s, burst):
+    print(f"\n## {name}: {len(trace)} per-GPU tasks, {trace.days:.1f} days")
+    print(f"{'policy':16s} {'mean GPUs':>9s} {'SLO viol':>8s} {'in burst':>8s} "
+          f"{'train x':>7s} {'wall s':>7s} {'cpu s':>6s} {'ctl updates':>11s}")
+    res = {}
+    for pol in policies:
+        r, cpu = run(trace, pol)
+        res[pol] = r
+        print(f"{LABELS[pol]:16s} {r.mean_gpus:9.1f} {100 * r.violation_rate:7.1f}% "
+              f"{100 * window_violation(r, *burst):7.1f}% {r.training_slowdown():7.3f} "
+              f"{r.wall_s:7.2f} {cpu:6.2f} {r.controller_updates:11d}")
+    g, n, s = res["gpucolo"], res["nocolo"], res.get("gslice")
+    total = sum(r.wall_s for r in res.values())
+    print(f"GPUColo saves {100 * saved(n.mean_gpus, g.mean_gpus):.1f} % of GPUs vs No "
+          f"Co-location (paper 74.9 %)" + (
+              f", {100 * saved(s.mean_gpus, g.mean_gpus):.1f} % vs GSLICE (paper 50.2 %)"
+              if s else ""))
+    if s:
+        print(f"SLO violation: GPUColo {100 * g.violation_rate:.1f} %, GSLICE "
+              f"{100 * s.violation_rate:.1f} % (paper 1.1 % vs 27.2 %)")
+    print(f"wall time: GPUColo run {g.wall_s:.1f} s, all {len(res)} policies {total:.1f} s "
+          f"(goal <= {goal_s:g} s per run: {'met' if g.wall_s <= goal_s else 'NOT met'})")
+    return res
+
+
+def placements(name, trace, burst):
+    print(f"\n## placement effect — {name}: {len(trace)} tasks")
+    print(f"{'policy':10s} {'placement':10s} {'mean GPUs':>9s} {'SLO viol':>8s} "
+          f"{'train x':>7s} {'wall s':>7s}")
+    for pol in ("gslice", "gpucolo"):
+        for pl in ("first-fit", "kace", "mudi"):
+            r, _ = run(trace, pol, pl)
+            extra = f"  (KACE R^2 {r.kace_r2:.3f})" if pl == "kace" else ""
+            print(f"{LABELS[pol]:10s} {pl:10s} {r.mean_gpus:9.1f} "
+                  f"{100 * r.violation_rate:7.1f}% {r.training_slowdown():7.3f} "
+                  f"{r.wall_s:7.2f}{extra}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=3000.0,
+                    help="synthetic: mean busy GPUs under No Co-location (paper ~3059)")
+    ap.add_argument("--placement-scale", type=float, default=300.0)
+    ap.add_argument("--quick", action="store_true", help="synthetic at 1/10 scale")
+    args = ap.parse_args()
+    scale = args.scale / 10 if args.quick else args.scale
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"python {platform.python_version()} on {platform.machine()}, "
+          f"{os.cpu_count()} cores, load average {load:.1f} at start")
+    burst = (20.0, 40.0)
+    pols = ("nocolo", "separate", "simple", "conservative", "gslice", "gpucolo")
+    t0 = time.perf_counter()
+    openb = inference_burst(load_openb(), *burst)
+    print(f"openb loaded in {time.perf_counter() - t0:.2f} s; {openb.report.summary()}")
+    table("openb (whole trace, burst days 20-40)", openb, pols, 10, burst)
+    dense = inference_burst(load_openb().window(112, 38), 13, 26)
+    table("openb days 112-150 (where its arrivals are), burst days 13-26", dense, pols, 10,
+          (13, 26))
+    syn = inference_burst(synthetic(days=57, target_gpus=scale, seed=0), *burst)
+    table(f"synthetic 57 days, scale {scale:g} GPUs", syn,
+          ("nocolo", "separate", "gslice", "gpucolo"), 60, burst)
+    placements(f"synthetic 57 days, scale {args.placement_scale:g}",
+               inference_burst(synthetic(days=57, target_gpus=args.placement_scale, seed=0),
+                               *burst), burst)
+    placements("openb days 112-150", dense, (13, 26))
+
+
+if __name__ == "__main__":
+    main()
