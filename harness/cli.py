@@ -16,6 +16,7 @@ import sys
 COMMAND_MODULES: list[str] = [
     "harness.cluster.commands",
     "harness.experiments.commands",
+    "gpucontrol.daemon",
     "harness.experiments.identify",
 ]
 

@@ -1,0 +1,326 @@
+"""Actuation figures: pause/resume latency, duty-cycle accuracy, guardian resume time.
+
+* Pause/resume latency of the sleep actuators on busy-loop processes: the time to issue the
+  pause (SIGSTOP through pidfds, or a write of cgroup.freeze) and the time until the kernel
+  confirms it (/proc state T, or cgroup.events ``frozen 1``); the same for the resume.
+  Goal: < 1 ms p99 (seed 000 measured < 5 ms).
+* Duty-cycle accuracy: a real daemon (``--fixed-sleep``) pauses a busy loop at commanded
+  stopped fractions; the achieved fraction is sampled from outside (state T or SIGSTOP
+  pending) over whole cycles.
+* Guardian: a daemon holding a busy loop paused is SIGKILLed; time until the loop runs again.
+  Goal: < 100 ms.
+
+    python benchmarks/actuation.py [--cycles 1000] [--duty-window 4] [--kills 20]
+
+Every process it starts is resumed and killed before it exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import platform
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gpucontrol.actuators import CgroupFreezer, SignalDutyCycler
+from gpucontrol.actuators.sleep import cgroup2_mounts
+
+BUSY = "while True: pass"
+TREE = ("import subprocess, sys\n"
+        "for _ in range(7): subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+        "while True: pass\n")
+
+
+class Procs:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def spawn(self, argv: list[str], **kw) -> subprocess.Popen:
+        p = subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, **kw)
+        self.procs.append(p)
+        return p
+
+    def cleanup(self) -> None:
+        for p in self.procs:
+            if p.returncode is None:
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.killpg(p.pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return raw[raw.rindex(b")") + 2:].split()[0].decode()
+
+
+def stop_requested(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"State:") and line.split()[1] in (b"T", b"t"):
+                    return True
+                if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & (
+                        1 << (signal.SIGSTOP - 1)):
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def q(xs: list[float], p: float) -> float:
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    return s[max(0, min(len(s) - 1, math.ceil(p * len(s)) - 1))]
+
+
+def ms(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{1e3 * x:.3f}"
+
+
+# ---------------------------------------------------------------------------- latency
+def signal_latency(procs: Procs, cycles: int, tree: bool) -> dict[str, list[float]]:
+    root = procs.spawn([sys.executable, "-c", TREE if tree else BUSY])
+    time.sleep(0.5 if tree else 0.1)
+    cyc = SignalDutyCycler([root.pid])
+    pids = cyc.pids()
+    out: dict[str, list[float]] = {"pause": [], "pause_confirmed": [], "resume": [],
+                                   "resume_confirmed": []}
+    try:
+        for _ in range(cycles):
+            t0 = time.perf_counter()
+            cyc.pause_now()
+            t1 = time.perf_counter()
+            while any(state(p) not in ("T", None) for p in pids):
+                os.sched_yield()
+            t2 = time.perf_counter()
+            time.sleep(0.002)
+            t3 = time.perf_counter()
+            cyc.resume_now()
+            t4 = time.perf_counter()
+            while any(state(p) == "T" for p in pids):
+                os.sched_yield()
+            t5 = time.perf_counter()
+            out["pause"].append(t1 - t0)
+            out["pause_confirmed"].append(t2 - t0)
+            out["resume"].append(t4 - t3)
+            out["resume_confirmed"].append(t5 - t3)
+            time.sleep(0.003)
+    finally:
+        cyc.close()
+    out["n_procs"] = [len(pids)]
+    return out
+
+
+def freezer_latency(procs: Procs, cycles: int) -> dict[str, list[float]] | None:
+    for mount in cgroup2_mounts():
+        group = Path(mount) / f"gpucontrol-bench-{os.getpid()}"
+        try:
+            group.mkdir()
+        except OSError:
+            continue
+        break
+    else:
+        return None
+    out: dict[str, list[float]] = {"pause": [], "pause_confirmed": [], "resume": [],
+                                   "resume_confirmed": []}
+    fz = None
+    try:
+        root = procs.spawn([sys.executable, "-c", TREE])
+        (group / "cgroup.procs").write_text(str(root.pid))
+        time.sleep(0.5)
+        fz = CgroupFreezer(group)
+        for _ in range(cycles):
+            t0 = time.perf_counter()
+            fz.pause_now()
+            t1 = time.perf_counter()
+            fz.wait_frozen(True, timeout=1.0)
+            t2 = time.perf_counter()
+            time.sleep(0.002)
+            t3 = time.perf_counter()
+            fz.resume_now()
+            t4 = time.perf_counter()
+            fz.wait_frozen(False, timeout=1.0)
+            t5 = time.perf_counter()
+            out["pause"].append(t1 - t0)
+            out["pause_confirmed"].append(t2 - t0)
+            out["resume"].append(t4 - t3)
+            out["resume_confirmed"].append(t5 - t3)
+            time.sleep(0.003)
+    finally:
+        if fz is not None:
+            fz.close()
+        for name, value in (("cgroup.freeze", "0"), ("cgroup.kill", "1")):
+            try:
+                (group / name).write_text(value)
+            except OSError:
+                pass
+        procs.cleanup()
+        for _ in range(200):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.01)
+    return out
+
+
+# ---------------------------------------------------------------------------- duty cycle
+def daemon_argv(tmp: str, name: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "gpucontrol.daemon", "--socket", f"{tmp}/{name}.sock",
+            "--state", f"{tmp}/{name}.state.json", "--hook", f"{tmp}/{name}.hook", *args]
+
+
+def wait_started(p: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([p.stdout], [], [], 1.0)
+        if r:
+            line = p.stdout.readline()
+            if not line:
+                break
+            if json.loads(line).get("event") == "started":
+                return
+    raise RuntimeError("daemon did not start")
+
+
+def duty_case(procs: Procs, tmp: str, quantum: float, sleep: float,
+              window: float) -> tuple[float, int]:
+    t = procs.spawn([sys.executable, "-c", BUSY])
+    d = procs.spawn(daemon_argv(tmp, f"duty{sleep}", "--training-pid", str(t.pid),
+                                "--fixed-sleep", str(sleep), "--run-quantum-s", str(quantum),
+                                "--max-sleep-s", "10", "--period-s", "1",
+                                "--sleep-method", "signal"),
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        wait_started(d)
+        samples = []
+        end = time.monotonic() + window
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            x = stop_requested(t.pid)
+            t1 = time.monotonic()
+            if t1 - t0 < 0.0003:
+                samples.append(((t0 + t1) / 2, x))
+            time.sleep(0.0002)
+    finally:
+        d.terminate()
+        d.wait(10)
+        procs.cleanup()
+    edges = [i for i in range(1, len(samples)) if samples[i - 1][1] and not samples[i][1]]
+    seg = samples[edges[0]:edges[-1] + 1]
+    stopped = sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in itertools.pairwise(seg))
+    return stopped / (seg[-1][0] - seg[0][0]), len(edges) - 1
+
+
+# ---------------------------------------------------------------------------- guardian
+def guardian_trials(procs: Procs, tmp: str, kills: int) -> list[float]:
+    out = []
+    t = procs.spawn([sys.executable, "-c", BUSY])
+    args = daemon_argv(tmp, "g", "--training-pid", str(t.pid), "--fixed-sleep", "1",
+                       "--run-quantum-s", "0.001", "--period-s", "1")
+    try:
+        for _ in range(kills):
+            d = procs.spawn(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            wait_started(d)
+            deadline = time.monotonic() + 5
+            while state(t.pid) != "T" and time.monotonic() < deadline:
+                time.sleep(0.001)
+            time.sleep(0.05)
+            d.kill()
+            t0 = time.perf_counter()
+            while state(t.pid) == "T":
+                os.sched_yield()
+                if time.perf_counter() - t0 > 5:
+                    break
+            out.append(time.perf_counter() - t0)
+            d.wait()
+            d.stdout.close()
+    finally:
+        procs.cleanup()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cycles", type=int, default=500)
+    ap.add_argument("--duty-window", type=float, default=4.0)
+    ap.add_argument("--kills", type=int, default=20)
+    a = ap.parse_args()
+    print(f"# actuation benchmark -- {platform.python_version()}, {platform.machine()}, "
+          f"{os.cpu_count()} CPUs, kernel {platform.release()}, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    rows = []
+    for label, fn in (("SIGSTOP/SIGCONT, 1 busy process", lambda p: signal_latency(
+            p, a.cycles, tree=False)),
+                      ("SIGSTOP/SIGCONT, tree of 8 busy processes", lambda p: signal_latency(
+                          p, a.cycles, tree=True)),
+                      ("cgroup v2 freezer, group of 8 busy processes", lambda p: freezer_latency(
+                          p, a.cycles))):
+        procs = Procs()
+        try:
+            r = fn(procs)
+        finally:
+            procs.cleanup()
+        if r is None:
+            print(f"| {label} | no writable cgroup v2 group here |")
+            continue
+        rows.append((label, r))
+    print("\n## Pause/resume latency (ms), goal p99 < 1 ms\n")
+    print("| actuator | pause p50 | pause p99 | confirmed p50 | confirmed p99 | "
+          "resume p50 | resume p99 | resumed p50 | resumed p99 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label, r in rows:
+        print(f"| {label} | " + " | ".join(
+            f"{ms(q(r[k], 0.5))} | {ms(q(r[k], 0.99))}"
+            for k in ("pause", "pause_confirmed", "resume", "resume_confirmed")) + " |")
+
+    print(f"\n## Duty cycle: commanded vs achieved stopped fraction "
+          f"(run quantum 0.1 s, windows >= {a.duty_window:g} s and >= 10 cycles, a daemon per case)\n")
+    print("| sleep (s) | commanded | achieved | error | cycles |")
+    print("|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for sleep in (0.011, 0.033, 0.1, 0.3, 0.9):
+            procs = Procs()
+            try:
+                window = max(a.duty_window, 10 * (0.1 + sleep))  # >= 10 cycles
+                achieved, cycles = duty_case(procs, tmp, 0.1, sleep, window)
+            finally:
+                procs.cleanup()
+            cmd = sleep / (0.1 + sleep)
+            print(f"| {sleep:g} | {cmd:.3f} | {achieved:.3f} | {achieved - cmd:+.3f} | "
+                  f"{cycles} |")
+        procs = Procs()
+        try:
+            g = guardian_trials(procs, tmp, a.kills)
+        finally:
+            procs.cleanup()
+    print(f"\n## Guardian: resume after the daemon is SIGKILLed ({len(g)} kills), "
+          "goal < 100 ms\n")
+    print("| p50 (ms) | p99 (ms) | max (ms) |")
+    print("|---:|---:|---:|")
+    print(f"| {ms(q(g, 0.5))} | {ms(q(g, 0.99))} | {ms(max(g))} |")
+
+
+if __name__ == "__main__":
+    main()
