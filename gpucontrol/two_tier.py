@@ -126,7 +126,7 @@ class TwoTierController:
         estimator = None
         if self.adaptive:
             estimator = GainEstimator(nominal.gain, forgetting, adaptive_ratio_bounds,
-                                      min_effect_ms=max(0.25, 0.003 * self.slo_ms))
+                                      min_effect_ms=0.01 * self.slo_ms)
         self.inner = InnerSleepController(
             self.design.kp, self.slo_ms, self.sleep_bounds_s, ki=self.design.ki,
             initial_sleep_s=initial_sleep_s, estimator=estimator,

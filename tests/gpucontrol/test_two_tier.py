@@ -208,8 +208,22 @@ def test_gain_estimator_bounds_and_sign():
     assert est.gain == pytest.approx(-20.0)
     est.reset()
     for _ in range(50):
-        est.update(0.5, +3.0)  # wrong sign: ignored
-    assert est.gain == -10.0 and est.updates == 0
+        est.update(0.5, +3.0)  # evidence of the wrong sign: clamped, sign kept
+    assert est.gain == pytest.approx(-5.0)
+    est.reset()
+    assert not est.update(1e-3, -0.01)  # too small to be informative
+    assert est.updates == 0
+
+
+def test_gain_estimator_is_not_biased_by_closed_loop_noise():
+    """At steady state the increments are noise-driven; they must not inflate the estimate."""
+    ests = []
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        ctl = TwoTierController(MODEL, 90.0, outer="none", sleep_bounds_s=(0, 20), adaptive=True)
+        close_loop(ctl, lambda s, m, k: 100 + MODEL.gain * s + rng.normal(0, 0.3), 200)
+        ests.append(ctl.inner.estimator.gain / MODEL.gain)
+    assert 0.85 < float(np.median(ests)) < 1.2
 
 
 measurements = st.one_of(
