@@ -29,9 +29,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from gpucontrol.actuators import CgroupFreezer, SignalDutyCycler
+from gpucontrol.actuators import CgroupFreezer, DutyCycler, SignalDutyCycler
+from gpucontrol.actuators.procs import read_stat, stop_requested
 from gpucontrol.actuators.sleep import cgroup2_mounts
 
 BUSY = "while True: pass"
@@ -65,26 +67,8 @@ class Procs:
 
 
 def state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return raw[raw.rindex(b")") + 2:].split()[0].decode()
-
-
-def stop_requested(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"State:") and line.split()[1] in (b"T", b"t"):
-                    return True
-                if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & (
-                        1 << (signal.SIGSTOP - 1)):
-                    return True
-    except OSError:
-        pass
-    return False
+    st = read_stat(pid)
+    return None if st is None else st.state
 
 
 def q(xs: list[float], p: float) -> float:
@@ -99,37 +83,37 @@ def ms(x: float) -> str:
 
 
 # ---------------------------------------------------------------------------- latency
+def latency_loop(cycler: DutyCycler, cycles: int, paused: Callable[[], bool],
+                 running: Callable[[], bool]) -> dict[str, list[float]]:
+    """Time ``cycles`` pauses and resumes: issued, and confirmed by the kernel."""
+    out: dict[str, list[float]] = {"pause": [], "pause_confirmed": [], "resume": [],
+                                   "resume_confirmed": []}
+    for _ in range(cycles):
+        for kind, act, done in (("pause", cycler.pause_now, paused),
+                                ("resume", cycler.resume_now, running)):
+            t0 = time.perf_counter()
+            act()
+            t1 = time.perf_counter()
+            deadline = t1 + 1.0
+            while not done() and time.perf_counter() < deadline:
+                os.sched_yield()
+            out[kind].append(t1 - t0)
+            out[f"{kind}_confirmed"].append(time.perf_counter() - t0)
+            time.sleep(0.002)
+    return out
+
+
 def signal_latency(procs: Procs, cycles: int, tree: bool) -> dict[str, list[float]]:
     root = procs.spawn([sys.executable, "-c", TREE if tree else BUSY])
     time.sleep(0.5 if tree else 0.1)
     cyc = SignalDutyCycler([root.pid])
     pids = cyc.pids()
-    out: dict[str, list[float]] = {"pause": [], "pause_confirmed": [], "resume": [],
-                                   "resume_confirmed": []}
     try:
-        for _ in range(cycles):
-            t0 = time.perf_counter()
-            cyc.pause_now()
-            t1 = time.perf_counter()
-            while any(state(p) not in ("T", None) for p in pids):
-                os.sched_yield()
-            t2 = time.perf_counter()
-            time.sleep(0.002)
-            t3 = time.perf_counter()
-            cyc.resume_now()
-            t4 = time.perf_counter()
-            while any(state(p) == "T" for p in pids):
-                os.sched_yield()
-            t5 = time.perf_counter()
-            out["pause"].append(t1 - t0)
-            out["pause_confirmed"].append(t2 - t0)
-            out["resume"].append(t4 - t3)
-            out["resume_confirmed"].append(t5 - t3)
-            time.sleep(0.003)
+        return latency_loop(cyc, cycles,
+                            lambda: all(state(p) in ("T", None) for p in pids),
+                            lambda: not any(state(p) == "T" for p in pids))
     finally:
         cyc.close()
-    out["n_procs"] = [len(pids)]
-    return out
 
 
 def freezer_latency(procs: Procs, cycles: int) -> dict[str, list[float]] | None:
@@ -142,31 +126,13 @@ def freezer_latency(procs: Procs, cycles: int) -> dict[str, list[float]] | None:
         break
     else:
         return None
-    out: dict[str, list[float]] = {"pause": [], "pause_confirmed": [], "resume": [],
-                                   "resume_confirmed": []}
     fz = None
     try:
         root = procs.spawn([sys.executable, "-c", TREE])
         (group / "cgroup.procs").write_text(str(root.pid))
         time.sleep(0.5)
         fz = CgroupFreezer(group)
-        for _ in range(cycles):
-            t0 = time.perf_counter()
-            fz.pause_now()
-            t1 = time.perf_counter()
-            fz.wait_frozen(True, timeout=1.0)
-            t2 = time.perf_counter()
-            time.sleep(0.002)
-            t3 = time.perf_counter()
-            fz.resume_now()
-            t4 = time.perf_counter()
-            fz.wait_frozen(False, timeout=1.0)
-            t5 = time.perf_counter()
-            out["pause"].append(t1 - t0)
-            out["pause_confirmed"].append(t2 - t0)
-            out["resume"].append(t4 - t3)
-            out["resume_confirmed"].append(t5 - t3)
-            time.sleep(0.003)
+        out = latency_loop(fz, cycles, fz.frozen, lambda: not fz.frozen())
     finally:
         if fz is not None:
             fz.close()

@@ -73,6 +73,25 @@ def proc_uids(pid: int) -> tuple[int, int] | None:
     return None
 
 
+def stop_requested(pid: int) -> bool:
+    """True when ``pid`` can run no more user code: stopped (state T) or a SIGSTOP pending.
+
+    A runnable process that is sent SIGSTOP enters state T only once it gets a CPU; until then
+    the signal is pending and it executes nothing. Measurements of the achieved stopped
+    fraction count both (used by the tests and benchmarks/actuation.py)."""
+    try:
+        with open(f"/proc/{int(pid)}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"State:") and line.split()[1] in (b"T", b"t"):
+                    return True
+                if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & (
+                        1 << (signal.SIGSTOP - 1)):
+                    return True
+    except (OSError, ValueError, IndexError):
+        return False
+    return False
+
+
 def ancestors(pid: int) -> list[int]:
     """PIDs of the parent chain of ``pid`` (nearest first, ending at 1 or where it breaks)."""
     out: list[int] = []

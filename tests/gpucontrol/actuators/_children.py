@@ -13,6 +13,11 @@ import subprocess
 import sys
 import time
 
+from gpucontrol.actuators.procs import stop_requested
+
+__all__ = ["BUSY", "SLEEPER", "Children", "daemon_argv", "group_pids", "read_events", "state",
+           "stop_requested", "stopped_pids", "wait_state"]
+
 BUSY = "while True: pass"
 SLEEPER = "import time\nwhile True: time.sleep(1)"
 
@@ -88,22 +93,6 @@ def group_pids(pgid: int) -> list[int]:
             except ProcessLookupError:
                 pass
     return out
-
-
-def stop_requested(pid: int) -> bool:
-    """True when the process can run no more user code: stopped (T), or a SIGSTOP is pending
-    (it stops as soon as it is scheduled; on a busy machine that can take milliseconds)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"State:") and line.split()[1] in (b"T", b"t"):
-                    return True
-                if line.startswith((b"SigPnd:", b"ShdPnd:")) and int(line.split()[1], 16) & (
-                        1 << (signal.SIGSTOP - 1)):
-                    return True
-    except (OSError, ValueError, IndexError):
-        return False
-    return False
 
 
 def daemon_argv(tmp, name: str, *args: str) -> list[str]:
