@@ -20,6 +20,7 @@ __all__ = [
 ]
 from .controllers import GainEstimator, InnerSleepController, Measurement, OuterMPSOptimizer
 from .two_tier import Actuation, TwoTierController
+from .report import report_latency
 
 __all__ += ["Measurement", "GainEstimator", "InnerSleepController", "OuterMPSOptimizer",
-            "Actuation", "TwoTierController"]
+            "Actuation", "TwoTierController", "report_latency"]

@@ -122,11 +122,32 @@ class Design:
 
 
 def step_sequence(char_poly: np.ndarray, num: np.ndarray, n: int) -> np.ndarray:
-    """Unit-step response samples y(0..n-1) of ``num(z)/char_poly(z)`` (descending powers)."""
-    from scipy.signal import dlti, dstep
+    """Unit-step response samples y(0..n-1) of ``num(z)/char_poly(z)`` (descending powers).
 
-    _, (y,) = dstep(dlti(num, char_poly, dt=1.0), n=n)
-    return y.ravel()
+    A direct difference-equation recursion (the polynomials here have degree <= a few), so
+    building a controller does not import scipy.signal or python-control.
+    """
+    den = np.asarray(char_poly, dtype=float)
+    b = np.asarray(num, dtype=float)
+    order = den.size - 1
+    if b.size > den.size:
+        raise ValueError("improper transfer function: numerator degree exceeds denominator's")
+    b = np.r_[np.zeros(den.size - b.size), b] / den[0]   # align powers: z^-k coefficients
+    a = den / den[0]
+    y = np.zeros(n)
+    for k in range(n):
+        acc = 0.0
+        for i in range(order + 1):
+            if k - i >= 0:
+                acc += b[i]          # the input is a unit step: u(k - i) = 1
+        for i in range(1, order + 1):
+            if k - i >= 0:
+                acc -= a[i] * y[k - i]
+        y[k] = acc
+        if not np.isfinite(acc) or abs(acc) > 1e12:
+            y[k:] = np.inf
+            break
+    return y
 
 
 @dataclass(frozen=True)

@@ -121,3 +121,28 @@ def test_pole_spec_radius_and_real_pair():
     assert q1 == q2.conjugate() and q1.imag > 0
     with pytest.raises(ValueError, match="settling_periods"):
         pole_spec(0.5, 0.1)
+
+
+def test_step_sequence_matches_scipy_dstep():
+    from scipy.signal import dlti, dstep
+
+    from gpucontrol.design import step_sequence
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        n = int(rng.integers(1, 5))
+        den = np.poly(rng.uniform(-0.95, 0.95, n))
+        num = rng.normal(size=int(rng.integers(1, n + 2)))
+        _, (y,) = dstep(dlti(num, den, dt=1.0), n=60)
+        np.testing.assert_allclose(step_sequence(den, num, 60), y.ravel(), atol=1e-9)
+
+
+def test_building_a_controller_imports_no_scipy_signal():
+    import subprocess
+    import sys
+
+    code = ("import sys; from gpucontrol import LinearLatencyModel, TwoTierController; "
+            "TwoTierController(LinearLatencyModel(-12.0, 95.0), 90.0); "
+            "print([m for m in ('scipy.signal', 'control') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
