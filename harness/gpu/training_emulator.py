@@ -131,7 +131,7 @@ def matmuls_for_target(target_s: float, per_matmul_s: float, copy_s: float = 0.0
 def sm_share(sm_fraction: float, iter_s: float, sleep_s: float) -> float:
     """Time-weighted SM share of one iteration: the fraction while running, zero while asleep.
 
-    >>> sm_share(0.4, 0.2, 0.2)
+    >>> round(sm_share(0.4, 0.2, 0.2), 12)
     0.2
     """
     total = iter_s + max(sleep_s, 0.0)
