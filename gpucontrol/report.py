@@ -23,6 +23,7 @@ False
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import socket
@@ -112,6 +113,17 @@ def client(socket_path: str | os.PathLike[str] | None = None) -> ReportClient:
             if c is None:
                 c = _clients[path] = ReportClient(path)
     return c
+
+
+def close_all() -> None:
+    """Close every shared client's socket (registered with atexit; safe to call any time)."""
+    with _clients_lock:
+        for c in _clients.values():
+            c.close()
+        _clients.clear()
+
+
+atexit.register(close_all)
 
 
 def report_latency(ms: float, socket_path: str | os.PathLike[str] | None = None) -> bool:
