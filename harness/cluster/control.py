@@ -79,7 +79,8 @@ class ControllerMixin:
                 self.ctl.reset(g)
                 self.colo[g] = True
                 self.wait_since[g] = -1
-            self._identify(g)
+            if self.cfg.control.gain == "fixed":   # "scheduled" identifies before each step
+                self._identify(g)
             self._activate(g, t)
         elif self.colo[g]:
             self.colo[g] = False
@@ -95,8 +96,9 @@ class ControllerMixin:
         it = self.iter_s
         cs = it / (it + sleep) * mps / 100.0
         ut = 0.0 if restarting else cs * self.DT[g]
-        x = max(0.0, 1.0 - ut) / self.DI[g]
-        x = min(x, self.smax)
+        x = (1.0 - ut) / self.DI[g]
+        if x > self.smax:  # noqa: PLR1730 (hot path: faster than min)
+            x = self.smax
         if x <= 0.0:
             return 1e9
         P = (0.0 if restarting else cs * self.BT[g]) + x * self.BI[g]
@@ -104,7 +106,8 @@ class ControllerMixin:
         worst = 0.0
         for si, bi in zip(self.isig[g], self.iB[g]):
             w = si * P - bi * x
-            worst = max(worst, w)
+            if w > worst:  # noqa: PLR1730 (hot path)
+                worst = w
         return 100.0 * (1.0 + gam * worst) / (self.speed[g] * x)
 
     def _colo_rates(self, g: int, t: int) -> list[float]:
@@ -116,8 +119,11 @@ class ControllerMixin:
             cs_u = 0.0
         else:
             cs_u = cs
-        x = max(0.0, 1.0 - cs_u * self.DT[g]) / self.DI[g]
-        x = min(x, self.smax)
+        x = (1.0 - cs_u * self.DT[g]) / self.DI[g]
+        if x > self.smax:
+            x = self.smax
+        elif x < 0.0:
+            x = 0.0
         P = cs_u * self.BT[g] + x * self.BI[g]
         f, gam = self.speed[g], self.gamma
         out = []
@@ -186,7 +192,8 @@ class ControllerMixin:
             if changed[i]:
                 self.stats["mps_changes"] += 1
                 self._restart_gpu(g, t)
-                self._identify(g)
+                if not sched:
+                    self._identify(g)
             elif not held[i] and ctl.hold[g] == 0 and abs(new_s - s0[i]) < tol:
                 # below the actuator's resolution: the move is not applied
                 new_s = float(s0[i])

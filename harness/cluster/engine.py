@@ -301,7 +301,8 @@ class Simulation(ControllerMixin):
                 rate[j] = r
             return
         rem, tref, fin = self.rem, self.tref, self.fin
-        first = INF
+        inf = first = INF
+        eps = EPS_WORK
         ceil = math.ceil
         for j, r in zip(jobs, new):
             rj = rate[j]
@@ -312,7 +313,7 @@ class Simulation(ControllerMixin):
                 rate[j] = r
                 if r > 0:
                     # smallest k >= 1 with rem - k r <= EPS (what the 1 s loop finds)
-                    x = rem[j] - EPS_WORK
+                    x = rem[j] - eps
                     k = ceil(x / r)
                     if k < 1:
                         k = 1
@@ -322,15 +323,16 @@ class Simulation(ControllerMixin):
                         k -= 1
                     f = t + k
                 else:
-                    f = INF
+                    f = inf
                 fin[j] = f
             else:
                 f = fin[j]
             if f < first:  # noqa: PLR1730 (faster than min in this loop)
                 first = f
-        self.gver[g] += 1
-        if first < INF:
-            heapq.heappush(self.heap, (first, self.gver[g], g))
+        v = self.gver[g] + 1
+        self.gver[g] = v
+        if first < inf:
+            heapq.heappush(self.heap, (first, v, g))
 
     # -----------------------------------------------------------------------------------------
     def run(self, *, stepwise: bool = False,
