@@ -6,7 +6,8 @@ inference burst, days 20-40):
 * wall time and CPU time per policy run (goals: openb <= 10 s, synthetic <= 60 s, 2 cores);
 * mean GPUs, GPUs saved by GPUColo vs No Co-location (paper 74.9 %) and vs GSLICE (50.2 %);
 * inference SLO violation rate (paper: GPUColo 1.1 %, GSLICE 27.2 %);
-* the effect of the placement policy (first-fit, KACE-style, Mudi-style) on GSLICE and GPUColo.
+* the effect of the placement policy (first-fit, KACE-style, Mudi-style) on GSLICE and GPUColo;
+* the violation rates against the assumed interference strength.
 
     python benchmarks/cluster.py [--scale 3000] [--placement-scale 300] [--quick]
 """
@@ -19,7 +20,7 @@ import platform
 import time
 
 from harness.cluster import SimConfig, Simulation, inference_burst, load_openb, synthetic
-from harness.cluster.policies import LABELS
+from harness.cluster.policies import LABELS, PlantParams
 from harness.cluster.report import saved, window_violation
 
 
@@ -67,6 +68,20 @@ def placements(name, trace, burst):
                   f"{r.wall_s:7.2f}{extra}")
 
 
+def sensitivity(scale: float) -> None:
+    """SLO violation and savings against the interference strength (an assumption)."""
+    tr = inference_burst(synthetic(days=57, target_gpus=scale, seed=0), 20, 40)
+    print(f"\n## interference strength — synthetic 57 days, scale {scale:g}: {len(tr)} tasks")
+    print(f"{'gamma':>5s} {'GSLICE viol':>11s} {'GPUColo viol':>12s} {'saved vs GSLICE':>15s} "
+          f"{'GPUColo train x':>15s}")
+    for gamma in (0.0, 0.25, 0.5, 1.0):
+        plant = PlantParams(interference=gamma)
+        s = Simulation(tr, SimConfig(policy="gslice", plant=plant)).run()
+        g = Simulation(tr, SimConfig(policy="gpucolo", plant=plant)).run()
+        print(f"{gamma:5.2f} {100 * s.violation_rate:10.1f}% {100 * g.violation_rate:11.1f}% "
+              f"{100 * saved(s.mean_gpus, g.mean_gpus):14.1f}% {g.training_slowdown():15.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=3000.0,
@@ -94,6 +109,7 @@ def main() -> None:
                inference_burst(synthetic(days=57, target_gpus=args.placement_scale, seed=0),
                                *burst), burst)
     placements("openb days 112-150", dense, (13, 26))
+    sensitivity(args.placement_scale / 2)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ A GPU is measured only when none of its jobs is restarting; it settles when noth
 from __future__ import annotations
 
 import heapq
+import math
 
 from .traces import INFERENCE
 
@@ -177,13 +178,16 @@ class ControllerMixin:
         lat = []
         sched = c.gain == "scheduled"
         every = ctl.every
+        hold = ctl.hold
         for g, rs in zip(idx, restarting):
+            if rs or hold[g] > 0:
+                lat.append(math.nan)     # a held period: the measurement is not used
+                continue
             s, m = float(ctl.sleep[g]), float(ctl.mps[g])
             l = self._colo_latency(g, s, m)
             lat.append(l)
             if sched:
-                fires = not rs and ctl.hold[g] == 0 and ctl.count[g] + 1 >= every
-                self._identify(g, s, l, mps_slope=fires)
+                self._identify(g, s, l, mps_slope=ctl.count[g] + 1 >= every)
         s0, changed, sat, held = ctl.update(idx, lat, restarting)
         self.stats["controller_updates"] += len(idx)
         tol = c.sleep_tolerance_s

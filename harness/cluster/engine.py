@@ -66,7 +66,6 @@ class Simulation(ControllerMixin):
         self.rem = tr.work.astype(float).tolist()
         self.tref = [0] * n
         self.rate = [0.0] * n
-        self.fin = [INF] * n
         self.gpu = [-1] * n
         self.finish = [-1] * n
         self.share = [0.0] * n          # GSLICE
@@ -74,6 +73,7 @@ class Simulation(ControllerMixin):
         self.feat = observed_features(tr.demand, tr.beta, tr.sigma, tr.mem_gb, seed=cfg.seed)
         self.featl = self.feat.tolist()
         self.kace = None
+        self.first_fit = cfg.placement == "first-fit"
         if cfg.placement == "kace":
             self.kace = KacePredictor.train(self.feat, tr.demand, tr.beta, tr.sigma,
                                             cfg.plant.interference, seed=cfg.seed)
@@ -181,15 +181,20 @@ class Simulation(ControllerMixin):
         if not (self.pol.exclusive or (k == TRAINING and self.pol.exclusive_training)) \
                 and self.G:
             G = self.G
-            mask = self.nonempty[:G] & (self.free_u[:G] >= d - 1e-9) & (
-                self.free_m[:G] >= m - 1e-9)
+            # powered-off slots have free_u = 0 < d, so they never fit
+            mask = (self.free_u[:G] >= d - 1e-9) & (self.free_m[:G] >= m - 1e-9)
             if not self.pol.mixed:
                 mask &= self.pool[:G] == pool
-            cand = np.flatnonzero(mask)
-            if len(cand):
-                g = choose(self.cfg.placement, cand, self.order, fx=self.feat[j], kind=k,
-                           count=self.count, fsum=self.fsum, n_inf=self.n_inf,
-                           sig_inf=self.sig_inf, press=self.press, kace=self.kace)
+            if self.first_fit:
+                key = np.where(mask, self.order[:G], INF)
+                i = int(key.argmin())
+                g = i if key[i] < INF else -1
+            else:
+                cand = np.flatnonzero(mask)
+                if len(cand):
+                    g = choose(self.cfg.placement, cand, self.order, fx=self.feat[j], kind=k,
+                               count=self.count, fsum=self.fsum, n_inf=self.n_inf,
+                               sig_inf=self.sig_inf, press=self.press, kace=self.kace)
         if g < 0:
             g = self._power_on(m, pool)
         self._add(j, g, t)
@@ -212,14 +217,17 @@ class Simulation(ControllerMixin):
         self._changed(g, t)
 
     def _aggregate(self, j: int, g: int, sign: int) -> None:
-        fx = self.featl[j]
         d, b, s = self.d[j], self.beta[j], self.sigma[j]
         self.count[g] += sign
-        self.fsum[g] += sign * self.feat[j]
-        self.press[g] += sign * fx[1]
-        if self.kindj[j] == INFERENCE:
+        inference = self.kindj[j] == INFERENCE
+        if not self.first_fit:      # placement aggregates
+            fx = self.featl[j]
+            self.fsum[g] += sign * self.feat[j]
+            self.press[g] += sign * fx[1]
+            if inference:
+                self.sig_inf[g] += sign * fx[2]
+        if inference:
             self.n_inf[g] += sign
-            self.sig_inf[g] += sign * fx[2]
             self.DI[g] += sign * d
             self.BI[g] += sign * b * d
             if sign > 0:
@@ -241,7 +249,6 @@ class Simulation(ControllerMixin):
         for lst in (jobs, self.gk[g], self.gd[g], self.gb[g], self.gs[g]):
             lst.pop(i)
         self.finish[j] = t
-        self.fin[j] = INF
         self.free_u[g] += self.d[j]
         self.free_m[g] += self.memj[j]
         self._aggregate(j, g, -1)
@@ -300,10 +307,9 @@ class Simulation(ControllerMixin):
             for j, r in zip(jobs, new):
                 rate[j] = r
             return
-        rem, tref, fin = self.rem, self.tref, self.fin
-        inf = first = INF
+        rem, tref = self.rem, self.tref
         eps = EPS_WORK
-        ceil = math.ceil
+        best, bj = math.inf, -1
         for j, r in zip(jobs, new):
             rj = rate[j]
             if r != rj:
@@ -311,28 +317,24 @@ class Simulation(ControllerMixin):
                     rem[j] -= rj * (t - tref[j])
                 tref[j] = t
                 rate[j] = r
-                if r > 0:
-                    # smallest k >= 1 with rem - k r <= EPS (what the 1 s loop finds)
-                    x = rem[j] - eps
-                    k = ceil(x / r)
-                    if k < 1:
-                        k = 1
-                    elif x - k * r > 0:
-                        k += 1
-                    elif k > 1 and x - (k - 1) * r <= 0:
-                        k -= 1
-                    f = t + k
-                else:
-                    f = inf
-                fin[j] = f
-            else:
-                f = fin[j]
-            if f < first:  # noqa: PLR1730 (faster than min in this loop)
-                first = f
+            if r > 0:
+                f = tref[j] + (rem[j] - eps) / r
+                if f < best:
+                    best, bj = f, j
         v = self.gver[g] + 1
         self.gver[g] = v
-        if first < inf:
-            heapq.heappush(self.heap, (first, v, g))
+        if bj >= 0:
+            # the exact tick of the earliest: smallest k >= 1 with rem - eps - k r <= 0 (what
+            # the 1 s loop finds); the others are checked when that tick comes
+            r, x = rate[bj], rem[bj] - eps
+            k = math.ceil(x / r)
+            if k < 1:
+                k = 1
+            elif x - k * r > 0:
+                k += 1
+            elif k > 1 and x - (k - 1) * r <= 0:
+                k -= 1
+            heapq.heappush(self.heap, (tref[bj] + k, v, g))
 
     # -----------------------------------------------------------------------------------------
     def run(self, *, stepwise: bool = False,
@@ -390,10 +392,12 @@ class Simulation(ControllerMixin):
                 running.difference_update(done)
             else:
                 done = []
+                rem, rate, tref, eps = self.rem, self.rate, self.tref, EPS_WORK
                 while heap and heap[0][0] <= t:
                     _, v, g = heapq.heappop(heap)
                     if v == gver[g]:
-                        done += [j for j in self.gjobs[g] if self.fin[j] == t]
+                        done += [j for j in self.gjobs[g] if rate[j] > 0
+                                 and rem[j] - eps - (t - tref[j]) * rate[j] <= 0]
                 done.sort()
             for j in done:
                 self._remove(j, t)
