@@ -13,8 +13,9 @@
 
 Exclusive-run features are the task's profile measured with noise (the traces carry no
 kernel metrics): ``[demand, beta*demand (DRAM pressure), sigma (sensitivity), mem/32]``.
-Placement only chooses among existing GPUs that fit; when none fits a GPU is powered on, so
-the choice changes interference (SLO, training speed) more than the GPU count.
+Placement only chooses among existing GPUs that fit; when none fits a GPU is powered on.
+Choosing the least-interfering GPU instead of the first that fits still packs worse, so the
+interference-aware placements trade some GPUs for fewer SLO misses.
 """
 
 from __future__ import annotations
