@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from ..results import save_figure, write_csv
 from .engine import SimResult
 from .policies import LABELS
 from .traces import DAY, INFERENCE
@@ -68,12 +68,8 @@ def format_table(rows: Iterable[dict]) -> str:
 
 
 def write_rows(rows: Sequence[dict], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        w.writeheader()
-        w.writerows(rows)
-    return path
+    """Tidy rows as CSV, written atomically (harness.results.write_csv)."""
+    return write_csv(rows, path)
 
 
 def daily_rows(results: Sequence[SimResult]) -> list[dict]:
@@ -113,10 +109,7 @@ def plot_fig12(results: Sequence[SimResult], path: Path,
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def plot_fig13a(results: Sequence[SimResult], path: Path,
@@ -137,10 +130,7 @@ def plot_fig13a(results: Sequence[SimResult], path: Path,
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def plot_fig13b(rows: Sequence[dict], path: Path) -> Path:
@@ -157,7 +147,4 @@ def plot_fig13b(rows: Sequence[dict], path: Path) -> Path:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)

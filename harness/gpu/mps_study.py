@@ -15,7 +15,6 @@ Run ``python -m harness.gpu.mps_study --out docs/results/mps_restart``.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import platform
@@ -26,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..results import atomic_write_text, save_figure, write_csv
 from .plant import GPUPlant, GPUPlantConfig
 
 __all__ = ["main", "mps_study"]
@@ -84,16 +84,8 @@ def mps_study(levels: Sequence[float] = (100, 80, 60, 40, 20), *,
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        path.write_text("")
-        return
-    keys: list[str] = []
-    for r in rows:
-        keys += [k for k in r if k not in keys]
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
+    """Rows as CSV (union of keys, first-seen order), written atomically."""
+    write_csv(rows, path)
 
 
 def summarize(level_rows: list[dict[str, Any]], restart_rows: list[dict[str, Any]]) -> str:
@@ -132,8 +124,7 @@ def _plot(level_rows: list[dict[str, Any]], path: Path) -> None:
     b.set(xlabel="training MPS %", ylabel="training SM share (%)")
     a.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                                          config=GPUPlantConfig(batch=args.batch))
     _write_csv(out / "levels.csv", level_rows)
     _write_csv(out / "restarts.csv", restart_rows)
-    (out / "summary.md").write_text(summarize(level_rows, restart_rows))
+    atomic_write_text(out / "summary.md", summarize(level_rows, restart_rows))
     meta: dict[str, Any] = {"command": " ".join([sys.executable, "-m", "harness.gpu.mps_study",
                                                  *(argv if argv is not None else sys.argv[1:])]),
                             "started_unix": t0, "duration_s": time.time() - t0,
@@ -167,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         meta["gpu"] = gpu_info()
     except Exception as exc:  # noqa: BLE001 - metadata only
         meta["gpu_error"] = str(exc)
-    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
     try:
         _plot(level_rows, out / "mps_study.png")
     except Exception as exc:  # noqa: BLE001 - the CSVs are the result
