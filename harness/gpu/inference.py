@@ -23,7 +23,6 @@ import argparse
 import json
 import math
 import os
-import signal
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ from typing import Any, Protocol
 
 from ._files import CSVLog, IntFile, write_json_atomic
 from ._lazy import GPUUnavailableError, require
+from ._signals import stop_on_signals
 
 LOG_FIELDS = ("batch", "t_unix", "batch_size", "gpu_ms", "wall_ms")
 
@@ -242,11 +242,8 @@ class InferenceLoop:
         return summary
 
     def install_signal_handlers(self) -> None:
-        def _stop(signum, frame):
-            self.stop_requested = True
-
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
+        """SIGTERM/SIGINT finish the current step and stop cleanly."""
+        stop_on_signals(self)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -34,7 +34,6 @@ import argparse
 import json
 import math
 import os
-import signal
 import statistics
 import sys
 import time
@@ -46,6 +45,7 @@ from typing import Any, Protocol
 
 from ._files import CSVLog, write_json_atomic
 from ._lazy import require
+from ._signals import stop_on_signals
 from .smid import SMSample
 
 MPS_PCT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -501,12 +501,8 @@ class TrainingEmulator:
             sm_share=sm_share(frac, iter_s, slept), mps_pct=self.mps_pct)
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT finish the current iteration and stop cleanly."""
-        def _stop(signum, frame):
-            self.stop_requested = True
-
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
+        """SIGTERM/SIGINT finish the current step and stop cleanly."""
+        stop_on_signals(self)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import pytest
 from actuators._children import (
     BUSY,
     SLEEPER,
-    Children,
     daemon_argv,
     read_events,
     state,
@@ -27,15 +26,6 @@ from gpucontrol.actuators.procs import descendants
 from gpucontrol.daemon import build_parser, load_model
 from gpucontrol.daemon import main as daemon_main
 from harness.cli import build_parser as cli_parser
-
-
-@pytest.fixture
-def children():
-    c = Children()
-    try:
-        yield c
-    finally:
-        c.cleanup()
 
 
 def run_daemon(tmp_path, *args, timeout=30):

@@ -3,18 +3,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from _children import Children
 
 from gpucontrol.actuators.sleep import cgroup2_mounts
-
-
-@pytest.fixture
-def children():
-    c = Children()
-    try:
-        yield c
-    finally:
-        c.cleanup()
 
 
 @pytest.fixture
