@@ -5,22 +5,44 @@ variation and the two-tier runtime controller (seed 000). It imports no GPU pack
 level; GPU pieces are imported lazily where used.
 """
 
-from .models import LatencyModelFamily, LinearLatencyModel, OperatingPoint
 from .design import PDesign, PIDesign, design_p, design_pi
-from .stability import (check_envelope, is_stable, jury, robustness_plot, robustness_sweep,
-                        stable_gain_range)
+from .models import LatencyModelFamily, LinearLatencyModel, OperatingPoint
+from .stability import (
+                        check_envelope,
+                        is_stable,
+                        jury,
+                        robustness_plot,
+                        robustness_sweep,
+                        stable_gain_range,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "LinearLatencyModel", "LatencyModelFamily", "OperatingPoint",
-    "PDesign", "PIDesign", "design_p", "design_pi",
-    "jury", "is_stable", "stable_gain_range", "robustness_sweep", "robustness_plot",
-    "check_envelope",
+                        "LatencyModelFamily",
+                        "LinearLatencyModel",
+                        "OperatingPoint",
+                        "PDesign",
+                        "PIDesign",
+                        "check_envelope",
+                        "design_p",
+                        "design_pi",
+                        "is_stable",
+                        "jury",
+                        "robustness_plot",
+                        "robustness_sweep",
+                        "stable_gain_range",
 ]
 from .controllers import GainEstimator, InnerSleepController, Measurement, OuterMPSOptimizer
-from .two_tier import Actuation, TwoTierController
 from .report import report_latency
+from .two_tier import Actuation, TwoTierController
 
-__all__ += ["Measurement", "GainEstimator", "InnerSleepController", "OuterMPSOptimizer",
-            "Actuation", "TwoTierController", "report_latency"]
+__all__ += [
+                        "Actuation",
+                        "GainEstimator",
+                        "InnerSleepController",
+                        "Measurement",
+                        "OuterMPSOptimizer",
+                        "TwoTierController",
+                        "report_latency",
+]

@@ -16,8 +16,9 @@ from __future__ import annotations
 import bisect
 import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ._validate import finite, positive
 
@@ -76,12 +77,12 @@ class LinearLatencyModel:
         dt = positive("period_s", period_s)
         return control.tf([self.gain], [1.0, -1.0], dt)
 
-    def scaled(self, gain_ratio: float) -> "LinearLatencyModel":
+    def scaled(self, gain_ratio: float) -> LinearLatencyModel:
         """The same model with its gain multiplied by ``gain_ratio`` (> 0)."""
         return LinearLatencyModel(self.gain * positive("gain_ratio", gain_ratio), self.offset)
 
     @classmethod
-    def from_fit(cls, fit: Any) -> "LinearLatencyModel":
+    def from_fit(cls, fit: Any) -> LinearLatencyModel:
         """Build from anything exposing ``gain`` and ``offset`` (e.g. ``sysid.StaticFit``)."""
         try:
             return cls(gain=fit.gain, offset=fit.offset)
@@ -92,7 +93,7 @@ class LinearLatencyModel:
         return {"gain": self.gain, "offset": self.offset}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "LinearLatencyModel":
+    def from_dict(cls, d: Mapping[str, Any]) -> LinearLatencyModel:
         missing = [k for k in ("gain", "offset") if k not in d]
         if missing:
             raise ValueError(f"model is missing field(s): {', '.join(missing)}")
@@ -138,7 +139,7 @@ class LatencyModelFamily:
         object.__setattr__(self, "points", pts)
 
     @classmethod
-    def from_points(cls, points: Iterable[OperatingPoint]) -> "LatencyModelFamily":
+    def from_points(cls, points: Iterable[OperatingPoint]) -> LatencyModelFamily:
         return cls(tuple(points))
 
     def _batch_points(self, batch: int | None) -> list[OperatingPoint]:
@@ -186,7 +187,7 @@ class LatencyModelFamily:
         ])
 
     @classmethod
-    def from_json(cls, text: str) -> "LatencyModelFamily":
+    def from_json(cls, text: str) -> LatencyModelFamily:
         rows = json.loads(text)
         return cls(tuple(
             OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]), r.get("batch"))

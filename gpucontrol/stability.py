@@ -14,13 +14,13 @@ stable range halves to ``(0, 1 / detune)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
 from ._validate import finite, int_at_least
-from .design import Design, PDesign, SETTLING_THRESHOLD, step_sequence
+from .design import SETTLING_THRESHOLD, Design, PDesign, step_sequence
 
 
 def jury(coefficients: Sequence[float]) -> bool:
@@ -104,7 +104,7 @@ def _crossings(design: Design, delay_periods: int, n_grid: int = 4001) -> list[f
     end = g_of(math.pi)
     if abs(end.imag) < 1e-9 and end.real > 0:
         out.append(float(end.real))
-    return sorted(set(round(x, 12) for x in out))
+    return sorted({round(x, 12) for x in out})
 
 
 def stable_gain_range(design: Design, model=None, delay_periods: int = 0) -> tuple[float, float]:

@@ -14,8 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._validate import bounds, choice, in_range, int_at_least, positive
-from .controllers import (GainEstimator, InnerSleepController, Measurement, OuterMPSOptimizer,
-                          as_measurement, usable)
+from .controllers import (
+    GainEstimator,
+    InnerSleepController,
+    Measurement,
+    OuterMPSOptimizer,
+    as_measurement,
+    usable,
+)
 from .design import Design, design_p
 from .models import LatencyModelFamily, LinearLatencyModel
 

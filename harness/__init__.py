@@ -5,9 +5,16 @@ GPU pieces (``harness.gpu``) import their GPU packages lazily; ``import harness`
 the base install.
 """
 
-from .plant import (LoadEvent, PeriodResult, Plant, PlantActuation, Records, Scenario,
-                    run_loop)
+from .plant import LoadEvent, PeriodResult, Plant, PlantActuation, Records, Scenario, run_loop
 from .simulated import SimulatedColocation
 
-__all__ = ["SimulatedColocation", "run_loop", "Plant", "PeriodResult", "PlantActuation",
-           "Scenario", "LoadEvent", "Records"]
+__all__ = [
+                    "LoadEvent",
+                    "PeriodResult",
+                    "Plant",
+                    "PlantActuation",
+                    "Records",
+                    "Scenario",
+                    "SimulatedColocation",
+                    "run_loop",
+]

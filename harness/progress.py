@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -37,7 +38,7 @@ class Progress:
                               f"{el:5.1f}s elapsed, ~{eta:4.0f}s left")
             self.stream.flush()
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -31,7 +31,7 @@ def test_doctests(module):
 
 def test_readme_quickstart_runs():
     text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
     assert blocks, "README has no python quickstart"
     import matplotlib
 

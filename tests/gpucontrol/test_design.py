@@ -90,11 +90,10 @@ def test_pi_placed_poles_are_the_closed_loop_poles():
 def test_pi_rejects_ramp_load_while_p_lags():
     """A type-2 loop (PI on the increment) tracks a ramp; P keeps a constant lag."""
     p, pi = design_p(MODEL), design_pi(MODEL, 10, 0.3)
-    ramp = control.tf([p.period_s, 0.0], [1.0, -2.0, 1.0], p.period_s)  # r(k) = k*T... scaled
     t = np.arange(0, 200) * p.period_s
     for design, lag in ((p, True), (pi, False)):
         err = control.feedback(1, design.loop_tf())  # e/r
-        _, e = control.forced_response(err, t, np.arange(200, dtype=float))
+        _, e = control.forced_response(err, t, np.arange(200, dtype=float))  # r(k) = k
         if lag:
             assert abs(e[-1]) > 0.5
         else:
