@@ -7,7 +7,7 @@ import pytest
 
 
 @pytest.mark.parametrize("module", ["harness.gpu.smid", "harness.gpu.training_emulator",
-                                    "harness.gpu.mps", "harness.gpu._files",
+                                    "harness.gpu.mps", "harness.gpu._files", "harness.gpu.campaign",
                                     "harness.gpu._tail"])
 def test_doctests(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
