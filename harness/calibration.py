@@ -16,6 +16,12 @@ and the per-image costs fixed, to the six latencies and four of the six training
 ~0.2 s. The two Sleep+MPS %smid readings (26.3 %, 2.89 %) get no weight: they fall 9x for a
 4x change of sleep, which no duty-cycle model can follow.
 
+Measured facts come from the per-period records the experiments write
+(:func:`facts_from_records`: steady periods averaged per run and operating point);
+:func:`calibrate` fits a preset to them and returns the document that ``gpucontrol calibrate``
+(:mod:`harness.experiments.calibrate`) writes as calibration.json, which every experiment's
+``--preset`` accepts (docs/simulated_plant.md).
+
 >>> fit = fit_fig4()
 >>> all(abs(r["latency_err_pct"]) < 5 for r in fit.rows)
 True
