@@ -1,5 +1,5 @@
-"""The ``gpucontrol`` console script: one face over demo, experiments, identification, the
-cluster simulator and the daemon.
+"""The ``gpucontrol`` console script: one face over demo, experiments, identification,
+calibration of the simulated plant, the cluster simulator and the daemon.
 
 Each area registers its own subcommands: a module listed in :data:`COMMAND_MODULES` exposes
 ``register(subparsers)``, which adds its parsers with ``set_defaults(func=...)``; ``func(args)``
@@ -18,6 +18,7 @@ COMMAND_MODULES: list[str] = [
     "harness.experiments.commands",
     "gpucontrol.daemon",
     "harness.experiments.identify",
+    "harness.experiments.calibrate",
 ]
 
 

@@ -39,15 +39,19 @@ truth.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .plant import PeriodResult, free_resize_of, inference_mps_of
 
-__all__ = ["PRESETS", "ColocationParams", "SimulatedColocation"]
+__all__ = ["CALIBRATION_KIND", "PRESETS", "ColocationParams", "SimulatedColocation",
+           "base_preset_name", "preset_overrides"]
 
 ArrayLike = Any
 
@@ -191,6 +195,65 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+#: The ``kind`` field of a calibration file written by ``gpucontrol calibrate``.
+CALIBRATION_KIND = "gpucontrol.plant-calibration"
+
+
+def _preset_error(preset: Any, why: str = "") -> ValueError:
+    return ValueError(f"preset must be one of {sorted(PRESETS)} or the path of a "
+                      f"calibration.json written by 'gpucontrol calibrate', got {preset!r}"
+                      + (f" ({why})" if why else ""))
+
+
+def _read_calibration(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"preset {str(path)!r}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict) or data.get("kind") != CALIBRATION_KIND:
+        raise ValueError(f"preset {str(path)!r}: not a calibration written by 'gpucontrol "
+                         f"calibrate' (its field 'kind' must be {CALIBRATION_KIND!r})")
+    base = data.get("base_preset")
+    if base not in PRESETS:
+        raise ValueError(f"preset {str(path)!r}: field 'base_preset' must be one of "
+                         f"{sorted(PRESETS)}, got {base!r}")
+    over = data.get("overrides")
+    if not isinstance(over, dict):
+        raise ValueError(  # noqa: TRY004 - a bad file is a configuration error
+            f"preset {str(path)!r}: field 'overrides' must be an object of "
+            f"ColocationParams fields, got {over!r}")
+    known = {f.name for f in fields(ColocationParams)}
+    bad = sorted(set(over) - known)
+    if bad:
+        raise ValueError(f"preset {str(path)!r}: field 'overrides' names unknown plant "
+                         f"parameter(s) {', '.join(bad)}")
+    return data
+
+
+def preset_overrides(preset: str | os.PathLike[str]) -> dict[str, Any]:
+    """The :class:`ColocationParams` overrides of a named preset (``"fig4"``, ``"fig8"``) or
+    of a calibration file written by ``gpucontrol calibrate`` (its base preset's overrides,
+    then its fitted ones). Raises ValueError naming what is wrong."""
+    if isinstance(preset, str) and preset in PRESETS:
+        return dict(PRESETS[preset])
+    if not isinstance(preset, (str, os.PathLike)) or not str(preset):
+        raise _preset_error(preset)
+    path = Path(preset)
+    if not path.is_file():
+        raise _preset_error(preset, "no such file" if path.suffix or os.sep in str(preset)
+                            else "")
+    data = _read_calibration(path)
+    return {**PRESETS[data["base_preset"]], **data["overrides"]}
+
+
+def base_preset_name(preset: str | os.PathLike[str]) -> str:
+    """The named preset behind ``preset``: itself, or a calibration file's base preset."""
+    if isinstance(preset, str) and preset in PRESETS:
+        return preset
+    preset_overrides(preset)  # validates
+    return str(_read_calibration(Path(preset))["base_preset"])
+
+
 class SimulatedColocation:
     """The simulated co-located GPU; implements :class:`harness.plant.Plant`.
 
@@ -251,12 +314,13 @@ class SimulatedColocation:
 
     # ---- construction ----------------------------------------------------------------------------
     @classmethod
-    def preset(cls, name: str = "fig8", *, seed: int = 0, **overrides: Any
-               ) -> SimulatedColocation:
-        """A plant with a named preset (``"fig4"`` or ``"fig8"``) and optional overrides."""
-        if name not in PRESETS:
-            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
-        return cls(replace(ColocationParams(), **PRESETS[name]), seed=seed, **overrides)
+    def preset(cls, name: str | os.PathLike[str] = "fig8", *, seed: int = 0,
+               **overrides: Any) -> SimulatedColocation:
+        """A plant with a named preset (``"fig4"`` or ``"fig8"``), or the path of a calibration
+        file written by ``gpucontrol calibrate`` (its base preset with the fitted constants),
+        and optional overrides."""
+        return cls(replace(ColocationParams(), **preset_overrides(name)), seed=seed,
+                   **overrides)
 
     def describe(self) -> dict[str, Any]:
         """All parameters as a plain dict (for result files)."""

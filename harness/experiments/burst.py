@@ -20,6 +20,7 @@ from .common import (
     controller_metrics,
     make_plant,
     matplotlib_pyplot,
+    plant_mps_enabled,
     resolve_names,
 )
 
@@ -68,12 +69,14 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
     ctls = build_controllers(names, plant=ref, slo_ms=slo_ms, scenario=scenario,
                              duration_s=periods * period_s, period_s=period_s)
     runs: list[Records] = []
+    mps_on: list[bool | None] = []
     with Progress(periods * len(ctls), "burst", enabled=progress) as bar:
         for c in ctls:
             p = make_plant(plant, preset, seed=seed, **overrides)
             try:
                 runs.append(run_loop(c, p, periods, scenario, period_s=period_s,
                                      on_period=lambda _k: bar.advance()))
+                mps_on.append(plant_mps_enabled(p))
             finally:
                 close_plant(p)
     rec = concat(runs)
@@ -89,10 +92,11 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
                               ("training_vs_gslice", "GSLICE-extended")):
             base = by.get(ref_name, {}).get("training_throughput", math.nan)
             r[key] = r["training_throughput"] / base if base and base > 0 else math.nan
-    meta = {"experiment": "burst", "plant": plant, "preset": preset, "seed": seed,
+    meta = {"experiment": "burst", "plant": plant, "preset": str(preset), "seed": seed,
             "duration_s": periods * period_s, "period_s": period_s, "slo_ms": slo_ms,
             "burst_s": list(burst_s), "batches": list(batches), "tolerance": tolerance,
-            "plant_params": ref.describe()}
+            "plant_params": ref.describe(),
+            "mps_enabled": all(mps_on) if None not in mps_on else None}
     oracle = next((c for c in ctls if c.name == "Oracle"), None)
     if oracle is not None:
         meta["oracle_points"] = [vars(p) for p in oracle.points]

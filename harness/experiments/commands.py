@@ -27,6 +27,24 @@ def _common(p: argparse.ArgumentParser, *, duration: float, out: str = "results"
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def preset_arg(text: str) -> str:
+    """argparse type of ``--preset``: a named preset or a calibration file (checked now)."""
+    from ..simulated import preset_overrides
+
+    try:
+        preset_overrides(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_preset(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--preset", type=preset_arg, default=default,
+                   help=f"plant preset: fig4, fig8 or a calibration.json written by "
+                        f"'gpucontrol calibrate' (default {default}); with --plant gpu the "
+                        f"hardware is set up by the named preset (a calibration's base)")
+
+
 def _pair(kind: type) -> Callable[[str], tuple[Any, Any]]:
     def parse(text: str) -> tuple[Any, Any]:
         parts = [x for x in text.replace(",", " ").split() if x]
@@ -71,7 +89,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     kw = {"period_s": args.period} if args.period else {}
     demo(out_dir=args.out, seed=args.seed, duration_s=args.duration, plant=args.plant,
-         progress=_progress(args), **kw)
+         preset=args.preset, progress=_progress(args), **kw)
     return 0
 
 
@@ -80,7 +98,8 @@ def _cmd_burst(args: argparse.Namespace) -> int:
     from .demo import format_table
 
     kw = {"period_s": args.period} if args.period else {}
-    res = burst(plant=args.plant, seed=args.seed, duration_s=args.duration, slo_ms=args.slo,
+    res = burst(plant=args.plant, preset=args.preset, seed=args.seed,
+                duration_s=args.duration, slo_ms=args.slo,
                 burst_s=args.burst, batches=args.batch, controllers=args.controllers,
                 out_dir=Path(args.out) / "burst", progress=_progress(args), **kw)
     print(format_table(res))
@@ -92,7 +111,7 @@ def _cmd_knobs(args: argparse.Namespace) -> int:
     from ..results import markdown_table
     from .knobs import knobs
 
-    res = knobs(plant=args.plant, seed=args.seed, duration_s=args.duration,
+    res = knobs(plant=args.plant, preset=args.preset, seed=args.seed, duration_s=args.duration,
                 change_s=args.change, period_s=args.period or 1.0,
                 out_dir=Path(args.out) / "knobs", progress=_progress(args))
     print(markdown_table(res.summary, ("run", "phase", "latency_ms", "paper_latency_ms",
@@ -106,7 +125,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from .slo_sweep import DEFAULT_SWEEP_CONTROLLERS, SUMMARY_COLUMNS, slo_sweep
 
     kw = {"period_s": args.period} if args.period else {}
-    res = slo_sweep(plant=args.plant, seed=args.seed, slos=args.slos, duration_s=args.duration,
+    res = slo_sweep(plant=args.plant, preset=args.preset, seed=args.seed, slos=args.slos,
+                    duration_s=args.duration,
                     batch=args.batch, warmup_s=min(args.warmup, 0.5 * args.duration),
                     controllers=args.controllers or DEFAULT_SWEEP_CONTROLLERS,
                     out_dir=Path(args.out) / "slo_sweep", progress=_progress(args), **kw)
@@ -122,16 +142,19 @@ def register(sub: Any) -> None:
                                    "plant and print, per controller, latency, SLO violations and "
                                    "throughputs. Results go to ./results/burst/.")
     _common(p, duration=400.0)
+    add_preset(p, "fig8")
     p.set_defaults(func=_guard(_cmd_demo))
 
     p = sub.add_parser("knobs", help="MPS vs Sleep vs Sleep+MPS (seed 000 Fig 4)")
     _common(p, duration=60.0)
+    add_preset(p, "fig4")
     p.add_argument("--change", type=_pair(float), default=(20.0, 40.0),
                    help="times of the reduce and restore steps, s (default 20,40)")
     p.set_defaults(func=_guard(_cmd_knobs))
 
     p = sub.add_parser("burst", help="inference burst under every controller (seed 000 Fig 8)")
     _common(p, duration=400.0)
+    add_preset(p, "fig8")
     p.add_argument("--slo", type=float, default=90.0, help="latency SLO in ms (default 90)")
     p.add_argument("--burst", type=_pair(float), default=(90.0, 290.0),
                    help="burst start,end in s (default 90,290)")
@@ -143,6 +166,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("sweep", help="SLO sweep 75..95 ms (seed 000 Fig 9)")
     _common(p, duration=400.0)
+    add_preset(p, "fig8")
     p.add_argument("--slos", type=_floats, default=[75, 80, 85, 90, 95],
                    help="SLOs in ms (default 75,80,85,90,95)")
     p.add_argument("--batch", type=int, default=105, help="inference batch (default 105)")

@@ -15,7 +15,7 @@ from gpucontrol import LatencyModelFamily, LinearLatencyModel, OperatingPoint
 
 from .. import baselines as B
 from ..plant import Records, Scenario
-from ..simulated import SimulatedColocation
+from ..simulated import SimulatedColocation, base_preset_name
 
 __all__ = [
     "CONTROLLER_NAMES",
@@ -27,6 +27,7 @@ __all__ = [
     "identify_family",
     "make_plant",
     "matplotlib_pyplot",
+    "plant_mps_enabled",
     "steady_mask",
 ]
 
@@ -51,13 +52,16 @@ class PlantUnavailable(RuntimeError):
 
 def make_plant(kind: str = "sim", preset: str = "fig8", *, seed: int = 0,
                **overrides: Any) -> Any:
-    """Build a plant. ``"sim"``: :class:`SimulatedColocation` with ``preset``; ``"gpu"``: the
-    GPU harness's :class:`harness.gpu.plant.GPUPlant` with the same preset, which needs a CUDA
-    GPU and the ``gpu`` extra — without them this raises :class:`PlantUnavailable` saying so.
-    Close a GPU plant when done (:func:`close_plant`)."""
+    """Build a plant. ``"sim"``: :class:`SimulatedColocation` with ``preset`` (a name, or the
+    path of a calibration.json written by ``gpucontrol calibrate``); ``"gpu"``: the GPU
+    harness's :class:`harness.gpu.plant.GPUPlant` with the same named preset (a calibration
+    file's base preset: the calibration describes the model, not the hardware set-up), which
+    needs a CUDA GPU and the ``gpu`` extra — without them this raises
+    :class:`PlantUnavailable` saying so. Close a GPU plant when done (:func:`close_plant`)."""
     if kind == "sim":
         return SimulatedColocation.preset(preset, seed=seed, **overrides)
     if kind == "gpu":
+        base_preset_name(preset)  # a bad preset is a configuration error, GPU or not
         try:
             from ..gpu import cupy_device_count, torch_cuda_available
             from ..gpu.plant import GPUPlant
@@ -70,8 +74,19 @@ def make_plant(kind: str = "sim", preset: str = "fig8", *, seed: int = 0,
                 "--plant gpu needs the GPU harness on a machine with a CUDA GPU, and none is "
                 "usable here (no CUDA device, or torch/cupy missing: pip install -e '.[gpu]'). "
                 "Use --plant sim for the simulated plant.")
-        return GPUPlant.preset(preset, seed=seed, **overrides)
+        return GPUPlant.preset(base_preset_name(preset), seed=seed, **overrides)
     raise ValueError(f"plant must be 'sim' or 'gpu', got {kind!r}")
+
+
+def plant_mps_enabled(plant: Any) -> bool | None:
+    """Whether the plant shares the GPU through MPS (False: time slicing, as in the Fig 4
+    "Sleep" run or on a GPU plant without the MPS binary); None if it does not say. Ask a GPU
+    plant after it has started."""
+    params = getattr(plant, "params", None)
+    if params is not None and hasattr(params, "mps_enabled"):
+        return bool(params.mps_enabled)
+    v = getattr(plant, "mps_enabled", None)
+    return None if v is None else bool(v)
 
 
 def close_plant(plant: Any) -> None:

@@ -32,8 +32,15 @@ from gpucontrol import LinearLatencyModel, check_envelope, design_p
 from ..plant import Records
 from ..progress import Progress
 from ..results import markdown_table, save_figure, write_csv, write_json, write_markdown_table
-from .commands import _floats, _pair
-from .common import ExperimentResult, PlantUnavailable, close_plant, make_plant, matplotlib_pyplot
+from .commands import _floats, _pair, add_preset
+from .common import (
+    ExperimentResult,
+    PlantUnavailable,
+    close_plant,
+    make_plant,
+    matplotlib_pyplot,
+    plant_mps_enabled,
+)
 
 __all__ = ["PERIOD_COLUMNS", "SUMMARY_COLUMNS", "identify", "register"]
 
@@ -110,11 +117,13 @@ def identify(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
                 summary.append(row)
                 records.extend(rows)
                 fits[f"{m:g}"] = fit
+        mps_on = plant_mps_enabled(p)
     finally:
         close_plant(p)
-    meta = {"experiment": "identify", "plant": plant, "preset": preset, "seed": seed,
+    meta = {"experiment": "identify", "plant": plant, "preset": str(preset), "seed": seed,
             "mps_levels": levels, "sleep_range_s": [lo, hi], "periods": int(periods),
             "train_fraction": train_fraction, "period_s": period_s, "warmup": warmup,
+            "mps_enabled": mps_on,
             "plant_params": p.describe() if hasattr(p, "describe") else {}}
     meta.update(_envelope(fits))
     res = ExperimentResult("identify", records, summary, meta=meta)
@@ -283,8 +292,7 @@ def register(sub: Any) -> None:
                     "Results go to <out>/identify/.")
     p.add_argument("--plant", choices=("sim", "gpu"), default="sim",
                    help="simulated plant (default) or the real GPU (needs the GPU harness)")
-    p.add_argument("--preset", choices=("fig8", "fig4"), default="fig8",
-                   help="plant preset (default fig8: ResNet-50 batch 105)")
+    add_preset(p, "fig8")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default="results", help="output folder (default ./results)")
     p.add_argument("--mps", type=_floats, default=[40.0, 60.0, 80.0, 100.0],

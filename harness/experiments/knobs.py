@@ -25,7 +25,13 @@ from gpucontrol import Actuation
 from ..plant import Records, concat, run_loop
 from ..progress import Progress
 from ..results import save_figure, write_csv, write_json, write_markdown_table
-from .common import ExperimentResult, close_plant, make_plant, matplotlib_pyplot
+from .common import (
+    ExperimentResult,
+    close_plant,
+    make_plant,
+    matplotlib_pyplot,
+    plant_mps_enabled,
+)
 
 __all__ = ["KNOB_RUNS", "PAPER_FIG4", "Schedule", "knobs"]
 
@@ -72,7 +78,7 @@ class Schedule:
         return self._at(self._k * self.inner_period_s)
 
 
-def knobs(*, plant: str = "sim", seed: int = 0, duration_s: float = 60.0,
+def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s: float = 60.0,
           change_s: tuple[float, float] = (20.0, 40.0), period_s: float = 1.0,
           settle_s: float = 8.0, out_dir: str | Path | None = None,
           progress: bool | None = False) -> ExperimentResult:
@@ -81,7 +87,9 @@ def knobs(*, plant: str = "sim", seed: int = 0, duration_s: float = 60.0,
     The summary has one row per run and phase ("before": the ``settle_s`` seconds before the
     first change; "after": the ``settle_s`` seconds before the second change, i.e. after the
     MPS restart has finished) with the measured mean latency and SM share next to the
-    paper's and the relative differences.
+    paper's and the relative differences. ``preset``: the plant preset (a name or a
+    calibration file, :func:`harness.experiments.common.make_plant`); the paper's numbers are
+    Fig 4's whatever the preset.
     """
     if not (0 < change_s[0] < change_s[1] <= duration_s):
         raise ValueError(f"change_s must satisfy 0 < first < second <= duration_s, got "
@@ -89,14 +97,16 @@ def knobs(*, plant: str = "sim", seed: int = 0, duration_s: float = 60.0,
     periods = math.ceil(duration_s / period_s)
     runs: list[Records] = []
     summary: list[dict[str, Any]] = []
+    mps_on: dict[str, bool | None] = {}
     with Progress(periods * len(KNOB_RUNS), "knobs", enabled=progress) as bar:
         for name, (over, before, after) in KNOB_RUNS.items():
-            p = make_plant(plant, "fig4", seed=seed, **over)
+            p = make_plant(plant, preset, seed=seed, **over)
             sched = Schedule([(0.0, *before), (change_s[0], *after), (change_s[1], *before)],
                              period_s=period_s, name=name)
             try:
                 r = run_loop(sched, p, periods, period_s=period_s,
                              on_period=lambda _k: bar.advance())
+                mps_on[name] = plant_mps_enabled(p)
             finally:
                 close_plant(p)
             runs.append(r)
@@ -115,10 +125,10 @@ def knobs(*, plant: str = "sim", seed: int = 0, duration_s: float = 60.0,
     rec = concat(runs)
     for row in rec:
         row["run"] = row["controller"]
-    meta = {"experiment": "knobs", "plant": plant, "preset": "fig4", "seed": seed,
+    meta = {"experiment": "knobs", "plant": plant, "preset": str(preset), "seed": seed,
             "duration_s": periods * period_s, "period_s": period_s, "change_s": list(change_s),
-            "runs": {k: {"overrides": v[0], "before": v[1], "after": v[2]}
-                     for k, v in KNOB_RUNS.items()}}
+            "runs": {k: {"overrides": v[0], "before": v[1], "after": v[2],
+                         "mps_enabled": mps_on.get(k)} for k, v in KNOB_RUNS.items()}}
     res = ExperimentResult("knobs", rec, summary, meta=meta)
     if out_dir is not None:
         out = Path(out_dir)

@@ -25,6 +25,7 @@ from .common import (
     close_plant,
     make_plant,
     matplotlib_pyplot,
+    plant_mps_enabled,
     resolve_names,
     steady_mask,
 )
@@ -56,6 +57,7 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
     overrides = {**(plant_overrides or {}), "batch": int(batch)}
     ref = make_plant("sim", preset, seed=seed, **overrides)
     runs: list[Records] = []
+    mps_on: list[bool | None] = []
     summary: list[dict[str, Any]] = []
     with Progress(periods * len(names) * len(slos), "sweep", enabled=progress) as bar:
         for slo in slos:
@@ -66,14 +68,16 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
                 try:
                     r = run_loop(c, p, periods, period_s=period_s, extra={"slo_ms": slo},
                                  on_period=lambda _k: bar.advance())
+                    mps_on.append(plant_mps_enabled(p))
                 finally:
                     close_plant(p)
                 runs.append(r)
                 summary.append(_point(r, c, slo, warmup_s))
     rec = concat(runs)
-    meta = {"experiment": "slo_sweep", "plant": plant, "preset": preset, "seed": seed,
+    meta = {"experiment": "slo_sweep", "plant": plant, "preset": str(preset), "seed": seed,
             "slos": slos, "duration_s": periods * period_s, "period_s": period_s,
-            "warmup_s": warmup_s, "batch": batch, "plant_params": ref.describe()}
+            "warmup_s": warmup_s, "batch": batch, "plant_params": ref.describe(),
+            "mps_enabled": all(mps_on) if None not in mps_on else None}
     res = ExperimentResult("slo_sweep", rec, summary, meta=meta)
     if out_dir is not None:
         out = Path(out_dir)

@@ -1,0 +1,196 @@
+"""``gpucontrol calibrate``: fit the simulated plant to measured experiment records.
+
+Reads the per-period CSVs that ``knobs``, ``identify``, ``burst`` or ``sweep`` wrote (on the
+GPU or on a simulated plant), turns their steady periods into facts — mean latency and
+training SM share per operating point (:func:`harness.calibration.facts_from_records`) — and
+fits the sharing constants of a preset to them (:func:`harness.calibration.calibrate`).
+
+Written to ``<out>/``: ``calibration.json`` (base preset, fitted overrides, the fit, the
+sources, per-fact measured vs model values; ``--preset <out>/calibration.json`` on any
+experiment runs the calibrated plant), ``calibration.md`` (the same as tables) and
+``calibration.png`` (measured vs model per fact).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..calibration import CALIBRATE_FIELDS, FIT_BOUNDS, calibrate, find_records
+from ..results import atomic_write_text, markdown_table, save_figure, write_json
+from ..simulated import PRESETS, base_preset_name
+from .commands import preset_arg
+from .common import matplotlib_pyplot
+
+__all__ = ["format_report", "plot_calibration", "register", "run_calibration"]
+
+
+def _infer_preset(sources: Sequence[str]) -> str:
+    """The one named preset the sources' experiments ran with."""
+    names = set()
+    for src in sources:
+        for rec in find_records(src):
+            p = rec.meta.get("preset")
+            if p is not None:
+                try:
+                    names.add(base_preset_name(str(p)))
+                except ValueError:
+                    names.add(str(p))
+    if len(names) != 1 or next(iter(names)) not in PRESETS:
+        raise ValueError(f"preset must be given (--preset, one of {sorted(PRESETS)} or a "
+                         f"calibration.json): the sources ran with "
+                         f"{sorted(names) if names else 'no recorded preset'}")
+    return next(iter(names))
+
+
+def run_calibration(sources: Sequence[str | Path], out_dir: str | Path,
+                    preset: str | None = None, **kw: Any) -> tuple[dict[str, Any], list[Path]]:
+    """Calibrate (``preset`` None: the one the sources ran with) and write calibration.json,
+    calibration.md and calibration.png into ``out_dir``. Returns the document and the files."""
+    srcs = [str(s) for s in sources]
+    doc = calibrate(srcs, preset if preset is not None else _infer_preset(srcs), **kw)
+    out = Path(out_dir)
+    files = [write_json(doc, out / "calibration.json"),
+             atomic_write_text(out / "calibration.md", format_report(doc, out)),
+             plot_calibration(doc, out / "calibration.png")]
+    return doc, files
+
+
+def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> str:
+    """calibration.md: sources, fitted constants, per-fact table, how to use the result."""
+    s = doc["summary"]
+    lines = [f"# Simulated plant calibrated from measurements (base preset `{doc['base_preset']}`)",
+             ""]
+    if doc["started_from"] != doc["base_preset"]:
+        lines += [f"Started from `{doc['started_from']}`.", ""]
+    lines += ["## Sources", "",
+              markdown_table(doc["sources"], ("path", "experiment", "plant", "preset", "periods",
+                                              "restarting", "settling", "thin", "used", "facts"),
+                             digits=0),
+              (f"Steady periods: not restarting, not within {doc['options']['settle_periods']} "
+               f"periods of a run start, knob change or restart; operating points with fewer "
+               f"than {doc['options']['min_periods']} periods are dropped (`thin`); excited "
+               f"sleeps binned by {doc['options']['sleep_bin_s']:g} s; SM weight "
+               f"{doc['options']['sm_weight']:g}."), "",
+              "## Fitted constants", ""]
+    rows = [{"field": n, "base": f["start"], "fitted": f["value"], "stderr": f["stderr"],
+             "change_pct": f"{f['change_pct']:+.1f}" if f["change_pct"] is not None
+             and math.isfinite(f["change_pct"]) else "—",
+             "note": f"at bound {f['bounds']}" if f["at_bound"] else ""}
+            for n, f in doc["fitted"].items()]
+    lines.append(markdown_table(rows, ("field", "base", "fitted", "stderr", "change_pct",
+                                       "note"),
+                                ("field", "base", "fitted", "± std. error", "change %", "note"),
+                                digits=4))
+    if doc["undetermined"]:
+        lines += [(f"Not determined by these facts (left at the base): "
+                   f"{', '.join(doc['undetermined'])}."), ""]
+    fit = doc["fit"]
+    sm = (f"Training SM share error, RMS: base {s['sm_err_pct_rms_base']:.2f} %, calibrated "
+          f"{s['sm_err_pct_rms']:.2f} %." if math.isfinite(s["sm_err_pct_rms"])
+          else "No SM shares recorded.")
+    lines += [(f"{fit['facts']} facts, {fit['residuals']} measured quantities, "
+               f"{fit['fields']} fitted constants; least squares: {fit['message']}"), "",
+              (f"Latency error over the facts, RMS (max): base preset "
+               f"{s['latency_err_pct_rms_base']:.2f} % ({s['latency_err_pct_max_base']:.2f} %), "
+               f"calibrated {s['latency_err_pct_rms']:.2f} % ({s['latency_err_pct_max']:.2f} %). "
+               + sm), "",
+              "## Facts: measured vs model", "",
+              markdown_table(doc["facts"], (
+                  "case", "periods", "measured_latency_ms", "base_latency_ms",
+                  "base_latency_err_pct", "latency_ms", "latency_err_pct", "measured_sm_pct",
+                  "base_sm_pct", "sm_pct"),
+                  ("operating point", "periods", "measured ms", "base ms", "base err %",
+                   "calibrated ms", "calibrated err %", "measured SM %", "base SM %",
+                   "calibrated SM %"), digits=2)]
+    path = Path(out_dir) / "calibration.json" if out_dir is not None else "calibration.json"
+    lines += [("Run an experiment on the calibrated plant with "
+               f"`gpucontrol burst --plant sim --preset {path}` (any experiment takes "
+               "`--preset`)."), ""]
+    return "\n".join(lines)
+
+
+def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
+    """Measured vs base and calibrated model, per fact: latency (left), SM share (right)."""
+    plt = matplotlib_pyplot()
+    facts = doc["facts"]
+    n = len(facts)
+    y = np.arange(n)[::-1]
+    fig, ax = plt.subplots(1, 2, figsize=(12, 1.2 + 0.28 * n), sharey=True,
+                           gridspec_kw={"width_ratios": [3, 2]})
+    series = (("measured", "k", "o"), ("base", "tab:grey", "x"), ("", "tab:blue", "s"))
+    for a, what, unit in ((ax[0], "latency_ms", "mean latency (ms)"),
+                          (ax[1], "sm_pct", "training SM share (%)")):
+        for prefix, color, mark in series:
+            key = f"{prefix}_{what}" if prefix else what
+            v = np.array([np.nan if f.get(key) is None else f[key] for f in facts], float)
+            label = {"measured": "measured", "base": f"preset {doc['base_preset']}",
+                     "": "calibrated"}[prefix]
+            a.plot(v, y, mark, color=color, ms=8 if mark == "s" else 5,
+                   mfc="none" if mark == "s" else color,
+                   label=label)
+        a.set_xlabel(unit)
+        a.grid(axis="x", lw=0.3)
+    ax[0].set_yticks(y, [f["case"] for f in facts], fontsize=7)
+    ax[0].legend(fontsize=8)
+    s = doc["summary"]
+    fig.suptitle(f"Calibration of preset {doc['base_preset']}: latency error RMS "
+                 f"{s['latency_err_pct_rms_base']:.1f} % -> {s['latency_err_pct_rms']:.1f} %")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+# ---- command line ----------------------------------------------------------------------------
+def _fields(text: str) -> list[str]:
+    names = [x.strip() for x in text.replace(",", " ").split() if x.strip()]
+    bad = [x for x in names if x not in FIT_BOUNDS]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"--fit takes ColocationParams fields from {', '.join(sorted(FIT_BOUNDS))}; "
+            f"got {text!r}")
+    return names
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    doc, files = run_calibration(args.sources, args.out, args.preset, fields=args.fit,
+                                 settle_periods=args.settle, sleep_bin_s=args.sleep_bin,
+                                 min_periods=args.min_periods, sm_weight=args.sm_weight)
+    print(format_report(doc, args.out))
+    print("Results: " + ", ".join(str(f) for f in files))
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``calibrate`` to the ``gpucontrol`` parser."""
+    p = sub.add_parser(
+        "calibrate", help="fit the simulated plant's constants to measured experiment records",
+        description="Read the per-period records of knobs / identify / burst / sweep runs "
+                    "(e.g. on a GPU), average the steady periods per operating point and fit "
+                    "the simulated plant's sharing constants to them. Writes calibration.json "
+                    "(usable as --preset of every experiment), calibration.md and "
+                    "calibration.png into --out.")
+    p.add_argument("--from", dest="sources", action="append", required=True, metavar="DIR",
+                   help="a results folder (the experiments' --out, or one experiment's "
+                        "folder) or a per-period CSV; repeat for several")
+    p.add_argument("--preset", type=preset_arg, default=None,
+                   help="preset to start from and to calibrate: fig4, fig8 or an earlier "
+                        "calibration.json (default: the one the sources ran with)")
+    p.add_argument("--out", default="results/calibration",
+                   help="output folder (default ./results/calibration)")
+    p.add_argument("--fit", type=_fields, default=list(CALIBRATE_FIELDS),
+                   help=f"comma-separated fields to fit (default {','.join(CALIBRATE_FIELDS)})")
+    p.add_argument("--settle", type=int, default=2,
+                   help="periods skipped after a run start, knob change or restart (default 2)")
+    p.add_argument("--sleep-bin", type=float, default=0.1,
+                   help="bin width (s) of sleeps that change every period (default 0.1)")
+    p.add_argument("--min-periods", type=int, default=3,
+                   help="steady periods an operating point needs to count (default 3)")
+    p.add_argument("--sm-weight", type=float, default=1.0,
+                   help="weight of the SM-share errors against the latency errors; 0 ignores "
+                        "them (default 1)")
+    p.set_defaults(func=_cmd_calibrate)

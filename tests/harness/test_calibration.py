@@ -1,0 +1,220 @@
+"""Calibrating the simulated plant: the general fit, facts from experiment records, the
+``gpucontrol calibrate`` command, and calibration files as presets."""
+
+import json
+import math
+
+import pytest
+
+from harness.cli import main
+from harness.experiments.common import make_plant
+from harness.simulated import (
+    CALIBRATION_KIND,
+    PRESETS,
+    SimulatedColocation,
+    base_preset_name,
+    preset_overrides,
+)
+
+
+def write_calibration(path, base="fig4", **overrides):
+    path.write_text(json.dumps({"kind": CALIBRATION_KIND, "base_preset": base,
+                                "overrides": overrides}))
+    return path
+
+
+# ---- calibration files as presets ---------------------------------------------------------------
+def test_named_presets_are_unchanged():
+    for name in PRESETS:
+        assert preset_overrides(name) == PRESETS[name]
+        assert base_preset_name(name) == name
+    a = make_plant("sim", "fig8").describe()
+    b = SimulatedColocation.preset().describe()
+    assert a == b
+
+
+def test_a_calibration_file_is_a_preset(tmp_path):
+    f = write_calibration(tmp_path / "calibration.json", "fig4", inference_weight=2.5,
+                          train_work_s=0.1)
+    p = make_plant("sim", str(f), seed=3, noise_sigma=0.0)
+    assert p.params.batch == 5 and p.params.inference_weight == 2.5
+    assert p.params.train_work_s == 0.1 and p.params.noise_sigma == 0.0
+    assert SimulatedColocation.preset(f, noise_sigma=0.0).params == p.params  # a Path too
+    assert base_preset_name(str(f)) == "fig4"
+
+
+@pytest.mark.parametrize("content, match", [
+    ("not json", "not a readable JSON file"),
+    (json.dumps({"base_preset": "fig4", "overrides": {}}), "field 'kind'"),
+    (json.dumps({"kind": CALIBRATION_KIND, "base_preset": "fig9", "overrides": {}}),
+     r"field 'base_preset' must be one of \['fig4', 'fig8'\]"),
+    (json.dumps({"kind": CALIBRATION_KIND, "base_preset": "fig4", "overrides": [1]}),
+     "field 'overrides' must be an object"),
+    (json.dumps({"kind": CALIBRATION_KIND, "base_preset": "fig4",
+                 "overrides": {"warp_speed": 1}}), "unknown plant parameter"),
+])
+def test_bad_calibration_files_are_named(tmp_path, content, match):
+    f = tmp_path / "c.json"
+    f.write_text(content)
+    with pytest.raises(ValueError, match=match):
+        make_plant("sim", str(f))
+
+
+def test_bad_fitted_values_are_caught_by_the_parameters(tmp_path):
+    f = write_calibration(tmp_path / "c.json", inference_weight=-1.0)
+    with pytest.raises(ValueError, match=r"inference_weight must be a number in \(0.0"):
+        make_plant("sim", str(f))
+
+
+def test_unknown_preset_names_the_choices(tmp_path):
+    with pytest.raises(ValueError, match=r"one of \['fig4', 'fig8'\] or the path of a "
+                                         r"calibration.json.*'fig5'"):
+        make_plant("sim", "fig5")
+    with pytest.raises(ValueError, match="no such file"):
+        make_plant("sim", str(tmp_path / "missing.json"))
+
+
+def test_experiments_run_on_a_calibrated_preset(tmp_path, capsys):
+    f = write_calibration(tmp_path / "c.json", "fig8", inference_weight=2.0)
+    assert main(["burst", "--preset", str(f), "--duration", "24", "--burst", "8,16",
+                 "--controllers", "two-tier", "--out", str(tmp_path), "--no-progress"]) == 0
+    meta = json.loads((tmp_path / "burst" / "burst_meta.json").read_text())
+    assert meta["preset"] == str(f) and meta["plant_params"]["inference_weight"] == 2.0
+    assert meta["mps_enabled"] is True
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["burst", "--preset", str(tmp_path / "nope.json")])
+    assert "no such file" in capsys.readouterr().err
+
+
+# ---- the general fit ------------------------------------------------------------------------------
+def test_fit_fig4_is_the_general_fit_on_the_fig4_facts():
+    from harness.calibration import FIG4_FACTS, FIG4_FIT_FIELDS, Fact, fig4_params, fit_facts
+
+    assert all(isinstance(f, Fact) and len(f) == 7 for f in FIG4_FACTS)
+    fit = fit_facts(FIG4_FACTS, fig4_params(), fields=("inference_weight",), label="paper")
+    assert set(fit.values) == {"inference_weight"} and "paper_latency_ms" in fit.rows[0]
+    # fields no fact depends on are reported, not fitted
+    mps_only = [f for f in FIG4_FACTS if not f.overrides]
+    fit = fit_facts(mps_only, fig4_params(), fields=FIG4_FIT_FIELDS)
+    assert set(fit.undetermined) == {"timeslice_inference_share", "timeslice_train_occupancy"}
+    with pytest.raises(ValueError, match="fields must be a non-empty subset"):
+        fit_facts(FIG4_FACTS, fig4_params(), fields=("batch",))
+
+
+# ---- round trip: a perturbed plant's records -> calibrate -> the perturbed plant -------------------
+PERTURBED = {"inference_weight": 2.2, "contention_exponent": 2.4,
+             "interference_sqrt_image": 9.0, "timeslice_inference_share": 0.7,
+             "train_work_s": 0.1, "saturation_per_sqrt_image": 0.11}
+
+
+def expected_at(plant, fact):
+    from dataclasses import replace
+
+    p = SimulatedColocation(replace(plant.params, **fact["overrides"]))
+    return (float(p.expected_latency_ms(fact["sleep_s"], fact["mps_pct"])),
+            100.0 * float(p.expected_sm_share(fact["sleep_s"], fact["mps_pct"])))
+
+
+@pytest.fixture(scope="module")
+def perturbed_knobs(tmp_path_factory):
+    """The knobs experiment on a fig4 plant with deliberately perturbed sharing constants."""
+    from harness.experiments.knobs import knobs
+
+    root = tmp_path_factory.mktemp("perturbed")
+    truth = write_calibration(root / "perturbed.json", "fig4", **PERTURBED)
+    knobs(preset=str(truth), duration_s=60.0, seed=1, out_dir=root / "results" / "knobs")
+    return root, truth
+
+
+def test_round_trip_recovers_the_perturbed_plant(perturbed_knobs, capsys):
+    root, truth = perturbed_knobs
+    out = root / "calibration"
+    assert main(["calibrate", "--from", str(root / "results"), "--preset", "fig4",
+                 "--out", str(out)]) == 0
+    assert "calibrated" in capsys.readouterr().out
+    for name in ("calibration.json", "calibration.md", "calibration.png"):
+        assert (out / name).stat().st_size > 0
+    doc = json.loads((out / "calibration.json").read_text())
+    assert doc["kind"] == CALIBRATION_KIND and doc["base_preset"] == "fig4"
+    assert len(doc["facts"]) == 6 and doc["sources"][0]["plant"] == "sim"
+    time_sliced = [f for f in doc["facts"] if not f["overrides"]["mps_enabled"]]
+    assert sorted(f["sleep_s"] for f in time_sliced) == pytest.approx([0.2, 0.8])  # "Sleep"
+
+    true_plant = make_plant("sim", str(truth))
+    base_plant = make_plant("sim", "fig4")
+    fitted_plant = make_plant("sim", str(out / "calibration.json"))
+    base_err, fit_err, sm_err = [], [], []
+    for fact in doc["facts"]:
+        lat, sm = expected_at(true_plant, fact)
+        base_err.append(abs(expected_at(base_plant, fact)[0] / lat - 1))
+        fit_lat, fit_sm = expected_at(fitted_plant, fact)
+        fit_err.append(abs(fit_lat / lat - 1))
+        sm_err.append(abs(fit_sm - sm))
+    assert max(fit_err) < 0.02                 # within 2 % of the perturbed plant everywhere
+    assert max(base_err) > 0.2                 # the unperturbed preset was off by > 20 %
+    assert max(fit_err) < max(base_err) / 20
+    assert max(sm_err) < 1.0                   # training SM share within 1 point
+    for name, value in PERTURBED.items():      # and the constants themselves come back
+        assert doc["overrides"][name] == pytest.approx(value, rel=0.1), name
+
+
+def test_preset_is_inferred_from_the_records(perturbed_knobs, tmp_path):
+    from harness.experiments.calibrate import run_calibration
+
+    root, _ = perturbed_knobs
+    doc, _files = run_calibration([root / "results" / "knobs" / "knobs.csv"], tmp_path,
+                                  fields=("inference_weight", "contention_exponent"))
+    assert doc["base_preset"] == "fig4" and set(doc["overrides"]) == {
+        "inference_weight", "contention_exponent"}
+
+
+def test_identify_records_are_binned_by_sleep(tmp_path):
+    from harness.calibration import facts_from_records
+    from harness.experiments.identify import identify
+
+    identify(mps_levels=(60.0, 100.0), periods=24, seed=2, out_dir=tmp_path / "identify")
+    mf = facts_from_records([tmp_path], sleep_bin_s=0.2)
+    assert {f.mps_pct for f in mf.facts} == {60.0, 100.0}
+    assert all(f.overrides == {"mps_enabled": True, "batch": 105, "inference_mps_pct": 100.0}
+               for f in mf.facts)
+    assert all(math.isnan(f.sm_pct) for f in mf.facts)        # identify records no SM share
+    truth = SimulatedColocation.preset("fig8")
+    for f, d in zip(mf.facts, mf.details):
+        assert d["periods"] >= 3 and d["sleep_max_s"] - d["sleep_min_s"] <= 0.2 + 1e-9
+        assert f.latency_ms == pytest.approx(truth.expected_latency_ms(f.sleep_s, f.mps_pct),
+                                             rel=0.03)
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+def test_calibrate_names_what_is_wrong(perturbed_knobs, tmp_path, capsys):
+    root, _ = perturbed_knobs
+    results = str(root / "results")
+    out = str(tmp_path / "out")
+
+    def error(argv):
+        assert main(["calibrate", *argv, "--out", out]) == 2
+        return capsys.readouterr().err
+
+    assert "no such file or folder" in error(["--from", str(tmp_path / "missing")])
+    (tmp_path / "empty").mkdir()
+    assert "no experiment records found" in error(["--from", str(tmp_path / "empty")])
+    err = error(["--from", results, "--settle", "60"])
+    assert "no usable periods" in err and "settle_periods=60" in err
+    assert "min_periods must be an integer >= 1" in error(["--from", results,
+                                                          "--min-periods", "0"])
+    assert "sleep_bin_s must be a number > 0" in error(["--from", results, "--sleep-bin", "0"])
+    bad = tmp_path / "bad.csv"
+    bad.write_text("latency_ms\n5.0\n")
+    assert "no recorded preset" in error(["--from", str(bad)])
+    assert "sleep_s, mps_pct missing" in error(["--from", str(bad), "--preset", "fig4"])
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--from", results, "--preset", "fig5"])
+    assert "one of ['fig4', 'fig8']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--from", results, "--fit", "batch"])
+    assert "--fit takes ColocationParams fields" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--out", out])          # --from is required
+    assert "--from" in capsys.readouterr().err
