@@ -13,8 +13,9 @@ child processes and, whatever happens, leaves behind a folder laid out like ``do
 * with ``--archive FILE``: all of it as one ``.tar.gz``, rewritten after every step, so a call
   cut off at its time limit still returns everything finished so far.
 
-Each step runs under a time limit (its own, and what is left of ``--deadline``); a step that
-would not fit in the time left is skipped, not started. A step past its limit gets SIGTERM
+Each step runs under a time limit (its own, and what is left of ``--deadline`` after keeping
+room to stop a step and archive); a step that would not fit in the time left is skipped, not
+started, so the campaign ends by the deadline. A step past its limit gets SIGTERM
 (the GPU plant then stops its processes and quits its private MPS daemon), then SIGKILL after
 a grace period, followed by a ``quit`` to any private MPS daemon left behind. SIGTERM or
 Ctrl-C to the campaign does the same for the running step, then writes the archive.
@@ -249,7 +250,8 @@ def run_campaign(names: Sequence[str], out: str | os.PathLike[str], *,
             step = table[name]
             sdir = (out_dir / step.folder).resolve()
             sdir.mkdir(parents=True, exist_ok=True)
-            left = t_end - time.monotonic()
+            # keep room to stop a step that runs to its limit (SIGTERM grace, SIGKILL, archive)
+            left = t_end - time.monotonic() - (grace_s + 15.0)
             if left < step.expected_s:
                 outcomes.append(StepOutcome(name, step.folder, "skipped", note=(
                     f"needs about {step.expected_s:.0f} s, {max(left, 0):.0f} s left")))
@@ -259,9 +261,10 @@ def run_campaign(names: Sequence[str], out: str | os.PathLike[str], *,
             outcomes.append(outcome)
             started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
             lines: list[str] = []
-            say(f"[campaign] {name}: {step.about} (limit {min(step.timeout_s, left):.0f} s)")
+            limit = min(step.timeout_s, left)
+            say(f"[campaign] {name}: {step.about} (limit {limit:.0f} s)")
             try:
-                _run_step(step, sdir, out_dir, outcome, lines, limit_s=min(step.timeout_s, left),
+                _run_step(step, sdir, out_dir, outcome, lines, limit_s=limit,
                           extra=list((extra or {}).get(name, ())), python=python, cwd=cwd,
                           env=env, grace_s=grace_s)
             except (OSError, subprocess.SubprocessError) as exc:  # e.g. python not found

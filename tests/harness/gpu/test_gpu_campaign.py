@@ -167,3 +167,13 @@ def test_quit_leftover_mps_only_touches_live_private_daemons(tmp_path, fake_mps)
     assert record.read_text().splitlines() == ["cmd quit"]
     assert not (live / "control").exists() and (other / "control").exists()
     assert quit_leftover_mps(str(tmp_path), binary=str(tmp_path / "missing")) == []
+
+
+def test_a_step_longer_than_the_deadline_is_cut_so_the_campaign_ends_in_time(tmp_path):
+    steps = {"slow": Step("slow", "slow", (py("import time; time.sleep(600)"),), 1, 600),
+             "after": Step("after", "after", (py("pass"),), 1, 60)}
+    t0 = time.monotonic()
+    res = run_campaign(["slow", "after"], tmp_path, steps=steps, deadline_s=20, grace_s=1,
+                       commit="x", log=lambda m: None)
+    assert time.monotonic() - t0 < 20
+    assert [o.status for o in res] == ["timed out", "skipped"]
