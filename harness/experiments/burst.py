@@ -20,6 +20,7 @@ from .common import (
     controller_metrics,
     make_plant,
     matplotlib_pyplot,
+    params_meta,
     plant_mps_enabled,
     resolve_names,
 )
@@ -95,7 +96,7 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
     meta = {"experiment": "burst", "plant": plant, "preset": str(preset), "seed": seed,
             "duration_s": periods * period_s, "period_s": period_s, "slo_ms": slo_ms,
             "burst_s": list(burst_s), "batches": list(batches), "tolerance": tolerance,
-            "plant_params": ref.describe(),
+            **params_meta(plant, ref),
             "mps_enabled": all(mps_on) if None not in mps_on else None}
     oracle = next((c for c in ctls if c.name == "Oracle"), None)
     if oracle is not None:

@@ -27,6 +27,7 @@ __all__ = [
     "identify_family",
     "make_plant",
     "matplotlib_pyplot",
+    "params_meta",
     "plant_mps_enabled",
     "steady_mask",
 ]
@@ -94,6 +95,14 @@ def close_plant(plant: Any) -> None:
     close = getattr(plant, "close", None)
     if callable(close):
         close()
+
+
+def params_meta(kind: str, reference: Any) -> dict[str, Any]:
+    """Meta entry for the simulated ``reference`` plant of a closed-loop experiment: on the
+    simulated plant it is the plant itself (``plant_params``); on the GPU it is only where the
+    controllers' nominal model and the Oracle came from (``model_plant_params``)."""
+    key = "plant_params" if kind == "sim" else "model_plant_params"
+    return {key: reference.describe()}
 
 
 def resolve_names(names: Sequence[str] | str | None) -> list[str]:

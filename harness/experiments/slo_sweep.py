@@ -25,6 +25,7 @@ from .common import (
     close_plant,
     make_plant,
     matplotlib_pyplot,
+    params_meta,
     plant_mps_enabled,
     resolve_names,
     steady_mask,
@@ -76,7 +77,7 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
     rec = concat(runs)
     meta = {"experiment": "slo_sweep", "plant": plant, "preset": str(preset), "seed": seed,
             "slos": slos, "duration_s": periods * period_s, "period_s": period_s,
-            "warmup_s": warmup_s, "batch": batch, "plant_params": ref.describe(),
+            "warmup_s": warmup_s, "batch": batch, **params_meta(plant, ref),
             "mps_enabled": all(mps_on) if None not in mps_on else None}
     res = ExperimentResult("slo_sweep", rec, summary, meta=meta)
     if out_dir is not None:

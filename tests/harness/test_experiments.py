@@ -114,3 +114,13 @@ def test_knobs_validation():
         knobs(duration_s=30, change_s=(20, 40))
     assert math.isfinite(knobs(duration_s=30, change_s=(10, 20), settle_s=4).summary[0]
                          ["latency_ms"])
+
+
+def test_params_meta_names_the_reference_for_what_it_is():
+    from harness.experiments.common import params_meta
+    from harness.simulated import SimulatedColocation
+
+    ref = SimulatedColocation.preset("fig8")
+    assert params_meta("sim", ref) == {"plant_params": ref.describe()}
+    # on the GPU the simulated plant is only where the controllers' model came from
+    assert params_meta("gpu", ref) == {"model_plant_params": ref.describe()}
