@@ -94,8 +94,10 @@ class Simulation(ControllerMixin):
         self.press = np.zeros(G)
         self.fsum = np.zeros((G, self.feat.shape[1]))
         # per-slot python state
-        names = ("speed", "gjobs", "gk", "gd", "gb", "gs", "ijobs", "isig", "iB", "DI", "DT", "BI", "BT",
-                 "colo", "trestart", "wait_since", "wait_count", "wtoken", "gver")
+        # gq, gbd: per job gamma * sigma and beta * d, the factors of the plant's pressure term
+        names = ("speed", "gjobs", "gk", "gd", "gb", "gs", "gq", "gbd", "ijobs", "isig", "iB",
+                 "DI", "DT", "BI", "BT", "colo", "trestart", "wait_since", "wait_count",
+                 "wtoken", "gver")
         for name in names:
             setattr(self, name, [])
         self.free_slots: list[int] = []
@@ -136,7 +138,7 @@ class Simulation(ControllerMixin):
         gt = self.pattern[g % len(self.pattern)]
         self.memcap[g] = gt.mem_gb
         self.speed.append(gt.speed)
-        for name in ("gjobs", "gk", "gd", "gb", "gs", "ijobs", "isig", "iB"):
+        for name in ("gjobs", "gk", "gd", "gb", "gs", "gq", "gbd", "ijobs", "isig", "iB"):
             getattr(self, name).append([])
         for name in ("DI", "DT", "BI", "BT"):
             getattr(self, name).append(0.0)
@@ -206,6 +208,8 @@ class Simulation(ControllerMixin):
         self.gd[g].append(d)
         self.gb[g].append(b)
         self.gs[g].append(s)
+        self.gq[g].append(self.gamma * s)
+        self.gbd[g].append(b * d)
         self.gpu[j] = g
         self.tref[j] = t
         self.free_u[g] -= d
@@ -246,7 +250,8 @@ class Simulation(ControllerMixin):
         g = self.gpu[j]
         jobs = self.gjobs[g]
         i = jobs.index(j)
-        for lst in (jobs, self.gk[g], self.gd[g], self.gb[g], self.gs[g]):
+        for lst in (jobs, self.gk[g], self.gd[g], self.gb[g], self.gs[g], self.gq[g],
+                    self.gbd[g]):
             lst.pop(i)
         self.finish[j] = t
         self.free_u[g] += self.d[j]
