@@ -31,6 +31,8 @@ import math
 
 from .traces import INFERENCE
 
+EPS_WORK = 1e-6    # remaining work (s) at which a job is done
+
 
 class ControllerMixin:
     """Controller bookkeeping and steps (see the module docstring)."""
@@ -140,10 +142,11 @@ class ControllerMixin:
         gam, f = self.gamma, self.speed[g]
         return 100.0 * (1.0 + gam * w0) / (f * x0), 100.0 * (1.0 + gam * w1) / (f * x1)
 
-    def _colo_rates(self, g: int, t: int) -> list[float]:
-        """Rates on a co-located GPU: ``f u / (1 + gamma sigma (P - beta d u))`` with ``u = x``
-        (inference, per unit of demand) or the training duty ``cs``; ``gamma sigma`` and
-        ``beta d`` are kept per job (``gq``, ``gbd``), the same products in the same order."""
+    def _colo_plant(self, g: int, t: int) -> tuple[tuple[float, float], tuple[float, float],
+                                                   float]:
+        """A co-located GPU's operating point: the used share per unit of demand ``u`` and the
+        GPU speed times it ``fu``, both indexed by kind (inference: ``x``, training: the duty
+        ``cs``, 0 while restarting), and the pressure ``P``."""
         if t < self.trestart[g]:
             cs = 0.0
         else:
@@ -156,10 +159,35 @@ class ControllerMixin:
             x = 0.0
         P = cs * self.BT[g] + x * self.BI[g]
         f = self.speed[g]
-        u = (x, cs)                 # indexed by kind: INFERENCE 0, TRAINING 1
-        fu = (f * x, f * cs)
+        return (x, cs), (f * x, f * cs), P        # INFERENCE = 0, TRAINING = 1
+
+    def _colo_rates(self, g: int, t: int) -> list[float]:
+        """Rates on a co-located GPU: ``f u / (1 + gamma sigma (P - beta d u))``; ``gamma sigma``
+        and ``beta d`` are kept per job (``gq``, ``gbd``: the same products in the same
+        order as the plant equation of policies.py)."""
+        u, fu, P = self._colo_plant(g, t)
         return [fu[k] / (1.0 + q * (P - bd * u[k]))
                 for k, q, bd in zip(self.gk[g], self.gq[g], self.gbd[g])]
+
+    def _advance_colo(self, g: int, t: int) -> int:
+        """``_advance(jobs, _colo_rates(g, t), t)`` in one loop (most rate changes happen on
+        co-located GPUs)."""
+        u, fu, P = self._colo_plant(g, t)
+        rate, rem, tref, eps = self.rate, self.rem, self.tref, EPS_WORK
+        best, bj = math.inf, -1
+        for j, k, q, bd in zip(self.gjobs[g], self.gk[g], self.gq[g], self.gbd[g]):
+            r = fu[k] / (1.0 + q * (P - bd * u[k]))
+            rj = rate[j]
+            if r != rj:
+                if rj:
+                    rem[j] -= rj * (t - tref[j])
+                tref[j] = t
+                rate[j] = r
+            if r > 0:
+                f = tref[j] + (rem[j] - eps) / r
+                if f < best:
+                    best, bj = f, j
+        return bj
 
     def _identify(self, g: int, s: float | None = None, mps_slope: bool = True
                   ) -> tuple[float, float]:

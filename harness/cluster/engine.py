@@ -32,13 +32,12 @@ from collections.abc import Callable
 import numpy as np
 
 from .config import DEFAULT_GPUS, GpuType, SimConfig, SimResult
-from .control import ControllerMixin
+from .control import EPS_WORK, ControllerMixin
 from .placement import KacePredictor, choose, observed_features
 from .policies import fixed_shares, make_policy, proportional_shares, rates
 from .traces import DAY, INFERENCE, TRAINING, Trace
 from .vcontrol import VectorTwoTier
 
-EPS_WORK = 1e-6
 INF = 1 << 62
 
 __all__ = ["DEFAULT_GPUS", "GpuType", "SimConfig", "SimResult", "Simulation", "simulate"]
@@ -306,14 +305,33 @@ class Simulation(ControllerMixin):
         jobs = self.gjobs[g]
         if not jobs:
             return
-        new = self._rates(g, t)
-        rate = self.rate
         if self.stepwise:
-            for j, r in zip(jobs, new):
+            rate = self.rate
+            for j, r in zip(jobs, self._rates(g, t)):
                 rate[j] = r
             return
-        rem, tref = self.rem, self.tref
-        eps = EPS_WORK
+        bj = self._advance_colo(g, t) if self.colo[g] else self._advance(jobs, self._rates(g, t), t)
+        v = self.gver[g] + 1
+        self.gver[g] = v
+        if bj >= 0:
+            rate, rem, tref, eps = self.rate, self.rem, self.tref, EPS_WORK
+            # the exact tick of the earliest: smallest k >= 1 with rem - eps - k r <= 0 (what
+            # the 1 s loop finds); the others are checked when that tick comes
+            r, x = rate[bj], rem[bj] - eps
+            k = math.ceil(x / r)
+            if k < 1:
+                k = 1
+            elif x - k * r > 0:
+                k += 1
+            elif k > 1 and x - (k - 1) * r <= 0:
+                k -= 1
+            heapq.heappush(self.heap, (tref[bj] + k, v, g))
+
+    def _advance(self, jobs: list[int], new: list[float], t: int) -> int:
+        """Give ``jobs`` their ``new`` rates from tick ``t`` (the work done at a changed job's
+        old rate since its last change is booked first); returns the job that finishes first
+        at these rates (-1 when none progresses). :meth:`_advance_colo` is the same loop."""
+        rate, rem, tref, eps = self.rate, self.rem, self.tref, EPS_WORK
         best, bj = math.inf, -1
         for j, r in zip(jobs, new):
             rj = rate[j]
@@ -326,20 +344,7 @@ class Simulation(ControllerMixin):
                 f = tref[j] + (rem[j] - eps) / r
                 if f < best:
                     best, bj = f, j
-        v = self.gver[g] + 1
-        self.gver[g] = v
-        if bj >= 0:
-            # the exact tick of the earliest: smallest k >= 1 with rem - eps - k r <= 0 (what
-            # the 1 s loop finds); the others are checked when that tick comes
-            r, x = rate[bj], rem[bj] - eps
-            k = math.ceil(x / r)
-            if k < 1:
-                k = 1
-            elif x - k * r > 0:
-                k += 1
-            elif k > 1 and x - (k - 1) * r <= 0:
-                k -= 1
-            heapq.heappush(self.heap, (tref[bj] + k, v, g))
+        return bj
 
     # -----------------------------------------------------------------------------------------
     def run(self, *, stepwise: bool = False,
