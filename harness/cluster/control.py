@@ -54,7 +54,7 @@ class ControllerMixin:
     def _park(self, g: int, t: int, wake: bool) -> None:
         self.active.discard(g)
         self.wait_since[g] = t
-        c = int(self.ctl.count[g])
+        c = self.ctl.count.item(g)
         self.wait_count[g] = c
         self.wtoken[g] += 1
         if wake:
@@ -151,7 +151,7 @@ class ControllerMixin:
             cs = 0.0
         else:
             it = self.iter_s
-            cs = it / (it + float(self.ctl.sleep[g])) * float(self.ctl.mps[g]) / 100.0
+            cs = it / (it + self.ctl.sleep.item(g)) * self.ctl.mps.item(g) / 100.0
         x = (1.0 - cs * self.DT[g]) / self.DI[g]
         if x > self.smax:
             x = self.smax
@@ -195,12 +195,12 @@ class ControllerMixin:
         sleep range (``gain="fixed"``) or a 1 ms forward difference at the sleep ``s``
         (``"scheduled"``, ``s`` clamped to ``[0, sleep_max - 1 ms]``). Returns the sleep ``a``
         the slope starts from and the latency there."""
-        mps = float(self.ctl.mps[g])
+        mps = self.ctl.mps.item(g)
         c = self.cfg.control
         if c.gain == "fixed":
             a, b = 0.0, c.sleep_max_s
         else:
-            s = float(self.ctl.sleep[g]) if s is None else s
+            s = self.ctl.sleep.item(g) if s is None else s
             a = max(0.0, min(s, c.sleep_max_s - 1e-3))
             b = a + 1e-3
         l0, l1 = self._colo_latency2(g, a, b, mps)
@@ -213,7 +213,7 @@ class ControllerMixin:
     def _mps_slope(self, g: int, s: float, l_s: float) -> None:
         """The outer loop's latency-vs-MPS slope at sleep ``s`` (latency there ``l_s``), over
         the 5 points of MPS below the current one."""
-        mps = float(self.ctl.mps[g])
+        mps = self.ctl.mps.item(g)
         lo_m = max(self.ctl.mlo, mps - 5.0)
         if lo_m < mps:
             lm = self._colo_latency(g, s, lo_m)
@@ -230,13 +230,13 @@ class ControllerMixin:
             self._step_gpucolo_batch(idx, t)
             return
         # a handful of GPUs (the usual case): one at a time, in Python scalars
-        trestart, hold, every = self.trestart, ctl.hold, ctl.every
+        trestart, hold, count, every = self.trestart, ctl.hold, ctl.count, ctl.every
         for g in idx:
             rs = t < trestart[g]
-            if rs or hold[g] > 0:
+            if rs or hold.item(g) > 0:
                 l = math.nan     # a held period: the measurement is not used
             else:
-                l = self._measure(g, ctl.count[g] + 1 >= every)
+                l = self._measure(g, count.item(g) + 1 >= every)
             s0, new_s, changed, sat, held = ctl.update_one(g, l, rs)
             self._after_step(g, t, l, s0, new_s, changed, sat, held)
 
@@ -255,8 +255,8 @@ class ControllerMixin:
     def _measure(self, g: int, outer_due: bool) -> float:
         """The GPU's latency at its sleep and MPS; with ``gain="scheduled"`` the gain is
         identified there too (and the MPS slope when the outer step is due)."""
-        s, m = float(self.ctl.sleep[g]), float(self.ctl.mps[g])
-        if self.cfg.control.gain != "scheduled":
+        s, m = self.ctl.sleep.item(g), self.ctl.mps.item(g)
+        if not self.scheduled:
             return self._colo_latency(g, s, m)
         a, l = self._identify(g, s, mps_slope=outer_due)
         return l if a == s else self._colo_latency(g, s, m)
@@ -269,17 +269,17 @@ class ControllerMixin:
         if changed:
             self.stats["mps_changes"] += 1
             self._restart_gpu(g, t)
-            if self.cfg.control.gain != "scheduled":
+            if not self.scheduled:
                 self._identify(g)
             self.dirty.add(g)
-        elif not held and abs(new_s - s0) < self.cfg.control.sleep_tolerance_s:
+        elif not held and abs(new_s - s0) < self.sleep_tol:
             # below the actuator's resolution: the move is not applied (no hold is pending:
             # the update was not held and changed no MPS)
             ctl.sleep[g] = s0
-            m = float(ctl.mps[g])
-            if self.cfg.control.gain == "scheduled":
+            m = ctl.mps.item(g)
+            if self.scheduled:
                 self._mps_slope(g, s0, l)
-            will_act = ctl.outer_target_one(ctl.slo - l, sat, m, float(ctl.mps_gain[g])) != m
+            will_act = ctl.outer_target_one(ctl.slo - l, sat, m, ctl.mps_gain.item(g)) != m
             self._park(g, t, will_act)
         elif new_s != s0:
             self.dirty.add(g)

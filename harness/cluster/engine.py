@@ -114,6 +114,8 @@ class Simulation(ControllerMixin):
         self.wheap: list[tuple[int, int, int]] = []   # (tick, gpu, token): parked wake-ups
         self.dirty: set[int] = set()
         self.stats = {"controller_updates": 0, "mps_changes": 0, "restarts": 0}
+        self.scheduled = c.gain == "scheduled"
+        self.sleep_tol = c.sleep_tolerance_s
         self.period = c.inner_period_s if self.pol.controller == "gpucolo" else (
             c.gslice_period_s if self.pol.controller == "gslice" else 0)
 

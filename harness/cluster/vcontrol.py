@@ -124,14 +124,15 @@ class VectorTwoTier:
                    ) -> tuple[float, float, bool, int, bool]:
         """:meth:`update` for the one slot ``g``, in Python scalars: returns
         ``(old_sleep, new_sleep, mps_changed, saturated, held)``."""
-        s = float(self.sleep[g])
-        if self.hold[g] > 0:
-            self.hold[g] -= 1
+        s = self.sleep.item(g)          # .item: a Python scalar, faster than float(a[g])
+        h = self.hold.item(g)
+        if h > 0:
+            self.hold[g] = h - 1
             return s, s, False, 0, True
         if restarting:
             return s, s, False, 0, True
         e = self.slo - latency
-        raw = s + float(self.kp[g]) * e
+        raw = s + self.kp.item(g) * e
         if raw > self.hi:
             new, st = self.hi, 1
         elif raw < self.lo:
@@ -139,12 +140,12 @@ class VectorTwoTier:
         else:
             new, st = raw, 0
         self.sleep[g] = new
-        c = int(self.count[g]) + 1
+        c = self.count.item(g) + 1
         changed = False
         if c >= self.every:
             c = 0
-            m = float(self.mps[g])
-            nm = self.outer_target_one(e, st, m, float(self.mps_gain[g]))
+            m = self.mps.item(g)
+            nm = self.outer_target_one(e, st, m, self.mps_gain.item(g))
             if nm != m:
                 self.mps[g] = nm
                 self.hold[g] = self.hold_periods
