@@ -363,6 +363,11 @@ class Simulation(ControllerMixin):
         used_s, prov_s = np.zeros(days), np.zeros(days)
         ratio, period = self.pol.provision_ratio, self.period
         heap, rheap, wheap, gver, wtoken = self.heap, self.rheap, self.wheap, self.gver, self.wtoken
+        active, dirty, gjobs = self.active, self.dirty, self.gjobs
+        rem, rate, tref, eps = self.rem, self.rate, self.tref, EPS_WORK
+        heappop, refresh = heapq.heappop, self._refresh
+        controller = self.pol.controller
+        step = self._step_gpucolo if controller == "gpucolo" else self._step_gslice
         ai, t, ticks, peak, last = 0, -1, 0, 0, 0.0
         acc_t, acc_used, acc_prov = 0, 0, 0     # GPU counts since tick acc_t
         running: set[int] = set()
@@ -372,18 +377,17 @@ class Simulation(ControllerMixin):
             else:
                 nt = arr[ai] if ai < n else INF
                 while heap and heap[0][1] != gver[heap[0][2]]:
-                    heapq.heappop(heap)
+                    heappop(heap)
                 if heap and heap[0][0] < nt:
                     nt = heap[0][0]
                 if rheap and rheap[0][0] < nt:
                     nt = rheap[0][0]
                 while wheap and wheap[0][2] != wtoken[wheap[0][1]]:
-                    heapq.heappop(wheap)
+                    heappop(wheap)
                 if wheap and wheap[0][0] < nt:
                     nt = wheap[0][0]
-                if period and self.active:
-                    nc = (t // period + 1) * period
-                    nt = min(nt, nc)
+                if period and active:
+                    nt = min(nt, (t // period + 1) * period)
             nt = min(nt, horizon)
             if t >= 0:     # GPU counts hold over [t, nt); integrate when they change
                 used = self.n_used
@@ -399,29 +403,30 @@ class Simulation(ControllerMixin):
             t = nt
             ticks += 1
             # 1. completions
+            done = None
             if stepwise:
-                done = sorted(j for j in running if self.rem[j] <= EPS_WORK)
+                done = sorted(j for j in running if rem[j] <= eps)
                 running.difference_update(done)
-            else:
+            elif heap and heap[0][0] <= t:
                 done = []
-                rem, rate, tref, eps = self.rem, self.rate, self.tref, EPS_WORK
                 while heap and heap[0][0] <= t:
-                    _, v, g = heapq.heappop(heap)
+                    _, v, g = heappop(heap)
                     if v == gver[g]:
-                        done += [j for j in self.gjobs[g] if rate[j] > 0
+                        done += [j for j in gjobs[g] if rate[j] > 0
                                  and rem[j] - eps - (t - tref[j]) * rate[j] <= 0]
                 done.sort()
-            for j in done:
-                self._remove(j, t)
+            if done:
+                for j in done:
+                    self._remove(j, t)
             # 2. restart ends, wake-ups
             while rheap and rheap[0][0] <= t:
-                _, g = heapq.heappop(rheap)
+                _, g = heappop(rheap)
                 if self.nonempty[g]:
-                    self.dirty.add(g)
-                    if self.pol.controller == "gslice" or (self.pol.controller and self.colo[g]):
+                    dirty.add(g)
+                    if controller == "gslice" or (controller and self.colo[g]):
                         self._activate(g, t)
             while wheap and wheap[0][0] <= t:
-                _, g, tok = heapq.heappop(wheap)
+                _, g, tok = heappop(wheap)
                 if tok == wtoken[g]:
                     self._activate(g, t)
             # 3. arrivals
@@ -431,19 +436,16 @@ class Simulation(ControllerMixin):
                     running.add(ai)
                 ai += 1
             # 4. controllers
-            if period and t % period == 0 and self.active:
-                if self.pol.controller == "gpucolo":
-                    self._step_gpucolo(t)
-                else:
-                    self._step_gslice(t)
+            if period and t % period == 0 and active:
+                step(t)
             # 5. rates
-            if self.dirty:
-                for g in sorted(self.dirty):
-                    self._refresh(g, t)
-                self.dirty.clear()
+            if dirty:
+                for g in sorted(dirty):
+                    refresh(g, t)
+                dirty.clear()
             if stepwise:
                 for j in running:
-                    self.rem[j] -= self.rate[j]
+                    rem[j] -= rate[j]
             if progress is not None and ticks % 4096 == 0 and t / horizon - last > 0.001:
                 last = t / horizon
                 progress(last)
