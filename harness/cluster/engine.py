@@ -43,6 +43,75 @@ INF = 1 << 62
 __all__ = ["DEFAULT_GPUS", "GpuType", "SimConfig", "SimResult", "Simulation", "simulate"]
 
 
+class PowerOnOrder:
+    """The powered-on GPUs in power-on order, for first-fit: per position the free share, free
+    memory, pool and slot. A GPU keeps its position while it is on; a powered-off GPU leaves a
+    dead position (free share -1: nothing fits), and the dead positions are dropped when they
+    outnumber the live ones, so that a search scans at most about twice the GPUs that are on.
+    First-fit is then the first position that fits: one pass of two comparisons and a boolean
+    ``argmax`` instead of a masked ``argmin`` of the power-on counters over every slot."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.fu = np.full(capacity, -1.0)
+        self.fm = np.full(capacity, -1.0)
+        self.pool = np.full(capacity, -1, dtype=np.int8)
+        self.slot = np.full(capacity, -1, dtype=np.int64)
+        self.pos: dict[int, int] = {}       # slot -> position
+        self.n = 0                          # positions in use, live and dead
+        self.dead = 0
+
+    def add(self, g: int, fu: float, fm: float, pool: int) -> None:
+        if self.n == len(self.fu):
+            if 2 * self.dead >= self.n:
+                self._compact()
+            else:
+                for name in ("fu", "fm", "pool", "slot"):
+                    a = getattr(self, name)
+                    b = np.full(2 * len(a), -1, dtype=a.dtype)
+                    b[:len(a)] = a
+                    setattr(self, name, b)
+        p = self.n
+        self.n += 1
+        self.fu[p], self.fm[p], self.pool[p], self.slot[p] = fu, fm, pool, g
+        self.pos[g] = p
+
+    def set(self, g: int, fu: float, fm: float) -> None:
+        p = self.pos[g]
+        self.fu[p] = fu
+        self.fm[p] = fm
+
+    def remove(self, g: int) -> None:
+        p = self.pos.pop(g)
+        self.fu[p] = self.fm[p] = -1.0
+        self.slot[p] = -1
+        self.dead += 1
+        if self.dead > 32 and 2 * self.dead > self.n:
+            self._compact()
+
+    def _compact(self) -> None:
+        n = self.n
+        keep = np.flatnonzero(self.slot[:n] >= 0)
+        k = len(keep)
+        for a in (self.fu, self.fm, self.pool, self.slot):
+            a[:k] = a[keep]
+            a[k:n] = -1
+        self.pos = {g: p for p, g in enumerate(self.slot[:k].tolist())}
+        self.n, self.dead = k, 0
+
+    def first(self, d: float, m: float, pool: int | None = None) -> int:
+        """The slot of the earliest powered-on GPU where demand ``d`` and memory ``m`` fit
+        (and of ``pool`` when given), -1 if none (the engine's 1e-9 tolerances)."""
+        n = self.n
+        if not n:
+            return -1
+        mask = self.fu[:n] >= d - 1e-9
+        mask &= self.fm[:n] >= m - 1e-9
+        if pool is not None:
+            mask &= self.pool[:n] == pool
+        p = int(mask.argmax())
+        return int(self.slot[p]) if mask[p] else -1
+
+
 class Simulation(ControllerMixin):
     """Run one policy and placement over a trace. ``run()`` returns a :class:`SimResult`."""
 
@@ -73,6 +142,8 @@ class Simulation(ControllerMixin):
         self.featl = self.feat.tolist()
         self.kace = None
         self.first_fit = cfg.placement == "first-fit"
+        # first-fit's search structure (not needed when every job gets a GPU of its own)
+        self.on_order = PowerOnOrder() if self.first_fit and not self.pol.exclusive else None
         if cfg.placement == "kace":
             self.kace = KacePredictor.train(self.feat, tr.demand, tr.beta, tr.sigma,
                                             cfg.plant.interference, seed=cfg.seed)
@@ -172,6 +243,8 @@ class Simulation(ControllerMixin):
         self.free_u[g] = 1.0
         self.free_m[g] = self.memcap[g]
         self.pool[g] = pool
+        if self.on_order is not None:
+            self.on_order.add(g, 1.0, self.memcap[g], pool)
         self.n_used += 1
         self.n_pool[pool] += 1
         return g
@@ -183,16 +256,14 @@ class Simulation(ControllerMixin):
         g = -1
         if not (self.pol.exclusive or (k == TRAINING and self.pol.exclusive_training)) \
                 and self.G:
-            G = self.G
-            # powered-off slots have free_u = 0 < d, so they never fit
-            mask = (self.free_u[:G] >= d - 1e-9) & (self.free_m[:G] >= m - 1e-9)
-            if not self.pol.mixed:
-                mask &= self.pool[:G] == pool
             if self.first_fit:
-                key = np.where(mask, self.order[:G], INF)
-                i = int(key.argmin())
-                g = i if key[i] < INF else -1
+                g = self.on_order.first(d, m, None if self.pol.mixed else pool)
             else:
+                G = self.G
+                # powered-off slots have free_u = 0 < d, so they never fit
+                mask = (self.free_u[:G] >= d - 1e-9) & (self.free_m[:G] >= m - 1e-9)
+                if not self.pol.mixed:
+                    mask &= self.pool[:G] == pool
                 cand = np.flatnonzero(mask)
                 if len(cand):
                     g = choose(self.cfg.placement, cand, self.order, fx=self.feat[j], kind=k,
@@ -215,6 +286,8 @@ class Simulation(ControllerMixin):
         self.tref[j] = t
         self.free_u[g] -= d
         self.free_m[g] -= self.memj[j]
+        if self.on_order is not None:
+            self.on_order.set(g, self.free_u[g], self.free_m[g])
         self._aggregate(j, g, +1)
         if self.pol.controller == "gslice" and k == INFERENCE:
             used = sum(self.share[i] for i in self.gjobs[g] if i != j)
@@ -258,6 +331,11 @@ class Simulation(ControllerMixin):
         self.free_u[g] += self.d[j]
         self.free_m[g] += self.memj[j]
         self._aggregate(j, g, -1)
+        if self.on_order is not None:
+            if jobs:
+                self.on_order.set(g, self.free_u[g], self.free_m[g])
+            else:
+                self.on_order.remove(g)
         if not jobs:
             self.nonempty[g] = False
             self.order[g] = INF
