@@ -189,31 +189,34 @@ class ControllerMixin:
                     best, bj = f, j
         return bj
 
-    def _identify(self, g: int, s: float | None = None, mps_slope: bool = True
-                  ) -> tuple[float, float]:
-        """kp = detune / slope on the noise-free plant at the current MPS: the secant over the
-        sleep range (``gain="fixed"``) or a 1 ms forward difference at the sleep ``s``
-        (``"scheduled"``, ``s`` clamped to ``[0, sleep_max - 1 ms]``). Returns the sleep ``a``
-        the slope starts from and the latency there."""
-        mps = self.ctl.mps.item(g)
-        c = self.cfg.control
-        if c.gain == "fixed":
+    def _identify(self, g: int, s: float | None = None, mps: float | None = None,
+                  mps_slope: bool = True) -> tuple[float, float]:
+        """kp = detune / slope on the noise-free plant at the MPS ``mps`` (default: the
+        current one): the secant over the sleep range (``gain="fixed"``) or a 1 ms forward
+        difference at the sleep ``s`` (``"scheduled"``, ``s`` clamped to
+        ``[0, sleep_max - 1 ms]``). Returns the sleep ``a`` the slope starts from and the
+        latency there."""
+        ctl, c = self.ctl, self.cfg.control
+        if mps is None:
+            mps = ctl.mps.item(g)
+        if not self.scheduled:
             a, b = 0.0, c.sleep_max_s
         else:
-            s = self.ctl.sleep.item(g) if s is None else s
+            s = ctl.sleep.item(g) if s is None else s
             a = max(0.0, min(s, c.sleep_max_s - 1e-3))
             b = a + 1e-3
         l0, l1 = self._colo_latency2(g, a, b, mps)
         m = min((l1 - l0) / (b - a), -0.01)
-        self.ctl.kp[g] = c.detune / m
+        ctl.kp[g] = c.detune / m
         if mps_slope:
-            self._mps_slope(g, a, l0)
+            self._mps_slope(g, a, l0, mps)
         return a, l0
 
-    def _mps_slope(self, g: int, s: float, l_s: float) -> None:
+    def _mps_slope(self, g: int, s: float, l_s: float, mps: float | None = None) -> None:
         """The outer loop's latency-vs-MPS slope at sleep ``s`` (latency there ``l_s``), over
-        the 5 points of MPS below the current one."""
-        mps = self.ctl.mps.item(g)
+        the 5 points of MPS below ``mps`` (default: the current MPS)."""
+        if mps is None:
+            mps = self.ctl.mps.item(g)
         lo_m = max(self.ctl.mlo, mps - 5.0)
         if lo_m < mps:
             lm = self._colo_latency(g, s, lo_m)
@@ -258,7 +261,7 @@ class ControllerMixin:
         s, m = self.ctl.sleep.item(g), self.ctl.mps.item(g)
         if not self.scheduled:
             return self._colo_latency(g, s, m)
-        a, l = self._identify(g, s, mps_slope=outer_due)
+        a, l = self._identify(g, s, m, mps_slope=outer_due)
         return l if a == s else self._colo_latency(g, s, m)
 
     def _after_step(self, g: int, t: int, l: float, s0: float, new_s: float, changed: bool,
@@ -278,7 +281,7 @@ class ControllerMixin:
             ctl.sleep[g] = s0
             m = ctl.mps.item(g)
             if self.scheduled:
-                self._mps_slope(g, s0, l)
+                self._mps_slope(g, s0, l, m)
             will_act = ctl.outer_target_one(ctl.slo - l, sat, m, ctl.mps_gain.item(g)) != m
             self._park(g, t, will_act)
         elif new_s != s0:
