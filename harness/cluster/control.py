@@ -75,19 +75,19 @@ class ControllerMixin:
 
     def _colo_changed(self, g: int, t: int) -> None:
         """GPUColo bookkeeping after the GPU's jobs changed."""
-        n_inf = self.n_inf[g]
-        now = n_inf > 0 and self.count[g] - n_inf > 0
+        n_inf, count = self.n_inf.item(g), self.count.item(g)
+        now = n_inf > 0 and count - n_inf > 0
         if now:
             if not self.colo[g]:
                 self.ctl.reset(g)
                 self.colo[g] = True
                 self.wait_since[g] = -1
-            if self.cfg.control.gain == "fixed":   # "scheduled" identifies before each step
+            if not self.scheduled:   # "scheduled" identifies before each step
                 self._identify(g)
             self._activate(g, t)
         elif self.colo[g]:
             self.colo[g] = False
-            if self.ctl.mps[g] < self.ctl.mhi and self.count[g] > n_inf:
+            if self.ctl.mps.item(g) < self.ctl.mhi and count > n_inf:
                 self._restart_gpu(g, t)   # back to MPS 100 % for training alone
             self.ctl.reset(g)
             self._forget(g)
