@@ -196,18 +196,18 @@ class ControllerMixin:
         difference at the sleep ``s`` (``"scheduled"``, ``s`` clamped to
         ``[0, sleep_max - 1 ms]``). Returns the sleep ``a`` the slope starts from and the
         latency there."""
-        ctl, c = self.ctl, self.cfg.control
+        ctl = self.ctl
         if mps is None:
             mps = ctl.mps.item(g)
         if not self.scheduled:
-            a, b = 0.0, c.sleep_max_s
+            a, b = 0.0, self.sleep_max
         else:
             s = ctl.sleep.item(g) if s is None else s
-            a = max(0.0, min(s, c.sleep_max_s - 1e-3))
+            a = max(0.0, min(s, self.sleep_max - 1e-3))
             b = a + 1e-3
         l0, l1 = self._colo_latency2(g, a, b, mps)
         m = min((l1 - l0) / (b - a), -0.01)
-        ctl.kp[g] = c.detune / m
+        ctl.kp[g] = self.detune / m
         if mps_slope:
             self._mps_slope(g, a, l0, mps)
         return a, l0
@@ -234,14 +234,15 @@ class ControllerMixin:
             return
         # a handful of GPUs (the usual case): one at a time, in Python scalars
         trestart, hold, count, every = self.trestart, ctl.hold, ctl.count, ctl.every
+        measure, update, after = self._measure, ctl.update_one, self._after_step
         for g in idx:
             rs = t < trestart[g]
             if rs or hold.item(g) > 0:
                 l = math.nan     # a held period: the measurement is not used
             else:
-                l = self._measure(g, count.item(g) + 1 >= every)
-            s0, new_s, changed, sat, held = ctl.update_one(g, l, rs)
-            self._after_step(g, t, l, s0, new_s, changed, sat, held)
+                l = measure(g, count.item(g) + 1 >= every)
+            s0, new_s, changed, sat, held = update(g, l, rs)
+            after(g, t, l, s0, new_s, changed, sat, held)
 
     def _step_gpucolo_batch(self, idx: list[int], t: int) -> None:
         """The same step for many GPUs, the controller update vectorized."""

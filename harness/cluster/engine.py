@@ -186,7 +186,7 @@ class Simulation(ControllerMixin):
         self.dirty: set[int] = set()
         self.stats = {"controller_updates": 0, "mps_changes": 0, "restarts": 0}
         self.scheduled = c.gain == "scheduled"
-        self.sleep_tol = c.sleep_tolerance_s
+        self.sleep_tol, self.sleep_max, self.detune = c.sleep_tolerance_s, c.sleep_max_s, c.detune
         self.period = c.inner_period_s if self.pol.controller == "gpucolo" else (
             c.gslice_period_s if self.pol.controller == "gslice" else 0)
 
