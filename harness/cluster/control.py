@@ -31,6 +31,8 @@ import math
 
 from .traces import INFERENCE
 
+EPS_WORK = 1e-6    # remaining work (s) at which a job is done
+
 
 class ControllerMixin:
     """Controller bookkeeping and steps (see the module docstring)."""
@@ -52,7 +54,7 @@ class ControllerMixin:
     def _park(self, g: int, t: int, wake: bool) -> None:
         self.active.discard(g)
         self.wait_since[g] = t
-        c = int(self.ctl.count[g])
+        c = self.ctl.count.item(g)
         self.wait_count[g] = c
         self.wtoken[g] += 1
         if wake:
@@ -73,19 +75,19 @@ class ControllerMixin:
 
     def _colo_changed(self, g: int, t: int) -> None:
         """GPUColo bookkeeping after the GPU's jobs changed."""
-        n_inf = self.n_inf[g]
-        now = n_inf > 0 and self.count[g] - n_inf > 0
+        n_inf, count = self.n_inf.item(g), self.count.item(g)
+        now = n_inf > 0 and count - n_inf > 0
         if now:
             if not self.colo[g]:
                 self.ctl.reset(g)
                 self.colo[g] = True
                 self.wait_since[g] = -1
-            if self.cfg.control.gain == "fixed":   # "scheduled" identifies before each step
+            if not self.scheduled:   # "scheduled" identifies before each step
                 self._identify(g)
             self._activate(g, t)
         elif self.colo[g]:
             self.colo[g] = False
-            if self.ctl.mps[g] < self.ctl.mhi and self.count[g] > n_inf:
+            if self.ctl.mps.item(g) < self.ctl.mhi and count > n_inf:
                 self._restart_gpu(g, t)   # back to MPS 100 % for training alone
             self.ctl.reset(g)
             self._forget(g)
@@ -111,58 +113,110 @@ class ControllerMixin:
                 worst = w
         return 100.0 * (1.0 + gam * worst) / (self.speed[g] * x)
 
-    def _colo_rates(self, g: int, t: int) -> list[float]:
-        sleep, mps = float(self.ctl.sleep[g]), float(self.ctl.mps[g])
-        restarting = t < self.trestart[g]
-        it = self.iter_s
-        cs = it / (it + sleep) * mps / 100.0
-        if restarting:
-            cs_u = 0.0
+    def _colo_latency2(self, g: int, s0: float, s1: float, mps: float) -> tuple[float, float]:
+        """:meth:`_colo_latency` at two sleeps (same MPS) in one pass over the inference jobs
+        (the same operations per point)."""
+        it, smax = self.iter_s, self.smax
+        DT, DI = self.DT[g], self.DI[g]
+        c0 = it / (it + s0) * mps / 100.0
+        c1 = it / (it + s1) * mps / 100.0
+        x0 = (1.0 - c0 * DT) / DI
+        x1 = (1.0 - c1 * DT) / DI
+        if x0 > smax:  # noqa: PLR1730 (hot path)
+            x0 = smax
+        if x1 > smax:  # noqa: PLR1730 (hot path)
+            x1 = smax
+        if x0 <= 0.0 or x1 <= 0.0:
+            return self._colo_latency(g, s0, mps), self._colo_latency(g, s1, mps)
+        BT, BI = self.BT[g], self.BI[g]
+        P0 = c0 * BT + x0 * BI
+        P1 = c1 * BT + x1 * BI
+        w0 = w1 = 0.0
+        for si, bi in zip(self.isig[g], self.iB[g]):
+            w = si * P0 - bi * x0
+            if w > w0:  # noqa: PLR1730 (hot path)
+                w0 = w
+            w = si * P1 - bi * x1
+            if w > w1:  # noqa: PLR1730 (hot path)
+                w1 = w
+        gam, f = self.gamma, self.speed[g]
+        return 100.0 * (1.0 + gam * w0) / (f * x0), 100.0 * (1.0 + gam * w1) / (f * x1)
+
+    def _colo_plant(self, g: int, t: int) -> tuple[tuple[float, float], tuple[float, float],
+                                                   float]:
+        """A co-located GPU's operating point: the used share per unit of demand ``u`` and the
+        GPU speed times it ``fu``, both indexed by kind (inference: ``x``, training: the duty
+        ``cs``, 0 while restarting), and the pressure ``P``."""
+        if t < self.trestart[g]:
+            cs = 0.0
         else:
-            cs_u = cs
-        x = (1.0 - cs_u * self.DT[g]) / self.DI[g]
+            it = self.iter_s
+            cs = it / (it + self.ctl.sleep.item(g)) * self.ctl.mps.item(g) / 100.0
+        x = (1.0 - cs * self.DT[g]) / self.DI[g]
         if x > self.smax:
             x = self.smax
         elif x < 0.0:
             x = 0.0
-        P = cs_u * self.BT[g] + x * self.BI[g]
-        f, gam = self.speed[g], self.gamma
-        out = []
-        for k, d, b, s in zip(self.gk[g], self.gd[g], self.gb[g], self.gs[g]):
-            if k == INFERENCE:
-                out.append(f * x / (1.0 + gam * s * (P - b * d * x)))
-            else:
-                out.append(f * cs_u / (1.0 + gam * s * (P - b * d * cs_u)))
-        return out
+        P = cs * self.BT[g] + x * self.BI[g]
+        f = self.speed[g]
+        return (x, cs), (f * x, f * cs), P        # INFERENCE = 0, TRAINING = 1
 
-    def _identify(self, g: int, s: float | None = None, l_s: float | None = None,
-                  mps_slope: bool = True) -> None:
-        """kp = detune / slope on the noise-free plant at the current MPS: the secant over the
-        sleep range (``gain="fixed"``) or a 1 ms forward difference at the sleep ``s``
-        (``"scheduled"``; ``l_s`` is the latency at ``s`` when already known)."""
-        mps = float(self.ctl.mps[g])
-        c = self.cfg.control
-        l0 = None
-        if c.gain == "fixed":
-            a, b = 0.0, c.sleep_max_s
+    def _colo_rates(self, g: int, t: int) -> list[float]:
+        """Rates on a co-located GPU: ``f u / (1 + gamma sigma (P - beta d u))``; ``gamma sigma``
+        and ``beta d`` are kept per job (``gq``, ``gbd``: the same products in the same
+        order as the plant equation of policies.py)."""
+        u, fu, P = self._colo_plant(g, t)
+        return [fu[k] / (1.0 + q * (P - bd * u[k]))
+                for k, q, bd in zip(self.gk[g], self.gq[g], self.gbd[g])]
+
+    def _advance_colo(self, g: int, t: int) -> int:
+        """``_advance(jobs, _colo_rates(g, t), t)`` in one loop (most rate changes happen on
+        co-located GPUs)."""
+        u, fu, P = self._colo_plant(g, t)
+        rate, rem, tref, eps = self.rate, self.rem, self.tref, EPS_WORK
+        best, bj = math.inf, -1
+        for j, k, q, bd in zip(self.gjobs[g], self.gk[g], self.gq[g], self.gbd[g]):
+            r = fu[k] / (1.0 + q * (P - bd * u[k]))
+            rj = rate[j]
+            if r != rj:
+                if rj:
+                    rem[j] -= rj * (t - tref[j])
+                tref[j] = t
+                rate[j] = r
+            if r > 0:
+                f = tref[j] + (rem[j] - eps) / r
+                if f < best:
+                    best, bj = f, j
+        return bj
+
+    def _identify(self, g: int, s: float | None = None, mps: float | None = None,
+                  mps_slope: bool = True) -> tuple[float, float]:
+        """kp = detune / slope on the noise-free plant at the MPS ``mps`` (default: the
+        current one): the secant over the sleep range (``gain="fixed"``) or a 1 ms forward
+        difference at the sleep ``s`` (``"scheduled"``, ``s`` clamped to
+        ``[0, sleep_max - 1 ms]``). Returns the sleep ``a`` the slope starts from and the
+        latency there."""
+        ctl = self.ctl
+        if mps is None:
+            mps = ctl.mps.item(g)
+        if not self.scheduled:
+            a, b = 0.0, self.sleep_max
         else:
-            s = float(self.ctl.sleep[g]) if s is None else s
-            a = max(0.0, min(s, c.sleep_max_s - 1e-3))
+            s = ctl.sleep.item(g) if s is None else s
+            a = max(0.0, min(s, self.sleep_max - 1e-3))
             b = a + 1e-3
-            if l_s is not None and a == s:
-                l0 = l_s
-        if l0 is None:
-            l0 = self._colo_latency(g, a, mps)
-        l1 = self._colo_latency(g, b, mps)
+        l0, l1 = self._colo_latency2(g, a, b, mps)
         m = min((l1 - l0) / (b - a), -0.01)
-        self.ctl.kp[g] = c.detune / m
+        ctl.kp[g] = self.detune / m
         if mps_slope:
-            self._mps_slope(g, a, l0)
+            self._mps_slope(g, a, l0, mps)
+        return a, l0
 
-    def _mps_slope(self, g: int, s: float, l_s: float) -> None:
+    def _mps_slope(self, g: int, s: float, l_s: float, mps: float | None = None) -> None:
         """The outer loop's latency-vs-MPS slope at sleep ``s`` (latency there ``l_s``), over
-        the 5 points of MPS below the current one."""
-        mps = float(self.ctl.mps[g])
+        the 5 points of MPS below ``mps`` (default: the current MPS)."""
+        if mps is None:
+            mps = self.ctl.mps.item(g)
         lo_m = max(self.ctl.mlo, mps - 5.0)
         if lo_m < mps:
             lm = self._colo_latency(g, s, lo_m)
@@ -173,43 +227,66 @@ class ControllerMixin:
         idx = sorted(self.active)
         if not idx:
             return
-        ctl, c = self.ctl, self.cfg.control
-        restarting = [t < self.trestart[g] for g in idx]
-        lat = []
-        sched = c.gain == "scheduled"
-        every = ctl.every
-        hold = ctl.hold
-        for g, rs in zip(idx, restarting):
-            if rs or hold[g] > 0:
-                lat.append(math.nan)     # a held period: the measurement is not used
-                continue
-            s, m = float(ctl.sleep[g]), float(ctl.mps[g])
-            l = self._colo_latency(g, s, m)
-            lat.append(l)
-            if sched:
-                self._identify(g, s, l, mps_slope=ctl.count[g] + 1 >= every)
-        s0, changed, sat, held = ctl.update(idx, lat, restarting)
         self.stats["controller_updates"] += len(idx)
-        tol = c.sleep_tolerance_s
+        ctl = self.ctl
+        if len(idx) > ctl.SMALL:
+            self._step_gpucolo_batch(idx, t)
+            return
+        # a handful of GPUs (the usual case): one at a time, in Python scalars
+        trestart, hold, count, every = self.trestart, ctl.hold, ctl.count, ctl.every
+        measure, update, after = self._measure, ctl.update_one, self._after_step
+        for g in idx:
+            rs = t < trestart[g]
+            if rs or hold.item(g) > 0:
+                l = math.nan     # a held period: the measurement is not used
+            else:
+                l = measure(g, count.item(g) + 1 >= every)
+            s0, new_s, changed, sat, held = update(g, l, rs)
+            after(g, t, l, s0, new_s, changed, sat, held)
+
+    def _step_gpucolo_batch(self, idx: list[int], t: int) -> None:
+        """The same step for many GPUs, the controller update vectorized."""
+        ctl = self.ctl
+        restarting = [t < self.trestart[g] for g in idx]
+        hold, every = ctl.hold, ctl.every
+        lat = [math.nan if rs or hold[g] > 0 else self._measure(g, ctl.count[g] + 1 >= every)
+               for g, rs in zip(idx, restarting)]
+        s0, changed, sat, held = ctl.update(idx, lat, restarting)
         for i, g in enumerate(idx):
-            new_s = float(ctl.sleep[g])
-            if changed[i]:
-                self.stats["mps_changes"] += 1
-                self._restart_gpu(g, t)
-                if not sched:
-                    self._identify(g)
-            elif not held[i] and ctl.hold[g] == 0 and abs(new_s - s0[i]) < tol:
-                # below the actuator's resolution: the move is not applied
-                new_s = float(s0[i])
-                ctl.sleep[g] = new_s
-                m = float(ctl.mps[g])
-                if sched:
-                    self._mps_slope(g, float(s0[i]), lat[i])
-                will_act = ctl.outer_target_one(ctl.slo - lat[i], int(sat[i]), m,
-                                                float(ctl.mps_gain[g])) != m
-                self._park(g, t, will_act)
-            if new_s != s0[i] or changed[i]:
-                self.dirty.add(g)
+            self._after_step(g, t, lat[i], float(s0[i]), float(ctl.sleep[g]), bool(changed[i]),
+                             int(sat[i]), bool(held[i]))
+
+    def _measure(self, g: int, outer_due: bool) -> float:
+        """The GPU's latency at its sleep and MPS; with ``gain="scheduled"`` the gain is
+        identified there too (and the MPS slope when the outer step is due)."""
+        s, m = self.ctl.sleep.item(g), self.ctl.mps.item(g)
+        if not self.scheduled:
+            return self._colo_latency(g, s, m)
+        a, l = self._identify(g, s, m, mps_slope=outer_due)
+        return l if a == s else self._colo_latency(g, s, m)
+
+    def _after_step(self, g: int, t: int, l: float, s0: float, new_s: float, changed: bool,
+                    sat: int, held: bool) -> None:
+        """Act on one GPU's controller update: restart on an MPS change, park when the sleep
+        move is below the actuator's resolution, mark the GPU's rates for recomputation."""
+        ctl = self.ctl
+        if changed:
+            self.stats["mps_changes"] += 1
+            self._restart_gpu(g, t)
+            if not self.scheduled:
+                self._identify(g)
+            self.dirty.add(g)
+        elif not held and abs(new_s - s0) < self.sleep_tol:
+            # below the actuator's resolution: the move is not applied (no hold is pending:
+            # the update was not held and changed no MPS)
+            ctl.sleep[g] = s0
+            m = ctl.mps.item(g)
+            if self.scheduled:
+                self._mps_slope(g, s0, l, m)
+            will_act = ctl.outer_target_one(ctl.slo - l, sat, m, ctl.mps_gain.item(g)) != m
+            self._park(g, t, will_act)
+        elif new_s != s0:
+            self.dirty.add(g)
 
     def _step_gslice(self, t: int) -> None:
         c = self.cfg.control

@@ -32,16 +32,84 @@ from collections.abc import Callable
 import numpy as np
 
 from .config import DEFAULT_GPUS, GpuType, SimConfig, SimResult
-from .control import ControllerMixin
+from .control import EPS_WORK, ControllerMixin
 from .placement import KacePredictor, choose, observed_features
 from .policies import fixed_shares, make_policy, proportional_shares, rates
 from .traces import DAY, INFERENCE, TRAINING, Trace
 from .vcontrol import VectorTwoTier
 
-EPS_WORK = 1e-6
 INF = 1 << 62
 
 __all__ = ["DEFAULT_GPUS", "GpuType", "SimConfig", "SimResult", "Simulation", "simulate"]
+
+
+class PowerOnOrder:
+    """The powered-on GPUs in power-on order, for first-fit: per position the free share, free
+    memory, pool and slot. A GPU keeps its position while it is on; a powered-off GPU leaves a
+    dead position (free share -1: nothing fits), and the dead positions are dropped when they
+    outnumber the live ones, so that a search scans at most about twice the GPUs that are on.
+    First-fit is then the first position that fits: one pass of two comparisons and a boolean
+    ``argmax`` instead of a masked ``argmin`` of the power-on counters over every slot."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.fu = np.full(capacity, -1.0)
+        self.fm = np.full(capacity, -1.0)
+        self.pool = np.full(capacity, -1, dtype=np.int8)
+        self.slot = np.full(capacity, -1, dtype=np.int64)
+        self.pos: dict[int, int] = {}       # slot -> position
+        self.n = 0                          # positions in use, live and dead
+        self.dead = 0
+
+    def add(self, g: int, fu: float, fm: float, pool: int) -> None:
+        if self.n == len(self.fu):
+            if 2 * self.dead >= self.n:
+                self._compact()
+            else:
+                for name in ("fu", "fm", "pool", "slot"):
+                    a = getattr(self, name)
+                    b = np.full(2 * len(a), -1, dtype=a.dtype)
+                    b[:len(a)] = a
+                    setattr(self, name, b)
+        p = self.n
+        self.n += 1
+        self.fu[p], self.fm[p], self.pool[p], self.slot[p] = fu, fm, pool, g
+        self.pos[g] = p
+
+    def set(self, g: int, fu: float, fm: float) -> None:
+        p = self.pos[g]
+        self.fu[p] = fu
+        self.fm[p] = fm
+
+    def remove(self, g: int) -> None:
+        p = self.pos.pop(g)
+        self.fu[p] = self.fm[p] = -1.0
+        self.slot[p] = -1
+        self.dead += 1
+        if self.dead > 32 and 2 * self.dead > self.n:
+            self._compact()
+
+    def _compact(self) -> None:
+        n = self.n
+        keep = np.flatnonzero(self.slot[:n] >= 0)
+        k = len(keep)
+        for a in (self.fu, self.fm, self.pool, self.slot):
+            a[:k] = a[keep]
+            a[k:n] = -1
+        self.pos = {g: p for p, g in enumerate(self.slot[:k].tolist())}
+        self.n, self.dead = k, 0
+
+    def first(self, d: float, m: float, pool: int | None = None) -> int:
+        """The slot of the earliest powered-on GPU where demand ``d`` and memory ``m`` fit
+        (and of ``pool`` when given), -1 if none (the engine's 1e-9 tolerances)."""
+        n = self.n
+        if not n:
+            return -1
+        mask = self.fu[:n] >= d - 1e-9
+        mask &= self.fm[:n] >= m - 1e-9
+        if pool is not None:
+            mask &= self.pool[:n] == pool
+        p = int(mask.argmax())
+        return int(self.slot[p]) if mask[p] else -1
 
 
 class Simulation(ControllerMixin):
@@ -74,6 +142,8 @@ class Simulation(ControllerMixin):
         self.featl = self.feat.tolist()
         self.kace = None
         self.first_fit = cfg.placement == "first-fit"
+        # first-fit's search structure (not needed when every job gets a GPU of its own)
+        self.on_order = PowerOnOrder() if self.first_fit and not self.pol.exclusive else None
         if cfg.placement == "kace":
             self.kace = KacePredictor.train(self.feat, tr.demand, tr.beta, tr.sigma,
                                             cfg.plant.interference, seed=cfg.seed)
@@ -94,8 +164,10 @@ class Simulation(ControllerMixin):
         self.press = np.zeros(G)
         self.fsum = np.zeros((G, self.feat.shape[1]))
         # per-slot python state
-        names = ("speed", "gjobs", "gk", "gd", "gb", "gs", "ijobs", "isig", "iB", "DI", "DT", "BI", "BT",
-                 "colo", "trestart", "wait_since", "wait_count", "wtoken", "gver")
+        # gq, gbd: per job gamma * sigma and beta * d, the factors of the plant's pressure term
+        names = ("speed", "gjobs", "gk", "gd", "gb", "gs", "gq", "gbd", "ijobs", "isig", "iB",
+                 "DI", "DT", "BI", "BT", "colo", "trestart", "wait_since", "wait_count",
+                 "wtoken", "gver")
         for name in names:
             setattr(self, name, [])
         self.free_slots: list[int] = []
@@ -113,6 +185,8 @@ class Simulation(ControllerMixin):
         self.wheap: list[tuple[int, int, int]] = []   # (tick, gpu, token): parked wake-ups
         self.dirty: set[int] = set()
         self.stats = {"controller_updates": 0, "mps_changes": 0, "restarts": 0}
+        self.scheduled = c.gain == "scheduled"
+        self.sleep_tol, self.sleep_max, self.detune = c.sleep_tolerance_s, c.sleep_max_s, c.detune
         self.period = c.inner_period_s if self.pol.controller == "gpucolo" else (
             c.gslice_period_s if self.pol.controller == "gslice" else 0)
 
@@ -136,7 +210,7 @@ class Simulation(ControllerMixin):
         gt = self.pattern[g % len(self.pattern)]
         self.memcap[g] = gt.mem_gb
         self.speed.append(gt.speed)
-        for name in ("gjobs", "gk", "gd", "gb", "gs", "ijobs", "isig", "iB"):
+        for name in ("gjobs", "gk", "gd", "gb", "gs", "gq", "gbd", "ijobs", "isig", "iB"):
             getattr(self, name).append([])
         for name in ("DI", "DT", "BI", "BT"):
             getattr(self, name).append(0.0)
@@ -169,6 +243,8 @@ class Simulation(ControllerMixin):
         self.free_u[g] = 1.0
         self.free_m[g] = self.memcap[g]
         self.pool[g] = pool
+        if self.on_order is not None:
+            self.on_order.add(g, 1.0, self.memcap[g], pool)
         self.n_used += 1
         self.n_pool[pool] += 1
         return g
@@ -180,16 +256,14 @@ class Simulation(ControllerMixin):
         g = -1
         if not (self.pol.exclusive or (k == TRAINING and self.pol.exclusive_training)) \
                 and self.G:
-            G = self.G
-            # powered-off slots have free_u = 0 < d, so they never fit
-            mask = (self.free_u[:G] >= d - 1e-9) & (self.free_m[:G] >= m - 1e-9)
-            if not self.pol.mixed:
-                mask &= self.pool[:G] == pool
             if self.first_fit:
-                key = np.where(mask, self.order[:G], INF)
-                i = int(key.argmin())
-                g = i if key[i] < INF else -1
+                g = self.on_order.first(d, m, None if self.pol.mixed else pool)
             else:
+                G = self.G
+                # powered-off slots have free_u = 0 < d, so they never fit
+                mask = (self.free_u[:G] >= d - 1e-9) & (self.free_m[:G] >= m - 1e-9)
+                if not self.pol.mixed:
+                    mask &= self.pool[:G] == pool
                 cand = np.flatnonzero(mask)
                 if len(cand):
                     g = choose(self.cfg.placement, cand, self.order, fx=self.feat[j], kind=k,
@@ -206,10 +280,14 @@ class Simulation(ControllerMixin):
         self.gd[g].append(d)
         self.gb[g].append(b)
         self.gs[g].append(s)
+        self.gq[g].append(self.gamma * s)
+        self.gbd[g].append(b * d)
         self.gpu[j] = g
         self.tref[j] = t
         self.free_u[g] -= d
         self.free_m[g] -= self.memj[j]
+        if self.on_order is not None:
+            self.on_order.set(g, self.free_u[g], self.free_m[g])
         self._aggregate(j, g, +1)
         if self.pol.controller == "gslice" and k == INFERENCE:
             used = sum(self.share[i] for i in self.gjobs[g] if i != j)
@@ -246,12 +324,18 @@ class Simulation(ControllerMixin):
         g = self.gpu[j]
         jobs = self.gjobs[g]
         i = jobs.index(j)
-        for lst in (jobs, self.gk[g], self.gd[g], self.gb[g], self.gs[g]):
+        for lst in (jobs, self.gk[g], self.gd[g], self.gb[g], self.gs[g], self.gq[g],
+                    self.gbd[g]):
             lst.pop(i)
         self.finish[j] = t
         self.free_u[g] += self.d[j]
         self.free_m[g] += self.memj[j]
         self._aggregate(j, g, -1)
+        if self.on_order is not None:
+            if jobs:
+                self.on_order.set(g, self.free_u[g], self.free_m[g])
+            else:
+                self.on_order.remove(g)
         if not jobs:
             self.nonempty[g] = False
             self.order[g] = INF
@@ -301,14 +385,33 @@ class Simulation(ControllerMixin):
         jobs = self.gjobs[g]
         if not jobs:
             return
-        new = self._rates(g, t)
-        rate = self.rate
         if self.stepwise:
-            for j, r in zip(jobs, new):
+            rate = self.rate
+            for j, r in zip(jobs, self._rates(g, t)):
                 rate[j] = r
             return
-        rem, tref = self.rem, self.tref
-        eps = EPS_WORK
+        bj = self._advance_colo(g, t) if self.colo[g] else self._advance(jobs, self._rates(g, t), t)
+        v = self.gver[g] + 1
+        self.gver[g] = v
+        if bj >= 0:
+            rate, rem, tref, eps = self.rate, self.rem, self.tref, EPS_WORK
+            # the exact tick of the earliest: smallest k >= 1 with rem - eps - k r <= 0 (what
+            # the 1 s loop finds); the others are checked when that tick comes
+            r, x = rate[bj], rem[bj] - eps
+            k = math.ceil(x / r)
+            if k < 1:
+                k = 1
+            elif x - k * r > 0:
+                k += 1
+            elif k > 1 and x - (k - 1) * r <= 0:
+                k -= 1
+            heapq.heappush(self.heap, (tref[bj] + k, v, g))
+
+    def _advance(self, jobs: list[int], new: list[float], t: int) -> int:
+        """Give ``jobs`` their ``new`` rates from tick ``t`` (the work done at a changed job's
+        old rate since its last change is booked first); returns the job that finishes first
+        at these rates (-1 when none progresses). :meth:`_advance_colo` is the same loop."""
+        rate, rem, tref, eps = self.rate, self.rem, self.tref, EPS_WORK
         best, bj = math.inf, -1
         for j, r in zip(jobs, new):
             rj = rate[j]
@@ -321,20 +424,7 @@ class Simulation(ControllerMixin):
                 f = tref[j] + (rem[j] - eps) / r
                 if f < best:
                     best, bj = f, j
-        v = self.gver[g] + 1
-        self.gver[g] = v
-        if bj >= 0:
-            # the exact tick of the earliest: smallest k >= 1 with rem - eps - k r <= 0 (what
-            # the 1 s loop finds); the others are checked when that tick comes
-            r, x = rate[bj], rem[bj] - eps
-            k = math.ceil(x / r)
-            if k < 1:
-                k = 1
-            elif x - k * r > 0:
-                k += 1
-            elif k > 1 and x - (k - 1) * r <= 0:
-                k -= 1
-            heapq.heappush(self.heap, (tref[bj] + k, v, g))
+        return bj
 
     # -----------------------------------------------------------------------------------------
     def run(self, *, stepwise: bool = False,
@@ -351,6 +441,11 @@ class Simulation(ControllerMixin):
         used_s, prov_s = np.zeros(days), np.zeros(days)
         ratio, period = self.pol.provision_ratio, self.period
         heap, rheap, wheap, gver, wtoken = self.heap, self.rheap, self.wheap, self.gver, self.wtoken
+        active, dirty, gjobs = self.active, self.dirty, self.gjobs
+        rem, rate, tref, eps = self.rem, self.rate, self.tref, EPS_WORK
+        heappop, refresh = heapq.heappop, self._refresh
+        controller = self.pol.controller
+        step = self._step_gpucolo if controller == "gpucolo" else self._step_gslice
         ai, t, ticks, peak, last = 0, -1, 0, 0, 0.0
         acc_t, acc_used, acc_prov = 0, 0, 0     # GPU counts since tick acc_t
         running: set[int] = set()
@@ -360,18 +455,17 @@ class Simulation(ControllerMixin):
             else:
                 nt = arr[ai] if ai < n else INF
                 while heap and heap[0][1] != gver[heap[0][2]]:
-                    heapq.heappop(heap)
+                    heappop(heap)
                 if heap and heap[0][0] < nt:
                     nt = heap[0][0]
                 if rheap and rheap[0][0] < nt:
                     nt = rheap[0][0]
                 while wheap and wheap[0][2] != wtoken[wheap[0][1]]:
-                    heapq.heappop(wheap)
+                    heappop(wheap)
                 if wheap and wheap[0][0] < nt:
                     nt = wheap[0][0]
-                if period and self.active:
-                    nc = (t // period + 1) * period
-                    nt = min(nt, nc)
+                if period and active:
+                    nt = min(nt, (t // period + 1) * period)
             nt = min(nt, horizon)
             if t >= 0:     # GPU counts hold over [t, nt); integrate when they change
                 used = self.n_used
@@ -387,29 +481,30 @@ class Simulation(ControllerMixin):
             t = nt
             ticks += 1
             # 1. completions
+            done = None
             if stepwise:
-                done = sorted(j for j in running if self.rem[j] <= EPS_WORK)
+                done = sorted(j for j in running if rem[j] <= eps)
                 running.difference_update(done)
-            else:
+            elif heap and heap[0][0] <= t:
                 done = []
-                rem, rate, tref, eps = self.rem, self.rate, self.tref, EPS_WORK
                 while heap and heap[0][0] <= t:
-                    _, v, g = heapq.heappop(heap)
+                    _, v, g = heappop(heap)
                     if v == gver[g]:
-                        done += [j for j in self.gjobs[g] if rate[j] > 0
+                        done += [j for j in gjobs[g] if rate[j] > 0
                                  and rem[j] - eps - (t - tref[j]) * rate[j] <= 0]
                 done.sort()
-            for j in done:
-                self._remove(j, t)
+            if done:
+                for j in done:
+                    self._remove(j, t)
             # 2. restart ends, wake-ups
             while rheap and rheap[0][0] <= t:
-                _, g = heapq.heappop(rheap)
+                _, g = heappop(rheap)
                 if self.nonempty[g]:
-                    self.dirty.add(g)
-                    if self.pol.controller == "gslice" or (self.pol.controller and self.colo[g]):
+                    dirty.add(g)
+                    if controller == "gslice" or (controller and self.colo[g]):
                         self._activate(g, t)
             while wheap and wheap[0][0] <= t:
-                _, g, tok = heapq.heappop(wheap)
+                _, g, tok = heappop(wheap)
                 if tok == wtoken[g]:
                     self._activate(g, t)
             # 3. arrivals
@@ -419,19 +514,16 @@ class Simulation(ControllerMixin):
                     running.add(ai)
                 ai += 1
             # 4. controllers
-            if period and t % period == 0 and self.active:
-                if self.pol.controller == "gpucolo":
-                    self._step_gpucolo(t)
-                else:
-                    self._step_gslice(t)
+            if period and t % period == 0 and active:
+                step(t)
             # 5. rates
-            if self.dirty:
-                for g in sorted(self.dirty):
-                    self._refresh(g, t)
-                self.dirty.clear()
+            if dirty:
+                for g in sorted(dirty):
+                    refresh(g, t)
+                dirty.clear()
             if stepwise:
                 for j in running:
-                    self.rem[j] -= self.rate[j]
+                    rem[j] -= rate[j]
             if progress is not None and ticks % 4096 == 0 and t / horizon - last > 0.001:
                 last = t / horizon
                 progress(last)

@@ -115,38 +115,43 @@ class VectorTwoTier:
         changed = np.zeros(n, dtype=bool)
         sat = np.zeros(n, dtype=np.int64)
         held = np.zeros(n, dtype=bool)
-        lo, hi, slo = self.lo, self.hi, self.slo
         for i in range(n):
-            g = int(idx[i])
-            s = float(self.sleep[g])
-            s0[i] = s
-            pending = self.hold[g] > 0
-            if pending:
-                self.hold[g] -= 1
-            if pending or (restarting is not None and restarting[i]):
-                held[i] = True
-                continue
-            e = slo - float(latency[i])
-            raw = s + float(self.kp[g]) * e
-            if raw > hi:
-                new, st = hi, 1
-            elif raw < lo:
-                new, st = lo, -1
-            else:
-                new, st = raw, 0
-            sat[i] = st
-            self.sleep[g] = new
-            c = int(self.count[g]) + 1
-            if c >= self.every:
-                c = 0
-                m = float(self.mps[g])
-                nm = self.outer_target_one(e, st, m, float(self.mps_gain[g]))
-                if nm != m:
-                    self.mps[g] = nm
-                    self.hold[g] = self.hold_periods
-                    changed[i] = True
-            self.count[g] = c
+            s0[i], _, changed[i], sat[i], held[i] = self.update_one(
+                int(idx[i]), float(latency[i]), restarting is not None and bool(restarting[i]))
         return s0, changed, sat, held
+
+    def update_one(self, g: int, latency: float, restarting: bool = False
+                   ) -> tuple[float, float, bool, int, bool]:
+        """:meth:`update` for the one slot ``g``, in Python scalars: returns
+        ``(old_sleep, new_sleep, mps_changed, saturated, held)``."""
+        s = self.sleep.item(g)          # .item: a Python scalar, faster than float(a[g])
+        h = self.hold.item(g)
+        if h > 0:
+            self.hold[g] = h - 1
+            return s, s, False, 0, True
+        if restarting:
+            return s, s, False, 0, True
+        e = self.slo - latency
+        raw = s + self.kp.item(g) * e
+        if raw > self.hi:
+            new, st = self.hi, 1
+        elif raw < self.lo:
+            new, st = self.lo, -1
+        else:
+            new, st = raw, 0
+        self.sleep[g] = new
+        c = self.count.item(g) + 1
+        changed = False
+        if c >= self.every:
+            c = 0
+            m = self.mps.item(g)
+            nm = self.outer_target_one(e, st, m, self.mps_gain.item(g))
+            if nm != m:
+                self.mps[g] = nm
+                self.hold[g] = self.hold_periods
+                changed = True
+        self.count[g] = c
+        return s, new, changed, st, False
 
     def outer_target_one(self, e: float, sat: int, mps: float, gain: float | None = None
                          ) -> float:

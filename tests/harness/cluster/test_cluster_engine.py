@@ -17,6 +17,7 @@ from harness.cluster import (
     simulate,
     synthetic,
 )
+from harness.cluster.engine import PowerOnOrder
 from harness.cluster.policies import gpucolo_shares, rates
 from harness.cluster.traces import DAY, INFERENCE, TRAINING, load_openb
 
@@ -114,6 +115,39 @@ def test_colo_sum_form_equals_generic_plant_on_random_gpus():
     assert len(checks) > 20
     a, b = np.array(checks).T
     np.testing.assert_allclose(a, b, rtol=1e-10)
+
+
+def test_power_on_order_is_first_fit_by_power_on_order():
+    # the search structure against the plain rule: among the GPUs that are on and where the
+    # job fits, the one powered on first
+    rng = np.random.default_rng(3)
+    oo = PowerOnOrder(capacity=4)
+    on: dict[int, tuple[int, float, float, int]] = {}    # slot -> (power-on count, u, m, pool)
+    free, counter = list(range(200)), 0
+    for _ in range(5000):
+        if on and (len(on) > 150 or rng.uniform() < 0.45):
+            g = int(rng.choice(list(on)))
+            if rng.uniform() < 0.5:
+                del on[g]
+                oo.remove(g)
+                free.append(g)
+            else:
+                o, _, _, pool = on[g]
+                u, m = rng.uniform(0, 1), rng.uniform(0, 32)
+                on[g] = (o, u, m, pool)
+                oo.set(g, u, m)
+        else:
+            g = free.pop(int(rng.integers(len(free))))
+            counter += 1
+            pool = int(rng.integers(2))
+            on[g] = (counter, 1.0, 32.0, pool)
+            oo.add(g, 1.0, 32.0, pool)
+        d, m = rng.uniform(0, 1), rng.uniform(0, 32)
+        for pool in (None, 0, 1):
+            fit = [(o, g) for g, (o, u, mm, pl) in on.items()
+                   if u >= d - 1e-9 and mm >= m - 1e-9 and pool in (None, pl)]
+            assert oo.first(d, m, pool) == (min(fit)[1] if fit else -1)
+    assert oo.n <= 2 * len(on) + 40      # dead positions were dropped
 
 
 def test_plant_equations():
