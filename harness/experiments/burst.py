@@ -23,6 +23,7 @@ from .common import (
     params_meta,
     plant_mps_enabled,
     resolve_names,
+    slo_meta,
 )
 
 __all__ = ["SUMMARY_COLUMNS", "burst", "burst_scenario"]
@@ -45,8 +46,13 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
           batches: tuple[int, int] = (105, 115), period_s: float = 4.0,
           controllers: Sequence[str] | str | None = None, out_dir: str | Path | None = None,
           progress: bool | None = False, tolerance: float = 0.05,
-          plant_overrides: dict[str, Any] | None = None) -> ExperimentResult:
+          plant_overrides: dict[str, Any] | None = None,
+          relative_slo: bool = False) -> ExperimentResult:
     """Run the burst experiment.
+
+    ``relative_slo``: ``slo_ms`` is stated for the seed's RTX 3090 (the ``fig8`` preset) and
+    moved to the same place in ``preset``'s latency range (:func:`~.common.scale_slo`); use
+    it with a preset calibrated on another GPU.
 
     Every controller gets a fresh plant with the same seed (common random numbers). The
     nominal model, the Open setting and the Oracle come from the noise-free simulated plant.
@@ -67,6 +73,8 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
     overrides = dict(plant_overrides or {})
     scenario = burst_scenario(batches, burst_s)
     ref = make_plant("sim", preset, seed=seed, **{**overrides, "batch": batches[0]})
+    slo_info = slo_meta(slo_ms, ref, batches[0], relative_slo)
+    slo_ms = slo_info["slo_ms"]
     ctls = build_controllers(names, plant=ref, slo_ms=slo_ms, scenario=scenario,
                              duration_s=periods * period_s, period_s=period_s)
     runs: list[Records] = []
@@ -94,7 +102,7 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
             base = by.get(ref_name, {}).get("training_throughput", math.nan)
             r[key] = r["training_throughput"] / base if base and base > 0 else math.nan
     meta = {"experiment": "burst", "plant": plant, "preset": str(preset), "seed": seed,
-            "duration_s": periods * period_s, "period_s": period_s, "slo_ms": slo_ms,
+            "duration_s": periods * period_s, "period_s": period_s, **slo_info,
             "burst_s": list(burst_s), "batches": list(batches), "tolerance": tolerance,
             **params_meta(plant, ref),
             "mps_enabled": all(mps_on) if None not in mps_on else None}

@@ -101,7 +101,12 @@ def _cmd_burst(args: argparse.Namespace) -> int:
     res = burst(plant=args.plant, preset=args.preset, seed=args.seed,
                 duration_s=args.duration, slo_ms=args.slo,
                 burst_s=args.burst, batches=args.batch, controllers=args.controllers,
-                out_dir=Path(args.out) / "burst", progress=_progress(args), **kw)
+                out_dir=Path(args.out) / "burst", progress=_progress(args),
+                relative_slo=args.relative_slo, **kw)
+    if args.relative_slo:
+        print(f"SLO {args.slo:g} ms on the RTX 3090 preset -> {res.meta['slo_ms']:.1f} ms on "
+              f"{args.preset} (latency range {res.meta['latency_range_ms'][0]:.1f}.."
+              f"{res.meta['latency_range_ms'][1]:.1f} ms)")
     print(format_table(res))
     print("Results: " + ", ".join(str(f) for f in res.files))
     return 0
@@ -129,7 +134,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                     duration_s=args.duration,
                     batch=args.batch, warmup_s=min(args.warmup, 0.5 * args.duration),
                     controllers=args.controllers or DEFAULT_SWEEP_CONTROLLERS,
-                    out_dir=Path(args.out) / "slo_sweep", progress=_progress(args), **kw)
+                    out_dir=Path(args.out) / "slo_sweep", progress=_progress(args),
+                    relative_slo=args.relative_slo, **kw)
     print(markdown_table(res.summary, SUMMARY_COLUMNS, digits=2))
     print("Results: " + ", ".join(str(f) for f in res.files))
     return 0
@@ -156,6 +162,8 @@ def register(sub: Any) -> None:
     _common(p, duration=400.0)
     add_preset(p, "fig8")
     p.add_argument("--slo", type=float, default=90.0, help="latency SLO in ms (default 90)")
+    p.add_argument("--relative-slo", action="store_true",
+                   help="read the SLO as one stated for the seed's RTX 3090 (the fig8 preset) and move it to the same place in --preset's latency range (for a preset calibrated on another GPU)")
     p.add_argument("--burst", type=_pair(float), default=(90.0, 290.0),
                    help="burst start,end in s (default 90,290)")
     p.add_argument("--batch", type=_pair(int), default=(105, 115),
@@ -169,6 +177,8 @@ def register(sub: Any) -> None:
     add_preset(p, "fig8")
     p.add_argument("--slos", type=_floats, default=[75, 80, 85, 90, 95],
                    help="SLOs in ms (default 75,80,85,90,95)")
+    p.add_argument("--relative-slo", action="store_true",
+                   help="read the SLOs as one stated for the seed's RTX 3090 (the fig8 preset) and move them to the same place in --preset's latency range (for a preset calibrated on another GPU)")
     p.add_argument("--batch", type=int, default=105, help="inference batch (default 105)")
     p.add_argument("--warmup", type=float, default=100.0,
                    help="seconds excluded as the start-up transient (default 100)")

@@ -25,10 +25,13 @@ __all__ = [
     "close_plant",
     "controller_metrics",
     "identify_family",
+    "latency_range_ms",
     "make_plant",
     "matplotlib_pyplot",
     "params_meta",
     "plant_mps_enabled",
+    "scale_slo",
+    "slo_meta",
     "steady_mask",
 ]
 
@@ -95,6 +98,42 @@ def close_plant(plant: Any) -> None:
     close = getattr(plant, "close", None)
     if callable(close):
         close()
+
+
+def latency_range_ms(reference: Any, batch: int) -> tuple[float, float]:
+    """``reference``'s noise-free latency at ``batch`` with the training unslept at MPS 20 %
+    and at MPS 100 %: the span a sleep/MPS controller can place an SLO in."""
+    lo = float(reference.expected_latency_ms(0.0, 20.0, batch))
+    hi = float(reference.expected_latency_ms(0.0, 100.0, batch))
+    return lo, hi
+
+
+def scale_slo(slo_ms: float, reference: Any, batch: int) -> float:
+    """An SLO stated for the seed's RTX 3090 (the ``fig8`` preset) moved to the same place in
+    ``reference``'s latency range (:func:`latency_range_ms`), e.g. a preset calibrated on
+    another GPU. On ``fig8`` itself it returns ``slo_ms``: 90 ms sits at 0.28 of the range
+    72.9..134.7 ms at batch 105.
+
+    >>> from harness.simulated import SimulatedColocation
+    >>> round(scale_slo(90.0, SimulatedColocation.preset("fig8"), 105), 6)
+    90.0
+    """
+    if not (math.isfinite(slo_ms) and slo_ms > 0):
+        raise ValueError(f"slo_ms must be a positive number, got {slo_ms!r}")
+    lo0, hi0 = latency_range_ms(SimulatedColocation.preset("fig8"), batch)
+    lo, hi = latency_range_ms(reference, batch)
+    if not hi0 > lo0:
+        raise ValueError(f"batch {batch}: the fig8 preset has no latency range to scale from")
+    return lo + (slo_ms - lo0) / (hi0 - lo0) * (hi - lo)
+
+
+def slo_meta(slo_ms: float, reference: Any, batch: int, relative: bool) -> dict[str, Any]:
+    """The SLO an experiment runs at and how it was chosen: ``slo_ms`` as given, or moved by
+    :func:`scale_slo` when ``relative``; with the given value and ``reference``'s latency
+    range, for the meta JSON."""
+    slo = scale_slo(slo_ms, reference, batch) if relative else float(slo_ms)
+    return {"slo_ms": slo, "slo_given_ms": float(slo_ms), "relative_slo": bool(relative),
+            "latency_range_ms": list(latency_range_ms(reference, batch))}
 
 
 def params_meta(kind: str, reference: Any) -> dict[str, Any]:

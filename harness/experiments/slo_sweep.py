@@ -23,11 +23,13 @@ from .common import (
     ExperimentResult,
     build_controllers,
     close_plant,
+    latency_range_ms,
     make_plant,
     matplotlib_pyplot,
     params_meta,
     plant_mps_enabled,
     resolve_names,
+    slo_meta,
     steady_mask,
 )
 
@@ -46,17 +48,22 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
               batch: int = 105, period_s: float = 4.0, warmup_s: float = 100.0,
               controllers: Sequence[str] | str | None = DEFAULT_SWEEP_CONTROLLERS,
               out_dir: str | Path | None = None, progress: bool | None = False,
-              plant_overrides: dict[str, Any] | None = None) -> ExperimentResult:
-    """Run every controller at every SLO; see the module docstring for the summary."""
+              plant_overrides: dict[str, Any] | None = None,
+              relative_slo: bool = False) -> ExperimentResult:
+    """Run every controller at every SLO; see the module docstring for the summary.
+    ``relative_slo``: the SLOs are stated for the seed's RTX 3090 (``fig8``) and moved to the
+    same places in ``preset``'s latency range (:func:`~.common.scale_slo`)."""
     names = resolve_names(controllers)
     slos = [float(s) for s in slos]
     if not slos or any(not (math.isfinite(s) and s > 0) for s in slos):
         raise ValueError(f"slos must be positive numbers, got {slos!r}")
+    given = list(slos)
     periods = math.ceil(duration_s / period_s)
     if periods * period_s <= warmup_s:
         raise ValueError(f"duration_s ({duration_s}) must exceed warmup_s ({warmup_s})")
     overrides = {**(plant_overrides or {}), "batch": int(batch)}
     ref = make_plant("sim", preset, seed=seed, **overrides)
+    slos = [slo_meta(x, ref, int(batch), relative_slo)["slo_ms"] for x in given]
     runs: list[Records] = []
     mps_on: list[bool | None] = []
     summary: list[dict[str, Any]] = []
@@ -76,7 +83,9 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
                 summary.append(_point(r, c, slo, warmup_s))
     rec = concat(runs)
     meta = {"experiment": "slo_sweep", "plant": plant, "preset": str(preset), "seed": seed,
-            "slos": slos, "duration_s": periods * period_s, "period_s": period_s,
+            "slos": slos, "slos_given": given, "relative_slo": bool(relative_slo),
+            "latency_range_ms": list(latency_range_ms(ref, int(batch))),
+            "duration_s": periods * period_s, "period_s": period_s,
             "warmup_s": warmup_s, "batch": batch, **params_meta(plant, ref),
             "mps_enabled": all(mps_on) if None not in mps_on else None}
     res = ExperimentResult("slo_sweep", rec, summary, meta=meta)

@@ -112,11 +112,11 @@ STEPS: dict[str, Step] = {s.name: s for s in (
                      "--mps", "40,100")),), 330, 540, "Fig 6/7, shortened: 2 MPS levels"),
     Step("burst", "burst", (
         Command(_cli("burst", "--plant", "gpu", "--controllers", "gslice,ours",
-                     "--duration", "200", "--burst", "60,140")),), 500, 570,
+                     "--duration", "200", "--burst", "60,140", "--relative-slo")),), 500, 570,
          "Fig 8, shortened: GSLICE-extended vs ours, 200 s each"),
     Step("sweep", "slo_sweep", (
         Command(_cli("sweep", "--plant", "gpu", "--slos", "75,95", "--controllers", "ours",
-                     "--duration", "160", "--warmup", "60")),), 420, 570,
+                     "--duration", "160", "--warmup", "60", "--relative-slo")),), 420, 570,
          "Fig 9, shortened: two SLOs, ours"),
 )}
 

@@ -218,3 +218,46 @@ def test_calibrate_names_what_is_wrong(perturbed_knobs, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["calibrate", "--out", out])          # --from is required
     assert "--from" in capsys.readouterr().err
+
+
+# ---- SLOs stated for the RTX 3090, moved to another GPU's latency range --------------------------
+def test_relative_slo_lands_at_the_same_place_in_a_faster_gpus_range(tmp_path, capsys):
+    from harness.experiments.burst import burst
+    from harness.experiments.common import latency_range_ms, scale_slo
+    from harness.experiments.slo_sweep import slo_sweep
+
+    fig8 = SimulatedColocation.preset("fig8")
+    assert scale_slo(90.0, fig8, 105) == pytest.approx(90.0, abs=1e-9)
+    # a GPU about three times faster at the inference than the RTX 3090 preset
+    f = write_calibration(tmp_path / "fast.json", "fig8", compute_ms_per_image=0.2)
+    fast = make_plant("sim", str(f))
+    lo0, hi0 = latency_range_ms(fig8, 105)
+    lo, hi = latency_range_ms(fast, 105)
+    assert hi < 0.6 * hi0
+    slo = scale_slo(90.0, fast, 105)
+    assert lo < slo < hi
+    assert (slo - lo) / (hi - lo) == pytest.approx((90.0 - lo0) / (hi0 - lo0))
+    with pytest.raises(ValueError, match="slo_ms must be a positive number"):
+        scale_slo(-1.0, fast, 105)
+
+    # the fixed 90 ms is out of reach there: the controller sits at full training, far below it
+    kw = {"preset": str(f), "duration_s": 160, "burst_s": (1000.0, 1001.0),
+          "controllers": "two-tier"}
+    fixed = burst(**kw)
+    rel = burst(relative_slo=True, **kw)
+    assert rel.meta["slo_ms"] == pytest.approx(slo) and rel.meta["slo_given_ms"] == 90.0
+    assert fixed.meta["slo_ms"] == 90.0 and fixed.meta["relative_slo"] is False
+    lat_fixed = fixed.records.col("latency_ms")[-10:].mean()
+    lat_rel = rel.records.col("latency_ms")[-10:].mean()
+    assert lat_fixed < 0.8 * 90.0
+    assert lat_rel == pytest.approx(slo, rel=0.03)
+
+    sw = slo_sweep(preset=str(f), slos=(75, 95), duration_s=40, warmup_s=8,
+                   controllers="two-tier", relative_slo=True)
+    assert sw.meta["slos_given"] == [75.0, 95.0]
+    assert sw.meta["slos"] == pytest.approx([scale_slo(75, fast, 105), scale_slo(95, fast, 105)])
+    assert sorted({r["slo_ms"] for r in sw.summary}) == pytest.approx(sw.meta["slos"])
+
+    assert main(["burst", "--preset", str(f), "--relative-slo", "--duration", "8",
+                 "--controllers", "two-tier", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert f"-> {slo:.1f} ms on {f}" in capsys.readouterr().out
