@@ -54,6 +54,7 @@ def _cell(v: Any) -> Any:
     if isinstance(v, float):
         if math.isnan(v):
             return ""
+        v = float(v)  # numpy scalars: repr(np.float64) is "np.float64(...)" since numpy 2
         return repr(round(v, 6)) if abs(v) < 1e15 else repr(v)
     if isinstance(v, bool):
         return int(v)

@@ -27,6 +27,15 @@ def test_csv_round_trip_with_nan_bool_and_union_of_columns(tmp_path):
     assert math.isnan(back[1]["a"]) and back[1]["b"] == 0.0 and back[1]["d"] == 3.0
 
 
+def test_csv_writes_numpy_scalars_as_plain_numbers(tmp_path):
+    import numpy as np
+
+    p = write_csv([{"a": np.float64(-2.0060521234), "b": np.float32(0.5), "c": np.int64(7)}],
+                  tmp_path / "np.csv")
+    assert p.read_text().splitlines()[1] == "-2.006052,0.5,7"
+    assert read_csv(p) == [{"a": -2.006052, "b": 0.5, "c": 7.0}]
+
+
 def test_csv_selected_columns(tmp_path):
     p = write_csv([{"a": 1, "b": 2}], tmp_path / "t.csv", columns=["b"])
     assert p.read_text() == "b\n2\n"
