@@ -128,8 +128,8 @@ def _knobs(folder: Path, sim: bool) -> list[str]:
             markdown_table(table, list(table[0]) if table else ["run"], digits=2),
             "## Shapes: after / before the first change", "",
             markdown_table(ratios, list(ratios[0]) if ratios else ["run"], digits=3),
-            "The paper's absolute numbers are from an RTX 3090 and the simulated plant is "
-            "calibrated to them; compare the ratios, not the milliseconds."]
+            ("The paper's absolute numbers are from an RTX 3090 and the simulated plant is "
+            "calibrated to them; compare the ratios, not the milliseconds.")]
 
 
 def _mps_restart(folder: Path, sim: bool) -> list[str]:
@@ -143,8 +143,8 @@ def _mps_restart(folder: Path, sim: bool) -> list[str]:
                   "training it/s": r.get("training_throughput", math.nan)} for r in levels]
         out += ["## Latency and training SM share per MPS level", "",
                 markdown_table(table, list(table[0]), digits=2),
-                "Seed 000 Fig 4 (RTX 3090, batch 5, inference at MPS 80 %): training SM share "
-                "38.15 % at MPS 80 % and 1.13 % at MPS 20 %.", ""]
+                ("Seed 000 Fig 4 (RTX 3090, batch 5, inference at MPS 80 %): training SM share "
+                "38.15 % at MPS 80 % and 1.13 % at MPS 20 %."), ""]
     if restarts:
         rows = []
         for mode in ("cold", "shadow"):
@@ -160,8 +160,8 @@ def _mps_restart(folder: Path, sim: bool) -> list[str]:
         out += ["## MPS restart: training iteration gap", "",
                 markdown_table(rows, ["mode", "restarts", "median gap s", "max gap s",
                                       "verdict"], digits=3),
-                f"The paper measured {PAPER_RESTART_S[0]:g}-{PAPER_RESTART_S[1]:g} s of "
-                "downtime per MPS change (without a shadow process)."]
+                (f"The paper measured {PAPER_RESTART_S[0]:g}-{PAPER_RESTART_S[1]:g} s of "
+                "downtime per MPS change (without a shadow process).")]
     return out or ["No levels.csv or restarts.csv found."]
 
 
@@ -218,8 +218,8 @@ def _summary_md(name: str, csv_name: str) -> Callable[[Path, bool], list[str]]:
         if md.is_file():
             out += [md.read_text(encoding="utf-8").strip(), ""]
         if name == "burst":
-            out += ["The paper reports GPUColo's training throughput 1.515× GSLICE-extended's "
-                    "(`training_vs_gslice`)."]
+            out += [("The paper reports GPUColo's training throughput 1.515× GSLICE-extended's "
+                    "(`training_vs_gslice`).")]
         return out or [f"No {csv_name} summary found."]
     return render
 
@@ -235,8 +235,8 @@ def _gpu_tests(folder: Path, sim: bool) -> list[str]:
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     tot = {k: sum(int(s.get(k, 0)) for s in suites)
            for k in ("tests", "failures", "errors", "skipped")}
-    lines = [f"`pytest -m gpu`: {tot['tests']} tests, {tot['failures']} failures, "
-             f"{tot['errors']} errors, {tot['skipped']} skipped.", ""]
+    lines = [(f"`pytest -m gpu`: {tot['tests']} tests, {tot['failures']} failures, "
+             f"{tot['errors']} errors, {tot['skipped']} skipped."), ""]
     for case in root.iter("testcase"):
         for tag in ("failure", "error", "skipped"):
             el = case.find(tag)
@@ -282,8 +282,8 @@ def draft_readme(folder: str | Path, *, sim: bool = True,
         raise ValueError(f"folder must be one of {', '.join(SECTIONS)}, got {d.name!r}")
     title, _key, render = SECTIONS[d.name]
     info = dict(gpu_info) if gpu_info is not None else _read_json(d / "gpu.json")
-    lines = [f"# {title}", "", "*Draft written by `python -m harness.gpu.report`; edit it: "
-             "say what was unusual and what the numbers mean.*", "", _gpu_line(info), "",
+    lines = [f"# {title}", "", ("*Draft written by `python -m harness.gpu.report`; edit it: "
+             "say what was unusual and what the numbers mean.*"), "", _gpu_line(info), "",
              "## Commands", "", *_command_block(d), ""]
     flags = []
     status = _status(d)
