@@ -23,7 +23,6 @@ The simulated comparisons run the noise-free simulated plant (a second or two, n
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..results import atomic_write_text, markdown_table, read_csv
+from ._files import read_json
 
 __all__ = ["draft_readme", "draft_readmes", "main"]
 
@@ -43,11 +43,7 @@ SHADOW_GOAL_S = 0.5
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json(path) or {}
 
 
 def _num(x: Any) -> float:
