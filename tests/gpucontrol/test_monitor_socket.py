@@ -35,7 +35,7 @@ def test_parse_datagram(data, expected):
     assert parse_datagram(data) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.binary(max_size=300))
 def test_parse_never_raises_and_accounts_for_every_line(data):
     lat, it, bad = parse_datagram(data)

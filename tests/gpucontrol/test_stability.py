@@ -95,7 +95,7 @@ def test_jury_agrees_with_roots_on_many_random_polynomials():
     assert agree == checked
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(st.floats(-3, 3, allow_nan=False), min_size=1, max_size=6))
 def test_jury_property_vs_roots(tail):
     poly = np.r_[1.0, tail]

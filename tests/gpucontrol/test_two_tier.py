@@ -241,7 +241,7 @@ measurements = st.one_of(
     st.none(), st.text(max_size=3))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(stream=st.lists(measurements, max_size=80),
        outer=st.sampled_from(["paper", "mid-range", "none"]), adaptive=st.booleans(),
        sleep_hi=st.floats(0.1, 5.0), mps_lo=st.floats(1, 50), every=st.integers(1, 10))

@@ -12,7 +12,7 @@ from sysid import IdData
 finite = st.floats(-1e6, 1e6, allow_nan=False)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.lists(st.tuples(finite, finite), min_size=1, max_size=60),
        st.floats(0.01, 100.0), st.integers(0, 200))
 def test_csv_round_trip_is_exact(tmp_path_factory, rows, period, mps):

@@ -10,7 +10,7 @@ from sysid import multi_level, prbs, white_noise
 bounds_st = st.tuples(st.floats(-1e3, 1e3), st.floats(1e-3, 1e3)).map(lambda t: (t[0], t[0] + t[1]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(n=st.integers(1, 500), lh=bounds_st, hold=st.integers(1, 7), seed=st.integers(0, 2**32 - 1))
 def test_all_signals_stay_within_bounds(n, lh, hold, seed):
     lo, hi = lh

@@ -26,7 +26,7 @@ def arx_data(n=600, a=(-1.2, 0.4), b=(0.8, 0.3), nk=1, c=5.0, noise=0.05, seed=0
 
 
 # ---- static ---------------------------------------------------------------------------------
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(gain=st.floats(-50, 50).filter(lambda g: abs(g) > 1e-3), offset=st.floats(-200, 200),
        seed=st.integers(0, 10_000))
 def test_static_recovers_exact_line(gain, offset, seed):

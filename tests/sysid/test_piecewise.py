@@ -54,7 +54,7 @@ def test_order_of_samples_does_not_matter():
     assert (a.x0, a.k1, a.k2) == pytest.approx((b.x0, b.k1, b.k2))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(slo=st.floats(60.0, 180.0), margin=st.sampled_from([0.0, 0.1]))
 def test_min_share_is_the_inverse(slo, margin):
     f = PiecewiseFit(k1=-2.0, k2=-0.2, x0=40.0, y0=100.0, r2=1.0, x_range=(10.0, 90.0))
@@ -78,7 +78,7 @@ def test_min_share_bounds_and_infeasible():
         f.min_share(90.0, bounds=(50.0, 10.0))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(a=st.floats(1.0, 50.0), b=st.floats(10.0, 2000.0))
 def test_saturating_exact_and_inverse(a, b):
     f = fit_saturating(SHARES, a + b / SHARES)
@@ -96,7 +96,7 @@ def test_saturating_infeasible_below_floor():
     assert f.min_share(500.0) == 10.0
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=8)
 @given(seed=st.integers(0, 1000))
 def test_selection_picks_the_generating_model(seed):
     rng = np.random.default_rng(seed)
@@ -140,7 +140,7 @@ def test_bad_input(call, msg):
         call()
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(st.lists(st.floats(1.0, 100.0), min_size=4, max_size=12, unique=True),
        st.integers(0, 10_000))
 def test_fit_never_returns_garbage_on_valid_input(xs, seed):

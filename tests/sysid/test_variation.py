@@ -22,7 +22,7 @@ def test_default_nominal_is_the_recommended_one():
     assert env.nominal_gain == pytest.approx(-8.0)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(st.lists(st.floats(0.5, 50.0), min_size=1, max_size=8), st.floats(0.3, 1.5))
 def test_recommendation_is_optimal_without_delay(mags, detune):
     gains = [-m for m in mags]

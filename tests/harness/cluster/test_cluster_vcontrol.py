@@ -56,7 +56,7 @@ def test_vector_equals_scalar_two_tier(n):
     assert any(r[2].any() for r in records), "no hold happened"
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(st.lists(st.floats(0.0, 400.0, allow_nan=False), min_size=1, max_size=60),
        st.floats(-50.0, -0.5), st.floats(0.2, 1.5))
 def test_inner_equals_inner_sleep_controller(latencies, gain, detune):
