@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpucontrol.actuators import CgroupFreezer, DutyCycler, SignalDutyCycler
-from gpucontrol.actuators.procs import read_stat, stop_requested
-from gpucontrol.actuators.sleep import cgroup2_mounts
+from gpucontrol.node.actuators import CgroupFreezer, DutyCycler, SignalDutyCycler
+from gpucontrol.node.actuators.procs import read_stat, stop_requested
+from gpucontrol.node.actuators.sleep import cgroup2_mounts
 
 BUSY = "while True: pass"
 TREE = ("import subprocess, sys\n"
@@ -153,7 +153,7 @@ def freezer_latency(procs: Procs, cycles: int) -> dict[str, list[float]] | None:
 
 # ---------------------------------------------------------------------------- duty cycle
 def daemon_argv(tmp: str, name: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "gpucontrol.daemon", "--socket", f"{tmp}/{name}.sock",
+    return [sys.executable, "-m", "gpucontrol.node.daemon", "--socket", f"{tmp}/{name}.sock",
             "--state", f"{tmp}/{name}.state.json", "--hook", f"{tmp}/{name}.hook", *args]
 
 

@@ -20,8 +20,8 @@ import platform
 import time
 
 from harness.cluster import SimConfig, Simulation, inference_burst, load_openb, synthetic
+from harness.cluster.figures import saved, window_violation
 from harness.cluster.policies import LABELS, PlantParams
-from harness.cluster.report import saved, window_violation
 
 
 def run(trace, policy, placement="first-fit"):

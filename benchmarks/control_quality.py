@@ -29,8 +29,8 @@ import numpy as np
 
 from gpucontrol import LinearLatencyModel, TwoTierController
 from harness.experiments import burst, slo_sweep
-from harness.plant import run_loop
-from harness.simulated import SimulatedColocation
+from harness.sim.protocol import run_loop
+from harness.sim.simulated import SimulatedColocation
 
 TWO = "GPUColo two-tier"
 OURS = "GPUColo mid-range + adaptive"

@@ -40,7 +40,7 @@ import numpy as np
 
 import sysid
 from gpucontrol import Actuation
-from harness.simulated import SimulatedColocation
+from harness.sim.simulated import SimulatedColocation
 
 S0, DELTA, PERIODS, T = 0.5, 0.3, 50, 4.0
 LEVELS = (60.0, 80.0, 100.0)

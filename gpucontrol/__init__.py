@@ -1,48 +1,59 @@
 """gpucontrol: keep an inference service's latency at its SLO while training shares the GPU.
 
 The control library of the project: latency models, P/PI design, stability under model
-variation and the two-tier runtime controller (seed 000). It imports no GPU package at module
-level; GPU pieces are imported lazily where used.
+variation and the two-tier runtime controller, after the GPUColo design (Chen, Subramaniyan
+and Wang, "GPUColo: Co-locating ML Inference and Training on One GPU with Latency
+Guarantees", ICDCS 2024). The node agent that runs it on a GPU node is
+:mod:`gpucontrol.node`. No GPU package is imported at module level.
+
+>>> from gpucontrol import LinearLatencyModel, design_p, stable_gain_range
+>>> model = LinearLatencyModel(gain=-12.0, offset=95.0)
+>>> stable_gain_range(design_p(model), model)
+(0.0, 2.0)
 """
 
-from .design import PDesign, PIDesign, design_p, design_pi
-from .models import LatencyModelFamily, LinearLatencyModel, OperatingPoint
-from .stability import (
-                        check_envelope,
-                        is_stable,
-                        jury,
-                        robustness_plot,
-                        robustness_sweep,
-                        stable_gain_range,
+from gpucontrol.controllers import (
+    GainEstimator,
+    InnerSleepController,
+    Measurement,
+    OuterMPSOptimizer,
 )
+from gpucontrol.design import PDesign, PIDesign, design_p, design_pi
+from gpucontrol.errors import ConfigurationError
+from gpucontrol.models import LatencyModelFamily, LinearLatencyModel, OperatingPoint
+from gpucontrol.node.client import report_latency
+from gpucontrol.stability import (
+    check_envelope,
+    is_stable,
+    jury,
+    robustness_plot,
+    robustness_sweep,
+    stable_gain_range,
+)
+from gpucontrol.two_tier import Actuation, TwoTierController
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
-                        "LatencyModelFamily",
-                        "LinearLatencyModel",
-                        "OperatingPoint",
-                        "PDesign",
-                        "PIDesign",
-                        "check_envelope",
-                        "design_p",
-                        "design_pi",
-                        "is_stable",
-                        "jury",
-                        "robustness_plot",
-                        "robustness_sweep",
-                        "stable_gain_range",
-]
-from .controllers import GainEstimator, InnerSleepController, Measurement, OuterMPSOptimizer
-from .report import report_latency
-from .two_tier import Actuation, TwoTierController
-
-__all__ += [
-                        "Actuation",
-                        "GainEstimator",
-                        "InnerSleepController",
-                        "Measurement",
-                        "OuterMPSOptimizer",
-                        "TwoTierController",
-                        "report_latency",
+    "Actuation",
+    "ConfigurationError",
+    "GainEstimator",
+    "InnerSleepController",
+    "LatencyModelFamily",
+    "LinearLatencyModel",
+    "Measurement",
+    "OperatingPoint",
+    "OuterMPSOptimizer",
+    "PDesign",
+    "PIDesign",
+    "TwoTierController",
+    "check_envelope",
+    "design_p",
+    "design_pi",
+    "is_stable",
+    "jury",
+    "report_latency",
+    "robustness_plot",
+    "robustness_sweep",
+    "stable_gain_range",
 ]

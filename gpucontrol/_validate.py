@@ -9,15 +9,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from gpucontrol.errors import ConfigurationError
+
 
 def finite(name: str, value: Any) -> float:
     """Return ``value`` as a float, or raise if it is not a finite real number."""
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number, got {value!r}") from None
+        raise ConfigurationError(f"{name} must be a finite number, got {value!r}") from None
     if not math.isfinite(v):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+        raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
     return v
 
 
@@ -30,14 +32,14 @@ def in_range(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = Fal
     if not (lo_ok and hi_ok):
         left = "(" if lo_open else "["
         right = ")" if hi_open else "]"
-        raise ValueError(f"{name} must be in {left}{lo:g}, {hi:g}{right}, got {value!r}")
+        raise ConfigurationError(f"{name} must be in {left}{lo:g}, {hi:g}{right}, got {value!r}")
     return v
 
 
 def positive(name: str, value: Any) -> float:
     v = finite(name, value)
     if v <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be > 0, got {value!r}")
     return v
 
 
@@ -45,10 +47,10 @@ def int_at_least(name: str, value: Any, lo: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int,)) and not (
         isinstance(value, float) and value.is_integer()
     ):
-        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+        raise ConfigurationError(f"{name} must be an integer >= {lo}, got {value!r}")
     v = int(value)
     if v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+        raise ConfigurationError(f"{name} must be an integer >= {lo}, got {value!r}")
     return v
 
 
@@ -57,16 +59,16 @@ def bounds(name: str, value: Any, lo: float, hi: float) -> tuple[float, float]:
     try:
         a, b = value
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a (low, high) pair within [{lo:g}, {hi:g}], "
+        raise ConfigurationError(f"{name} must be a (low, high) pair within [{lo:g}, {hi:g}], "
                          f"got {value!r}") from None
     a = finite(f"{name}[0]", a)
     b = finite(f"{name}[1]", b)
     if not (lo <= a < b <= hi):
-        raise ValueError(f"{name} must satisfy {lo:g} <= low < high <= {hi:g}, got {value!r}")
+        raise ConfigurationError(f"{name} must satisfy {lo:g} <= low < high <= {hi:g}, got {value!r}")
     return a, b
 
 
 def choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        raise ConfigurationError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
     return value

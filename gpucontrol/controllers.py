@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ._validate import bounds, finite, in_range, positive
+from gpucontrol._validate import bounds, finite, in_range, positive
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,7 @@ class OuterMPSOptimizer:
                  mps_bounds_pct: tuple[float, float] = (1.0, 100.0), initial_mps_pct: float = 100.0,
                  mps_gain_ms_per_pct: float | None = None, sleep_target_s: float = 0.05,
                  saturated_step_pct: float = 5.0) -> None:
-        from ._validate import choice, int_at_least
+        from gpucontrol._validate import choice, int_at_least
 
         self.strategy = choice("outer", strategy, self.STRATEGIES)
         self.slo_ms = positive("slo_ms", slo_ms)

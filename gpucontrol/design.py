@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import in_range, int_at_least, positive
-from .models import LinearLatencyModel
+from gpucontrol._validate import in_range, int_at_least, positive
+from gpucontrol.models import LinearLatencyModel
 
 #: Fraction of the final value that defines "settled" (2 %), as in ``control.step_info``.
 SETTLING_THRESHOLD = 0.02

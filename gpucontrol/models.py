@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._validate import finite, positive
+from gpucontrol._validate import finite, positive
 
 
 @dataclass(frozen=True)

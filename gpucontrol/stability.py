@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._validate import finite, int_at_least
-from .design import SETTLING_THRESHOLD, Design, PDesign, step_sequence
+from gpucontrol._validate import finite, int_at_least
+from gpucontrol.design import SETTLING_THRESHOLD, Design, PDesign, step_sequence
 
 
 def jury(coefficients: Sequence[float]) -> bool:

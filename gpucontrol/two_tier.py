@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ._validate import bounds, choice, in_range, int_at_least, positive
-from .controllers import (
+from gpucontrol._validate import bounds, choice, in_range, int_at_least, positive
+from gpucontrol.controllers import (
     GainEstimator,
     InnerSleepController,
     Measurement,
@@ -22,8 +22,8 @@ from .controllers import (
     as_measurement,
     usable,
 )
-from .design import Design, design_p
-from .models import LatencyModelFamily, LinearLatencyModel
+from gpucontrol.design import Design, design_p
+from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 
 
 @dataclass(frozen=True)

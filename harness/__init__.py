@@ -1,20 +1,32 @@
-"""harness: closes the loop for experiments — plants (simulated and real GPU), baselines,
-the paper's experiments, the cluster simulator and the ``gpucontrol`` command.
+"""harness: closes the loop for experiments.
 
-GPU pieces (``harness.gpu``) import their GPU packages lazily; ``import harness`` needs only
-the base install.
+- :mod:`harness.sim`: the plant protocol, the simulated plant, its calibration, the baselines.
+- :mod:`harness.experiments`: the paper's experiments on any plant from the registry.
+- :mod:`harness.hil`: hardware in the loop on a GPU (GPU packages imported lazily).
+- :mod:`harness.cluster`: the trace-driven cluster simulator.
+- :mod:`harness.cli`: the ``gpucontrol`` command.
+
+``import harness`` needs only the base install.
 """
 
-from .plant import LoadEvent, PeriodResult, Plant, PlantActuation, Records, Scenario, run_loop
-from .simulated import SimulatedColocation
+from harness.sim import (
+    LoadEvent,
+    PeriodResult,
+    Plant,
+    PlantActuation,
+    Records,
+    Scenario,
+    SimulatedColocation,
+    run_loop,
+)
 
 __all__ = [
-                    "LoadEvent",
-                    "PeriodResult",
-                    "Plant",
-                    "PlantActuation",
-                    "Records",
-                    "Scenario",
-                    "SimulatedColocation",
-                    "run_loop",
+    "LoadEvent",
+    "PeriodResult",
+    "Plant",
+    "PlantActuation",
+    "Records",
+    "Scenario",
+    "SimulatedColocation",
+    "run_loop",
 ]

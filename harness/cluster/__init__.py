@@ -7,10 +7,10 @@
 True
 """
 
-from .engine import GpuType, SimConfig, SimResult, Simulation, simulate
-from .placement import PLACEMENTS, KacePredictor
-from .policies import POLICIES, ControlParams, PlantParams, make_policy
-from .traces import (
+from harness.cluster.engine import GpuType, SimConfig, SimResult, Simulation, simulate
+from harness.cluster.placement import PLACEMENTS, KacePredictor
+from harness.cluster.policies import POLICIES, ControlParams, PlantParams, make_policy
+from harness.cluster.traces import (
                      LoadReport,
                      SyntheticConfig,
                      Trace,
@@ -20,7 +20,7 @@ from .traces import (
                      synthetic,
                      with_ratio,
 )
-from .vcontrol import VectorTwoTier
+from harness.cluster.vcontrol import VectorTwoTier
 
 __all__ = [
                      "PLACEMENTS",

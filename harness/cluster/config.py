@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .placement import PLACEMENTS
-from .policies import ControlParams, PlantParams, make_policy
-from .traces import DAY, INFERENCE, TRAINING
+from harness.cluster.placement import PLACEMENTS
+from harness.cluster.policies import ControlParams, PlantParams, make_policy
+from harness.cluster.traces import DAY, INFERENCE, TRAINING
 
 
 @dataclass(frozen=True)

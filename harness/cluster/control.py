@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from .traces import INFERENCE
+from harness.cluster.traces import INFERENCE
 
 EPS_WORK = 1e-6    # remaining work (s) at which a job is done
 
@@ -333,7 +333,7 @@ class ControllerMixin:
 
     def colo_latency_check(self, g: int) -> tuple[float, float]:
         """(sum-form latency, generic-plant latency) of a co-located GPU, for tests."""
-        from .policies import gpucolo_shares, rates
+        from harness.cluster.policies import gpucolo_shares, rates
 
         s, m = float(self.ctl.sleep[g]), float(self.ctl.mps[g])
         p = self.cfg.plant

@@ -31,12 +31,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .config import DEFAULT_GPUS, GpuType, SimConfig, SimResult
-from .control import EPS_WORK, ControllerMixin
-from .placement import KacePredictor, choose, observed_features
-from .policies import fixed_shares, make_policy, proportional_shares, rates
-from .traces import DAY, INFERENCE, TRAINING, Trace
-from .vcontrol import VectorTwoTier
+from harness.cluster.config import DEFAULT_GPUS, GpuType, SimConfig, SimResult
+from harness.cluster.control import EPS_WORK, ControllerMixin
+from harness.cluster.placement import KacePredictor, choose, observed_features
+from harness.cluster.policies import fixed_shares, make_policy, proportional_shares, rates
+from harness.cluster.traces import DAY, INFERENCE, TRAINING, Trace
+from harness.cluster.vcontrol import VectorTwoTier
 
 INF = 1 << 62
 

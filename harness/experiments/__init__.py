@@ -1,10 +1,10 @@
 """The paper's experiments on a plant (simulated by default): knobs (Fig 4), burst (Fig 8),
 SLO sweep (Fig 9) and the demo. Each is a function returning an
 :class:`~harness.experiments.common.ExperimentResult` and a ``gpucontrol`` subcommand
-(:mod:`harness.experiments.commands`)."""
+(:mod:`harness.cli.experiments`)."""
 
-from .burst import burst, burst_scenario
-from .common import (
+from harness.experiments.burst import burst, burst_scenario
+from harness.experiments.common import (
                      CONTROLLER_NAMES,
                      ExperimentResult,
                      PlantUnavailable,
@@ -12,9 +12,9 @@ from .common import (
                      identify_family,
                      make_plant,
 )
-from .demo import demo
-from .knobs import knobs
-from .slo_sweep import slo_sweep
+from harness.experiments.demo import demo
+from harness.experiments.knobs import knobs
+from harness.experiments.slo_sweep import slo_sweep
 
 __all__ = [
                      "CONTROLLER_NAMES",

@@ -10,10 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plant import LoadEvent, Records, Scenario, concat, run_loop
-from ..progress import Progress
-from ..results import save_figure, write_csv, write_json, write_markdown_table
-from .common import (
+from harness.experiments.common import (
     ExperimentResult,
     build_controllers,
     close_plant,
@@ -25,6 +22,9 @@ from .common import (
     resolve_names,
     slo_meta,
 )
+from harness.progress import Progress
+from harness.results import save_figure, write_csv, write_json, write_markdown_table
+from harness.sim.protocol import LoadEvent, Records, Scenario, concat, run_loop
 
 __all__ = ["SUMMARY_COLUMNS", "burst", "burst_scenario"]
 

@@ -2,8 +2,8 @@
 
 Reads the per-period CSVs that ``knobs``, ``identify``, ``burst`` or ``sweep`` wrote (on the
 GPU or on a simulated plant), turns their steady periods into facts — mean latency and
-training SM share per operating point (:func:`harness.calibration.facts_from_records`) — and
-fits the sharing constants of a preset to them (:func:`harness.calibration.calibrate`).
+training SM share per operating point (:func:`harness.sim.calibration.facts_from_records`) — and
+fits the sharing constants of a preset to them (:func:`harness.sim.calibration.calibrate`).
 
 Written to ``<out>/``: ``calibration.json`` (base preset, fitted overrides, the fit, the
 sources, per-fact measured vs model values; ``--preset <out>/calibration.json`` on any
@@ -13,7 +13,6 @@ experiment runs the calibrated plant), ``calibration.md`` (the same as tables) a
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,11 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from ..calibration import CALIBRATE_FIELDS, FIT_BOUNDS, calibrate, find_records
-from ..results import atomic_write_text, markdown_table, save_figure, write_json
-from ..simulated import PRESETS, base_preset_name
-from .commands import preset_arg
-from .common import matplotlib_pyplot
+from harness.experiments.common import matplotlib_pyplot
+from harness.results import atomic_write_text, markdown_table, save_figure, write_json
+from harness.sim.calibration import calibrate, find_records
+from harness.sim.simulated import PRESETS, base_preset_name
 
 __all__ = ["format_report", "plot_calibration", "register", "run_calibration"]
 
@@ -143,54 +141,3 @@ def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
                  f"{s['latency_err_pct_rms_base']:.1f} % -> {s['latency_err_pct_rms']:.1f} %")
     fig.tight_layout()
     return save_figure(fig, path)
-
-
-# ---- command line ----------------------------------------------------------------------------
-def _fields(text: str) -> list[str]:
-    names = [x.strip() for x in text.replace(",", " ").split() if x.strip()]
-    bad = [x for x in names if x not in FIT_BOUNDS]
-    if not names or bad:
-        raise argparse.ArgumentTypeError(
-            f"--fit takes ColocationParams fields from {', '.join(sorted(FIT_BOUNDS))}; "
-            f"got {text!r}")
-    return names
-
-
-def _cmd_calibrate(args: argparse.Namespace) -> int:
-    doc, files = run_calibration(args.sources, args.out, args.preset, fields=args.fit,
-                                 settle_periods=args.settle, sleep_bin_s=args.sleep_bin,
-                                 min_periods=args.min_periods, sm_weight=args.sm_weight)
-    print(format_report(doc, args.out))
-    print("Results: " + ", ".join(str(f) for f in files))
-    return 0
-
-
-def register(sub: Any) -> None:
-    """Add ``calibrate`` to the ``gpucontrol`` parser."""
-    p = sub.add_parser(
-        "calibrate", help="fit the simulated plant's constants to measured experiment records",
-        description="Read the per-period records of knobs / identify / burst / sweep runs "
-                    "(e.g. on a GPU), average the steady periods per operating point and fit "
-                    "the simulated plant's sharing constants to them. Writes calibration.json "
-                    "(usable as --preset of every experiment), calibration.md and "
-                    "calibration.png into --out.")
-    p.add_argument("--from", dest="sources", action="append", required=True, metavar="DIR",
-                   help="a results folder (the experiments' --out, or one experiment's "
-                        "folder) or a per-period CSV; repeat for several")
-    p.add_argument("--preset", type=preset_arg, default=None,
-                   help="preset to start from and to calibrate: fig4, fig8 or an earlier "
-                        "calibration.json (default: the one the sources ran with)")
-    p.add_argument("--out", default="results/calibration",
-                   help="output folder (default ./results/calibration)")
-    p.add_argument("--fit", type=_fields, default=list(CALIBRATE_FIELDS),
-                   help=f"comma-separated fields to fit (default {','.join(CALIBRATE_FIELDS)})")
-    p.add_argument("--settle", type=int, default=2,
-                   help="periods skipped after a run start, knob change or restart (default 2)")
-    p.add_argument("--sleep-bin", type=float, default=0.1,
-                   help="bin width (s) of sleeps that change every period (default 0.1)")
-    p.add_argument("--min-periods", type=int, default=3,
-                   help="steady periods an operating point needs to count (default 3)")
-    p.add_argument("--sm-weight", type=float, default=1.0,
-                   help="weight of the SM-share errors against the latency errors; 0 ignores "
-                        "them (default 1)")
-    p.set_defaults(func=_cmd_calibrate)

@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 
 from gpucontrol import LatencyModelFamily, LinearLatencyModel, OperatingPoint
-
-from .. import baselines as B
-from ..plant import Records, Scenario
-from ..simulated import SimulatedColocation, base_preset_name
+from gpucontrol.errors import PlantUnavailable
+from harness.experiments.plants import make_plant
+from harness.sim import baselines as B
+from harness.sim.protocol import Records, Scenario
+from harness.sim.simulated import SimulatedColocation
 
 __all__ = [
     "CONTROLLER_NAMES",
@@ -50,38 +51,6 @@ ALIASES = {"open": "Open", "simple": "Simple", "conservative": "Conservative",
            "adaptive": "GPUColo mid-range + adaptive", "oracle": "Oracle"}
 
 
-class PlantUnavailable(RuntimeError):
-    """The requested plant cannot be built here (e.g. ``--plant gpu`` without the GPU harness)."""
-
-
-def make_plant(kind: str = "sim", preset: str = "fig8", *, seed: int = 0,
-               **overrides: Any) -> Any:
-    """Build a plant. ``"sim"``: :class:`SimulatedColocation` with ``preset`` (a name, or the
-    path of a calibration.json written by ``gpucontrol calibrate``); ``"gpu"``: the GPU
-    harness's :class:`harness.gpu.plant.GPUPlant` with the same named preset (a calibration
-    file's base preset: the calibration describes the model, not the hardware set-up), which
-    needs a CUDA GPU and the ``gpu`` extra — without them this raises
-    :class:`PlantUnavailable` saying so. Close a GPU plant when done (:func:`close_plant`)."""
-    if kind == "sim":
-        return SimulatedColocation.preset(preset, seed=seed, **overrides)
-    if kind == "gpu":
-        base_preset_name(preset)  # a bad preset is a configuration error, GPU or not
-        try:
-            from ..gpu import cupy_device_count, torch_cuda_available
-            from ..gpu.plant import GPUPlant
-        except ImportError as exc:
-            raise PlantUnavailable(
-                "--plant gpu needs the GPU harness (harness.gpu), which is not importable here "
-                f"({exc}). Use --plant sim for the simulated plant.") from None
-        if not (torch_cuda_available() or cupy_device_count() > 0):
-            raise PlantUnavailable(
-                "--plant gpu needs the GPU harness on a machine with a CUDA GPU, and none is "
-                "usable here (no CUDA device, or torch/cupy missing: pip install -e '.[gpu]'). "
-                "Use --plant sim for the simulated plant.")
-        return GPUPlant.preset(base_preset_name(preset), seed=seed, **overrides)
-    raise ValueError(f"plant must be 'sim' or 'gpu', got {kind!r}")
-
-
 def plant_mps_enabled(plant: Any) -> bool | None:
     """Whether the plant shares the GPU through MPS (False: time slicing, as in the Fig 4
     "Sleep" run or on a GPU plant without the MPS binary); None if it does not say. Ask a GPU
@@ -114,7 +83,7 @@ def scale_slo(slo_ms: float, reference: Any, batch: int) -> float:
     another GPU. On ``fig8`` itself it returns ``slo_ms``: 90 ms sits at 0.28 of the range
     72.9..134.7 ms at batch 105.
 
-    >>> from harness.simulated import SimulatedColocation
+    >>> from harness.sim.simulated import SimulatedColocation
     >>> round(scale_slo(90.0, SimulatedColocation.preset("fig8"), 105), 6)
     90.0
     """

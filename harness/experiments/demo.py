@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..results import markdown_table
-from .burst import burst
-from .common import ExperimentResult
+from harness.experiments.burst import burst
+from harness.experiments.common import ExperimentResult
+from harness.results import markdown_table
 
 __all__ = ["demo", "format_table"]
 

@@ -21,17 +21,16 @@ from typing import Any
 import numpy as np
 
 from gpucontrol import Actuation
-
-from ..plant import Records, concat, run_loop
-from ..progress import Progress
-from ..results import save_figure, write_csv, write_json, write_markdown_table
-from .common import (
+from harness.experiments.common import (
     ExperimentResult,
     close_plant,
     make_plant,
     matplotlib_pyplot,
     plant_mps_enabled,
 )
+from harness.progress import Progress
+from harness.results import save_figure, write_csv, write_json, write_markdown_table
+from harness.sim.protocol import Records, concat, run_loop
 
 __all__ = ["KNOB_RUNS", "PAPER_FIG4", "Schedule", "knobs"]
 

@@ -16,10 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plant import Records, concat, run_loop
-from ..progress import Progress
-from ..results import save_figure, write_csv, write_json, write_markdown_table
-from .common import (
+from harness.experiments.common import (
     ExperimentResult,
     build_controllers,
     close_plant,
@@ -32,6 +29,9 @@ from .common import (
     slo_meta,
     steady_mask,
 )
+from harness.progress import Progress
+from harness.results import save_figure, write_csv, write_json, write_markdown_table
+from harness.sim.protocol import Records, concat, run_loop
 
 __all__ = ["DEFAULT_SWEEP_CONTROLLERS", "SUMMARY_COLUMNS", "slo_sweep"]
 

@@ -5,11 +5,11 @@ import math
 import numpy as np
 import pytest
 
-from harness import baselines as B
 from harness.experiments.burst import burst_scenario
 from harness.experiments.common import build_controllers, identify_family
-from harness.plant import PlantActuation, run_loop
-from harness.simulated import SimulatedColocation
+from harness.sim import baselines as B
+from harness.sim.protocol import PlantActuation, run_loop
+from harness.sim.simulated import SimulatedColocation
 
 
 @pytest.fixture(scope="module")

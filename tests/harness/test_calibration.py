@@ -8,7 +8,7 @@ import pytest
 
 from harness.cli import main
 from harness.experiments.common import make_plant
-from harness.simulated import (
+from harness.sim.simulated import (
     CALIBRATION_KIND,
     PRESETS,
     SimulatedColocation,
@@ -89,7 +89,7 @@ def test_experiments_run_on_a_calibrated_preset(tmp_path, capsys):
 
 # ---- the general fit ------------------------------------------------------------------------------
 def test_fit_fig4_is_the_general_fit_on_the_fig4_facts():
-    from harness.calibration import FIG4_FACTS, FIG4_FIT_FIELDS, Fact, fig4_params, fit_facts
+    from harness.sim.calibration import FIG4_FACTS, FIG4_FIT_FIELDS, Fact, fig4_params, fit_facts
 
     assert all(isinstance(f, Fact) and len(f) == 7 for f in FIG4_FACTS)
     fit = fit_facts(FIG4_FACTS, fig4_params(), fields=("inference_weight",), label="paper")
@@ -170,8 +170,8 @@ def test_preset_is_inferred_from_the_records(perturbed_knobs, tmp_path):
 
 
 def test_identify_records_are_binned_by_sleep(tmp_path):
-    from harness.calibration import facts_from_records
     from harness.experiments.identify import identify
+    from harness.sim.calibration import facts_from_records
 
     identify(mps_levels=(60.0, 100.0), periods=24, seed=2, out_dir=tmp_path / "identify")
     mf = facts_from_records([tmp_path], sleep_bin_s=0.2)

@@ -8,7 +8,7 @@ from harness.cli import COMMAND_MODULES, build_parser, main
 
 
 def test_commands_are_registered():
-    assert "harness.experiments.commands" in COMMAND_MODULES
+    assert "harness.cli.experiments" in COMMAND_MODULES
     sub = build_parser()._subparsers._group_actions[0].choices
     assert {"demo", "knobs", "burst", "sweep"} <= set(sub)
 
@@ -49,7 +49,7 @@ def test_bad_arguments_are_reported(capsys):
 
 
 def test_plant_gpu_without_a_gpu_says_so(tmp_path, monkeypatch, capsys):
-    from harness import gpu
+    from harness import hil as gpu
 
     monkeypatch.setattr(gpu, "torch_cuda_available", lambda: False)
     monkeypatch.setattr(gpu, "cupy_device_count", lambda: 0)
@@ -59,6 +59,6 @@ def test_plant_gpu_without_a_gpu_says_so(tmp_path, monkeypatch, capsys):
 
 
 def test_plant_gpu_without_the_harness_says_so(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "harness.gpu", None)
+    monkeypatch.setitem(sys.modules, "harness.hil", None)
     assert main(["demo", "--plant", "gpu", "--duration", "8", "--out", str(tmp_path)]) == 3
     assert "needs the GPU harness" in capsys.readouterr().err

@@ -8,8 +8,8 @@ import pytest
 
 from harness.experiments import burst, demo, knobs, slo_sweep
 from harness.experiments.common import CONTROLLER_NAMES, resolve_names, steady_mask
-from harness.plant import Records
 from harness.results import read_csv
+from harness.sim.protocol import Records
 
 
 def test_knobs_reproduces_fig4_within_10pct(tmp_path):
@@ -118,7 +118,7 @@ def test_knobs_validation():
 
 def test_params_meta_names_the_reference_for_what_it_is():
     from harness.experiments.common import params_meta
-    from harness.simulated import SimulatedColocation
+    from harness.sim.simulated import SimulatedColocation
 
     ref = SimulatedColocation.preset("fig8")
     assert params_meta("sim", ref) == {"plant_params": ref.describe()}

@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("module", ["harness.plant", "harness.simulated", "harness.calibration",
+@pytest.mark.parametrize("module", ["harness.sim.protocol", "harness.sim.simulated", "harness.sim.calibration",
                                     "harness.experiments.common"])
 def test_doctests(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)

@@ -60,10 +60,11 @@ def test_command_prints_gain_offset_r2(tmp_path, capsys):
 
 
 def test_unavailable_plant_exits_3(monkeypatch, tmp_path, capsys):
+    from gpucontrol.errors import PlantUnavailable
     from harness.cli import main
 
     def no_gpu(*a, **k):
-        raise ident.PlantUnavailable("no CUDA device here")
+        raise PlantUnavailable("no CUDA device here")
 
     monkeypatch.setattr(ident, "make_plant", no_gpu)
     assert main(["identify", "--plant", "gpu", "--out", str(tmp_path)]) == 3

@@ -1,4 +1,4 @@
-"""harness.plant: the Plant protocol, PeriodResult, Scenario and run_loop."""
+"""harness.sim.protocol: the Plant protocol, PeriodResult, Scenario and run_loop."""
 
 import math
 
@@ -7,8 +7,8 @@ import pytest
 
 from gpucontrol import LinearLatencyModel, TwoTierController
 from gpucontrol.controllers import as_measurement
-from harness.baselines import FixedAllocation
-from harness.plant import (
+from harness.sim.baselines import FixedAllocation
+from harness.sim.protocol import (
     LoadEvent,
     PeriodResult,
     PlantActuation,
@@ -18,7 +18,7 @@ from harness.plant import (
     inference_mps_of,
     run_loop,
 )
-from harness.simulated import SimulatedColocation
+from harness.sim.simulated import SimulatedColocation
 
 COLUMNS = {"period", "t_start_s", "t_end_s", "controller", "slo_ms", "batch", "sleep_s",
            "mps_pct", "inference_mps_pct", "latency_ms", "p99_ms", "count",

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from gpucontrol import Actuation
-from harness.plant import Plant, PlantActuation
-from harness.simulated import PRESETS, ColocationParams, SimulatedColocation
+from harness.sim.protocol import Plant, PlantActuation
+from harness.sim.simulated import PRESETS, ColocationParams, SimulatedColocation
 
 # Seed 000 Fig 4 (ARCHITECTURE.md §6): (plant overrides, sleep s, training MPS %) -> latency ms
 FIG4_LATENCY = [
@@ -237,7 +237,7 @@ def test_bad_actuation_values_do_not_crash():
 
 
 def test_shipped_constants_are_the_fig4_fit():
-    from harness.calibration import FIG4_FIT_FIELDS, fig4_params, fit_fig4
+    from harness.sim.calibration import FIG4_FIT_FIELDS, fig4_params, fit_fig4
 
     fit = fit_fig4()
     shipped = fig4_params()

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from harness.cli import main
+from harness.cluster.figures import saved
 from harness.cluster.placement import KacePredictor, choose, observed_features, pair_design
-from harness.cluster.report import saved
 from harness.cluster.traces import PAI_COLUMNS, synthetic
 
 

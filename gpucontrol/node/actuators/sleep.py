@@ -1,0 +1,205 @@
+"""The sleep knob (seed 000 §IV-B): put training processes into periodic sleep from outside.
+
+A duty cycler (:class:`~.duty.DutyCycler`) lets its targets run for a *run quantum* (about one
+training iteration) and then holds them paused for the commanded sleep, so the stopped fraction
+is ``sleep_s / (run_quantum_s + sleep_s)``. Two ways to pause:
+
+* :class:`SignalDutyCycler` -- SIGSTOP/SIGCONT through pidfds to the given processes and their
+  descendants (a recycled PID is never signaled; see :mod:`.procs`).
+* :class:`CgroupFreezer` (:mod:`.cgroup`) -- writes ``cgroup.freeze`` of a cgroup v2 group that
+  holds the training; the kernel freezes every member, whatever it forks.
+
+:func:`choose_sleep_actuator` picks the freezer when the training sits alone in a cgroup we may
+write, else signals. The third way, a cooperative hook that the training loop itself calls,
+lives in :mod:`gpucontrol.node.hooks` (no signals at all).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from gpucontrol.node.actuators.cgroup import (
+    CgroupFreezer,
+    cgroup2_mounts,
+    cgroup_of,
+    freezable_cgroup_for,
+)
+from gpucontrol.node.actuators.duty import DutyCycler, DutyStats
+from gpucontrol.node.actuators.procs import ProcessHandle, TargetRefused, descendants
+
+__all__ = ["CgroupFreezer", "DutyCycler", "DutyStats", "SignalDutyCycler", "cgroup2_mounts",
+           "cgroup_of", "choose_sleep_actuator", "freezable_cgroup_for"]
+
+
+class SignalDutyCycler(DutyCycler):
+    """Duty-cycle processes (and, by default, their descendants) with SIGSTOP/SIGCONT.
+
+    Parameters
+    ----------
+    pids : iterable of int
+        The training processes. Each is checked with
+        :func:`~gpucontrol.node.actuators.procs.check_target` (raises
+        :class:`~gpucontrol.node.actuators.procs.TargetRefused`).
+    include_descendants : bool
+        Also pause their descendants (data-loader workers...), rediscovered every
+        ``refresh_s``; a descendant that fails the security check is skipped, not signaled.
+    allow_other_users : bool
+        Root only: allow processes of other users.
+    on_targets_changed : callable, optional
+        Called with :meth:`identities` whenever the set changes, *before* any new member is
+        signaled, so a state file can list every process that may be stopped (write-ahead).
+    **kwargs
+        Passed to :class:`DutyCycler` (``run_quantum_s``, ``sleep_s``, ``gate``...).
+
+    Examples
+    --------
+    >>> import subprocess, sys
+    >>> child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    >>> with SignalDutyCycler([child.pid], run_quantum_s=0.05, sleep_s=0.05) as cyc:
+    ...     time.sleep(0.3)
+    >>> 0.3 < cyc.stats().achieved_fraction < 0.7
+    True
+    >>> child.kill(); _ = child.wait()
+    """
+
+    def __init__(self, pids: Iterable[int], *, include_descendants: bool = True,
+                 allow_other_users: bool = False,
+                 on_targets_changed: Callable[[list[dict]], None] | None = None,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.include_descendants = bool(include_descendants)
+        self.allow_other_users = bool(allow_other_users)
+        self.on_targets_changed = on_targets_changed
+        self._roots: list[ProcessHandle] = []
+        self._desc: dict[int, ProcessHandle] = {}
+        self._refused: set[int] = set()
+        self.set_targets(pids)
+
+    def _open_roots(self, pids: Iterable[int]) -> list[ProcessHandle]:
+        handles: list[ProcessHandle] = []
+        try:
+            for pid in dict.fromkeys(pids):
+                handles.append(ProcessHandle.open(pid, allow_other_users=self.allow_other_users))
+        except BaseException:
+            for h in handles:
+                h.close()
+            raise
+        return handles
+
+    def set_targets(self, pids: Iterable[int]) -> None:
+        """Replace the root processes (e.g. after an MPS restart); the old set is resumed."""
+        new = self._open_roots(pids)
+        with self._cond:
+            if self._paused:
+                self.resume_now()
+            for h in self._roots + list(self._desc.values()):
+                h.close()
+            self._roots, self._desc, self._refused = new, {}, set()
+            self._next_pause = None
+            self._refresh()
+            self._next_refresh = time.monotonic() + self.refresh_s
+            self._cond.notify_all()
+
+    @property
+    def handles(self) -> list[ProcessHandle]:
+        return self._roots + list(self._desc.values())
+
+    def pids(self) -> list[int]:
+        return [h.pid for h in self.handles]
+
+    def identities(self) -> list[dict]:
+        return [h.identity() for h in self.handles]
+
+    def _has_targets(self) -> bool:
+        return any(not h.closed for h in self._roots)
+
+    def _refresh(self) -> None:
+        changed = False
+        for h in list(self._roots):
+            if not h.alive():
+                self._roots.remove(h)
+                h.close()
+                changed = True
+        for pid, h in list(self._desc.items()):
+            if not h.alive():
+                del self._desc[pid]
+                h.close()
+                changed = True
+        if self.include_descendants and self._roots:
+            known = {h.pid for h in self._roots} | set(self._desc)
+            for pid in descendants(h.pid for h in self._roots):
+                if pid in known or pid in self._refused:
+                    continue
+                try:
+                    self._desc[pid] = ProcessHandle.open(
+                        pid, allow_other_users=self.allow_other_users)
+                    changed = True
+                except TargetRefused:
+                    self._refused.add(pid)
+                except (ProcessLookupError, OSError):
+                    pass
+        if changed and self.on_targets_changed is not None:
+            self.on_targets_changed(self.identities())
+
+    def _do_pause(self) -> None:
+        # roots first, so they cannot fork new children while the rest is being stopped
+        for h in self._roots:
+            h.signal(signal.SIGSTOP)
+        for h in self._desc.values():
+            h.signal(signal.SIGSTOP)
+
+    def _do_resume(self) -> None:
+        for h in self._roots:
+            h.signal(signal.SIGCONT)
+        for h in self._desc.values():
+            h.signal(signal.SIGCONT)
+
+    def wait_stopped(self, timeout: float = 1.0) -> bool:
+        """Poll /proc until every live target is in state T (for measurements)."""
+        deadline = time.perf_counter() + timeout
+        while True:
+            states = [h.state() for h in self.handles]
+            if all(s in (None, "T", "t", "Z", "X") for s in states):
+                return True
+            if time.perf_counter() > deadline:
+                return False
+
+    def close(self) -> None:
+        """Stop cycling, resume, and release the pidfds."""
+        self.stop()
+        with self._cond:
+            for h in self.handles:
+                h.close()
+            self._roots, self._desc = [], {}
+
+
+def choose_sleep_actuator(*, pids: Iterable[int] = (), cgroup: str | os.PathLike[str] | None = None,
+                          method: str = "auto", allow_other_users: bool = False,
+                          **kwargs) -> DutyCycler:
+    """Build the sleep actuator for a set of training processes.
+
+    ``method``: ``"cgroup"`` (the given ``cgroup``, else the processes' own group when they
+    are alone in it), ``"signal"``, or ``"auto"`` -- the freezer when a suitable group exists
+    (given, or found by :func:`freezable_cgroup_for`), else signals. ``on_targets_changed``
+    in ``kwargs`` goes to the signal cycler only.
+    """
+    if method not in ("auto", "signal", "cgroup"):
+        raise ValueError(f"method must be one of 'auto', 'signal', 'cgroup', got {method!r}")
+    pids = list(pids)
+    on_change = kwargs.pop("on_targets_changed", None)
+    if method != "signal":
+        group = Path(cgroup) if cgroup is not None else freezable_cgroup_for(
+            pids, allow_other_users=allow_other_users)
+        if group is not None:
+            return CgroupFreezer(group, allow_other_users=allow_other_users, **kwargs)
+        if method == "cgroup":
+            raise ValueError("method='cgroup' needs a cgroup: none was given and the processes "
+                             "do not sit alone in a cgroup v2 group we may write")
+    if not pids:
+        raise ValueError("the signal method needs at least one pid")
+    return SignalDutyCycler(pids, allow_other_users=allow_other_users,
+                            on_targets_changed=on_change, **kwargs)

@@ -1,0 +1,328 @@
+"""The cooperative sleep hook: an instrumented training loop sleeps on its own, no signals.
+
+Seed 000 §IV-B: "if the byte code of the training workload is available, a sleep function
+can be inserted". The daemon writes the commanded sleep into a small shared file (64 bytes,
+mode 0600, memory-mapped); the training loop calls :func:`after_iteration` once per iteration
+(or wraps the step in ``with iteration():``), which reads the file and sleeps that long::
+
+    from gpucontrol.hooks import after_iteration
+    for batch in loader:
+        train_step(batch)
+        after_iteration()          # sleeps the commanded interval (0 when no daemon)
+
+Safety: the reader never raises and sleeps 0 when the file is missing, malformed, not ours,
+or *stale* -- its heartbeat older than the ``stale_after_s`` the daemon wrote (the daemon beats
+every period; its guardian also clears the sleep within milliseconds if the daemon dies).
+The sleep is capped by ``max_sleep_s`` from the file and by :data:`HARD_MAX_SLEEP_S`.
+
+File layout (little endian)::
+
+    0  magic  b"GPUCHOOK"        8
+    8  version u32 (1)           12 flags u32 (bit 0: active)
+    16 seq u64                   24 sleep_s f64
+    32 heartbeat f64 (time.time) 40 stale_after_s f64
+    48 max_sleep_s f64           56 daemon pid u32
+    60 crc32 of bytes 8..59 u32
+
+A record is written with one 56-byte copy and read with one copy; the CRC rejects a torn read
+(the reader retries), so no lock is shared between the processes.
+
+The first :func:`after_iteration` call also tells a launcher that the process is ready
+(:func:`notify_ready`; used by the MPS actuator's shadow restart), and, when
+``$GPUCONTROL_SOCKET`` is set, each call reports the iteration time to the daemon.
+
+This module imports nothing from the package at module level: the guardian loads it by path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import mmap
+import os
+import stat
+import struct
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+ENV_HOOK_FILE = "GPUCONTROL_HOOK_FILE"
+ENV_READY_FD = "GPUCONTROL_READY_FD"
+MAGIC = b"GPUCHOOK"
+VERSION = 1
+SIZE = 64
+HARD_MAX_SLEEP_S = 60.0
+_BODY = struct.Struct("<IIQddddI")  # version, flags, seq, sleep, heartbeat, stale, max, pid
+_CRC = struct.Struct("<I")
+assert 8 + _BODY.size + _CRC.size == SIZE
+
+__all__ = [
+    "ENV_HOOK_FILE",
+    "ENV_READY_FD",
+    "HookReader",
+    "HookState",
+    "HookWriter",
+    "after_iteration",
+    "clear_hook_file",
+    "iteration",
+    "notify_ready",
+]
+
+
+def _pack(flags: int, seq: int, sleep_s: float, heartbeat: float, stale_after_s: float,
+          max_sleep_s: float, pid: int) -> bytes:
+    body = _BODY.pack(VERSION, flags, seq, sleep_s, heartbeat, stale_after_s, max_sleep_s, pid)
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+@dataclass(frozen=True)
+class HookState:
+    """One consistent read of the hook file."""
+
+    sleep_s: float
+    active: bool
+    fresh: bool
+    seq: int
+    daemon_pid: int
+
+    @property
+    def effective_sleep_s(self) -> float:
+        return self.sleep_s if (self.active and self.fresh) else 0.0
+
+
+class HookWriter:
+    """The daemon's side: create the hook file and publish the commanded sleep.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> w = HookWriter(os.path.join(d, "gpu0.hook"))
+    >>> w.set_sleep(0.25)
+    >>> HookReader(w.path).read().effective_sleep_s
+    0.25
+    >>> w.close()
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, stale_after_s: float = 10.0,
+                 max_sleep_s: float = HARD_MAX_SLEEP_S) -> None:
+        if not (stale_after_s > 0 and math.isfinite(stale_after_s)):
+            raise ValueError(f"stale_after_s must be > 0, got {stale_after_s!r}")
+        if not (0 < max_sleep_s <= HARD_MAX_SLEEP_S):
+            raise ValueError(f"max_sleep_s must be in (0, {HARD_MAX_SLEEP_S:g}], "
+                             f"got {max_sleep_s!r}")
+        self.path = os.fspath(path)
+        self.stale_after_s = float(stale_after_s)
+        self.max_sleep_s = float(max_sleep_s)
+        self._seq = 0
+        self._sleep = 0.0
+        self._active = 1
+        from gpucontrol.node._runtime import create_exclusive  # the writer runs inside the package
+
+        fd, tmp = create_exclusive(self.path, os.O_RDWR)
+        try:
+            os.write(fd, MAGIC + self._record())
+            self._map = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        os.replace(tmp, self.path)
+
+    def _record(self) -> bytes:
+        return _pack(self._active, self._seq, self._sleep, time.time(), self.stale_after_s,
+                     self.max_sleep_s, os.getpid())
+
+    def _publish(self) -> None:
+        self._seq += 1
+        self._map[8:SIZE] = self._record()
+
+    def set_sleep(self, sleep_s: float) -> None:
+        """Publish a new commanded sleep (s) and beat the heartbeat."""
+        s = float(sleep_s)
+        if not (math.isfinite(s) and 0.0 <= s <= self.max_sleep_s):
+            raise ValueError(f"sleep_s must be in [0, {self.max_sleep_s:g}], got {sleep_s!r}")
+        self._sleep = s
+        self._publish()
+
+    def beat(self) -> None:
+        """Refresh the heartbeat (the daemon calls this every period)."""
+        self._publish()
+
+    def close(self, unlink: bool = True) -> None:
+        """Publish sleep 0 / inactive, then unmap (and remove the file)."""
+        if self._map.closed:
+            return
+        self._sleep, self._active = 0.0, 0
+        self._publish()
+        self._map.close()
+        if unlink:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+def clear_hook_file(path: str | os.PathLike[str]) -> bool:
+    """Set a hook file's sleep to 0 (inactive) in place; what the guardian does when the
+    daemon dies. Returns False when there is no valid hook file there."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_size != SIZE or st.st_uid != os.geteuid()):
+            return False
+        with mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
+            if m[:8] != MAGIC:
+                return False
+            _v, _f, seq, _s, _hb, stale, mx, pid = _BODY.unpack(m[8:8 + _BODY.size])
+            m[8:SIZE] = _pack(0, seq + 1, 0.0, time.time(), stale, mx, pid)
+        return True
+    except (OSError, ValueError, struct.error):
+        return False
+    finally:
+        os.close(fd)
+
+
+class HookReader:
+    """The training side: read the commanded sleep. Never raises; 0 when in doubt."""
+
+    RECHECK_S = 2.0
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = os.fspath(path) if path is not None else self._default_path()
+        self._map: mmap.mmap | None = None
+        self._ino = -1
+        self._next_check = 0.0
+
+    @staticmethod
+    def _default_path() -> str:
+        env = os.environ.get(ENV_HOOK_FILE)
+        if env:
+            return env
+        try:
+            from gpucontrol.node._runtime import default_path  # only inside the package
+
+            return str(default_path("hook"))
+        except ImportError:
+            return ""
+
+    def _open(self) -> None:
+        self._close()
+        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != SIZE:
+                raise ValueError("not a hook file")
+            if st.st_mode & 0o022 or st.st_uid not in (os.geteuid(), 0):
+                raise ValueError("hook file writable by others or owned by another user")
+            self._map = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+            self._ino = st.st_ino
+        finally:
+            os.close(fd)
+
+    def _close(self) -> None:
+        if self._map is not None:
+            with contextlib.suppress(Exception):
+                self._map.close()
+        self._map = None
+
+    def read(self) -> HookState:
+        """One consistent read (reopens the file when the daemon replaced it)."""
+        none = HookState(0.0, False, False, -1, 0)
+        try:
+            now = time.monotonic()
+            if self._map is None or now >= self._next_check:
+                self._next_check = now + self.RECHECK_S
+                try:
+                    if self._map is None or os.stat(self.path).st_ino != self._ino:
+                        self._open()
+                except (OSError, ValueError):
+                    self._close()
+                    return none
+            m = self._map
+            if m is None or m[:8] != MAGIC:
+                return none
+            for _ in range(100):
+                raw = m[8:SIZE]
+                body, (crc,) = raw[:_BODY.size], _CRC.unpack(raw[_BODY.size:])
+                if zlib.crc32(body) == crc:
+                    break
+            else:
+                return none
+            ver, flags, seq, sleep_s, hb, stale, mx, pid = _BODY.unpack(body)
+            if ver != VERSION or not all(math.isfinite(x) for x in (sleep_s, hb, stale, mx)):
+                return none
+            fresh = abs(time.time() - hb) <= stale
+            s = min(max(sleep_s, 0.0), mx, HARD_MAX_SLEEP_S)
+            return HookState(s, bool(flags & 1), fresh, seq, pid)
+        except Exception:  # noqa: BLE001 - never raise into the training loop
+            return none
+
+    def sleep_s(self) -> float:
+        """The sleep to apply now (0 unless the daemon is alive and active)."""
+        return self.read().effective_sleep_s
+
+
+def notify_ready() -> bool:
+    """Tell the launcher (MPS actuator) that this process is ready: writes one byte to
+    ``$GPUCONTROL_READY_FD`` and closes it. Returns False when there is nothing to notify."""
+    fd_s = os.environ.pop(ENV_READY_FD, None)
+    if not fd_s:
+        return False
+    try:
+        fd = int(fd_s)
+        try:
+            os.write(fd, b"R")
+        finally:
+            os.close(fd)
+        return True
+    except (ValueError, OSError):
+        return False
+
+
+_readers: dict[str, HookReader] = {}
+_last_end: dict[str, float] = {}
+
+
+def after_iteration(path: str | os.PathLike[str] | None = None) -> float:
+    """Sleep the commanded interval; call once at the end of each training iteration.
+
+    Returns the seconds slept. Never raises. The first call also runs :func:`notify_ready`;
+    when ``$GPUCONTROL_SOCKET`` is set the iteration time (since the previous call, sleep
+    excluded) is reported to the daemon.
+    """
+    try:
+        key = os.fspath(path) if path is not None else ""
+        reader = _readers.get(key)
+        if reader is None:
+            reader = _readers[key] = HookReader(path)
+            notify_ready()
+        now = time.monotonic()
+        last = _last_end.get(key)
+        if last is not None and os.environ.get("GPUCONTROL_SOCKET"):
+            try:
+                from gpucontrol.node.client import report_iteration
+
+                report_iteration(1e3 * (now - last))
+            except ImportError:
+                pass
+        s = reader.sleep_s()
+        if s > 0:
+            time.sleep(s)
+        _last_end[key] = time.monotonic()
+        return s
+    except Exception:  # noqa: BLE001
+        return 0.0
+
+
+@contextlib.contextmanager
+def iteration(path: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Context-manager form: ``with iteration(): train_step()`` sleeps after the step
+    (also when the step raises, so a retried step is throttled too)."""
+    try:
+        yield
+    finally:
+        after_iteration(path)

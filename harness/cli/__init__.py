@@ -1,0 +1,52 @@
+"""The ``gpucontrol`` console script: one face over demo, experiments, identification,
+calibration of the simulated plant, the cluster simulator and the daemon.
+
+Each area registers its own subcommands: a module listed in :data:`COMMAND_MODULES` exposes
+``register(subparsers)``, which adds its parsers with ``set_defaults(func=...)``; ``func(args)``
+returns the exit code. The core (``gpucontrol``) never imports this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: Modules that contribute subcommands (each defines ``register(subparsers)``).
+COMMAND_MODULES: list[str] = [
+    "harness.cli.cluster",
+    "harness.cli.experiments",
+    "harness.cli.daemon",
+    "harness.cli.identify",
+    "harness.cli.calibrate",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpucontrol",
+        description="Latency-guaranteed co-location of ML inference and training on one GPU.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except ValueError as exc:  # configuration errors: say what is wrong, no traceback
+        print(f"gpucontrol: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

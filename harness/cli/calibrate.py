@@ -1,0 +1,61 @@
+"""``gpucontrol calibrate``: the parser and the command over
+:func:`harness.experiments.calibrate.run_calibration`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from harness.cli.experiments import preset_arg
+from harness.experiments.calibrate import format_report, run_calibration
+from harness.sim.calibration import CALIBRATE_FIELDS, FIT_BOUNDS
+
+
+def _fields(text: str) -> list[str]:
+    names = [x.strip() for x in text.replace(",", " ").split() if x.strip()]
+    bad = [x for x in names if x not in FIT_BOUNDS]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"--fit takes ColocationParams fields from {', '.join(sorted(FIT_BOUNDS))}; "
+            f"got {text!r}")
+    return names
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    doc, files = run_calibration(args.sources, args.out, args.preset, fields=args.fit,
+                                 settle_periods=args.settle, sleep_bin_s=args.sleep_bin,
+                                 min_periods=args.min_periods, sm_weight=args.sm_weight)
+    print(format_report(doc, args.out))
+    print("Results: " + ", ".join(str(f) for f in files))
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``calibrate`` to the ``gpucontrol`` parser."""
+    p = sub.add_parser(
+        "calibrate", help="fit the simulated plant's constants to measured experiment records",
+        description="Read the per-period records of knobs / identify / burst / sweep runs "
+                    "(e.g. on a GPU), average the steady periods per operating point and fit "
+                    "the simulated plant's sharing constants to them. Writes calibration.json "
+                    "(usable as --preset of every experiment), calibration.md and "
+                    "calibration.png into --out.")
+    p.add_argument("--from", dest="sources", action="append", required=True, metavar="DIR",
+                   help="a results folder (the experiments' --out, or one experiment's "
+                        "folder) or a per-period CSV; repeat for several")
+    p.add_argument("--preset", type=preset_arg, default=None,
+                   help="preset to start from and to calibrate: fig4, fig8 or an earlier "
+                        "calibration.json (default: the one the sources ran with)")
+    p.add_argument("--out", default="results/calibration",
+                   help="output folder (default ./results/calibration)")
+    p.add_argument("--fit", type=_fields, default=list(CALIBRATE_FIELDS),
+                   help=f"comma-separated fields to fit (default {','.join(CALIBRATE_FIELDS)})")
+    p.add_argument("--settle", type=int, default=2,
+                   help="periods skipped after a run start, knob change or restart (default 2)")
+    p.add_argument("--sleep-bin", type=float, default=0.1,
+                   help="bin width (s) of sleeps that change every period (default 0.1)")
+    p.add_argument("--min-periods", type=int, default=3,
+                   help="steady periods an operating point needs to count (default 3)")
+    p.add_argument("--sm-weight", type=float, default=1.0,
+                   help="weight of the SM-share errors against the latency errors; 0 ignores "
+                        "them (default 1)")
+    p.set_defaults(func=_cmd_calibrate)

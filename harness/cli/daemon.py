@@ -1,0 +1,18 @@
+"""``gpucontrol daemon``: the node agent's own parser (:mod:`gpucontrol.node.daemon`, also run
+as ``python -m gpucontrol.daemon`` on a node without the harness) mounted as a subcommand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucontrol.node.daemon import add_arguments, run_from_args
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``daemon`` subcommand to the ``gpucontrol`` console script."""
+    from gpucontrol.node import daemon
+
+    p = subparsers.add_parser("daemon", help="run the per-GPU control daemon",
+                              description=(daemon.__doc__ or "").split("\n\n")[0])
+    add_arguments(p)
+    p.set_defaults(func=run_from_args)

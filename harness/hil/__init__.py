@@ -1,0 +1,31 @@
+"""Hardware-in-the-loop GPU harness (seed 000 §IV-B, §V-A, §VII-A).
+
+- :mod:`harness.hil.smid` — ``%smid`` sampler (``cuda_kernels/smid.cu`` via cupy.RawModule):
+  which SMs a process's blocks reach, as a fraction of the multiprocessor count.
+- :mod:`harness.hil.training_emulator` — ``python -m harness.hil.training_emulator``: CuPy
+  matmuls sized to a target iteration time, emulated H2D copy, cooperative sleep hook.
+- :mod:`harness.hil.inference` — ``python -m harness.hil.inference``: ResNet-50 on random
+  batches with per-batch latency (CUDA events and wall clock).
+- :mod:`harness.hil.mps_session` — a private MPS control daemon (``gpucontrol.node.actuators.mps.MPSControl``)
+  for an experiment, always stopped with ``quit``; sleep-only fallback without MPS.
+- :mod:`harness.hil.gpu_plant` — :class:`GPUPlant`, the real co-location behind the Plant protocol.
+
+No GPU package (cupy, torch, pynvml) is imported at module level anywhere in this package, so
+``import harness.hil`` works on a machine without a GPU; the GPU paths import them lazily and
+raise :class:`GPUUnavailableError` with an install hint when they are missing.
+"""
+
+from harness.hil._lazy import GPUUnavailableError, cupy_device_count, torch_cuda_available
+from harness.hil.mps_session import client_env, mps_session
+from harness.hil.smid import SMIDSampler, SMSample, summarize_smids
+
+__all__ = [
+           "GPUUnavailableError",
+           "SMIDSampler",
+           "SMSample",
+           "client_env",
+           "cupy_device_count",
+           "mps_session",
+           "summarize_smids",
+           "torch_cuda_available",
+]

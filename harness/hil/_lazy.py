@@ -1,0 +1,49 @@
+"""Lazy imports of the GPU packages, with errors that say what to install.
+
+Nothing in :mod:`harness.hil` imports cupy, torch or pynvml at module level; the functions that
+need them call these helpers, so ``import harness.hil`` works on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from gpucontrol.errors import GPUUnavailableError
+
+_HINTS = {
+    "cupy": "install the CuPy build matching your CUDA toolkit, e.g. "
+            "`pip install -e '.[gpu]'` (cupy-cuda12x) or `pip install -e '.[gpu-cuda13]'` "
+            "(cupy-cuda13x)",
+    "torch": "install torch and torchvision (`pip install -e '.[gpu]'`)",
+    "torchvision": "install torch and torchvision (`pip install -e '.[gpu]'`)",
+    "pynvml": "install nvidia-ml-py (`pip install nvidia-ml-py`)",
+}
+
+
+def require(module: str) -> ModuleType:
+    """Import ``module`` or raise :class:`GPUUnavailableError` with an install hint."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        hint = _HINTS.get(module.split(".")[0], "install it")
+        raise GPUUnavailableError(
+            f"{module} is not importable ({exc}); the GPU harness needs it: {hint}") from exc
+
+
+def cupy_device_count() -> int:
+    """Number of CUDA devices CuPy sees (0 when cupy is missing or the driver is unusable)."""
+    try:
+        cp = importlib.import_module("cupy")
+        return int(cp.cuda.runtime.getDeviceCount())
+    except Exception:  # noqa: BLE001 - any failure means "no usable device" here
+        return 0
+
+
+def torch_cuda_available() -> bool:
+    """Whether torch is importable and sees a CUDA device."""
+    try:
+        torch = importlib.import_module("torch")
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001
+        return False

@@ -1,0 +1,122 @@
+"""Real child processes for the actuator and daemon tests, always cleaned up.
+
+Every child starts in its own process group; :meth:`Children.cleanup` sends SIGCONT and then
+SIGKILL to each group *before* reaping the leader (so the group id cannot have been reused),
+so no test ever leaves a process stopped (state T) or frozen on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from gpucontrol.node.actuators.procs import stop_requested
+
+__all__ = ["BUSY", "SLEEPER", "Children", "daemon_argv", "group_pids", "read_events", "state",
+           "stop_requested", "stopped_pids", "wait_state"]
+
+BUSY = "while True: pass"
+SLEEPER = "import time\nwhile True: time.sleep(1)"
+
+
+class Children:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def spawn(self, code: str = BUSY, *args: str, **kw) -> subprocess.Popen:
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        p = subprocess.Popen([sys.executable, "-c", code, *args], start_new_session=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        p = subprocess.Popen(argv, start_new_session=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def adopt(self, p: subprocess.Popen) -> subprocess.Popen:
+        self.procs.append(p)
+        return p
+
+    def cleanup(self) -> None:
+        for p in self.procs:
+            if p.returncode is None:  # not reaped: its pid (= pgid) cannot be reused yet
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.killpg(p.pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+            for f in (p.stdout, p.stderr):
+                if f is not None:
+                    f.close()
+        self.procs.clear()
+
+
+def state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return raw[raw.rindex(b")") + 2:].split()[0].decode()
+
+
+def wait_state(pid: int, want: set[str], timeout: float = 2.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if state(pid) in want:
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def stopped_pids(pids) -> list[int]:
+    return [p for p in pids if state(p) in ("T", "t")]
+
+
+def group_pids(pgid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.getpgid(int(name)) == pgid:
+                    out.append(int(name))
+            except ProcessLookupError:
+                pass
+    return out
+
+
+def daemon_argv(tmp, name: str, *args: str) -> list[str]:
+    """``python -m gpucontrol.daemon`` with private socket/state/hook files under ``tmp``."""
+    return [sys.executable, "-m", "gpucontrol.node.daemon", "--socket", f"{tmp}/{name}.sock",
+            "--state", f"{tmp}/{name}.state.json", "--hook", f"{tmp}/{name}.hook", *args]
+
+
+def read_events(stream, until: str, timeout: float = 20.0) -> list[dict]:
+    """Read JSON lines from a daemon's stdout until an event named ``until`` (inclusive)."""
+    import json
+    import select
+
+    out = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        line = stream.readline()
+        if not line:
+            break
+        rec = json.loads(line)
+        out.append(rec)
+        if rec.get("event") == until:
+            return out
+    raise AssertionError(f"no {until!r} event; got {out}")

@@ -1,0 +1,216 @@
+"""The MPS client against a fake nvidia-cuda-mps-control, and restarts through a launcher."""
+
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _children import state
+
+from gpucontrol.node.actuators import MPSActuator, MPSControl, MPSError, MPSUnavailable
+
+# A stand-in for nvidia-cuda-mps-control: "-d" starts a "daemon" (a state file in the pipe
+# directory), stdin commands are answered from that state; every call is logged.
+FAKE = r'''
+import json, os, sys
+pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+log = os.environ.get("CUDA_MPS_LOG_DIRECTORY", "/var/log/nvidia-mps")
+state_f = os.path.join(pipe, "control.json")
+def record(line):
+    with open(os.path.join(log, "control.log"), "a") as f:
+        f.write(line + "\n")
+if sys.argv[1:] == ["-d"]:
+    if os.path.exists(state_f):
+        print("An instance of this daemon is already running", file=sys.stderr); sys.exit(1)
+    json.dump({"pct": 100.0, "servers": {"4242": [777, 778]}}, open(state_f, "w"))
+    open(os.path.join(pipe, "nvidia-cuda-mps-control.pid"), "w").write(str(os.getpid()))
+    record("-d"); sys.exit(0)
+if not os.path.exists(state_f):
+    print("Cannot find MPS control daemon process", file=sys.stderr); sys.exit(1)
+st = json.load(open(state_f))
+for line in sys.stdin:
+    cmd = line.split()
+    if not cmd:
+        continue
+    record(line.strip())
+    if cmd[0] == "get_server_list":
+        print("\n".join(st["servers"]))
+    elif cmd[0] == "get_client_list":
+        print("\n".join(map(str, st["servers"].get(cmd[1], []))))
+    elif cmd[0] == "get_default_active_thread_percentage":
+        print(f"{st['pct']:.1f}")
+    elif cmd[0] == "set_default_active_thread_percentage":
+        v = float(cmd[1])
+        if not 0 < v <= 100:
+            print("invalid percentage"); sys.exit(1)
+        st["pct"] = v; print(f"{v:.1f}")
+    elif cmd[0] == "terminate_client":
+        st["servers"][cmd[1]].remove(int(cmd[2]))
+    elif cmd[0] == "quit":
+        os.unlink(state_f); sys.exit(0)
+    else:
+        print(f"unknown command {cmd[0]}"); sys.exit(1)
+json.dump(st, open(state_f, "w"))
+'''
+
+# A fake training: records its MPS share, loads for a while, then says it is ready.
+TRAIN = r'''
+import os, sys, time, signal
+from gpucontrol.node.hooks import after_iteration
+out, load_s = sys.argv[1], float(sys.argv[2])
+pct = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+if pct == "13":
+    sys.exit(3)  # this share "fails" (e.g. out of memory)
+with open(out, "a") as f:
+    f.write(f"{os.getpid()} {pct} {os.environ.get('CUDA_MPS_PIPE_DIRECTORY')}\n")
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+time.sleep(load_s)
+while True:
+    time.sleep(0.01)
+    after_iteration()
+'''
+
+
+@pytest.fixture
+def fake_binary(tmp_path):
+    p = tmp_path / "nvidia-cuda-mps-control"
+    p.write_text(f"#!{sys.executable}\n{FAKE}")
+    p.chmod(p.stat().st_mode | stat.S_IXUSR)
+    return str(p)
+
+
+def test_unavailable_binary_is_reported():
+    ctl = MPSControl("/nonexistent/nvidia-cuda-mps-control")
+    assert not ctl.available()
+    with pytest.raises(MPSUnavailable):
+        ctl.start()
+    assert not ctl.health()
+
+
+def test_private_daemon_lifecycle(fake_binary):
+    ctl = MPSControl(fake_binary)
+    assert ctl.available()
+    assert not ctl.health()  # nothing started yet... in the default directories
+    with ctl:
+        root = Path(ctl.pipe_dir).parent
+        assert root.stat().st_mode & 0o777 == 0o700
+        assert ctl.env() == {"CUDA_MPS_PIPE_DIRECTORY": ctl.pipe_dir,
+                             "CUDA_MPS_LOG_DIRECTORY": ctl.log_dir}
+        assert ctl.health()
+        assert ctl.get_default_active_thread_percentage() == 100.0
+        assert ctl.set_default_active_thread_percentage(40) == 40.0
+        assert ctl.server_list() == [4242]
+        assert ctl.client_list(4242) == [777, 778]
+        ctl.terminate_client(4242, 777)
+        assert ctl.client_list(4242) == [778]
+        with pytest.raises(ValueError):
+            ctl.set_default_active_thread_percentage(0)
+        with pytest.raises(MPSError, match="unknown"):
+            ctl.command("bogus")
+        log = (Path(ctl.log_dir) / "control.log").read_text()
+        assert "set_default_active_thread_percentage 40" in log
+    assert not root.exists()  # quit removed the private directories
+    assert ctl.pipe_dir is None
+
+
+def test_existing_daemon_is_not_started_or_removed(fake_binary, tmp_path):
+    pipe, log = tmp_path / "pipe", tmp_path / "log"
+    pipe.mkdir()
+    log.mkdir()
+    own = MPSControl(fake_binary, pipe_dir=str(pipe), log_dir=str(log))
+    own.start()
+    other = MPSControl(fake_binary, pipe_dir=str(pipe), log_dir=str(log))
+    assert other.health()
+    other.quit()  # not started by `other`: no quit sent
+    assert own.health()
+    own.quit()
+    assert not own.health() and pipe.exists()
+
+
+def test_start_failure_is_an_mps_error(fake_binary, tmp_path):
+    pipe, log = tmp_path / "pipe", tmp_path / "log"
+    pipe.mkdir()
+    log.mkdir()
+    MPSControl(fake_binary, pipe_dir=str(pipe), log_dir=str(log)).start()
+    with pytest.raises(MPSError, match="already running"):
+        MPSControl(fake_binary, pipe_dir=str(pipe), log_dir=str(log)).start()
+
+
+def _launches(path):
+    return [line.split() for line in Path(path).read_text().splitlines()]
+
+
+def test_cold_restart_measures_downtime(fake_binary, tmp_path):
+    out = tmp_path / "launches.txt"
+    with MPSControl(fake_binary) as ctl:
+        act = MPSActuator([sys.executable, "-c", TRAIN, str(out), "0.3"], mps=ctl,
+                          stop_timeout_s=5)
+        try:
+            pid0 = act.start(80)
+            res = act.apply(30)
+            assert res.ok and not res.shadow
+            assert res.old_pid == pid0 and res.new_pid == act.pid != pid0
+            assert 0.3 <= res.downtime_s < 5.0  # the new process loads for 0.3 s
+            assert act.mps_pct == 30
+            launches = _launches(out)
+            assert [x[1] for x in launches] == ["80", "30"]
+            assert launches[1][2] == ctl.pipe_dir
+            assert state(pid0) in (None, "Z")
+        finally:
+            act.stop()
+    assert not act.running()
+
+
+def test_shadow_restart_hides_the_load_time(tmp_path):
+    out = tmp_path / "launches.txt"
+    act = MPSActuator([sys.executable, "-c", TRAIN, str(out), "0.3"], shadow=True,
+                      stop_timeout_s=5)
+    try:
+        pid0 = act.start(50)
+        t0 = time.monotonic()
+        res = act.apply(70)
+        assert res.ok and res.shadow and res.downtime_s == 0.0
+        assert res.total_s >= 0.3  # it waited for the new one to be ready...
+        assert res.overlap_s < 1.0  # ...then stopped the old one
+        assert time.monotonic() - t0 >= 0.3
+        assert act.pid != pid0 and act.mps_pct == 70
+        assert act.history[-1] is res
+    finally:
+        act.stop()
+
+
+@pytest.mark.parametrize("shadow", [False, True])
+def test_failed_restart_keeps_training_running(tmp_path, shadow):
+    out = tmp_path / "launches.txt"
+    act = MPSActuator([sys.executable, "-c", TRAIN, str(out), "0.0"], shadow=shadow,
+                      stop_timeout_s=5)
+    try:
+        act.start(60)
+        res = act.apply(13)  # the fake training exits at 13 %
+        assert not res.ok and "exited" in res.error
+        assert act.running() and act.mps_pct == 60  # old share kept (shadow) or restored
+    finally:
+        act.stop()
+
+
+def test_spawn_readiness_and_on_spawn_hook(tmp_path):
+    seen = []
+    act = MPSActuator([sys.executable, "-c", "import time; time.sleep(60)"], ready="spawn",
+                      on_spawn=seen.append, before_terminate=seen.append)
+    try:
+        pid = act.start(100)
+        assert seen == [pid]
+    finally:
+        act.stop()
+    assert seen == [pid, pid]
+
+
+def test_launcher_validation():
+    with pytest.raises(ValueError):
+        MPSActuator([])
+    with pytest.raises(ValueError):
+        MPSActuator(["true"], ready="whenever")
+    act = MPSActuator(["true"])
+    with pytest.raises(ValueError, match="mps_pct"):
+        act.start(0)

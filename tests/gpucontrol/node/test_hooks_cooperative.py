@@ -1,0 +1,172 @@
+"""The cooperative hook: the training loop reads the commanded sleep from a shared file."""
+
+import mmap
+import os
+import time
+
+import pytest
+
+from gpucontrol.node import hooks
+from gpucontrol.node.hooks import (
+    SIZE,
+    HookReader,
+    HookWriter,
+    after_iteration,
+    clear_hook_file,
+    iteration,
+    notify_ready,
+)
+from gpucontrol.node.monitor import LatencyMonitor
+
+
+@pytest.fixture(autouse=True)
+def _fresh_hook_state(monkeypatch):
+    monkeypatch.setattr(hooks, "_readers", {})
+    monkeypatch.setattr(hooks, "_last_end", {})
+    monkeypatch.delenv("GPUCONTROL_SOCKET", raising=False)
+    monkeypatch.delenv("GPUCONTROL_READY_FD", raising=False)
+
+
+@pytest.fixture
+def writer(tmp_path):
+    w = HookWriter(tmp_path / "gpu0.hook", stale_after_s=5.0, max_sleep_s=2.0)
+    yield w
+    w.close()
+
+
+def test_round_trip_and_private_mode(writer):
+    assert os.stat(writer.path).st_mode & 0o777 == 0o600
+    assert os.path.getsize(writer.path) == SIZE
+    r = HookReader(writer.path)
+    assert r.sleep_s() == 0.0
+    writer.set_sleep(0.125)
+    st = r.read()
+    assert (st.sleep_s, st.active, st.fresh, st.daemon_pid) == (0.125, True, True, os.getpid())
+    seq = st.seq
+    writer.beat()
+    assert r.read().seq == seq + 1
+
+
+def test_bounds_are_enforced(writer):
+    for bad in (-0.1, 2.5, float("nan")):
+        with pytest.raises(ValueError, match="sleep_s"):
+            writer.set_sleep(bad)
+    with pytest.raises(ValueError):
+        HookWriter(writer.path + "2", stale_after_s=0)
+
+
+def test_stale_heartbeat_means_no_sleep(tmp_path):
+    w = HookWriter(tmp_path / "h", stale_after_s=0.1)
+    try:
+        w.set_sleep(0.5)
+        r = HookReader(w.path)
+        assert r.sleep_s() == 0.5
+        time.sleep(0.2)
+        st = r.read()
+        assert not st.fresh and st.effective_sleep_s == 0.0
+        w.beat()
+        assert r.sleep_s() == 0.5
+    finally:
+        w.close()
+
+
+def test_missing_malformed_or_unsafe_files_mean_no_sleep(tmp_path, writer):
+    assert HookReader(tmp_path / "absent").sleep_s() == 0.0
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"x" * SIZE)
+    assert HookReader(junk).sleep_s() == 0.0
+    short = tmp_path / "short"
+    short.write_bytes(b"GPUCHOOK")
+    assert HookReader(short).sleep_s() == 0.0
+    writer.set_sleep(1.0)
+    os.chmod(writer.path, 0o666)  # another user could plant a sleep
+    assert HookReader(writer.path).sleep_s() == 0.0
+    os.chmod(writer.path, 0o600)
+    assert HookReader(writer.path).sleep_s() == 1.0
+
+
+def test_torn_record_is_rejected(writer):
+    writer.set_sleep(0.3)
+    with open(writer.path, "r+b") as f, mmap.mmap(f.fileno(), SIZE) as m:
+        m[24] ^= 0xFF  # flip a byte of sleep_s without fixing the CRC
+    assert HookReader(writer.path).read().sleep_s == 0.0
+
+
+def test_reader_follows_a_restarted_daemon(tmp_path, monkeypatch):
+    monkeypatch.setattr(HookReader, "RECHECK_S", 0.0)
+    path = tmp_path / "gpu0.hook"
+    w1 = HookWriter(path)
+    w1.set_sleep(0.2)
+    r = HookReader(path)
+    assert r.sleep_s() == 0.2
+    w1.close(unlink=False)  # the old daemon went away (sleep zeroed in place)
+    assert r.sleep_s() == 0.0
+    w2 = HookWriter(path)  # a new one replaces the file
+    w2.set_sleep(0.4)
+    assert r.sleep_s() == 0.4
+    w2.close()
+    assert not path.exists()
+
+
+def test_clear_hook_file(writer, tmp_path):
+    writer.set_sleep(0.7)
+    assert clear_hook_file(writer.path)
+    st = HookReader(writer.path).read()
+    assert st.sleep_s == 0.0 and not st.active
+    assert not clear_hook_file(tmp_path / "absent")
+    other = tmp_path / "other"
+    other.write_bytes(b"\0" * SIZE)
+    assert not clear_hook_file(other)
+
+
+def test_after_iteration_sleeps_the_commanded_time(writer):
+    writer.set_sleep(0.05)
+    t0 = time.monotonic()
+    slept = [after_iteration(writer.path) for _ in range(4)]
+    elapsed = time.monotonic() - t0
+    assert slept == [0.05] * 4
+    assert 0.2 <= elapsed < 0.5
+    writer.set_sleep(0.0)
+    assert after_iteration(writer.path) == 0.0
+
+
+def test_context_manager_sleeps_even_when_the_step_raises(writer):
+    writer.set_sleep(0.05)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError), iteration(writer.path):
+        raise RuntimeError("step failed")
+    assert time.monotonic() - t0 >= 0.05
+    with iteration(writer.path):
+        pass
+
+
+def test_no_daemon_never_raises_never_sleeps(tmp_path):
+    t0 = time.monotonic()
+    assert after_iteration(tmp_path / "nothing") == 0.0
+    assert time.monotonic() - t0 < 0.05
+
+
+def test_ready_notification_once(monkeypatch, writer):
+    r, w = os.pipe()
+    monkeypatch.setenv("GPUCONTROL_READY_FD", str(w))
+    after_iteration(writer.path)
+    assert os.read(r, 1) == b"R"
+    assert os.read(r, 1) == b""  # the write end was closed
+    assert "GPUCONTROL_READY_FD" not in os.environ
+    assert notify_ready() is False
+    os.close(r)
+
+
+def test_iteration_times_reach_the_daemon(monkeypatch, writer, tmp_path):
+    mon = LatencyMonitor(tmp_path / "m.sock").start()
+    try:
+        monkeypatch.setenv("GPUCONTROL_SOCKET", mon.path)
+        for _ in range(4):
+            time.sleep(0.02)
+            after_iteration(writer.path)
+        time.sleep(0.1)
+        s = mon.collect()
+        assert s.iter_count == 3 and s.count == 0
+        assert 15.0 < s.iter_mean_ms < 200.0
+    finally:
+        mon.close()
