@@ -262,7 +262,8 @@ def main() -> None:
             for k in ("pause", "pause_confirmed", "resume", "resume_confirmed")) + " |")
 
     print(f"\n## Duty cycle: commanded vs achieved stopped fraction "
-          f"(run quantum 0.1 s, windows >= {a.duty_window:g} s and >= 10 cycles, a daemon per case)\n")
+          f"(run quantum 0.1 s, windows >= {a.duty_window:g} s and >= 10 cycles, "
+          "a daemon per case)\n")
     print("| sleep (s) | commanded | achieved | error | cycles |")
     print("|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:

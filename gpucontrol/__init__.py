@@ -21,7 +21,6 @@ from gpucontrol.controllers import (
 from gpucontrol.design import PDesign, PIDesign, design_p, design_pi
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel, OperatingPoint
-from gpucontrol.node.client import report_latency
 from gpucontrol.stability import (
     check_envelope,
     is_stable,
@@ -57,3 +56,13 @@ __all__ = [
     "robustness_sweep",
     "stable_gain_range",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ``gpucontrol.report_latency`` is the node agent's client, re-exported for inference code;
+    # it is imported on first use so that ``import gpucontrol`` loads only the control core.
+    if name == "report_latency":
+        from gpucontrol.node.client import report_latency
+
+        return report_latency
+    raise AttributeError(f"module 'gpucontrol' has no attribute {name!r}")

@@ -44,9 +44,9 @@ def positive(name: str, value: Any) -> float:
 
 
 def int_at_least(name: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int,)) and not (
+    if isinstance(value, bool) or (not isinstance(value, (int,)) and not (
         isinstance(value, float) and value.is_integer()
-    ):
+    )):
         raise ConfigurationError(f"{name} must be an integer >= {lo}, got {value!r}")
     v = int(value)
     if v < lo:
@@ -64,11 +64,13 @@ def bounds(name: str, value: Any, lo: float, hi: float) -> tuple[float, float]:
     a = finite(f"{name}[0]", a)
     b = finite(f"{name}[1]", b)
     if not (lo <= a < b <= hi):
-        raise ConfigurationError(f"{name} must satisfy {lo:g} <= low < high <= {hi:g}, got {value!r}")
+        raise ConfigurationError(
+            f"{name} must satisfy {lo:g} <= low < high <= {hi:g}, got {value!r}")
     return a, b
 
 
 def choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise ConfigurationError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        raise ConfigurationError(
+            f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
     return value

@@ -49,7 +49,7 @@ def as_measurement(x: Any) -> Measurement:
         count = get("count", 1)
         restarting = bool(get("restarting", False))
         return Measurement(float(mean), float(p99), int(count), restarting)
-    except Exception:  # noqa: BLE001 - bad input must never raise into the control loop
+    except Exception:
         return Measurement(math.nan, math.nan, 0)
 
 

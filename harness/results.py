@@ -152,6 +152,6 @@ def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 110) -> Path:
         import matplotlib.pyplot as plt
 
         plt.close(fig)
-    except Exception:  # noqa: BLE001 - closing is best effort
+    except Exception:
         pass
     return atomic_write_bytes(path, buf.getvalue())

@@ -55,7 +55,7 @@ class IdData:
         object.__setattr__(self, "y", y)
         object.__setattr__(self, "period_s", positive("period_s", self.period_s))
         if not isinstance(self.meta, Mapping):
-            raise ValueError(  # noqa: TRY004 - bad input is a ValueError throughout sysid
+            raise ValueError(
                 f"meta must be a mapping, got {type(self.meta).__name__}")
         object.__setattr__(self, "meta", dict(self.meta))
 
@@ -158,7 +158,7 @@ class IdData:
 def require_record(data: object) -> IdData:
     """``data`` itself if it is an :class:`IdData`, else a ValueError saying what it is."""
     if not isinstance(data, IdData):
-        raise ValueError(  # noqa: TRY004 - bad input is a ValueError throughout sysid
+        raise ValueError(
             f"data must be an IdData record, got {type(data).__name__}")
     return data
 

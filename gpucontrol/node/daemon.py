@@ -53,7 +53,7 @@ from gpucontrol.node.hooks import HookWriter
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
 from gpucontrol.two_tier import Actuation, TwoTierController
 
-__all__ = ["Daemon", "build_parser", "load_model", "main", "register"]
+__all__ = ["Daemon", "build_parser", "load_model", "main"]
 
 
 def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyModelFamily:
@@ -340,7 +340,7 @@ class Daemon:
                 self.roots = [new]
                 if self.cycler is not None and hasattr(self.cycler, "set_targets"):
                     self.cycler.set_targets([new.pid])
-        except Exception as exc:  # noqa: BLE001 - report, keep the daemon running
+        except Exception as exc:
             self.emit(event="mps_restart", ok=False, new_pct=pct, error=str(exc))
             return
         finally:
@@ -459,7 +459,7 @@ class Daemon:
         for step in steps:
             try:
                 step()
-            except Exception as exc:  # noqa: BLE001 - keep releasing
+            except Exception as exc:
                 self.say(f"shutdown step failed: {exc}")
         for h in self.roots:
             h.close()

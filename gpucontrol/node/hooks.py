@@ -258,7 +258,7 @@ class HookReader:
             fresh = abs(time.time() - hb) <= stale
             s = min(max(sleep_s, 0.0), mx, HARD_MAX_SLEEP_S)
             return HookState(s, bool(flags & 1), fresh, seq, pid)
-        except Exception:  # noqa: BLE001 - never raise into the training loop
+        except Exception:
             return none
 
     def sleep_s(self) -> float:
@@ -314,7 +314,7 @@ def after_iteration(path: str | os.PathLike[str] | None = None) -> float:
             time.sleep(s)
         _last_end[key] = time.monotonic()
         return s
-    except Exception:  # noqa: BLE001
+    except Exception:
         return 0.0
 
 

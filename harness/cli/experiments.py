@@ -163,7 +163,9 @@ def register(sub: Any) -> None:
     add_preset(p, "fig8")
     p.add_argument("--slo", type=float, default=90.0, help="latency SLO in ms (default 90)")
     p.add_argument("--relative-slo", action="store_true",
-                   help="read the SLO as one stated for the seed's RTX 3090 (the fig8 preset) and move it to the same place in --preset's latency range (for a preset calibrated on another GPU)")
+                   help="read the SLO as one stated for the paper's RTX 3090 (the fig8 preset) and "
+                        "move it to the same place in --preset's latency range (for a preset "
+                        "calibrated on another GPU)")
     p.add_argument("--burst", type=_pair(float), default=(90.0, 290.0),
                    help="burst start,end in s (default 90,290)")
     p.add_argument("--batch", type=_pair(int), default=(105, 115),
@@ -178,7 +180,9 @@ def register(sub: Any) -> None:
     p.add_argument("--slos", type=_floats, default=[75, 80, 85, 90, 95],
                    help="SLOs in ms (default 75,80,85,90,95)")
     p.add_argument("--relative-slo", action="store_true",
-                   help="read the SLOs as one stated for the seed's RTX 3090 (the fig8 preset) and move them to the same place in --preset's latency range (for a preset calibrated on another GPU)")
+                   help="read the SLOs as stated for the paper's RTX 3090 (the fig8 preset) and "
+                        "move them to the same place in --preset's latency range (for a preset "
+                        "calibrated on another GPU)")
     p.add_argument("--batch", type=int, default=105, help="inference batch (default 105)")
     p.add_argument("--warmup", type=float, default=100.0,
                    help="seconds excluded as the start-up transient (default 100)")

@@ -1,4 +1,5 @@
-"""``gpucontrol identify``: the parser and the command over :func:`harness.experiments.identify.identify`."""
+"""``gpucontrol identify``: the parser and the command over
+:func:`harness.experiments.identify.identify`."""
 
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ class ControllerMixin:
         cs = it / (it + sleep) * mps / 100.0
         ut = 0.0 if restarting else cs * self.DT[g]
         x = (1.0 - ut) / self.DI[g]
-        if x > self.smax:  # noqa: PLR1730 (hot path: faster than min)
+        if x > self.smax:
             x = self.smax
         if x <= 0.0:
             return 1e9
@@ -109,7 +109,7 @@ class ControllerMixin:
         worst = 0.0
         for si, bi in zip(self.isig[g], self.iB[g]):
             w = si * P - bi * x
-            if w > worst:  # noqa: PLR1730 (hot path)
+            if w > worst:
                 worst = w
         return 100.0 * (1.0 + gam * worst) / (self.speed[g] * x)
 
@@ -122,9 +122,9 @@ class ControllerMixin:
         c1 = it / (it + s1) * mps / 100.0
         x0 = (1.0 - c0 * DT) / DI
         x1 = (1.0 - c1 * DT) / DI
-        if x0 > smax:  # noqa: PLR1730 (hot path)
+        if x0 > smax:
             x0 = smax
-        if x1 > smax:  # noqa: PLR1730 (hot path)
+        if x1 > smax:
             x1 = smax
         if x0 <= 0.0 or x1 <= 0.0:
             return self._colo_latency(g, s0, mps), self._colo_latency(g, s1, mps)
@@ -134,10 +134,10 @@ class ControllerMixin:
         w0 = w1 = 0.0
         for si, bi in zip(self.isig[g], self.iB[g]):
             w = si * P0 - bi * x0
-            if w > w0:  # noqa: PLR1730 (hot path)
+            if w > w0:
                 w0 = w
             w = si * P1 - bi * x1
-            if w > w1:  # noqa: PLR1730 (hot path)
+            if w > w1:
                 w1 = w
         gam, f = self.gamma, self.speed[g]
         return 100.0 * (1.0 + gam * w0) / (f * x0), 100.0 * (1.0 + gam * w1) / (f * x1)

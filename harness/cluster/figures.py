@@ -58,7 +58,8 @@ def format_table(rows: Iterable[dict]) -> str:
     head = (f"{'policy':16s} {'placement':9s} {'mean GPUs':>9s} {'saved/NoCo':>10s} "
             f"{'saved/GSL':>9s} {'SLO viol':>8s} {'burst':>7s} {'train x':>7s} {'wall s':>7s}")
     lines = [head, "-" * len(head)]
-    pct = lambda x: "    n/a" if not math.isfinite(x) else f"{100 * x:6.1f}%"
+    def pct(x):
+        return "    n/a" if not math.isfinite(x) else f"{100 * x:6.1f}%"
     for r in rows:
         lines.append(f"{r['label']:16s} {r['placement']:9s} {r['mean_gpus']:9.1f} "
                      f"{pct(r['saved_vs_nocolo']):>10s} {pct(r['saved_vs_gslice']):>9s} "

@@ -164,7 +164,8 @@ class Trace:
     @staticmethod
     def concat(name: str, parts: Iterable[Trace]) -> Trace:
         ps = list(parts)
-        cat = lambda k: np.concatenate([getattr(p, k) for p in ps])
+        def cat(k):
+            return np.concatenate([getattr(p, k) for p in ps])
         return Trace(name, cat("arrival"), cat("work"), cat("demand"), cat("mem_gb"),
                      cat("kind"), cat("beta"), cat("sigma"), ps[0].report if ps else None)
 

@@ -7,8 +7,9 @@ same equations as ``TwoTierController.update`` with a P inner design (``ki = 0``
 * hold (no inner move, no outer count) while ``hold_left > 0`` after an MPS change;
 * inner: ``e = slo - l``; ``s = clamp(s + kp e, lo, hi)``; saturation "high"/"low";
 * outer, every ``every`` non-held periods: acts when ``|e|/slo > threshold`` or saturated;
-  ``d = e / mps_gain`` (per GPU; ``TwoTierController`` takes it from its model family) (at least ``saturated_step`` down when saturated high, up when
-  saturated low with a large positive error), ``mps = clamp(round(mps + d))``.
+  ``d = e / mps_gain`` (per GPU; ``TwoTierController`` takes it from its model family)
+  (at least ``saturated_step`` down when saturated high, up when saturated low with a large
+  positive error), ``mps = clamp(round(mps + d))``.
 
 ``tests/harness/cluster/test_cluster_vcontrol.py`` checks it against N scalar
 ``TwoTierController`` instances step by step.

@@ -25,7 +25,7 @@ from harness.results import atomic_write_text, markdown_table, save_figure, writ
 from harness.sim.calibration import calibrate, find_records
 from harness.sim.simulated import PRESETS, base_preset_name
 
-__all__ = ["format_report", "plot_calibration", "register", "run_calibration"]
+__all__ = ["format_report", "plot_calibration", "run_calibration"]
 
 
 def _infer_preset(sources: Sequence[str]) -> str:

@@ -267,7 +267,7 @@ def matplotlib_pyplot():
     if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
         try:
             matplotlib.use("Agg")
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     import matplotlib.pyplot as plt
 

@@ -37,7 +37,7 @@ from harness.progress import Progress
 from harness.results import markdown_table, save_figure, write_csv, write_json, write_markdown_table
 from harness.sim.protocol import Records
 
-__all__ = ["PERIOD_COLUMNS", "SUMMARY_COLUMNS", "identify", "register"]
+__all__ = ["PERIOD_COLUMNS", "SUMMARY_COLUMNS", "identify"]
 
 SUMMARY_COLUMNS = ("mps_pct", "gain", "offset", "r2", "r2_validation", "fit_pct_validation",
                    "gain_ci_low", "gain_ci_high", "true_gain", "gain_err_pct", "rmse_ms",

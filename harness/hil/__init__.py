@@ -6,8 +6,9 @@
   matmuls sized to a target iteration time, emulated H2D copy, cooperative sleep hook.
 - :mod:`harness.hil.inference` — ``python -m harness.hil.inference``: ResNet-50 on random
   batches with per-batch latency (CUDA events and wall clock).
-- :mod:`harness.hil.mps_session` — a private MPS control daemon (``gpucontrol.node.actuators.mps.MPSControl``)
-  for an experiment, always stopped with ``quit``; sleep-only fallback without MPS.
+- :mod:`harness.hil.mps_session` — a private MPS control daemon
+  (``gpucontrol.node.actuators.mps.MPSControl``) for an experiment, always stopped with
+  ``quit``; sleep-only fallback without MPS.
 - :mod:`harness.hil.gpu_plant` — :class:`GPUPlant`, the real co-location behind the Plant protocol.
 
 No GPU package (cupy, torch, pynvml) is imported at module level anywhere in this package, so

@@ -19,13 +19,13 @@ def main() -> int:
         from harness.hil.gpu_plant import gpu_info
 
         out["gpu"] = gpu_info()
-    except Exception as exc:  # noqa: BLE001 - report, do not fail
+    except Exception as exc:
         out["gpu"] = None
         out["gpu_error"] = f"{type(exc).__name__}: {exc}"
     for mod in ("torch", "torchvision", "control", "sysidentpy", "numpy"):
         try:
             out[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001
+        except Exception:
             out[mod] = None
     print(json.dumps(out, indent=2))
     return 0

@@ -36,7 +36,7 @@ def cupy_device_count() -> int:
     try:
         cp = importlib.import_module("cupy")
         return int(cp.cuda.runtime.getDeviceCount())
-    except Exception:  # noqa: BLE001 - any failure means "no usable device" here
+    except Exception:
         return 0
 
 
@@ -45,5 +45,5 @@ def torch_cuda_available() -> bool:
     try:
         torch = importlib.import_module("torch")
         return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False

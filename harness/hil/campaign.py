@@ -294,7 +294,8 @@ def _run_step(step: Step, sdir: Path, out_dir: Path, outcome: StepOutcome, lines
     try:
         with open(sdir / "log.txt", "ab") as logf:
             for i, cmd in enumerate(step.commands):
-                argv = [a.replace("{out}", str(out_dir)).replace("{dir}", str(sdir)) for a in cmd.argv]
+                argv = [a.replace("{out}", str(out_dir)).replace("{dir}", str(sdir))
+                        for a in cmd.argv]
                 if i == len(step.commands) - 1:
                     argv += extra
                 line = shlex.join(["python", *argv])

@@ -566,7 +566,7 @@ def gpu_info(device: int = 0) -> dict[str, Any]:
             info["driver"] = drv.decode() if isinstance(drv, bytes) else str(drv)
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - optional detail
+    except Exception:
         info["driver"] = None
     return info
 

@@ -166,7 +166,7 @@ def resolve_reporter(socket_path: str | None = None) -> Callable[[float], Any]:
     try:
         from gpucontrol.node.client import report_latency
     except ImportError as exc:
-        warnings.warn(f"gpucontrol.node.client.report_latency is unavailable ({exc}); latencies are "
+        warnings.warn(f"gpucontrol.report_latency is unavailable ({exc}); latencies are "
                       "only logged", RuntimeWarning, stacklevel=2)
         return lambda ms: None
 

@@ -156,12 +156,12 @@ def main(argv: list[str] | None = None) -> int:
         from harness.hil.gpu_plant import gpu_info
 
         meta["gpu"] = gpu_info()
-    except Exception as exc:  # noqa: BLE001 - metadata only
+    except Exception as exc:
         meta["gpu_error"] = str(exc)
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2))
     try:
         _plot(level_rows, out / "mps_study.png")
-    except Exception as exc:  # noqa: BLE001 - the CSVs are the result
+    except Exception as exc:
         print(f"plot skipped: {exc}", file=sys.stderr)
     print((out / "summary.md").read_text())
     return 0

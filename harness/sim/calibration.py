@@ -247,7 +247,7 @@ def _stderr(sol: Any, names: Sequence[str]) -> dict[str, float]:
     live = np.any(jac != 0.0, axis=1)
     dof = int(live.sum()) - len(names)
     if dof <= 0:
-        return {n: math.nan for n in names}
+        return dict.fromkeys(names, math.nan)
     rss = float(np.sum(np.asarray(sol.fun, float)[live] ** 2))
     cov = np.linalg.pinv(jac[live].T @ jac[live]) * rss / dof
     return {n: float(math.sqrt(max(v, 0.0))) for n, v in zip(names, np.diag(cov))}
@@ -265,7 +265,7 @@ def fit_fig4() -> FactFit:
                      extra=_fig4_iteration_prior, label="paper")
 
 
-# ---- facts from measured experiment records -------------------------------------------------------
+# ---- facts from measured experiment records -----------------------------------------------------
 #: The per-period CSV each experiment writes next to its ``<experiment>_meta.json``.
 RECORD_FILES: dict[str, str] = {"knobs": "knobs.csv", "identify": "identify_periods.csv",
                                 "burst": "burst.csv", "slo_sweep": "slo_sweep.csv"}
@@ -563,7 +563,7 @@ def facts_from_records(sources: Sequence[str | os.PathLike[str]], **options: Any
     return MeasuredFacts(facts, details, infos)
 
 
-# ---- calibrating a preset from records ---------------------------------------------------------------
+# ---- calibrating a preset from records ----------------------------------------------------------
 #: Fields ``gpucontrol calibrate`` fits unless told otherwise: the Fig 4 set and the per-image
 #: compute cost, which differs most between GPUs.
 CALIBRATE_FIELDS = (*FIG4_FIT_FIELDS, "compute_ms_per_image")
@@ -585,10 +585,10 @@ def calibrate(sources: Sequence[str | os.PathLike[str]], preset: str | os.PathLi
               ) -> dict[str, Any]:
     """Fit ``fields`` of ``preset`` (``"fig4"``, ``"fig8"`` or an earlier calibration file) to
     the facts in the experiment records under ``sources`` (:func:`facts_from_records`; the
-    other options are :func:`facts_from_source`'s). Returns the calibration document that ``gpucontrol calibrate``
-    writes as calibration.json and that ``--preset`` accepts: the base preset, the
-    ``overrides`` to apply on it, the fit, the sources and, per fact, the measured value next
-    to the base preset's and the calibrated model's.
+    other options are :func:`facts_from_source`'s). Returns the calibration document that
+    ``gpucontrol calibrate`` writes as calibration.json and that ``--preset`` accepts: the base
+    preset, the ``overrides`` to apply on it, the fit, the sources and, per fact, the measured
+    value next to the base preset's and the calibrated model's.
     """
     start_over = preset_overrides(preset)
     base_name = base_preset_name(preset)

@@ -33,6 +33,7 @@ restart".
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -209,8 +210,8 @@ class Scenario:
     def phases(self, duration_s: float) -> list[tuple[float, float, dict[str, Any]]]:
         """``(start, end, load)`` for each constant-load phase within ``[0, duration_s)``."""
         cuts = sorted({0.0, *[e.time_s for e in self.events if e.time_s < duration_s]})
-        bounds = cuts + [float(duration_s)]
-        return [(a, b, self.load_at(a)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        bounds = [*cuts, float(duration_s)]
+        return [(a, b, self.load_at(a)) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 class Records(list):
@@ -275,8 +276,9 @@ def run_loop(controller: Any, plant: Plant, periods: int, scenario: Scenario | N
         slo_ms, batch, sleep_s, mps_pct, inference_mps_pct, latency_ms, p99_ms, count,
         inference_throughput, training_throughput, training_iterations, training_sm_share,
         restarting, inference_restarting, next_sleep_s, next_mps_pct, mps_changed,
-        saturated, gain_estimate, reason`` (plus ``extra``). ``sleep_s``/``mps_pct`` are the knobs that were
-        in force during the period; ``next_*`` what the controller asked for after it.
+        saturated, gain_estimate, reason`` (plus ``extra``). ``sleep_s``/``mps_pct`` are the
+        knobs that were in force during the period; ``next_*`` what the controller asked for
+        after it.
     """
     if int(periods) != periods or periods < 1:
         raise ValueError(f"periods must be an integer >= 1, got {periods!r}")

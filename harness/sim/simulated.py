@@ -188,10 +188,10 @@ class ColocationParams:
 PRESETS: dict[str, dict[str, Any]] = {
     # Seed 000 Fig 4: ResNet-50 inference (small batch) with the CUDA matmul training emulator
     # (iteration ~0.2 s), both at MPS 80 %.
-    "fig4": dict(batch=5, inference_mps_pct=80.0, train_work_s=0.085, noise_sigma=0.03),
+    "fig4": {"batch": 5, "inference_mps_pct": 80.0, "train_work_s": 0.085, "noise_sigma": 0.03},
     # Seed 000 Fig 8/9: ResNet-50 batch 105 (115 in the burst), inference MPS 100 %, Wide
     # ResNet-101 training (iteration 0.5-0.8 s when co-located at MPS 80-100 %).
-    "fig8": dict(batch=105, inference_mps_pct=100.0, train_work_s=0.2, noise_sigma=0.02),
+    "fig8": {"batch": 105, "inference_mps_pct": 100.0, "train_work_s": 0.2, "noise_sigma": 0.02},
 }
 
 
@@ -219,7 +219,7 @@ def _read_calibration(path: Path) -> dict[str, Any]:
                          f"{sorted(PRESETS)}, got {base!r}")
     over = data.get("overrides")
     if not isinstance(over, dict):
-        raise ValueError(  # noqa: TRY004 - a bad file is a configuration error
+        raise ValueError(
             f"preset {str(path)!r}: field 'overrides' must be an object of "
             f"ColocationParams fields, got {over!r}")
     known = {f.name for f in fields(ColocationParams)}

@@ -48,7 +48,8 @@ def test_fixed_p_converges_inside_zero_two(g):
 
 
 def test_fixed_p_oscillates_beyond_two_and_adaptive_recovers():
-    plant = lambda s, m, k: 100.0 + 5.0 * MODEL.gain * s
+    def plant(s, m, k):
+        return 100.0 + 5.0 * MODEL.gain * s
     fixed = TwoTierController(MODEL, 90.0, outer="none", sleep_bounds_s=(0, 5))
     lat, _ = close_loop(fixed, plant, 40)
     assert np.abs(lat[-10:] - 90).max() > 5  # limit cycle between the sleep bounds
@@ -192,8 +193,10 @@ def test_decoupling_check():
     ({"slo_ms": 0.0}, "slo_ms"), ({"slo_ms": math.nan}, "slo_ms"),
     ({"inner_period_s": -4}, "inner_period_s"), ({"outer_every": 0}, "outer_every"),
     ({"outer_every": 2.5}, "outer_every"), ({"mps_threshold": 1.5}, "mps_threshold"),
-    ({"sleep_bounds_s": (1.0, 0.5)}, "sleep_bounds_s"), ({"sleep_bounds_s": (-1, 1)}, "sleep_bounds_s"),
-    ({"mps_bounds_pct": (0, 100)}, "mps_bounds_pct"), ({"mps_bounds_pct": (10, 101)}, "mps_bounds_pct"),
+    ({"sleep_bounds_s": (1.0, 0.5)}, "sleep_bounds_s"),
+    ({"sleep_bounds_s": (-1, 1)}, "sleep_bounds_s"),
+    ({"mps_bounds_pct": (0, 100)}, "mps_bounds_pct"),
+    ({"mps_bounds_pct": (10, 101)}, "mps_bounds_pct"),
     ({"mode": "median"}, "mode"), ({"outer": "fast"}, "outer"),
     ({"initial_sleep_s": 2.0}, "initial_sleep_s"), ({"initial_mps_pct": 0.5}, "initial_mps_pct"),
 ])

@@ -87,7 +87,7 @@ def test_experiments_run_on_a_calibrated_preset(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
 
 
-# ---- the general fit ------------------------------------------------------------------------------
+# ---- the general fit ----------------------------------------------------------------------------
 def test_fit_fig4_is_the_general_fit_on_the_fig4_facts():
     from harness.sim.calibration import FIG4_FACTS, FIG4_FIT_FIELDS, Fact, fig4_params, fit_facts
 
@@ -102,7 +102,7 @@ def test_fit_fig4_is_the_general_fit_on_the_fig4_facts():
         fit_facts(FIG4_FACTS, fig4_params(), fields=("batch",))
 
 
-# ---- round trip: a perturbed plant's records -> calibrate -> the perturbed plant -------------------
+# ---- round trip: a perturbed plant's records -> calibrate -> the perturbed plant ----------------
 PERTURBED = {"inference_weight": 2.2, "contention_exponent": 2.4,
              "interference_sqrt_image": 9.0, "timeslice_inference_share": 0.7,
              "train_work_s": 0.1, "saturation_per_sqrt_image": 0.11}
@@ -186,7 +186,7 @@ def test_identify_records_are_binned_by_sleep(tmp_path):
                                              rel=0.03)
 
 
-# ---- bad input ------------------------------------------------------------------------------------
+# ---- bad input ----------------------------------------------------------------------------------
 def test_calibrate_names_what_is_wrong(perturbed_knobs, tmp_path, capsys):
     root, _ = perturbed_knobs
     results = str(root / "results")

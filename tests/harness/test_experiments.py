@@ -52,7 +52,7 @@ def test_burst_short(tmp_path):
 
 
 def test_burst_is_deterministic_under_a_seed():
-    kw = dict(duration_s=60, burst_s=(20, 40), controllers="two-tier,ours,gslice")
+    kw = {"duration_s": 60, "burst_s": (20, 40), "controllers": "two-tier,ours,gslice"}
     a = burst(seed=3, **kw).records
     b = burst(seed=3, **kw).records
     c = burst(seed=4, **kw).records

@@ -117,7 +117,8 @@ def test_arx_tf_coefficients_reproduce_simulation():
     d = arx_data(noise=0.0, c=0.0)
     f = fit_arx(d, 2, 2, 1, offset=False)
     num, den = f.tf_coefficients()
-    _, ys = dlsim((np.trim_zeros(num, "f"), den, 1.0), d.u)  # zero initial state, as the record started
+    # zero initial state, as the record started
+    _, ys = dlsim((np.trim_zeros(num, "f"), den, 1.0), d.u)
     np.testing.assert_allclose(ys.ravel(), d.y, atol=1e-8)
     np.testing.assert_allclose(f.simulate(d.u, d.y[:2]), d.y, atol=1e-8)
 

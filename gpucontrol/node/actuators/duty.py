@@ -264,7 +264,7 @@ class DutyCycler:
             self._next_refresh = now + self.refresh_s
             try:
                 self._refresh()
-            except Exception as exc:  # noqa: BLE001 - fail safe: resume and stop pausing
+            except Exception as exc:
                 # a refused member, or a state file that could not be written ahead of a
                 # new target's first pause: pausing on would break a guarantee
                 self.error = f"{type(exc).__name__}: {exc}"
@@ -273,14 +273,14 @@ class DutyCycler:
     def _loop(self) -> None:
         try:
             self._run()
-        except Exception as exc:  # noqa: BLE001 - recorded; the targets are resumed below
+        except Exception as exc:
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
             with self._cond:
                 if self._paused:
                     try:
                         self.resume_now()
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:
                         self.error = f"resume failed: {exc}"
 
     def _run(self) -> None:

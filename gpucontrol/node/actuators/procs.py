@@ -162,7 +162,7 @@ def check_target(pid: int, *, allow_other_users: bool = False) -> ProcStat:
     st = read_stat(pid)
     if st is None:
         raise TargetRefused(f"no such process: {pid}")
-    if st.flags & PF_KTHREAD or st.ppid == 2 and pid != 2:
+    if st.flags & PF_KTHREAD or (st.ppid == 2 and pid != 2):
         raise TargetRefused(f"refusing to signal kernel thread {pid}")
     uids = proc_uids(pid)
     if uids is None:

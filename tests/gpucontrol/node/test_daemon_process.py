@@ -124,7 +124,7 @@ def test_total_crash_leftovers_are_resumed_by_the_next_daemon(children, tmp_path
     t = children.spawn(BUSY)
     args = daemon_argv(tmp_path, "t", "--training-pid", str(t.pid), "--run-quantum-s", "0.001",
                        "--period-s", "0.2")
-    d = children.popen(args + ["--fixed-sleep", "1.0"], stdout=subprocess.PIPE, text=True)
+    d = children.popen([*args, "--fixed-sleep", "1.0"], stdout=subprocess.PIPE, text=True)
     read_events(d.stdout, "started")
     assert wait_state(t.pid, {"T"})
     for pid in descendants([d.pid]):  # the guardian dies first: a total crash
@@ -134,7 +134,7 @@ def test_total_crash_leftovers_are_resumed_by_the_next_daemon(children, tmp_path
     d.wait()
     time.sleep(0.2)
     assert state(t.pid) == "T"  # nobody left to resume it...
-    d2 = children.popen(args + ["--fixed-sleep", "0"], stdout=subprocess.PIPE, text=True)
+    d2 = children.popen([*args, "--fixed-sleep", "0"], stdout=subprocess.PIPE, text=True)
     ev = read_events(d2.stdout, "started")
     left = [e for e in ev if e.get("event") == "leftovers_resumed"]
     assert left and left[0]["resumed"] == 1  # ...until the next daemon starts
@@ -336,7 +336,8 @@ def test_two_tier_restarts_training_with_a_new_mps_share(children, tmp_path):
     if os.path.exists(f"/proc/{pids[-1]}"):
         with open(f"/proc/{pids[-1]}/environ", "rb") as f:
             env = f.read()
-    assert not env or f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={restarts[-1]['new_pct']:g}".encode() in env
+    pct = f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={restarts[-1]['new_pct']:g}"
+    assert not env or pct.encode() in env
     periods = [r for r in recs if "period" in r]
     assert any(r["restarting"] for r in periods)  # the controller held during the restart
     assert periods[-1]["mps_pct"] < 100

@@ -193,14 +193,3 @@ def test_close_does_not_remove_a_successor(tmp_path):
 def test_max_samples_validated():
     with pytest.raises(ValueError, match="max_samples"):
         LatencyAggregator(max_samples=10)
-
-
-@pytest.mark.parametrize("module", ["gpucontrol.node.client", "gpucontrol.node.monitor",
-                                    "gpucontrol.node.hooks", "gpucontrol.node.actuators.sleep",
-                                    "gpucontrol.node.actuators.mps"])
-def test_doctests_of_the_daemon_area(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0

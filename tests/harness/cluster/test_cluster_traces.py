@@ -152,7 +152,7 @@ def test_pai_loader(tmp_path, header):
 
 
 def test_pai_header_errors(tmp_path):
-    bad = list(PAI_COLUMNS[:-1]) + ["gpu_model"]
+    bad = [*list(PAI_COLUMNS[:-1]), "gpu_model"]
     with pytest.raises(ValueError, match=r"missing column\(s\): gpu_type.*unknown column\(s\): "
                                          r"gpu_model"):
         load_pai(write(tmp_path / "pai.csv", bad, PAI_ROWS[:1]))
@@ -207,12 +207,3 @@ def test_with_ratio(ratio):
     r = with_ratio(t, ratio)
     c = r.counts()
     assert c["inference"] / c["training"] == pytest.approx(ratio, rel=0.15)
-
-
-@pytest.mark.parametrize("module", ["harness.cluster", "harness.cluster.traces"])
-def test_doctests(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted > 0 and result.failed == 0

@@ -25,7 +25,7 @@ def gpu_skip_reason() -> str | None:
         return f"cupy is not installed ({exc})"
     try:
         n = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # noqa: BLE001 - driver missing, no device, ...
+    except Exception as exc:
         return f"no usable CUDA device ({type(exc).__name__}: {exc})"
     if n < 1:
         return "no CUDA device"

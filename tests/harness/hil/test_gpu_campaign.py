@@ -99,7 +99,7 @@ def test_statuses_files_and_archive(tmp_path):
 
 
 def test_bad_input_names_the_problem(tmp_path):
-    with pytest.raises(ValueError, match="unknown step.*nope"):
+    with pytest.raises(ValueError, match=r"unknown step.*nope"):
         run_campaign(["nope"], tmp_path, steps=STEPS_T)
     with pytest.raises(ValueError, match="deadline_s must be > 0"):
         run_campaign(["good"], tmp_path, steps=STEPS_T, deadline_s=0)

@@ -183,7 +183,7 @@ def test_gate_and_suspend_keep_targets_running(children):
                                 {"run_quantum_s": float("nan")}])
 def test_invalid_settings_name_the_field(children, kw):
     p = children.spawn(SLEEPER)
-    with pytest.raises(ValueError, match="sleep_s|run_quantum_s"):
+    with pytest.raises(ValueError, match=r"sleep_s|run_quantum_s"):
         SignalDutyCycler([p.pid], **kw)
 
 
