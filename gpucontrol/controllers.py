@@ -10,6 +10,7 @@ an actuator: the controller holds its last output and says why.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,14 +21,34 @@ from gpucontrol._validate import bounds, finite, in_range, positive
 class Measurement:
     """One control period's latency statistics.
 
-    ``count`` is the number of batches measured (0 means no requests: hold the actuation);
-    ``restarting`` marks a period in which the training process was restarting (MPS change).
+    Parameters
+    ----------
+    mean_ms : float
+        Mean per-batch inference latency over the period (ms).
+    p99_ms : float
+        99th percentile of the per-batch latency (ms); NaN when not measured.
+    count : int
+        Number of batches measured; 0 means no requests, and the controllers then hold the
+        actuation.
+    restarting : bool
+        The training process was restarting (MPS change) during the period.
+
+    Examples
+    --------
+    >>> Measurement(92.0, p99_ms=110.0)
+    Measurement(mean_ms=92.0, p99_ms=110.0, count=1, restarting=False)
     """
 
     mean_ms: float
     p99_ms: float = math.nan
     count: int = 1
     restarting: bool = False
+
+
+#: Where each statistic is read from a mapping or an object, first key first. sysid's
+#: ``measurement_value`` reads the same keys in the same order (sysid cannot import this).
+MEASUREMENT_KEYS: dict[str, tuple[str, ...]] = {"mean": ("mean_ms", "mean"),
+                                                "p99": ("p99_ms", "p99")}
 
 
 def as_measurement(x: Any) -> Measurement:
@@ -39,21 +60,23 @@ def as_measurement(x: Any) -> Measurement:
     try:
         if isinstance(x, (int, float)) and not isinstance(x, bool):
             return Measurement(float(x))
-        get = x.get if isinstance(x, dict) else (lambda k, d=None: getattr(x, k, d))
-        mean = get("mean_ms", None)
-        if mean is None:
-            mean = get("mean", math.nan)
-        p99 = get("p99_ms", None)
-        if p99 is None:
-            p99 = get("p99", math.nan)
-        count = get("count", 1)
-        restarting = bool(get("restarting", False))
-        return Measurement(float(mean), float(p99), int(count), restarting)
+        get = x.get if isinstance(x, Mapping) else (lambda k, d=None: getattr(x, k, d))
+
+        def read(statistic: str) -> float:
+            for key in MEASUREMENT_KEYS[statistic]:
+                v = get(key, None)
+                if v is not None:
+                    return float(v)
+            return math.nan
+
+        return Measurement(read("mean"), read("p99"), int(get("count", 1)),
+                           bool(get("restarting", False)))
     except Exception:
         return Measurement(math.nan, math.nan, 0)
 
 
 def usable(value: float) -> bool:
+    """True for a finite, non-negative float latency (what a controller may act on)."""
     return isinstance(value, float) and math.isfinite(value) and value >= 0.0
 
 

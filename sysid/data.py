@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import fraction, pair, positive
+from ._checks import in_range, pair, positive
 
 __all__ = ["IdData"]
 
@@ -78,7 +78,7 @@ class IdData:
     def split(self, fraction_train: float = 0.7) -> tuple[IdData, IdData]:
         """Contiguous estimation/validation split: the first ``fraction_train`` of the record
         for fitting, the rest for validation (time order kept, as identification requires)."""
-        f = fraction("fraction_train", fraction_train)
+        f = in_range("fraction_train", fraction_train, 0.0, 1.0, lo_open=True, hi_open=True)
         k = round(f * len(self))
         if k < 1 or k >= len(self):
             raise ValueError(f"record of {len(self)} samples is too short to split at "

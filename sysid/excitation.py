@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._checks import bounds, integer
+from ._checks import int_at_least, low_high
 
 __all__ = ["multi_level", "prbs", "white_noise"]
 
@@ -58,9 +58,9 @@ def prbs(n: int, low: float, high: float, hold: int = 1, seed: int | None = None
     """
     from scipy.signal import max_len_seq
 
-    n = integer("n", n, 1)
-    hold = integer("hold", hold, 1)
-    lo, hi = bounds(low, high)
+    n = int_at_least("n", n, 1)
+    hold = int_at_least("hold", hold, 1)
+    lo, hi = low_high(low, high)
     m = math.ceil(n / hold)
     nbits = max(2, math.ceil(math.log2(m + 1)))
     if nbits > 32:
@@ -84,9 +84,9 @@ def white_noise(n: int, low: float, high: float, seed: int | None = None, hold: 
     >>> bool(s.min() >= 0.0 and s.max() <= 1.0), s.shape
     (True, (100,))
     """
-    n = integer("n", n, 1)
-    hold = integer("hold", hold, 1)
-    lo, hi = bounds(low, high)
+    n = int_at_least("n", n, 1)
+    hold = int_at_least("hold", hold, 1)
+    lo, hi = low_high(low, high)
     rng = np.random.default_rng(seed)
     return _hold(rng.uniform(lo, hi, size=math.ceil(n / hold)), n, hold)
 
@@ -106,11 +106,11 @@ def multi_level(n: int, low: float, high: float, levels: int | Sequence[float] =
     >>> sorted(set(s.tolist()))
     [0.0, 0.5, 1.0]
     """
-    n = integer("n", n, 1)
-    hold = integer("hold", hold, 1)
-    lo, hi = bounds(low, high)
+    n = int_at_least("n", n, 1)
+    hold = int_at_least("hold", hold, 1)
+    lo, hi = low_high(low, high)
     if isinstance(levels, (int, np.integer)) and not isinstance(levels, bool):
-        k = integer("levels", levels, 2)
+        k = int_at_least("levels", levels, 2)
         grid = np.linspace(lo, hi, k)
     else:
         try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._checks import integer, not_constant, pair
+from ._checks import int_at_least, not_constant, pair
 from .data import IdData, require_record
 from .metrics import fit_percent, r2
 
@@ -87,7 +87,6 @@ def fit_static(u, y) -> StaticFit:
     theta, *_ = np.linalg.lstsq(phi, yy, rcond=None)
     resid = yy - phi @ theta
     ssr = float(resid @ resid)
-    ss_tot = float(np.sum((yy - yy.mean()) ** 2))
     dof = n - 2
     sigma2 = ssr / dof
     cov = sigma2 * np.linalg.inv(phi.T @ phi)
@@ -96,7 +95,7 @@ def fit_static(u, y) -> StaticFit:
     gain, offset = float(theta[0]), float(theta[1])
     return StaticFit(
         gain=gain, offset=offset,
-        r2=1.0 - ssr / ss_tot if ss_tot > 0 else 1.0,
+        r2=r2(yy, phi @ theta),
         stderr=(float(se[0]), float(se[1])),
         ci95=((gain - q * se[0], gain + q * se[0]), (offset - q * se[1], offset + q * se[1])),
         n=n, rmse=math.sqrt(ssr / n))
@@ -252,7 +251,7 @@ def _need(data: IdData, n_min: int, what) -> None:
 
 
 def _check_orders(na, nb, nk) -> tuple[int, int, int]:
-    return integer("na", na, 0), integer("nb", nb, 1), integer("nk", nk, 0)
+    return int_at_least("na", na, 0), int_at_least("nb", nb, 1), int_at_least("nk", nk, 0)
 
 
 def fit_arx(data: IdData, na: int = 1, nb: int = 1, nk: int = 1, *,

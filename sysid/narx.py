@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ._checks import integer
+from ._checks import int_at_least
 from .data import IdData, require_record
 from .fit import validate
 
@@ -73,7 +73,7 @@ class NarxFit:
 
     def predict(self, data: IdData, steps_ahead: int = 1) -> np.ndarray:
         """``steps_ahead``-step prediction from measured outputs (first ``max_lag`` copied)."""
-        k = integer("steps_ahead", steps_ahead, 1)
+        k = int_at_least("steps_ahead", steps_ahead, 1)
         yhat = np.asarray(self.model.predict(X=self._x(data.u),
                                              y=np.asarray(data.y).reshape(-1, 1),
                                              steps_ahead=k), dtype=float).ravel()[:len(data)]
@@ -116,9 +116,9 @@ def fit_narx(data: IdData, *, ylag: int = 2, xlag: int = 2, degree: int = 2, nk:
     from sysidentpy.utils.display_results import results
 
     require_record(data)
-    ylag, xlag = integer("ylag", ylag, 1), integer("xlag", xlag, 1)
-    degree, nk = integer("degree", degree, 1), integer("nk", nk, 0)
-    n_info_values = integer("n_info_values", n_info_values, 1)
+    ylag, xlag = int_at_least("ylag", ylag, 1), int_at_least("xlag", xlag, 1)
+    degree, nk = int_at_least("degree", degree, 1), int_at_least("nk", nk, 0)
+    n_info_values = int_at_least("n_info_values", n_info_values, 1)
     if info_criteria not in ("aic", "aicc", "bic", "fpe", "lilc"):
         raise ValueError(f"info_criteria must be one of aic, aicc, bic, fpe, lilc, "
                          f"got {info_criteria!r}")
@@ -132,7 +132,7 @@ def fit_narx(data: IdData, *, ylag: int = 2, xlag: int = 2, degree: int = 2, nk:
                          f"{len(data)} sample(s), need at least {n_min} "
                          f"({n_candidates} candidate regressors)")
     if n_terms is not None:
-        n_terms = integer("n_terms", n_terms, 1)
+        n_terms = int_at_least("n_terms", n_terms, 1)
         if n_terms > n_candidates:
             raise ValueError(f"n_terms={n_terms} exceeds the {n_candidates} candidate regressors")
     # sysidentpy lags the input from 1: a delay nk >= 1 is the lag list nk..nk+xlag-1

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._checks import finite, fraction, pair
-from .metrics import mape
+from ._checks import finite, in_range, pair
+from .metrics import mape, r2
 
 __all__ = [
     "MODEL_FITTERS",
@@ -36,11 +36,6 @@ __all__ = [
     "loo_errors",
     "select_latency_model",
 ]
-
-
-def _r2(y: np.ndarray, yhat: np.ndarray) -> float:
-    ss = float(np.sum((y - y.mean()) ** 2))
-    return 1.0 - float(np.sum((y - yhat) ** 2)) / ss if ss > 0 else 1.0
 
 
 def _domain(bounds, default: tuple[float, float]) -> tuple[float, float]:
@@ -191,7 +186,7 @@ def fit_piecewise_linear(x, y, *, method: str = "curvature") -> PiecewiseFit:
     (y0, k1, k2), _ = _hinge_fit(xs, ys, x0)
     f = PiecewiseFit(k1=float(k1), k2=float(k2), x0=x0, y0=float(y0), r2=0.0, method=method,
                      x_range=(float(xs[0]), float(xs[-1])))
-    return replace(f, r2=_r2(ys, f.predict(xs)))
+    return replace(f, r2=r2(ys, f.predict(xs)))
 
 
 def _optimal_breakpoint(xs: np.ndarray, ys: np.ndarray) -> float:
@@ -271,7 +266,7 @@ def fit_saturating(x, y) -> SaturatingFit:
     phi = np.column_stack([np.ones_like(xs), 1.0 / xs])
     (a, b), *_ = np.linalg.lstsq(phi, ys, rcond=None)
     yhat = a + b / xs
-    return SaturatingFit(a=float(a), b=float(b), r2=_r2(ys, yhat),
+    return SaturatingFit(a=float(a), b=float(b), r2=r2(ys, yhat),
                          x_range=(float(xs.min()), float(xs.max())))
 
 
@@ -335,7 +330,7 @@ def select_latency_model(x, y, candidates=("piecewise", "piecewise-optimal", "sa
     >>> cmp.winner
     'saturating'
     """
-    tol = 0.0 if tolerance == 0 else fraction("tolerance", tolerance)
+    tol = in_range("tolerance", tolerance, 0.0, 1.0, hi_open=True)
     unknown = [c for c in candidates if c not in MODEL_FITTERS]
     if unknown or not candidates:
         raise ValueError(f"candidates must be names from {', '.join(MODEL_FITTERS)}, "

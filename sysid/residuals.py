@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import integer, pair
+from ._checks import int_at_least, pair
 from .data import IdData, require_record
 
 __all__ = ["ResidualAnalysis", "resid", "resid_plot"]
@@ -87,7 +87,7 @@ def _xcov(a: np.ndarray, b: np.ndarray, lag: int) -> float:
 def correlation_analysis(u, e, max_lag: int = 25) -> ResidualAnalysis:
     """:func:`resid` on raw arrays: input ``u`` and residuals ``e`` of equal length."""
     uu, ee = pair(u, e, min_len=4, names=("u", "residuals"))
-    m = integer("max_lag", max_lag, 1)
+    m = int_at_least("max_lag", max_lag, 1)
     n = ee.size
     if m >= n - 1:
         raise ValueError(f"max_lag={m} is too large for {n} residuals (need max_lag < N - 1)")

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import finite, integer, positive
+from ._checks import finite, int_at_least, positive
 
 __all__ = [
     "GainEnvelope",
@@ -121,8 +121,15 @@ def gain_envelope(gains: Any, nominal: float | Any | None = None) -> GainEnvelop
                         nominal_gain=float(m0))
 
 
-def _char_poly(g: float, detune: float, delay: int) -> np.ndarray:
-    # z**d (z - 1) + g * detune, descending powers
+def _p_loop_polynomial(g: float, detune: float, delay: int) -> np.ndarray:
+    """``z**d (z - 1) + g * detune`` in descending powers: the characteristic polynomial of
+    the P loop (``kp = detune / m0``) at gain ratio ``g`` with a ``d``-period delay.
+
+    The control core computes every design's polynomial in general form
+    (``gpucontrol.design.Design.characteristic_polynomial``, which this equals for
+    ``design_p``; tests/sysid/test_variation.py pins the two together); sysid cannot import
+    the core, and this two-coefficient special case is the only one it needs.
+    """
     left = np.r_[1.0, -1.0, np.zeros(delay)]
     left[-1] += g * detune
     return left
@@ -139,12 +146,12 @@ def worst_pole_abs(envelope: tuple[float, float], *, detune: float = 1.0,
     lo, hi = positive("envelope[0]", envelope[0]), positive("envelope[1]", envelope[1])
     if lo > hi:
         raise ValueError(f"envelope must satisfy g_min <= g_max, got {envelope!r}")
-    d = integer("delay_periods", delay_periods, 0)
+    d = int_at_least("delay_periods", delay_periods, 0)
     k = positive("detune", detune)
     if d == 0:
         return max(abs(1 - k * lo), abs(1 - k * hi))
     grid = np.unique(np.r_[np.linspace(lo, hi, n_grid), lo, hi])
-    return float(max(np.max(np.abs(np.roots(_char_poly(g, k, d)))) for g in grid))
+    return float(max(np.max(np.abs(np.roots(_p_loop_polynomial(g, k, d)))) for g in grid))
 
 
 @dataclass(frozen=True)
@@ -181,7 +188,7 @@ def recommend_nominal(gains: Iterable[float] | Mapping[str, Any], *, detune: flo
     """
     _, arr = _gains(gains)
     k = positive("detune", detune)
-    d = integer("delay_periods", delay_periods, 0)
+    d = int_at_least("delay_periods", delay_periods, 0)
     m_lo, m_hi = float(np.min(np.abs(arr))), float(np.max(np.abs(arr)))
     sign = float(np.sign(arr[0]))
     if d == 0:
