@@ -242,7 +242,8 @@ class OuterMPSOptimizer:
     target (in ms of latency) for ``"mid-range"``.
     Strategies:
 
-    * ``"paper"`` (seed 000 §IV-C): ``d_mps = (slo - l) / mps_gain``.
+    * ``"paper"`` (the GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-C):
+      ``d_mps = (slo - l) / mps_gain``.
     * ``"mid-range"``: ``d_mps = (slo - l + sleep_gain (s - s_target)) / mps_gain`` — move MPS so
       the inner loop's sleep returns to ``s_target``, keeping sleep headroom for bursts and
       letting training use the more efficient spatial share instead of sleeping.

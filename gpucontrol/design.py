@@ -1,7 +1,8 @@
 """Controller design for the inner (sleep) loop.
 
-Conventions (seed 000, §V-B). Error ``e(k) = L_ref - l(k)``; the controller outputs the sleep
-increment ``u(k) = s(k+1) - s(k)``; the plant is ``gain / (z - 1)`` from ``u`` to ``l``.
+Conventions (the GPUColo paper (Chen et al., ICDCS 2024), Sec. V-B). Error ``e(k) = L_ref -
+l(k)``; the controller outputs the sleep increment ``u(k) = s(k+1) - s(k)``; the plant is ``gain
+/ (z - 1)`` from ``u`` to ``l``.
 
 * P: ``u(k) = kp * e(k)`` with ``kp = detune / gain``. Because ``s(k+1) = s(k) + u(k)`` sums
   the increments, this "P on the increment" is already an integral controller on the sleep
@@ -117,8 +118,8 @@ class Design:
 
     def _closed_loop_num(self, gain_ratio: float, delay_periods: int) -> np.ndarray:
         # T(z) = C P / (1 + C P z^-d): numerator g*gain*num(z) * z^d
-        return np.polymul(gain_ratio * self.model.gain * self.controller_num,
-                          np.r_[1.0, np.zeros(delay_periods)])
+        return np.convolve(gain_ratio * self.model.gain * self.controller_num,
+                           np.r_[1.0, np.zeros(delay_periods)])
 
 
 def step_sequence(char_poly: np.ndarray, num: np.ndarray, n: int) -> np.ndarray:
@@ -165,7 +166,7 @@ class PIDesign(Design):
 
 
 def design_p(model: LinearLatencyModel, detune: float = 1.0, period_s: float = 4.0) -> PDesign:
-    """The seed-000 P controller ``u(k) = (detune / gain) (L_ref - l(k))``.
+    """The GPUColo paper's P controller ``u(k) = (detune / gain) (L_ref - l(k))``.
 
     ``detune = 1`` is deadbeat on the nominal model; ``detune < 1`` trades speed for a wider
     stable gain range upward (the stable range of the real/nominal gain ratio is

@@ -1,6 +1,7 @@
 """Latency models of a co-located GPU.
 
-The inner loop's plant (seed 000, §V-A) is the static map from the training processes' sleep
+The inner loop's plant (the GPUColo paper (Chen et al., ICDCS 2024),
+Sec. V-A) is the static map from the training processes' sleep
 interval ``s`` (seconds per iteration) to the mean per-batch inference latency ``l`` (ms),
 identified as ``l = gain * s + offset`` with ``gain < 0`` (more sleep, lower latency).
 Because the sleep chosen at the end of period ``k`` acts during period ``k + 1``, the loop

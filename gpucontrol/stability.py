@@ -1,9 +1,10 @@
 """Stability of a designed loop when the real plant differs from the nominal model.
 
-The real plant gain is ``g * model.gain`` with ``g > 0`` the real/nominal *gain ratio* (seed
-000 §V-B: the controller uses the nominal model; substituting its inputs into the actual model
-gives the closed loop whose stability we check). For the paper's P controller the closed-loop
-pole is ``1 - g``, stable exactly for ``0 < g < 2``.
+The real plant gain is ``g * model.gain`` with ``g > 0`` the real/nominal *gain ratio* (the
+GPUColo paper (Chen et al., ICDCS 2024), Sec. V-B: the controller uses the nominal model;
+substituting its inputs into the actual model gives the closed loop whose stability we check).
+For the paper's P controller the closed-loop pole is ``1 - g``, stable exactly for ``0 < g <
+2``.
 
 With a one-period measurement delay the P loop's characteristic polynomial becomes
 ``z**2 - z + g * detune``. Jury's conditions for ``z**2 + a1 z + a0`` are ``|a0| < 1``,
@@ -14,16 +15,17 @@ stable range halves to ``(0, 1 / detune)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from gpucontrol._validate import finite, int_at_least
 from gpucontrol.design import SETTLING_THRESHOLD, Design, PDesign, step_sequence
 
 
-def jury(coefficients: Sequence[float]) -> bool:
+def jury(coefficients: ArrayLike) -> bool:
     """Jury stability test: True iff every root of the polynomial lies strictly inside |z| = 1.
 
     ``coefficients`` are real, in descending powers of z (as for ``numpy.roots``); leading
@@ -87,7 +89,7 @@ def _crossings(design: Design, delay_periods: int, n_grid: int = 4001) -> list[f
 
     def g_of(w: float) -> complex:
         z = complex(math.cos(w), math.sin(w))
-        return -(z ** d) * (z - 1) * np.polyval(den, z) / (m * np.polyval(num, z))
+        return complex(-(z ** d) * (z - 1) * np.polyval(den, z) / (m * np.polyval(num, z)))
 
     out: list[float] = []
     w = np.linspace(1e-9, math.pi, n_grid)
@@ -220,10 +222,7 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
 
 def robustness_plot(table: RobustnessTable, ax=None, title: str | None = None):
     """Plot max |pole| and settling periods against the gain ratio; returns the figure."""
-    import matplotlib
-
     if ax is None:
-        matplotlib.use(matplotlib.get_backend())
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6.4, 3.6))

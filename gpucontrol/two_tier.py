@@ -1,4 +1,5 @@
-"""The two-tier controller of seed 000 §IV-C: sleep inner loop, MPS outer loop.
+"""The two-tier controller of the GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-C: sleep
+inner loop, MPS outer loop.
 
 Inner loop, every ``inner_period_s`` (4 s): P (or PI) on the sleep interval of the training
 processes. Outer loop, every ``outer_every`` inner periods (25): moves the training MPS

@@ -152,7 +152,8 @@ class IdData:
                 raise ValueError(f"{os.fspath(path)}: period_s is not recorded in the file; "
                                  "pass period_s=")
             period_s = head["period_s"]
-        return cls(uu, yy, period_s=period_s, meta={**head.get("meta", {}), **(meta or {})})
+        return cls(np.asarray(uu), np.asarray(yy), period_s=period_s,
+                   meta={**head.get("meta", {}), **(meta or {})})
 
 
 def require_record(data: object) -> IdData:

@@ -5,11 +5,11 @@ bounds ``[low, high]``; ``hold`` repeats each drawn value for that many samples 
 the actuator or the plant is slower than the sampling period); ``seed`` makes the signal
 reproducible (``None`` draws fresh entropy).
 
-Seed 000 (§V-A) excites the plant with "pseudo-random digital white noise" on the sleep
-interval, one value per control period: :func:`white_noise` (uniform amplitudes) or
-:func:`multi_level` (a few discrete levels) reproduce that; :func:`prbs` is the classic
-two-level maximum-length sequence, the best choice when the plant is close to linear and
-only the gain and dynamics are wanted.
+The GPUColo paper (Chen et al., ICDCS 2024), Sec. V-A, excites the plant with "pseudo-random
+digital white noise" on the sleep interval, one value per control period: :func:`white_noise`
+(uniform amplitudes) or :func:`multi_level` (a few discrete levels) reproduce that; :func:`prbs`
+is the classic two-level maximum-length sequence, the best choice when the plant is close to
+linear and only the gain and dynamics are wanted.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def prbs(n: int, low: float, high: float, hold: int = 1, seed: int | None = None
 
 def white_noise(n: int, low: float, high: float, seed: int | None = None, hold: int = 1
                 ) -> np.ndarray:
-    """Uniform pseudo-random white noise in ``[low, high]`` (seed 000's excitation).
+    """Uniform pseudo-random white noise in ``[low, high]`` (the GPUColo paper's excitation).
 
     Examples
     --------

@@ -1,6 +1,7 @@
-"""Least-squares fits: the static linear model of seed 000 and ARX models with order selection.
+"""Least-squares fits: the GPUColo paper's static linear model and ARX models with order selection.
 
-* :func:`fit_static` fits ``y = gain * u + offset`` (seed 000 §V-A: latency vs sleep interval)
+* :func:`fit_static` fits ``y = gain * u + offset`` (the GPUColo paper (Chen et al., ICDCS
+  2024), Sec. V-A: latency vs sleep interval)
   with standard errors and 95 % confidence intervals.
 * :func:`fit_arx` fits ``A(q) y(k) = B(q) u(k - nk) + c + e(k)`` by least squares, with the
   parameter covariance, AIC and FPE, and fit %/R² by *free-run simulation* (the model is fed

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ class NarxFit:
     ``validated_on`` data.
     """
 
-    model: object
+    model: Any
     ylag: int
     xlag: int
     degree: int

@@ -1,6 +1,6 @@
 """Latency vs GPU share: Mudi's piecewise-linear model, a saturating model, and the choice.
 
-Mudi (seed 002, §4.1) profiles inference latency at a handful of GPU shares (GPU% = the
+The Mudi paper (Sec. 4.1) profiles inference latency at a handful of GPU shares (GPU% = the
 inference's resource partition) and fits a continuous two-segment line (eq. 1)::
 
     L(x) = k1 (x - x0) + y0   for x <= x0,

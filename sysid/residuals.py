@@ -102,10 +102,10 @@ def correlation_analysis(u, e, max_lag: int = 25) -> ResidualAnalysis:
     if r_u0 == 0:
         raise ValueError("u is constant: the input-residual correlation is undefined")
     lags = np.arange(m + 1)
-    auto = np.array([_xcov(ee, ee, k) for k in lags]) / r_e0
+    auto = np.array([_xcov(ee, ee, int(k)) for k in lags]) / r_e0
     xlags = np.arange(-m, m + 1)
-    cross = np.array([_xcov(uu, ee, k) for k in xlags]) / math.sqrt(r_e0 * r_u0)
-    auto_u = np.array([_xcov(uu, uu, k) for k in lags]) / r_u0
+    cross = np.array([_xcov(uu, ee, int(k)) for k in xlags]) / math.sqrt(r_e0 * r_u0)
+    auto_u = np.array([_xcov(uu, uu, int(k)) for k in lags]) / r_u0
     # Ljung (System Identification, §16.6): var of the cross-correlation estimate under
     # independence is sum_k r_e(k) r_u(k) / N.
     p1 = float(auto[0] * auto_u[0] + 2.0 * np.sum(auto[1:] * auto_u[1:]))

@@ -6,11 +6,11 @@ point, express each as a ratio ``g = m / m0`` and the envelope ``(g_min, g_max)`
 ``gpucontrol.check_envelope(design, model, (g_min, g_max))`` checks against the design's
 stable range. sysid imports nothing from gpucontrol: the envelope is two floats.
 
-Which nominal? For the seed-000 P controller on ``l(k+1) = l(k) + m u(k)`` with
-``kp = detune / m0``, the closed-loop pole is ``1 - detune * g``. The nominal that minimises the
-worst-case pole magnitude over the envelope — the largest stability (contraction) margin —
-centres the envelope on deadbeat: ``m0 = detune * (m_min + m_max) / 2`` without delay.
-:func:`recommend_nominal` finds it numerically for a measurement delay too.
+Which nominal? For the P controller of the GPUColo paper (Chen et al., ICDCS 2024) on ``l(k+1) =
+l(k) + m u(k)`` with ``kp = detune / m0``, the closed-loop pole is ``1 - detune * g``. The
+nominal that minimises the worst-case pole magnitude over the envelope — the largest stability
+(contraction) margin — centres the envelope on deadbeat: ``m0 = detune * (m_min + m_max) / 2``
+without delay. :func:`recommend_nominal` finds it numerically for a measurement delay too.
 """
 
 from __future__ import annotations
