@@ -28,6 +28,17 @@ class IdData:
     ``meta`` holds plain scalars describing the experiment (MPS level, batch size, plant).
     Arrays are copied and made read-only; lengths must match and values must be finite.
 
+    Parameters
+    ----------
+    u : array_like
+        Input applied in each period.
+    y : array_like
+        Output measured over each period, same length.
+    period_s : float
+        Sampling period (s), > 0.
+    meta : mapping
+        Plain-scalar metadata of the experiment.
+
     Examples
     --------
     >>> d = IdData([0.1, 0.5, 0.3, 0.2], [9.0, 7.0, 8.0, 8.5], period_s=4.0, meta={"mps": 80})

@@ -47,6 +47,11 @@ def prbs(n: int, low: float, high: float, hold: int = 1, seed: int | None = None
     seed : int, optional
         Seed for the initial register state.
 
+    Returns
+    -------
+    ndarray
+        ``n`` float samples within ``[low, high]``.
+
     Examples
     --------
     >>> s = prbs(30, 0.0, 1.0, seed=1)
@@ -78,6 +83,22 @@ def white_noise(n: int, low: float, high: float, seed: int | None = None, hold: 
                 ) -> np.ndarray:
     """Uniform pseudo-random white noise in ``[low, high]`` (the GPUColo paper's excitation).
 
+    Parameters
+    ----------
+    n : int
+        Number of samples (>= 1).
+    low, high : float
+        Amplitude range (``low < high``), e.g. the sleep-interval bounds in seconds.
+    seed : int, optional
+        Seed of the random generator (None: fresh entropy).
+    hold : int
+        Samples per drawn value (>= 1).
+
+    Returns
+    -------
+    ndarray
+        ``n`` float samples within ``[low, high]``.
+
     Examples
     --------
     >>> s = white_noise(100, 0.0, 1.0, seed=0)
@@ -99,6 +120,24 @@ def multi_level(n: int, low: float, high: float, levels: int | Sequence[float] =
     an explicit sequence of levels, each within ``[low, high]``. Values are drawn uniformly
     from the levels, so a static nonlinearity is sampled at every level, which two-level
     PRBS cannot reveal.
+
+    Parameters
+    ----------
+    n : int
+        Number of samples (>= 1).
+    low, high : float
+        Actuator range (``low < high``).
+    levels : int or sequence of float
+        Number of equally spaced levels (>= 2), or the levels themselves.
+    hold : int
+        Samples per drawn value (>= 1).
+    seed : int, optional
+        Seed of the random generator (None: fresh entropy).
+
+    Returns
+    -------
+    ndarray
+        ``n`` float samples within ``[low, high]``.
 
     Examples
     --------

@@ -27,7 +27,21 @@ __all__ = ["ExcitationActuation", "measurement_value", "run_experiment"]
 @dataclass(frozen=True)
 class ExcitationActuation:
     """What the runner applies in one period: the fields a harness plant reads from
-    ``gpucontrol.Actuation`` (``sleep_s``, ``mps_pct``, ``mps_changed``)."""
+    ``gpucontrol.Actuation``.
+
+    Parameters
+    ----------
+    sleep_s : float
+        Training sleep interval for the period (s).
+    mps_pct : float
+        Training MPS percentage.
+    mps_changed : bool
+        The training processes must (re)start at ``mps_pct``.
+    saturated : bool
+        Always False (an excitation is not a controller output).
+    reason : str
+        What set the actuation.
+    """
 
     sleep_s: float
     mps_pct: float = 100.0
@@ -129,6 +143,12 @@ def run_experiment(plant: Any, u, *, period_s: float = 4.0, mps_pct: float | Non
         Extra metadata for the record (merged with ``statistic`` and ``mps_pct``).
     progress : callable, optional
         ``progress(done, total)`` after each recorded period.
+
+    Returns
+    -------
+    IdData
+        The inputs applied and the outputs measured, with ``statistic``, ``mps_pct``,
+        ``warmup`` and ``dropped`` in its metadata.
 
     Examples
     --------

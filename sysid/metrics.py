@@ -52,9 +52,23 @@ def r2(y: ArrayLike, yhat: ArrayLike) -> float:
 
 
 def fit_percent(y, yhat) -> float:
-    """Normalized-RMSE fit in percent, as MATLAB's ``compare``:
-    ``100 (1 - ||y - yhat|| / ||y - mean(y)||)``; 100 is perfect, 0 is no better than the mean.
+    """Normalized-RMSE fit in percent, as MATLAB's ``compare``.
 
+    Parameters
+    ----------
+    y : array_like
+        Measured outputs.
+    yhat : array_like
+        Predicted outputs, same length as ``y``.
+
+    Returns
+    -------
+    float
+        ``100 (1 - ||y - yhat|| / ||y - mean(y)||)``: 100 is perfect, 0 is no better than the
+        mean; ValueError when ``y`` is constant.
+
+    Examples
+    --------
     >>> fit_percent([1.0, 2.0, 3.0], [2.0, 2.0, 2.0])
     0.0
     """
@@ -66,14 +80,46 @@ def fit_percent(y, yhat) -> float:
 
 
 def rmse(y, yhat) -> float:
-    """Root-mean-square error."""
+    """Root-mean-square error.
+
+    Parameters
+    ----------
+    y : array_like
+        Measured outputs.
+    yhat : array_like
+        Predicted outputs, same length as ``y``.
+
+    Returns
+    -------
+    float
+        ``sqrt(mean((y - yhat)**2))``.
+
+    Examples
+    --------
+    >>> rmse([1.0, 2.0], [1.0, 4.0])
+    1.4142135623730951
+    """
     a, b = pair(y, yhat, min_len=1, names=("y", "yhat"))
     return float(np.sqrt(np.mean((a - b) ** 2)))
 
 
 def mape(y, yhat) -> float:
-    """Mean absolute percentage error ``100 mean(|y - yhat| / |y|)`` (Mudi's fitting error).
+    """Mean absolute percentage error (the Mudi paper's fitting error).
 
+    Parameters
+    ----------
+    y : array_like
+        Measured outputs.
+    yhat : array_like
+        Predicted outputs, same length as ``y``.
+
+    Returns
+    -------
+    float
+        ``100 mean(|y - yhat| / |y|)``; ValueError when ``y`` contains a zero.
+
+    Examples
+    --------
     >>> mape([100.0, 50.0], [90.0, 55.0])
     10.0
     """

@@ -33,10 +33,23 @@ __all__ = ["NarxFit", "fit_narx"]
 class NarxFit:
     """A fitted polynomial NARX model.
 
-    ``terms`` lists ``(regressor, parameter, ERR)`` as sysidentpy names them, e.g.
-    ``("x1(k-1)y(k-1)", 0.1, 0.003)``; with ``nk=0`` sysidentpy's ``x1(k-1)`` is ``u(k)``.
-    ``r2``/``fit_pct`` are free-run scores after the first ``max_lag`` samples, on
-    ``validated_on`` data.
+    Parameters
+    ----------
+    model : sysidentpy FROLS
+        The fitted sysidentpy model.
+    ylag, xlag : int
+        Maximum output and input lags.
+    degree : int
+        Polynomial degree of the basis.
+    nk : int
+        Input delay in samples.
+    terms : tuple of (str, float, float)
+        ``(regressor, parameter, ERR)`` as sysidentpy names them, e.g.
+        ``("x1(k-1)y(k-1)", 0.1, 0.003)``; with ``nk=0`` sysidentpy's ``x1(k-1)`` is ``u(k)``.
+    r2, fit_pct : float
+        Free-run scores after the first ``max_lag`` samples, on ``validated_on`` data.
+    validated_on : {"estimation", "validation"}
+        Which record the scores were computed on.
     """
 
     model: Any
@@ -106,15 +119,33 @@ def fit_narx(data: IdData, *, ylag: int = 2, xlag: int = 2, degree: int = 2, nk:
     nk : int
         Input delay in samples (>= 0); 0 lets ``u(k)`` act on ``y(k)``.
     n_terms : int, optional
-        Number of terms to keep; by default chosen by ``info_criteria`` ("aic", "bic",
-        "fpe", "lilc") over the first ``n_info_values`` candidates.
+        Number of terms to keep; by default chosen by ``info_criteria`` over the first
+        ``n_info_values`` candidates.
+    info_criteria : {"aic", "aicc", "bic", "fpe", "lilc"}
+        Information criterion for the number of terms.
+    n_info_values : int
+        Candidate term counts the criterion is evaluated on (>= 1).
     validation : IdData, optional
         Held-out record for ``r2``/``fit_pct`` (otherwise the estimation record).
+
+    Returns
+    -------
+    NarxFit
+        The model, its terms and free-run scores.
+
+    Raises
+    ------
+    ImportError
+        When sysidentpy is not installed (``pip install 'gpucontrol[narx]'``).
     """
-    from sysidentpy.basis_function import Polynomial
-    from sysidentpy.model_structure_selection import FROLS
-    from sysidentpy.parameter_estimation import LeastSquares
-    from sysidentpy.utils.display_results import results
+    try:
+        from sysidentpy.basis_function import Polynomial
+        from sysidentpy.model_structure_selection import FROLS
+        from sysidentpy.parameter_estimation import LeastSquares
+        from sysidentpy.utils.display_results import results
+    except ImportError:
+        raise ImportError("sysid.fit_narx needs sysidentpy, an optional dependency: "
+                          "pip install 'gpucontrol[narx]'") from None
 
     require_record(data)
     ylag, xlag = int_at_least("ylag", ylag, 1), int_at_least("xlag", xlag, 1)

@@ -61,6 +61,15 @@ class GainEnvelope:
 
     ``envelope`` = ``(g_min, g_max)`` is the pair to pass to
     ``gpucontrol.check_envelope(design, model, envelope)``.
+
+    Parameters
+    ----------
+    labels : tuple of str
+        Operating-point labels.
+    gains : tuple of float
+        Identified gain at each operating point.
+    nominal_gain : float
+        The design's nominal gain the ratios are taken against.
     """
 
     labels: tuple[str, ...]
@@ -104,6 +113,11 @@ def gain_envelope(gains: Any, nominal: float | Any | None = None) -> GainEnvelop
         The design's nominal gain; default: :func:`recommend_nominal`'s choice for the P
         controller.
 
+    Returns
+    -------
+    GainEnvelope
+        Gains, ratios and ``envelope``.
+
     Examples
     --------
     >>> env = gain_envelope({"mps20": -4.0, "mps80": -12.0}, nominal=-8.0)
@@ -140,6 +154,24 @@ def worst_pole_abs(envelope: tuple[float, float], *, detune: float = 1.0,
     """Largest closed-loop pole magnitude of the P loop over the gain-ratio ``envelope``
     (below 1 means stable throughout; ``1 - value`` is the contraction margin).
 
+    Parameters
+    ----------
+    envelope : (float, float)
+        ``(g_min, g_max)`` real/nominal gain ratios, both > 0.
+    detune : float
+        The P controller's ``kp * m0`` (> 0).
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+    n_grid : int
+        Gain ratios sampled across the envelope when there is a delay.
+
+    Returns
+    -------
+    float
+        The largest closed-loop pole magnitude.
+
+    Examples
+    --------
     >>> worst_pole_abs((0.5, 1.5))
     0.5
     """
@@ -156,7 +188,18 @@ def worst_pole_abs(envelope: tuple[float, float], *, detune: float = 1.0,
 
 @dataclass(frozen=True)
 class NominalChoice:
-    """The recommended nominal gain and the envelope and worst pole it yields."""
+    """The recommended nominal gain and the envelope and worst pole it yields (made by
+    :func:`recommend_nominal`).
+
+    Parameters
+    ----------
+    nominal_gain : float
+        The recommended nominal gain (with the gains' sign).
+    envelope : (float, float)
+        The gain-ratio envelope against it.
+    worst_pole_abs : float
+        The largest closed-loop pole magnitude over that envelope.
+    """
 
     nominal_gain: float
     envelope: tuple[float, float]
@@ -179,6 +222,21 @@ def recommend_nominal(gains: Iterable[float] | Mapping[str, Any], *, detune: flo
     Minimises the worst closed-loop pole magnitude over all operating points. Without delay
     the answer is ``detune * (m_min + m_max) / 2``, which puts the envelope symmetrically
     around deadbeat; with a delay the optimum is found numerically.
+
+    Parameters
+    ----------
+    gains : sequence or mapping
+        Identified gains, as numbers or fits with a ``gain`` attribute, optionally keyed by
+        operating-point label.
+    detune : float
+        The P controller's ``kp * m0`` (> 0).
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+
+    Returns
+    -------
+    NominalChoice
+        Nominal gain, envelope and worst pole.
 
     Examples
     --------
