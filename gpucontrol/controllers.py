@@ -97,6 +97,21 @@ class GainEstimator:
     ``|estimate * u| >= max(min_effect_ms, noise_kappa * sigma)``, where ``sigma`` is a running
     estimate of the latency noise taken from the residuals of the pairs it does not use. On
     simulated noisy loops this brings the estimate from 1.5-7x the truth to 1.0-2x.
+
+    Parameters
+    ----------
+    nominal_gain : float
+        The model's gain (ms per s of sleep), non-zero; the estimate starts there.
+    forgetting : float
+        Exponential forgetting factor, in [0.5, 1].
+    ratio_bounds : (float, float)
+        Bounds of the estimate as ratios of ``nominal_gain``, within [1e-3, 1e3].
+    min_effect_ms : float
+        Smallest predicted latency effect learnt from (ms, >= 0).
+    initial_variance : float
+        Starting (and largest) covariance of the estimate, > 0.
+    noise_kappa : float
+        Dead-zone width in latency-noise standard deviations, in [0, 100].
     """
 
     def __init__(self, nominal_gain: float, forgetting: float = 0.85,
@@ -171,6 +186,23 @@ class InnerSleepController:
     clamped sleep, nothing winds up past a bound; the integral term of a PI (``ki != 0``) is
     frozen while the output is pinned at a bound and pushing outward (conditional integration).
     With an :class:`GainEstimator` the gain is re-read every period (``kp = detune / gain``).
+
+    Parameters
+    ----------
+    kp : float
+        Proportional gain (s of sleep per ms of error).
+    slo_ms : float
+        Latency set point (ms), > 0.
+    sleep_bounds_s : (float, float)
+        Sleep limits within [0, 3600] s.
+    ki : float
+        Integral gain (0: P).
+    initial_sleep_s : float, optional
+        Starting sleep (default: the lower bound).
+    estimator : GainEstimator, optional
+        Adaptive gain estimate; when given, ``kp`` is ``detune / estimator.gain``.
+    detune : float
+        ``kp * gain`` used with an estimator, in (0, 2).
     """
 
     def __init__(self, kp: float, slo_ms: float, sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
@@ -249,6 +281,27 @@ class OuterMPSOptimizer:
       letting training use the more efficient spatial share instead of sleeping.
 
     ``mps_gain`` is the latency sensitivity to the training MPS percentage (ms per point).
+
+    Parameters
+    ----------
+    strategy : {"paper", "mid-range", "none"}
+        The outer strategy.
+    slo_ms : float
+        Latency set point (ms), > 0.
+    every : int
+        Inner periods per outer period (>= 1).
+    threshold : float
+        Relative drive in [0, 1) below which the loop does not act.
+    mps_bounds_pct : (float, float)
+        MPS limits within [1, 100] %.
+    initial_mps_pct : float
+        Starting MPS percentage, within the bounds.
+    mps_gain_ms_per_pct : float, optional
+        Latency sensitivity to the MPS percentage (default ``slo_ms / 100``).
+    sleep_target_s : float
+        The ``"mid-range"`` sleep target (s).
+    saturated_step_pct : float
+        MPS step taken when the inner loop is saturated (points, in [0, 100]).
     """
 
     STRATEGIES = ("paper", "mid-range", "none")

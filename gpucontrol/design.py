@@ -153,14 +153,44 @@ def step_sequence(char_poly: np.ndarray, num: np.ndarray, n: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PDesign(Design):
-    """The paper's proportional controller on the increment, ``kp = detune / gain``."""
+    """The paper's proportional controller on the increment, ``kp = detune / gain``.
+
+    Made by :func:`design_p`.
+
+    Parameters
+    ----------
+    model : LinearLatencyModel
+        The nominal model designed on.
+    kp : float
+        Proportional gain (``detune / model.gain``).
+    ki : float
+        Integral gain (0 for P).
+    period_s : float
+        Control period (s).
+    detune : float
+        ``kp * model.gain``; 1 is deadbeat on the nominal model.
+    """
 
     detune: float = 1.0
 
 
 @dataclass(frozen=True)
 class PIDesign(Design):
-    """PI controller on the increment with its poles placed at ``poles_placed``."""
+    """PI controller on the increment with its poles placed at ``poles_placed``.
+
+    Made by :func:`design_pi`.
+
+    Parameters
+    ----------
+    model : LinearLatencyModel
+        The nominal model designed on.
+    kp, ki : float
+        Proportional and integral gains.
+    period_s : float
+        Control period (s).
+    poles_placed : (complex, complex)
+        The closed-loop pole pair on the nominal model.
+    """
 
     poles_placed: tuple[complex, complex] = (0j, 0j)
 
@@ -172,6 +202,22 @@ def design_p(model: LinearLatencyModel, detune: float = 1.0, period_s: float = 4
     stable gain range upward (the stable range of the real/nominal gain ratio is
     ``(0, 2 / detune)`` without measurement delay and ``(0, 1 / detune)`` with one period).
 
+    Parameters
+    ----------
+    model : LinearLatencyModel
+        The nominal latency model.
+    detune : float
+        ``kp * gain``, in (0, 2).
+    period_s : float
+        Control period (s), > 0.
+
+    Returns
+    -------
+    PDesign
+        The design.
+
+    Examples
+    --------
     >>> p = design_p(LinearLatencyModel(-12.0, 95.0))
     >>> round(p.kp * -12.0, 12)
     1.0
@@ -235,11 +281,29 @@ def design_pi(model: LinearLatencyModel, settling_periods: float = 10.0,
     persistent lag behind the SLO is unacceptable. Its stable gain range depends on the chosen
     poles: slow poles mean low gains and a range that can exceed P's (0, 2).
 
+    Parameters
+    ----------
+    model : LinearLatencyModel
+        The nominal latency model.
+    settling_periods : float
+        Largest 2 % settling time of a unit SLO step, in periods (>= 2).
+    max_overshoot : float
+        Largest step overshoot as a fraction, in [0, 1).
+    period_s : float
+        Control period (s), > 0.
+
+    Returns
+    -------
+    PIDesign
+        The design with the slowest poles that meets both limits.
+
     Raises
     ------
     ValueError
         If no PI controller meets both ``settling_periods`` and ``max_overshoot``.
 
+    Examples
+    --------
     >>> pi = design_pi(LinearLatencyModel(-12.0, 95.0), settling_periods=10, max_overshoot=0.3)
     >>> bool(np.all(np.abs(pi.poles()) < 1)) and pi.settling_periods() <= 10
     True

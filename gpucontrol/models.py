@@ -103,7 +103,17 @@ class LinearLatencyModel:
 
 @dataclass(frozen=True)
 class OperatingPoint:
-    """One identified operating point: training MPS percentage and inference batch size."""
+    """One identified operating point: training MPS percentage and inference batch size.
+
+    Parameters
+    ----------
+    mps_pct : float
+        Training MPS percentage, in (0, 100].
+    model : LinearLatencyModel
+        The latency-vs-sleep model identified there.
+    batch : int, optional
+        Inference batch size (None: not distinguished).
+    """
 
     mps_pct: float
     model: LinearLatencyModel
@@ -119,6 +129,13 @@ class LatencyModelFamily:
     ``mps_gain(...)`` is the local slope of latency with respect to the training MPS percentage
     (ms per percentage point) at a given sleep, which the outer loop uses as its model.
 
+    Parameters
+    ----------
+    points : tuple of OperatingPoint
+        The identified operating points (at least one).
+
+    Examples
+    --------
     >>> fam = LatencyModelFamily.from_points([
     ...     OperatingPoint(20, LinearLatencyModel(-2.0, 60.0)),
     ...     OperatingPoint(80, LinearLatencyModel(-14.0, 90.0))])

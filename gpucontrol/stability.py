@@ -34,6 +34,18 @@ def jury(coefficients: ArrayLike) -> bool:
     ``a0*a_k - an*a_{n-k}`` (k = 0..n-1) has degree n-1 and all roots inside the unit circle
     iff ``p`` does. Roots on the circle count as unstable.
 
+    Parameters
+    ----------
+    coefficients : array_like
+        Real polynomial coefficients, descending powers of z.
+
+    Returns
+    -------
+    bool
+        Whether every root lies strictly inside the unit circle.
+
+    Examples
+    --------
     >>> jury([1.0, -0.5])          # z - 0.5
     True
     >>> jury([1.0, -1.0, 0.5])     # z**2 - z + 0.5: poles 0.5 ± 0.5j
@@ -71,7 +83,29 @@ def jury(coefficients: ArrayLike) -> bool:
 
 
 def is_stable(design: Design, gain_ratio: float = 1.0, delay_periods: int = 0) -> bool:
-    """Jury test of the design's closed loop at one gain ratio."""
+    """Jury test of the design's closed loop at one gain ratio.
+
+    Parameters
+    ----------
+    design : Design
+        A design from :func:`~gpucontrol.design_p` or :func:`~gpucontrol.design_pi`.
+    gain_ratio : float
+        Real/nominal plant gain ratio.
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+
+    Returns
+    -------
+    bool
+        Whether the closed loop is stable.
+
+    Examples
+    --------
+    >>> from gpucontrol import LinearLatencyModel, design_p
+    >>> p = design_p(LinearLatencyModel(-12.0, 95.0))
+    >>> is_stable(p, 1.5), is_stable(p, 2.5), is_stable(p, 1.5, delay_periods=1)
+    (True, False, False)
+    """
     return jury(design.characteristic_polynomial(gain_ratio, delay_periods))
 
 
@@ -119,6 +153,22 @@ def stable_gain_range(design: Design, model=None, delay_periods: int = 0) -> tup
     gain ratios where a pole crosses the unit circle, found on the circle and confirmed with
     :func:`jury` on either side.
 
+    Parameters
+    ----------
+    design : Design
+        The designed loop.
+    model : LinearLatencyModel, optional
+        Nominal model to judge against (default ``design.model``).
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+
+    Returns
+    -------
+    (float, float)
+        ``(lo, hi)``; ``hi`` may be ``inf``.
+
+    Examples
+    --------
     >>> from gpucontrol import LinearLatencyModel, design_p
     >>> m = LinearLatencyModel(-12.0, 95.0)
     >>> stable_gain_range(design_p(m), m)
@@ -193,6 +243,31 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
 
     Each row has the poles, the Jury verdict, the 2 % settling time in periods, the step
     overshoot in percent and the steady-state error of a unit SLO step (NaN/inf when unstable).
+
+    Parameters
+    ----------
+    design : Design
+        The designed loop.
+    model : LinearLatencyModel, optional
+        Nominal model to judge against (default ``design.model``).
+    ratios : iterable of float, optional
+        Real/nominal gain ratios, each > 0 (default 0.1 to 2.5 in steps of 0.1).
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+    horizon : int
+        Periods simulated for the step response.
+
+    Returns
+    -------
+    RobustnessTable
+        One row per ratio; ``to_records()`` gives plain dicts.
+
+    Examples
+    --------
+    >>> from gpucontrol import LinearLatencyModel, design_p
+    >>> t = robustness_sweep(design_p(LinearLatencyModel(-12.0, 95.0)), ratios=[1.0, 2.5])
+    >>> [(r["gain_ratio"], r["stable"]) for r in t.to_records()]
+    [(1.0, True), (2.5, False)]
     """
     d = int_at_least("delay_periods", delay_periods, 0)
     if model is not None and model != design.model:
@@ -221,7 +296,22 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
 
 
 def robustness_plot(table: RobustnessTable, ax=None, title: str | None = None):
-    """Plot max |pole| and settling periods against the gain ratio; returns the figure."""
+    """Plot max |pole| and settling periods against the gain ratio.
+
+    Parameters
+    ----------
+    table : RobustnessTable
+        What :func:`robustness_sweep` returned.
+    ax : matplotlib Axes, optional
+        Where to draw (default: a new figure).
+    title : str, optional
+        Plot title (default names the delay).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn on.
+    """
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -270,6 +360,30 @@ def check_envelope(design: Design, model=None, envelope: tuple[float, float] = (
 
     ``margin_low``/``margin_high`` are the factors by which the envelope could widen before
     reaching the stability boundary (``g_min / lo`` and ``hi / g_max``; > 1 means safe).
+
+    Parameters
+    ----------
+    design : Design
+        The designed loop.
+    model : LinearLatencyModel, optional
+        Nominal model to judge against (default ``design.model``).
+    envelope : (float, float)
+        ``(g_min, g_max)`` with ``0 < g_min <= g_max``, e.g. ``sysid.gain_envelope(...)
+        .envelope``.
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+
+    Returns
+    -------
+    EnvelopeCheck
+        The verdict, the stable range, the margins and the worst settling time.
+
+    Examples
+    --------
+    >>> from gpucontrol import LinearLatencyModel, design_p
+    >>> m = LinearLatencyModel(-12.0, 95.0)
+    >>> check_envelope(design_p(m), m, (0.5, 1.5)).stable
+    True
     """
     try:
         g_min, g_max = (finite("envelope[0]", envelope[0]), finite("envelope[1]", envelope[1]))

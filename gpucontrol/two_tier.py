@@ -34,6 +34,23 @@ class Actuation:
     ``mps_changed`` means the training processes must restart with ``mps_pct``;
     ``saturated`` means the sleep is pinned at a bound (the inner loop alone cannot reach the
     SLO); ``reason`` says in words what the controller did.
+
+    Parameters
+    ----------
+    sleep_s : float
+        Training sleep interval for the next period (s).
+    mps_pct : float
+        Training MPS percentage.
+    mps_changed : bool
+        The training processes must restart with ``mps_pct``.
+    saturated : bool
+        The sleep is pinned at a bound.
+    reason : str
+        What the controller did, in words.
+    error_ms : float
+        ``slo - latency`` of the measurement acted on (NaN when held).
+    gain_estimate : float
+        The adaptive gain estimate (NaN when not adaptive).
     """
 
     sleep_s: float
@@ -71,6 +88,23 @@ class TwoTierController:
         Estimate the real gain online (bounded RLS, see :class:`GainEstimator`).
     design : Design, optional
         Inner design (default ``design_p(model, detune)``); its ``kp``/``ki`` are used.
+    detune : float
+        ``kp * gain`` of the default P design, in (0, 2); 1 is deadbeat.
+    initial_sleep_s : float, optional
+        Starting sleep (default: the lower sleep bound).
+    initial_mps_pct : float, optional
+        Starting MPS percentage (default: the upper MPS bound).
+    mps_gain_ms_per_pct : float, optional
+        Latency sensitivity to the MPS percentage for the outer loop (default: from the
+        family, else ``slo_ms / 100``).
+    sleep_target_s : float, optional
+        The ``"mid-range"`` outer loop's sleep target (default: 5 % into the sleep range).
+    hold_periods_after_mps : int
+        Periods to hold the inner loop after an MPS change (>= 0).
+    adaptive_ratio_bounds : (float, float)
+        Bounds of the adaptive gain estimate as ratios of the nominal gain.
+    forgetting : float
+        Forgetting factor of the adaptive estimator, in [0.5, 1].
 
     Examples
     --------
