@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucontrol._validate import bounds, finite, in_range, positive
+from gpucontrol.errors import ConfigurationError
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class GainEstimator:
                  initial_variance: float = 10.0, noise_kappa: float = 3.0) -> None:
         self.nominal_gain = finite("nominal_gain", nominal_gain)
         if self.nominal_gain == 0:
-            raise ValueError("nominal_gain must be non-zero")
+            raise ConfigurationError("nominal_gain must be non-zero")
         self.forgetting = in_range("forgetting", forgetting, 0.5, 1.0)
         self.ratio_bounds = bounds("ratio_bounds", ratio_bounds, 1e-3, 1e3)
         self.min_effect_ms = in_range("min_effect_ms", min_effect_ms, 0.0, math.inf)

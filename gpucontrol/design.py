@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucontrol._validate import in_range, int_at_least, positive
+from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LinearLatencyModel
 
 #: Fraction of the final value that defines "settled" (2 %), as in ``control.step_info``.
@@ -132,7 +133,8 @@ def step_sequence(char_poly: np.ndarray, num: np.ndarray, n: int) -> np.ndarray:
     b = np.asarray(num, dtype=float)
     order = den.size - 1
     if b.size > den.size:
-        raise ValueError("improper transfer function: numerator degree exceeds denominator's")
+        raise ConfigurationError(
+            "improper transfer function: numerator degree exceeds denominator's")
     b = np.r_[np.zeros(den.size - b.size), b] / den[0]   # align powers: z^-k coefficients
     a = den / den[0]
     y = np.zeros(n)
@@ -299,8 +301,8 @@ def design_pi(model: LinearLatencyModel, settling_periods: float = 10.0,
 
     Raises
     ------
-    ValueError
-        If no PI controller meets both ``settling_periods`` and ``max_overshoot``.
+    ConfigurationError
+        (a ValueError) If no PI controller meets both ``settling_periods`` and ``max_overshoot``.
 
     Examples
     --------
@@ -332,7 +334,7 @@ def design_pi(model: LinearLatencyModel, settling_periods: float = 10.0,
         if best is not None:
             break
     if best is None:
-        raise ValueError(
+        raise ConfigurationError(
             f"no PI controller meets settling_periods <= {n:g} with max_overshoot <= {mp:g}; "
             "allow more settling periods or more overshoot (or use design_p)")
     _, kp, ki, p1, p2 = best

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucontrol._validate import finite, positive
+from gpucontrol.errors import ConfigurationError
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class LinearLatencyModel:
     def __post_init__(self) -> None:
         g = finite("gain", self.gain)
         if g >= 0:
-            raise ValueError(f"gain must be < 0 (more sleep, lower latency), got {self.gain!r}")
+            raise ConfigurationError(
+                f"gain must be < 0 (more sleep, lower latency), got {self.gain!r}")
         object.__setattr__(self, "gain", g)
         object.__setattr__(self, "offset", finite("offset", self.offset))
 
@@ -88,7 +90,7 @@ class LinearLatencyModel:
         try:
             return cls(gain=fit.gain, offset=fit.offset)
         except AttributeError:
-            raise ValueError("fit must expose 'gain' and 'offset' attributes") from None
+            raise ConfigurationError("fit must expose 'gain' and 'offset' attributes") from None
 
     def to_dict(self) -> dict[str, float]:
         return {"gain": self.gain, "offset": self.offset}
@@ -97,7 +99,7 @@ class LinearLatencyModel:
     def from_dict(cls, d: Mapping[str, Any]) -> LinearLatencyModel:
         missing = [k for k in ("gain", "offset") if k not in d]
         if missing:
-            raise ValueError(f"model is missing field(s): {', '.join(missing)}")
+            raise ConfigurationError(f"model is missing field(s): {', '.join(missing)}")
         return cls(gain=d["gain"], offset=d["offset"])
 
 
@@ -149,11 +151,11 @@ class LatencyModelFamily:
 
     def __post_init__(self) -> None:
         if not self.points:
-            raise ValueError("points must hold at least one OperatingPoint")
+            raise ConfigurationError("points must hold at least one OperatingPoint")
         pts = tuple(sorted(self.points, key=lambda p: (p.batch or 0, p.mps_pct)))
         for p in pts:
             if not (0 < p.mps_pct <= 100):
-                raise ValueError(f"mps_pct must be in (0, 100], got {p.mps_pct!r}")
+                raise ConfigurationError(f"mps_pct must be in (0, 100], got {p.mps_pct!r}")
         object.__setattr__(self, "points", pts)
 
     @classmethod

@@ -23,6 +23,7 @@ from numpy.typing import ArrayLike
 
 from gpucontrol._validate import finite, int_at_least
 from gpucontrol.design import SETTLING_THRESHOLD, Design, PDesign, step_sequence
+from gpucontrol.errors import ConfigurationError
 
 
 def jury(coefficients: ArrayLike) -> bool:
@@ -55,10 +56,10 @@ def jury(coefficients: ArrayLike) -> bool:
     """
     a = np.asarray(coefficients, dtype=float).ravel()
     if a.size == 0 or not np.all(np.isfinite(a)):
-        raise ValueError("coefficients must be a non-empty sequence of finite numbers")
+        raise ConfigurationError("coefficients must be a non-empty sequence of finite numbers")
     nz = np.flatnonzero(a)
     if nz.size == 0:
-        raise ValueError("coefficients must not all be zero")
+        raise ConfigurationError("coefficients must not all be zero")
     a = a[nz[0]:]
     scale = np.max(np.abs(a))
     a = a / scale
@@ -186,7 +187,7 @@ def stable_gain_range(design: Design, model=None, delay_periods: int = 0) -> tup
         if d == 1:
             return 0.0, 1.0 / scale
     if not is_stable(design, 1.0, d):
-        raise ValueError("the design is unstable at the nominal gain (gain ratio 1)")
+        raise ConfigurationError("the design is unstable at the nominal gain (gain ratio 1)")
     edges = _crossings(design, d)
     lo = max([e for e in edges if e < 1.0], default=0.0)
     hi = min([e for e in edges if e > 1.0], default=math.inf)
@@ -278,7 +279,7 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
     for g in ratios:
         g = finite("ratios[]", g)
         if g <= 0:
-            raise ValueError(f"gain ratios must be > 0, got {g!r}")
+            raise ConfigurationError(f"gain ratios must be > 0, got {g!r}")
         char = design.characteristic_polynomial(g, d)
         poles = tuple(complex(p) for p in np.roots(char))
         stable = jury(char)
@@ -388,9 +389,10 @@ def check_envelope(design: Design, model=None, envelope: tuple[float, float] = (
     try:
         g_min, g_max = (finite("envelope[0]", envelope[0]), finite("envelope[1]", envelope[1]))
     except (TypeError, IndexError):
-        raise ValueError(f"envelope must be a (g_min, g_max) pair, got {envelope!r}") from None
+        raise ConfigurationError(
+            f"envelope must be a (g_min, g_max) pair, got {envelope!r}") from None
     if not (0 < g_min <= g_max):
-        raise ValueError(f"envelope must satisfy 0 < g_min <= g_max, got {envelope!r}")
+        raise ConfigurationError(f"envelope must satisfy 0 < g_min <= g_max, got {envelope!r}")
     lo, hi = stable_gain_range(design, model, delay_periods)
     ok = lo < g_min and g_max < hi
     grid = np.unique(np.r_[np.linspace(g_min, g_max, 9), g_min, g_max])

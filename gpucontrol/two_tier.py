@@ -24,6 +24,7 @@ from gpucontrol.controllers import (
     usable,
 )
 from gpucontrol.design import Design, design_p
+from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 
 
@@ -147,18 +148,18 @@ class TwoTierController:
         elif isinstance(model, LinearLatencyModel):
             self.family, nominal = None, model
         else:
-            raise ValueError("model must be a LinearLatencyModel or a LatencyModelFamily, "
+            raise ConfigurationError("model must be a LinearLatencyModel or a LatencyModelFamily, "
                              f"got {type(model).__name__}")
         self.model = nominal
         self.design = design if design is not None else design_p(
             nominal, detune, self.inner_period_s)
         if not isinstance(self.design, Design):
-            raise ValueError("design must be a gpucontrol Design (design_p / design_pi)")
+            raise ConfigurationError("design must be a gpucontrol Design (design_p / design_pi)")
         self._kp_scale = self.design.kp * self.design.model.gain  # detune, in gain units
 
         self.inner_settling_periods = self.design.settling_periods()
         if not self.inner_settling_periods < self.outer_every:
-            raise ValueError(
+            raise ConfigurationError(
                 f"the inner loop settles in {self.inner_settling_periods:g} periods, not within "
                 f"one outer period (outer_every={self.outer_every}); raise outer_every above "
                 f"{self.inner_settling_periods:g} or use a faster design (detune closer to 1)")

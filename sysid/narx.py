@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import int_at_least
+from ._checks import int_at_least, not_constant
 from .data import IdData, require_record
 from .fit import validate
 
@@ -154,8 +154,7 @@ def fit_narx(data: IdData, *, ylag: int = 2, xlag: int = 2, degree: int = 2, nk:
     if info_criteria not in ("aic", "aicc", "bic", "fpe", "lilc"):
         raise ValueError(f"info_criteria must be one of aic, aicc, bic, fpe, lilc, "
                          f"got {info_criteria!r}")
-    if np.ptp(data.u) <= 1e-12 * max(1.0, float(np.max(np.abs(data.u)))):
-        raise ValueError("u is constant: the model is unidentifiable; excite the system")
+    not_constant("u", data.u)
     max_lag = max(ylag, xlag + max(nk - 1, 0))
     n_candidates = math.comb(ylag + xlag + degree, degree)
     n_min = max_lag + n_candidates + 1
