@@ -1,12 +1,18 @@
 """Small validators shared by the configuration dataclasses.
 
-Every invalid configuration raises :class:`ValueError` naming the field and the allowed range,
-so a caller can tell at once what to fix.
+Every invalid configuration raises :class:`~gpucontrol.errors.ConfigurationError` (a
+``ValueError``) naming the field and the allowed range, so a caller can tell at once what to
+fix. Each function takes the field's name first, then its value, then the allowed range.
+
+``sysid/_checks.py`` mirrors the scalar checks for sysid, which cannot import gpucontrol: a
+function with the same name there takes the same arguments and words its message the same way,
+raising a plain ``ValueError``.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from gpucontrol.errors import ConfigurationError
@@ -37,6 +43,7 @@ def in_range(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = Fal
 
 
 def positive(name: str, value: Any) -> float:
+    """Return ``value`` as a float > 0, or raise."""
     v = finite(name, value)
     if v <= 0:
         raise ConfigurationError(f"{name} must be > 0, got {value!r}")
@@ -44,9 +51,10 @@ def positive(name: str, value: Any) -> float:
 
 
 def int_at_least(name: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or (not isinstance(value, (int,)) and not (
-        isinstance(value, float) and value.is_integer()
-    )):
+    """Return ``value`` as an int >= ``lo`` (integral floats and numpy integers accepted; bool
+    not), or raise."""
+    if isinstance(value, bool) or not (isinstance(value, numbers.Integral) or (
+            isinstance(value, float) and value.is_integer())):
         raise ConfigurationError(f"{name} must be an integer >= {lo}, got {value!r}")
     v = int(value)
     if v < lo:
@@ -55,12 +63,12 @@ def int_at_least(name: str, value: Any, lo: int) -> int:
 
 
 def bounds(name: str, value: Any, lo: float, hi: float) -> tuple[float, float]:
-    """Validate a ``(low, high)`` pair with ``lo <= low < high <= hi``."""
+    """Validate one ``(low, high)`` pair argument with ``lo <= low < high <= hi``."""
     try:
         a, b = value
     except (TypeError, ValueError):
         raise ConfigurationError(f"{name} must be a (low, high) pair within [{lo:g}, {hi:g}], "
-                         f"got {value!r}") from None
+                                 f"got {value!r}") from None
     a = finite(f"{name}[0]", a)
     b = finite(f"{name}[1]", b)
     if not (lo <= a < b <= hi):
@@ -70,6 +78,7 @@ def bounds(name: str, value: Any, lo: float, hi: float) -> tuple[float, float]:
 
 
 def choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``allowed``, or raise."""
     if value not in allowed:
         raise ConfigurationError(
             f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")

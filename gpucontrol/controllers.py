@@ -10,24 +10,46 @@ an actuator: the controller holds its last output and says why.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpucontrol._validate import bounds, finite, in_range, positive
+from gpucontrol.errors import ConfigurationError
 
 
 @dataclass(frozen=True)
 class Measurement:
     """One control period's latency statistics.
 
-    ``count`` is the number of batches measured (0 means no requests: hold the actuation);
-    ``restarting`` marks a period in which the training process was restarting (MPS change).
+    Parameters
+    ----------
+    mean_ms : float
+        Mean per-batch inference latency over the period (ms).
+    p99_ms : float
+        99th percentile of the per-batch latency (ms); NaN when not measured.
+    count : int
+        Number of batches measured; 0 means no requests, and the controllers then hold the
+        actuation.
+    restarting : bool
+        The training process was restarting (MPS change) during the period.
+
+    Examples
+    --------
+    >>> Measurement(92.0, p99_ms=110.0)
+    Measurement(mean_ms=92.0, p99_ms=110.0, count=1, restarting=False)
     """
 
     mean_ms: float
     p99_ms: float = math.nan
     count: int = 1
     restarting: bool = False
+
+
+#: Where each statistic is read from a mapping or an object, first key first. sysid's
+#: ``measurement_value`` reads the same keys in the same order (sysid cannot import this).
+MEASUREMENT_KEYS: dict[str, tuple[str, ...]] = {"mean": ("mean_ms", "mean"),
+                                                "p99": ("p99_ms", "p99")}
 
 
 def as_measurement(x: Any) -> Measurement:
@@ -39,21 +61,23 @@ def as_measurement(x: Any) -> Measurement:
     try:
         if isinstance(x, (int, float)) and not isinstance(x, bool):
             return Measurement(float(x))
-        get = x.get if isinstance(x, dict) else (lambda k, d=None: getattr(x, k, d))
-        mean = get("mean_ms", None)
-        if mean is None:
-            mean = get("mean", math.nan)
-        p99 = get("p99_ms", None)
-        if p99 is None:
-            p99 = get("p99", math.nan)
-        count = get("count", 1)
-        restarting = bool(get("restarting", False))
-        return Measurement(float(mean), float(p99), int(count), restarting)
+        get = x.get if isinstance(x, Mapping) else (lambda k, d=None: getattr(x, k, d))
+
+        def read(statistic: str) -> float:
+            for key in MEASUREMENT_KEYS[statistic]:
+                v = get(key, None)
+                if v is not None:
+                    return float(v)
+            return math.nan
+
+        return Measurement(read("mean"), read("p99"), int(get("count", 1)),
+                           bool(get("restarting", False)))
     except Exception:
         return Measurement(math.nan, math.nan, 0)
 
 
 def usable(value: float) -> bool:
+    """True for a finite, non-negative float latency (what a controller may act on)."""
     return isinstance(value, float) and math.isfinite(value) and value >= 0.0
 
 
@@ -74,6 +98,21 @@ class GainEstimator:
     ``|estimate * u| >= max(min_effect_ms, noise_kappa * sigma)``, where ``sigma`` is a running
     estimate of the latency noise taken from the residuals of the pairs it does not use. On
     simulated noisy loops this brings the estimate from 1.5-7x the truth to 1.0-2x.
+
+    Parameters
+    ----------
+    nominal_gain : float
+        The model's gain (ms per s of sleep), non-zero; the estimate starts there.
+    forgetting : float
+        Exponential forgetting factor, in [0.5, 1].
+    ratio_bounds : (float, float)
+        Bounds of the estimate as ratios of ``nominal_gain``, within [1e-3, 1e3].
+    min_effect_ms : float
+        Smallest predicted latency effect learnt from (ms, >= 0).
+    initial_variance : float
+        Starting (and largest) covariance of the estimate, > 0.
+    noise_kappa : float
+        Dead-zone width in latency-noise standard deviations, in [0, 100].
     """
 
     def __init__(self, nominal_gain: float, forgetting: float = 0.85,
@@ -81,7 +120,7 @@ class GainEstimator:
                  initial_variance: float = 10.0, noise_kappa: float = 3.0) -> None:
         self.nominal_gain = finite("nominal_gain", nominal_gain)
         if self.nominal_gain == 0:
-            raise ValueError("nominal_gain must be non-zero")
+            raise ConfigurationError("nominal_gain must be non-zero")
         self.forgetting = in_range("forgetting", forgetting, 0.5, 1.0)
         self.ratio_bounds = bounds("ratio_bounds", ratio_bounds, 1e-3, 1e3)
         self.min_effect_ms = in_range("min_effect_ms", min_effect_ms, 0.0, math.inf)
@@ -148,6 +187,23 @@ class InnerSleepController:
     clamped sleep, nothing winds up past a bound; the integral term of a PI (``ki != 0``) is
     frozen while the output is pinned at a bound and pushing outward (conditional integration).
     With an :class:`GainEstimator` the gain is re-read every period (``kp = detune / gain``).
+
+    Parameters
+    ----------
+    kp : float
+        Proportional gain (s of sleep per ms of error).
+    slo_ms : float
+        Latency set point (ms), > 0.
+    sleep_bounds_s : (float, float)
+        Sleep limits within [0, 3600] s.
+    ki : float
+        Integral gain (0: P).
+    initial_sleep_s : float, optional
+        Starting sleep (default: the lower bound).
+    estimator : GainEstimator, optional
+        Adaptive gain estimate; when given, ``kp`` is ``detune / estimator.gain``.
+    detune : float
+        ``kp * gain`` used with an estimator, in (0, 2).
     """
 
     def __init__(self, kp: float, slo_ms: float, sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
@@ -219,12 +275,34 @@ class OuterMPSOptimizer:
     target (in ms of latency) for ``"mid-range"``.
     Strategies:
 
-    * ``"paper"`` (seed 000 §IV-C): ``d_mps = (slo - l) / mps_gain``.
+    * ``"paper"`` (the GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-C):
+      ``d_mps = (slo - l) / mps_gain``.
     * ``"mid-range"``: ``d_mps = (slo - l + sleep_gain (s - s_target)) / mps_gain`` — move MPS so
       the inner loop's sleep returns to ``s_target``, keeping sleep headroom for bursts and
       letting training use the more efficient spatial share instead of sleeping.
 
     ``mps_gain`` is the latency sensitivity to the training MPS percentage (ms per point).
+
+    Parameters
+    ----------
+    strategy : {"paper", "mid-range", "none"}
+        The outer strategy.
+    slo_ms : float
+        Latency set point (ms), > 0.
+    every : int
+        Inner periods per outer period (>= 1).
+    threshold : float
+        Relative drive in [0, 1) below which the loop does not act.
+    mps_bounds_pct : (float, float)
+        MPS limits within [1, 100] %.
+    initial_mps_pct : float
+        Starting MPS percentage, within the bounds.
+    mps_gain_ms_per_pct : float, optional
+        Latency sensitivity to the MPS percentage (default ``slo_ms / 100``).
+    sleep_target_s : float
+        The ``"mid-range"`` sleep target (s).
+    saturated_step_pct : float
+        MPS step taken when the inner loop is saturated (points, in [0, 100]).
     """
 
     STRATEGIES = ("paper", "mid-range", "none")

@@ -1,7 +1,8 @@
 """Controller design for the inner (sleep) loop.
 
-Conventions (seed 000, §V-B). Error ``e(k) = L_ref - l(k)``; the controller outputs the sleep
-increment ``u(k) = s(k+1) - s(k)``; the plant is ``gain / (z - 1)`` from ``u`` to ``l``.
+Conventions (the GPUColo paper (Chen et al., ICDCS 2024), Sec. V-B). Error ``e(k) = L_ref -
+l(k)``; the controller outputs the sleep increment ``u(k) = s(k+1) - s(k)``; the plant is ``gain
+/ (z - 1)`` from ``u`` to ``l``.
 
 * P: ``u(k) = kp * e(k)`` with ``kp = detune / gain``. Because ``s(k+1) = s(k) + u(k)`` sums
   the increments, this "P on the increment" is already an integral controller on the sleep
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucontrol._validate import in_range, int_at_least, positive
+from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LinearLatencyModel
 
 #: Fraction of the final value that defines "settled" (2 %), as in ``control.step_info``.
@@ -117,8 +119,8 @@ class Design:
 
     def _closed_loop_num(self, gain_ratio: float, delay_periods: int) -> np.ndarray:
         # T(z) = C P / (1 + C P z^-d): numerator g*gain*num(z) * z^d
-        return np.polymul(gain_ratio * self.model.gain * self.controller_num,
-                          np.r_[1.0, np.zeros(delay_periods)])
+        return np.convolve(gain_ratio * self.model.gain * self.controller_num,
+                           np.r_[1.0, np.zeros(delay_periods)])
 
 
 def step_sequence(char_poly: np.ndarray, num: np.ndarray, n: int) -> np.ndarray:
@@ -131,7 +133,8 @@ def step_sequence(char_poly: np.ndarray, num: np.ndarray, n: int) -> np.ndarray:
     b = np.asarray(num, dtype=float)
     order = den.size - 1
     if b.size > den.size:
-        raise ValueError("improper transfer function: numerator degree exceeds denominator's")
+        raise ConfigurationError(
+            "improper transfer function: numerator degree exceeds denominator's")
     b = np.r_[np.zeros(den.size - b.size), b] / den[0]   # align powers: z^-k coefficients
     a = den / den[0]
     y = np.zeros(n)
@@ -152,25 +155,71 @@ def step_sequence(char_poly: np.ndarray, num: np.ndarray, n: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PDesign(Design):
-    """The paper's proportional controller on the increment, ``kp = detune / gain``."""
+    """The paper's proportional controller on the increment, ``kp = detune / gain``.
+
+    Made by :func:`design_p`.
+
+    Parameters
+    ----------
+    model : LinearLatencyModel
+        The nominal model designed on.
+    kp : float
+        Proportional gain (``detune / model.gain``).
+    ki : float
+        Integral gain (0 for P).
+    period_s : float
+        Control period (s).
+    detune : float
+        ``kp * model.gain``; 1 is deadbeat on the nominal model.
+    """
 
     detune: float = 1.0
 
 
 @dataclass(frozen=True)
 class PIDesign(Design):
-    """PI controller on the increment with its poles placed at ``poles_placed``."""
+    """PI controller on the increment with its poles placed at ``poles_placed``.
+
+    Made by :func:`design_pi`.
+
+    Parameters
+    ----------
+    model : LinearLatencyModel
+        The nominal model designed on.
+    kp, ki : float
+        Proportional and integral gains.
+    period_s : float
+        Control period (s).
+    poles_placed : (complex, complex)
+        The closed-loop pole pair on the nominal model.
+    """
 
     poles_placed: tuple[complex, complex] = (0j, 0j)
 
 
 def design_p(model: LinearLatencyModel, detune: float = 1.0, period_s: float = 4.0) -> PDesign:
-    """The seed-000 P controller ``u(k) = (detune / gain) (L_ref - l(k))``.
+    """The GPUColo paper's P controller ``u(k) = (detune / gain) (L_ref - l(k))``.
 
     ``detune = 1`` is deadbeat on the nominal model; ``detune < 1`` trades speed for a wider
     stable gain range upward (the stable range of the real/nominal gain ratio is
     ``(0, 2 / detune)`` without measurement delay and ``(0, 1 / detune)`` with one period).
 
+    Parameters
+    ----------
+    model : LinearLatencyModel
+        The nominal latency model.
+    detune : float
+        ``kp * gain``, in (0, 2).
+    period_s : float
+        Control period (s), > 0.
+
+    Returns
+    -------
+    PDesign
+        The design.
+
+    Examples
+    --------
     >>> p = design_p(LinearLatencyModel(-12.0, 95.0))
     >>> round(p.kp * -12.0, 12)
     1.0
@@ -234,11 +283,29 @@ def design_pi(model: LinearLatencyModel, settling_periods: float = 10.0,
     persistent lag behind the SLO is unacceptable. Its stable gain range depends on the chosen
     poles: slow poles mean low gains and a range that can exceed P's (0, 2).
 
+    Parameters
+    ----------
+    model : LinearLatencyModel
+        The nominal latency model.
+    settling_periods : float
+        Largest 2 % settling time of a unit SLO step, in periods (>= 2).
+    max_overshoot : float
+        Largest step overshoot as a fraction, in [0, 1).
+    period_s : float
+        Control period (s), > 0.
+
+    Returns
+    -------
+    PIDesign
+        The design with the slowest poles that meets both limits.
+
     Raises
     ------
-    ValueError
-        If no PI controller meets both ``settling_periods`` and ``max_overshoot``.
+    ConfigurationError
+        (a ValueError) If no PI controller meets both ``settling_periods`` and ``max_overshoot``.
 
+    Examples
+    --------
     >>> pi = design_pi(LinearLatencyModel(-12.0, 95.0), settling_periods=10, max_overshoot=0.3)
     >>> bool(np.all(np.abs(pi.poles()) < 1)) and pi.settling_periods() <= 10
     True
@@ -267,7 +334,7 @@ def design_pi(model: LinearLatencyModel, settling_periods: float = 10.0,
         if best is not None:
             break
     if best is None:
-        raise ValueError(
+        raise ConfigurationError(
             f"no PI controller meets settling_periods <= {n:g} with max_overshoot <= {mp:g}; "
             "allow more settling periods or more overshoot (or use design_p)")
     _, kp, ki, p1, p2 = best

@@ -1,6 +1,7 @@
 """Latency models of a co-located GPU.
 
-The inner loop's plant (seed 000, §V-A) is the static map from the training processes' sleep
+The inner loop's plant (the GPUColo paper (Chen et al., ICDCS 2024),
+Sec. V-A) is the static map from the training processes' sleep
 interval ``s`` (seconds per iteration) to the mean per-batch inference latency ``l`` (ms),
 identified as ``l = gain * s + offset`` with ``gain < 0`` (more sleep, lower latency).
 Because the sleep chosen at the end of period ``k`` acts during period ``k + 1``, the loop
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucontrol._validate import finite, positive
+from gpucontrol.errors import ConfigurationError
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ class LinearLatencyModel:
     def __post_init__(self) -> None:
         g = finite("gain", self.gain)
         if g >= 0:
-            raise ValueError(f"gain must be < 0 (more sleep, lower latency), got {self.gain!r}")
+            raise ConfigurationError(
+                f"gain must be < 0 (more sleep, lower latency), got {self.gain!r}")
         object.__setattr__(self, "gain", g)
         object.__setattr__(self, "offset", finite("offset", self.offset))
 
@@ -87,7 +90,7 @@ class LinearLatencyModel:
         try:
             return cls(gain=fit.gain, offset=fit.offset)
         except AttributeError:
-            raise ValueError("fit must expose 'gain' and 'offset' attributes") from None
+            raise ConfigurationError("fit must expose 'gain' and 'offset' attributes") from None
 
     def to_dict(self) -> dict[str, float]:
         return {"gain": self.gain, "offset": self.offset}
@@ -96,13 +99,23 @@ class LinearLatencyModel:
     def from_dict(cls, d: Mapping[str, Any]) -> LinearLatencyModel:
         missing = [k for k in ("gain", "offset") if k not in d]
         if missing:
-            raise ValueError(f"model is missing field(s): {', '.join(missing)}")
+            raise ConfigurationError(f"model is missing field(s): {', '.join(missing)}")
         return cls(gain=d["gain"], offset=d["offset"])
 
 
 @dataclass(frozen=True)
 class OperatingPoint:
-    """One identified operating point: training MPS percentage and inference batch size."""
+    """One identified operating point: training MPS percentage and inference batch size.
+
+    Parameters
+    ----------
+    mps_pct : float
+        Training MPS percentage, in (0, 100].
+    model : LinearLatencyModel
+        The latency-vs-sleep model identified there.
+    batch : int, optional
+        Inference batch size (None: not distinguished).
+    """
 
     mps_pct: float
     model: LinearLatencyModel
@@ -118,6 +131,13 @@ class LatencyModelFamily:
     ``mps_gain(...)`` is the local slope of latency with respect to the training MPS percentage
     (ms per percentage point) at a given sleep, which the outer loop uses as its model.
 
+    Parameters
+    ----------
+    points : tuple of OperatingPoint
+        The identified operating points (at least one).
+
+    Examples
+    --------
     >>> fam = LatencyModelFamily.from_points([
     ...     OperatingPoint(20, LinearLatencyModel(-2.0, 60.0)),
     ...     OperatingPoint(80, LinearLatencyModel(-14.0, 90.0))])
@@ -131,11 +151,11 @@ class LatencyModelFamily:
 
     def __post_init__(self) -> None:
         if not self.points:
-            raise ValueError("points must hold at least one OperatingPoint")
+            raise ConfigurationError("points must hold at least one OperatingPoint")
         pts = tuple(sorted(self.points, key=lambda p: (p.batch or 0, p.mps_pct)))
         for p in pts:
             if not (0 < p.mps_pct <= 100):
-                raise ValueError(f"mps_pct must be in (0, 100], got {p.mps_pct!r}")
+                raise ConfigurationError(f"mps_pct must be in (0, 100], got {p.mps_pct!r}")
         object.__setattr__(self, "points", pts)
 
     @classmethod

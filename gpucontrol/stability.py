@@ -1,9 +1,10 @@
 """Stability of a designed loop when the real plant differs from the nominal model.
 
-The real plant gain is ``g * model.gain`` with ``g > 0`` the real/nominal *gain ratio* (seed
-000 §V-B: the controller uses the nominal model; substituting its inputs into the actual model
-gives the closed loop whose stability we check). For the paper's P controller the closed-loop
-pole is ``1 - g``, stable exactly for ``0 < g < 2``.
+The real plant gain is ``g * model.gain`` with ``g > 0`` the real/nominal *gain ratio* (the
+GPUColo paper (Chen et al., ICDCS 2024), Sec. V-B: the controller uses the nominal model;
+substituting its inputs into the actual model gives the closed loop whose stability we check).
+For the paper's P controller the closed-loop pole is ``1 - g``, stable exactly for ``0 < g <
+2``.
 
 With a one-period measurement delay the P loop's characteristic polynomial becomes
 ``z**2 - z + g * detune``. Jury's conditions for ``z**2 + a1 z + a0`` are ``|a0| < 1``,
@@ -14,16 +15,18 @@ stable range halves to ``(0, 1 / detune)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from gpucontrol._validate import finite, int_at_least
 from gpucontrol.design import SETTLING_THRESHOLD, Design, PDesign, step_sequence
+from gpucontrol.errors import ConfigurationError
 
 
-def jury(coefficients: Sequence[float]) -> bool:
+def jury(coefficients: ArrayLike) -> bool:
     """Jury stability test: True iff every root of the polynomial lies strictly inside |z| = 1.
 
     ``coefficients`` are real, in descending powers of z (as for ``numpy.roots``); leading
@@ -32,6 +35,18 @@ def jury(coefficients: Sequence[float]) -> bool:
     ``a0*a_k - an*a_{n-k}`` (k = 0..n-1) has degree n-1 and all roots inside the unit circle
     iff ``p`` does. Roots on the circle count as unstable.
 
+    Parameters
+    ----------
+    coefficients : array_like
+        Real polynomial coefficients, descending powers of z.
+
+    Returns
+    -------
+    bool
+        Whether every root lies strictly inside the unit circle.
+
+    Examples
+    --------
     >>> jury([1.0, -0.5])          # z - 0.5
     True
     >>> jury([1.0, -1.0, 0.5])     # z**2 - z + 0.5: poles 0.5 ± 0.5j
@@ -41,10 +56,10 @@ def jury(coefficients: Sequence[float]) -> bool:
     """
     a = np.asarray(coefficients, dtype=float).ravel()
     if a.size == 0 or not np.all(np.isfinite(a)):
-        raise ValueError("coefficients must be a non-empty sequence of finite numbers")
+        raise ConfigurationError("coefficients must be a non-empty sequence of finite numbers")
     nz = np.flatnonzero(a)
     if nz.size == 0:
-        raise ValueError("coefficients must not all be zero")
+        raise ConfigurationError("coefficients must not all be zero")
     a = a[nz[0]:]
     scale = np.max(np.abs(a))
     a = a / scale
@@ -69,7 +84,29 @@ def jury(coefficients: Sequence[float]) -> bool:
 
 
 def is_stable(design: Design, gain_ratio: float = 1.0, delay_periods: int = 0) -> bool:
-    """Jury test of the design's closed loop at one gain ratio."""
+    """Jury test of the design's closed loop at one gain ratio.
+
+    Parameters
+    ----------
+    design : Design
+        A design from :func:`~gpucontrol.design_p` or :func:`~gpucontrol.design_pi`.
+    gain_ratio : float
+        Real/nominal plant gain ratio.
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+
+    Returns
+    -------
+    bool
+        Whether the closed loop is stable.
+
+    Examples
+    --------
+    >>> from gpucontrol import LinearLatencyModel, design_p
+    >>> p = design_p(LinearLatencyModel(-12.0, 95.0))
+    >>> is_stable(p, 1.5), is_stable(p, 2.5), is_stable(p, 1.5, delay_periods=1)
+    (True, False, False)
+    """
     return jury(design.characteristic_polynomial(gain_ratio, delay_periods))
 
 
@@ -87,7 +124,7 @@ def _crossings(design: Design, delay_periods: int, n_grid: int = 4001) -> list[f
 
     def g_of(w: float) -> complex:
         z = complex(math.cos(w), math.sin(w))
-        return -(z ** d) * (z - 1) * np.polyval(den, z) / (m * np.polyval(num, z))
+        return complex(-(z ** d) * (z - 1) * np.polyval(den, z) / (m * np.polyval(num, z)))
 
     out: list[float] = []
     w = np.linspace(1e-9, math.pi, n_grid)
@@ -117,6 +154,22 @@ def stable_gain_range(design: Design, model=None, delay_periods: int = 0) -> tup
     gain ratios where a pole crosses the unit circle, found on the circle and confirmed with
     :func:`jury` on either side.
 
+    Parameters
+    ----------
+    design : Design
+        The designed loop.
+    model : LinearLatencyModel, optional
+        Nominal model to judge against (default ``design.model``).
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+
+    Returns
+    -------
+    (float, float)
+        ``(lo, hi)``; ``hi`` may be ``inf``.
+
+    Examples
+    --------
     >>> from gpucontrol import LinearLatencyModel, design_p
     >>> m = LinearLatencyModel(-12.0, 95.0)
     >>> stable_gain_range(design_p(m), m)
@@ -134,7 +187,7 @@ def stable_gain_range(design: Design, model=None, delay_periods: int = 0) -> tup
         if d == 1:
             return 0.0, 1.0 / scale
     if not is_stable(design, 1.0, d):
-        raise ValueError("the design is unstable at the nominal gain (gain ratio 1)")
+        raise ConfigurationError("the design is unstable at the nominal gain (gain ratio 1)")
     edges = _crossings(design, d)
     lo = max([e for e in edges if e < 1.0], default=0.0)
     hi = min([e for e in edges if e > 1.0], default=math.inf)
@@ -191,6 +244,31 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
 
     Each row has the poles, the Jury verdict, the 2 % settling time in periods, the step
     overshoot in percent and the steady-state error of a unit SLO step (NaN/inf when unstable).
+
+    Parameters
+    ----------
+    design : Design
+        The designed loop.
+    model : LinearLatencyModel, optional
+        Nominal model to judge against (default ``design.model``).
+    ratios : iterable of float, optional
+        Real/nominal gain ratios, each > 0 (default 0.1 to 2.5 in steps of 0.1).
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+    horizon : int
+        Periods simulated for the step response.
+
+    Returns
+    -------
+    RobustnessTable
+        One row per ratio; ``to_records()`` gives plain dicts.
+
+    Examples
+    --------
+    >>> from gpucontrol import LinearLatencyModel, design_p
+    >>> t = robustness_sweep(design_p(LinearLatencyModel(-12.0, 95.0)), ratios=[1.0, 2.5])
+    >>> [(r["gain_ratio"], r["stable"]) for r in t.to_records()]
+    [(1.0, True), (2.5, False)]
     """
     d = int_at_least("delay_periods", delay_periods, 0)
     if model is not None and model != design.model:
@@ -201,7 +279,7 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
     for g in ratios:
         g = finite("ratios[]", g)
         if g <= 0:
-            raise ValueError(f"gain ratios must be > 0, got {g!r}")
+            raise ConfigurationError(f"gain ratios must be > 0, got {g!r}")
         char = design.characteristic_polynomial(g, d)
         poles = tuple(complex(p) for p in np.roots(char))
         stable = jury(char)
@@ -219,11 +297,23 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
 
 
 def robustness_plot(table: RobustnessTable, ax=None, title: str | None = None):
-    """Plot max |pole| and settling periods against the gain ratio; returns the figure."""
-    import matplotlib
+    """Plot max |pole| and settling periods against the gain ratio.
 
+    Parameters
+    ----------
+    table : RobustnessTable
+        What :func:`robustness_sweep` returned.
+    ax : matplotlib Axes, optional
+        Where to draw (default: a new figure).
+    title : str, optional
+        Plot title (default names the delay).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn on.
+    """
     if ax is None:
-        matplotlib.use(matplotlib.get_backend())
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6.4, 3.6))
@@ -271,13 +361,38 @@ def check_envelope(design: Design, model=None, envelope: tuple[float, float] = (
 
     ``margin_low``/``margin_high`` are the factors by which the envelope could widen before
     reaching the stability boundary (``g_min / lo`` and ``hi / g_max``; > 1 means safe).
+
+    Parameters
+    ----------
+    design : Design
+        The designed loop.
+    model : LinearLatencyModel, optional
+        Nominal model to judge against (default ``design.model``).
+    envelope : (float, float)
+        ``(g_min, g_max)`` with ``0 < g_min <= g_max``, e.g. ``sysid.gain_envelope(...)
+        .envelope``.
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+
+    Returns
+    -------
+    EnvelopeCheck
+        The verdict, the stable range, the margins and the worst settling time.
+
+    Examples
+    --------
+    >>> from gpucontrol import LinearLatencyModel, design_p
+    >>> m = LinearLatencyModel(-12.0, 95.0)
+    >>> check_envelope(design_p(m), m, (0.5, 1.5)).stable
+    True
     """
     try:
         g_min, g_max = (finite("envelope[0]", envelope[0]), finite("envelope[1]", envelope[1]))
     except (TypeError, IndexError):
-        raise ValueError(f"envelope must be a (g_min, g_max) pair, got {envelope!r}") from None
+        raise ConfigurationError(
+            f"envelope must be a (g_min, g_max) pair, got {envelope!r}") from None
     if not (0 < g_min <= g_max):
-        raise ValueError(f"envelope must satisfy 0 < g_min <= g_max, got {envelope!r}")
+        raise ConfigurationError(f"envelope must satisfy 0 < g_min <= g_max, got {envelope!r}")
     lo, hi = stable_gain_range(design, model, delay_periods)
     ok = lo < g_min and g_max < hi
     grid = np.unique(np.r_[np.linspace(g_min, g_max, 9), g_min, g_max])

@@ -1,4 +1,5 @@
-"""The two-tier controller of seed 000 §IV-C: sleep inner loop, MPS outer loop.
+"""The two-tier controller of the GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-C: sleep
+inner loop, MPS outer loop.
 
 Inner loop, every ``inner_period_s`` (4 s): P (or PI) on the sleep interval of the training
 processes. Outer loop, every ``outer_every`` inner periods (25): moves the training MPS
@@ -23,6 +24,7 @@ from gpucontrol.controllers import (
     usable,
 )
 from gpucontrol.design import Design, design_p
+from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 
 
@@ -33,6 +35,23 @@ class Actuation:
     ``mps_changed`` means the training processes must restart with ``mps_pct``;
     ``saturated`` means the sleep is pinned at a bound (the inner loop alone cannot reach the
     SLO); ``reason`` says in words what the controller did.
+
+    Parameters
+    ----------
+    sleep_s : float
+        Training sleep interval for the next period (s).
+    mps_pct : float
+        Training MPS percentage.
+    mps_changed : bool
+        The training processes must restart with ``mps_pct``.
+    saturated : bool
+        The sleep is pinned at a bound.
+    reason : str
+        What the controller did, in words.
+    error_ms : float
+        ``slo - latency`` of the measurement acted on (NaN when held).
+    gain_estimate : float
+        The adaptive gain estimate (NaN when not adaptive).
     """
 
     sleep_s: float
@@ -70,6 +89,23 @@ class TwoTierController:
         Estimate the real gain online (bounded RLS, see :class:`GainEstimator`).
     design : Design, optional
         Inner design (default ``design_p(model, detune)``); its ``kp``/``ki`` are used.
+    detune : float
+        ``kp * gain`` of the default P design, in (0, 2); 1 is deadbeat.
+    initial_sleep_s : float, optional
+        Starting sleep (default: the lower sleep bound).
+    initial_mps_pct : float, optional
+        Starting MPS percentage (default: the upper MPS bound).
+    mps_gain_ms_per_pct : float, optional
+        Latency sensitivity to the MPS percentage for the outer loop (default: from the
+        family, else ``slo_ms / 100``).
+    sleep_target_s : float, optional
+        The ``"mid-range"`` outer loop's sleep target (default: 5 % into the sleep range).
+    hold_periods_after_mps : int
+        Periods to hold the inner loop after an MPS change (>= 0).
+    adaptive_ratio_bounds : (float, float)
+        Bounds of the adaptive gain estimate as ratios of the nominal gain.
+    forgetting : float
+        Forgetting factor of the adaptive estimator, in [0.5, 1].
 
     Examples
     --------
@@ -112,18 +148,18 @@ class TwoTierController:
         elif isinstance(model, LinearLatencyModel):
             self.family, nominal = None, model
         else:
-            raise ValueError("model must be a LinearLatencyModel or a LatencyModelFamily, "
+            raise ConfigurationError("model must be a LinearLatencyModel or a LatencyModelFamily, "
                              f"got {type(model).__name__}")
         self.model = nominal
         self.design = design if design is not None else design_p(
             nominal, detune, self.inner_period_s)
         if not isinstance(self.design, Design):
-            raise ValueError("design must be a gpucontrol Design (design_p / design_pi)")
+            raise ConfigurationError("design must be a gpucontrol Design (design_p / design_pi)")
         self._kp_scale = self.design.kp * self.design.model.gain  # detune, in gain units
 
         self.inner_settling_periods = self.design.settling_periods()
         if not self.inner_settling_periods < self.outer_every:
-            raise ValueError(
+            raise ConfigurationError(
                 f"the inner loop settles in {self.inner_settling_periods:g} periods, not within "
                 f"one outer period (outer_every={self.outer_every}); raise outer_every above "
                 f"{self.inner_settling_periods:g} or use a faster design (detune closer to 1)")

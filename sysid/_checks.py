@@ -2,11 +2,19 @@
 
 Every check raises :class:`ValueError` naming the offending argument and what is wrong with
 it, so a bad record never turns into a silent garbage fit.
+
+The scalar checks mirror :mod:`gpucontrol._validate` (sysid cannot import gpucontrol): a
+function with the same name takes the same arguments (the argument's name first, then its
+value, then the allowed range) and words its message the same way; only the exception class
+differs (``ValueError`` here, ``gpucontrol.errors.ConfigurationError``, a ``ValueError``
+subclass, there). :func:`vector`, :func:`pair`, :func:`not_constant` and :func:`low_high` are
+sysid's own.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -55,6 +63,7 @@ def not_constant(name: str, a: np.ndarray) -> None:
 
 
 def finite(name: str, value: Any) -> float:
+    """``value`` as a float, or raise if it is not a finite real number."""
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -65,14 +74,29 @@ def finite(name: str, value: Any) -> float:
 
 
 def positive(name: str, value: Any) -> float:
+    """``value`` as a float > 0, or raise."""
     v = finite(name, value)
     if v <= 0:
         raise ValueError(f"{name} must be > 0, got {value!r}")
     return v
 
 
-def integer(name: str, value: Any, lo: int = 0) -> int:
-    if isinstance(value, bool) or not (isinstance(value, (int, np.integer)) or (
+def in_range(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False,
+             hi_open: bool = False) -> float:
+    """``value`` as a float inside ``[lo, hi]`` (ends open where asked), or raise."""
+    v = finite(name, value)
+    lo_ok = v > lo if lo_open else v >= lo
+    hi_ok = v < hi if hi_open else v <= hi
+    if not (lo_ok and hi_ok):
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        raise ValueError(f"{name} must be in {left}{lo:g}, {hi:g}{right}, got {value!r}")
+    return v
+
+
+def int_at_least(name: str, value: Any, lo: int) -> int:
+    """``value`` as an int >= ``lo`` (integral floats and numpy integers accepted; bool not)."""
+    if isinstance(value, bool) or not (isinstance(value, numbers.Integral) or (
             isinstance(value, float) and value.is_integer())):
         raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
     v = int(value)
@@ -81,15 +105,13 @@ def integer(name: str, value: Any, lo: int = 0) -> int:
     return v
 
 
-def bounds(low: Any, high: Any) -> tuple[float, float]:
+def low_high(low: Any, high: Any) -> tuple[float, float]:
+    """Two separate arguments ``low`` and ``high`` as floats with ``low < high``.
+
+    (:func:`gpucontrol._validate.bounds` checks one ``(low, high)`` *pair* argument against
+    an allowed range; this checks two arguments against each other, hence the other name.)
+    """
     lo, hi = finite("low", low), finite("high", high)
     if not lo < hi:
         raise ValueError(f"low must be < high, got low={low!r}, high={high!r}")
     return lo, hi
-
-
-def fraction(name: str, value: Any) -> float:
-    v = finite(name, value)
-    if not 0.0 < v < 1.0:
-        raise ValueError(f"{name} must be in (0, 1), got {value!r}")
-    return v

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import fraction, pair, positive
+from ._checks import in_range, pair, positive
 
 __all__ = ["IdData"]
 
@@ -27,6 +27,17 @@ class IdData:
     and ``y[k]`` the output measured over that period (e.g. the mean inference latency, ms).
     ``meta`` holds plain scalars describing the experiment (MPS level, batch size, plant).
     Arrays are copied and made read-only; lengths must match and values must be finite.
+
+    Parameters
+    ----------
+    u : array_like
+        Input applied in each period.
+    y : array_like
+        Output measured over each period, same length.
+    period_s : float
+        Sampling period (s), > 0.
+    meta : mapping
+        Plain-scalar metadata of the experiment.
 
     Examples
     --------
@@ -78,7 +89,7 @@ class IdData:
     def split(self, fraction_train: float = 0.7) -> tuple[IdData, IdData]:
         """Contiguous estimation/validation split: the first ``fraction_train`` of the record
         for fitting, the rest for validation (time order kept, as identification requires)."""
-        f = fraction("fraction_train", fraction_train)
+        f = in_range("fraction_train", fraction_train, 0.0, 1.0, lo_open=True, hi_open=True)
         k = round(f * len(self))
         if k < 1 or k >= len(self):
             raise ValueError(f"record of {len(self)} samples is too short to split at "
@@ -152,7 +163,8 @@ class IdData:
                 raise ValueError(f"{os.fspath(path)}: period_s is not recorded in the file; "
                                  "pass period_s=")
             period_s = head["period_s"]
-        return cls(uu, yy, period_s=period_s, meta={**head.get("meta", {}), **(meta or {})})
+        return cls(np.asarray(uu), np.asarray(yy), period_s=period_s,
+                   meta={**head.get("meta", {}), **(meta or {})})
 
 
 def require_record(data: object) -> IdData:

@@ -5,11 +5,11 @@ bounds ``[low, high]``; ``hold`` repeats each drawn value for that many samples 
 the actuator or the plant is slower than the sampling period); ``seed`` makes the signal
 reproducible (``None`` draws fresh entropy).
 
-Seed 000 (§V-A) excites the plant with "pseudo-random digital white noise" on the sleep
-interval, one value per control period: :func:`white_noise` (uniform amplitudes) or
-:func:`multi_level` (a few discrete levels) reproduce that; :func:`prbs` is the classic
-two-level maximum-length sequence, the best choice when the plant is close to linear and
-only the gain and dynamics are wanted.
+The GPUColo paper (Chen et al., ICDCS 2024), Sec. V-A, excites the plant with "pseudo-random
+digital white noise" on the sleep interval, one value per control period: :func:`white_noise`
+(uniform amplitudes) or :func:`multi_level` (a few discrete levels) reproduce that; :func:`prbs`
+is the classic two-level maximum-length sequence, the best choice when the plant is close to
+linear and only the gain and dynamics are wanted.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._checks import bounds, integer
+from ._checks import int_at_least, low_high
 
 __all__ = ["multi_level", "prbs", "white_noise"]
 
@@ -47,6 +47,11 @@ def prbs(n: int, low: float, high: float, hold: int = 1, seed: int | None = None
     seed : int, optional
         Seed for the initial register state.
 
+    Returns
+    -------
+    ndarray
+        ``n`` float samples within ``[low, high]``.
+
     Examples
     --------
     >>> s = prbs(30, 0.0, 1.0, seed=1)
@@ -58,9 +63,9 @@ def prbs(n: int, low: float, high: float, hold: int = 1, seed: int | None = None
     """
     from scipy.signal import max_len_seq
 
-    n = integer("n", n, 1)
-    hold = integer("hold", hold, 1)
-    lo, hi = bounds(low, high)
+    n = int_at_least("n", n, 1)
+    hold = int_at_least("hold", hold, 1)
+    lo, hi = low_high(low, high)
     m = math.ceil(n / hold)
     nbits = max(2, math.ceil(math.log2(m + 1)))
     if nbits > 32:
@@ -76,7 +81,23 @@ def prbs(n: int, low: float, high: float, hold: int = 1, seed: int | None = None
 
 def white_noise(n: int, low: float, high: float, seed: int | None = None, hold: int = 1
                 ) -> np.ndarray:
-    """Uniform pseudo-random white noise in ``[low, high]`` (seed 000's excitation).
+    """Uniform pseudo-random white noise in ``[low, high]`` (the GPUColo paper's excitation).
+
+    Parameters
+    ----------
+    n : int
+        Number of samples (>= 1).
+    low, high : float
+        Amplitude range (``low < high``), e.g. the sleep-interval bounds in seconds.
+    seed : int, optional
+        Seed of the random generator (None: fresh entropy).
+    hold : int
+        Samples per drawn value (>= 1).
+
+    Returns
+    -------
+    ndarray
+        ``n`` float samples within ``[low, high]``.
 
     Examples
     --------
@@ -84,9 +105,9 @@ def white_noise(n: int, low: float, high: float, seed: int | None = None, hold: 
     >>> bool(s.min() >= 0.0 and s.max() <= 1.0), s.shape
     (True, (100,))
     """
-    n = integer("n", n, 1)
-    hold = integer("hold", hold, 1)
-    lo, hi = bounds(low, high)
+    n = int_at_least("n", n, 1)
+    hold = int_at_least("hold", hold, 1)
+    lo, hi = low_high(low, high)
     rng = np.random.default_rng(seed)
     return _hold(rng.uniform(lo, hi, size=math.ceil(n / hold)), n, hold)
 
@@ -100,17 +121,35 @@ def multi_level(n: int, low: float, high: float, levels: int | Sequence[float] =
     from the levels, so a static nonlinearity is sampled at every level, which two-level
     PRBS cannot reveal.
 
+    Parameters
+    ----------
+    n : int
+        Number of samples (>= 1).
+    low, high : float
+        Actuator range (``low < high``).
+    levels : int or sequence of float
+        Number of equally spaced levels (>= 2), or the levels themselves.
+    hold : int
+        Samples per drawn value (>= 1).
+    seed : int, optional
+        Seed of the random generator (None: fresh entropy).
+
+    Returns
+    -------
+    ndarray
+        ``n`` float samples within ``[low, high]``.
+
     Examples
     --------
     >>> s = multi_level(200, 0.0, 1.0, levels=3, seed=0)
     >>> sorted(set(s.tolist()))
     [0.0, 0.5, 1.0]
     """
-    n = integer("n", n, 1)
-    hold = integer("hold", hold, 1)
-    lo, hi = bounds(low, high)
+    n = int_at_least("n", n, 1)
+    hold = int_at_least("hold", hold, 1)
+    lo, hi = low_high(low, high)
     if isinstance(levels, (int, np.integer)) and not isinstance(levels, bool):
-        k = integer("levels", levels, 2)
+        k = int_at_least("levels", levels, 2)
         grid = np.linspace(lo, hi, k)
     else:
         try:

@@ -4,8 +4,8 @@ Any plant works, by duck typing (sysid imports nothing from the rest of the proj
 
 * an object with ``step(actuation, period_s)`` — a harness ``Plant`` — which is given an
   actuation with ``sleep_s`` and ``mps_pct`` attributes for each period and returns the
-  period's measurement (a float, or an object/mapping with ``mean_ms``/``mean`` and
-  ``p99_ms``/``p99``);
+  period's measurement (a float, or an object/mapping with ``mean_ms``/``mean``,
+  ``p99_ms``/``p99`` and ``count``: see :func:`measurement_value`);
 * or a plain callable ``u -> y``.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import finite, integer, positive, vector
+from ._checks import finite, int_at_least, positive, vector
 from .data import IdData
 
 __all__ = ["ExcitationActuation", "measurement_value", "run_experiment"]
@@ -27,7 +27,21 @@ __all__ = ["ExcitationActuation", "measurement_value", "run_experiment"]
 @dataclass(frozen=True)
 class ExcitationActuation:
     """What the runner applies in one period: the fields a harness plant reads from
-    ``gpucontrol.Actuation`` (``sleep_s``, ``mps_pct``, ``mps_changed``)."""
+    ``gpucontrol.Actuation``.
+
+    Parameters
+    ----------
+    sleep_s : float
+        Training sleep interval for the period (s).
+    mps_pct : float
+        Training MPS percentage.
+    mps_changed : bool
+        The training processes must (re)start at ``mps_pct``.
+    saturated : bool
+        Always False (an excitation is not a controller output).
+    reason : str
+        What set the actuation.
+    """
 
     sleep_s: float
     mps_pct: float = 100.0
@@ -36,17 +50,55 @@ class ExcitationActuation:
     reason: str = "sysid excitation"
 
 
-_KEYS = {"mean": ("mean_ms", "mean", "latency_ms"), "p99": ("p99_ms", "p99")}
+#: Where each statistic is read from a mapping or an object, first key first: the same keys,
+#: in the same order, as ``gpucontrol.controllers.MEASUREMENT_KEYS`` (sysid cannot import it).
+_KEYS = {"mean": ("mean_ms", "mean"), "p99": ("p99_ms", "p99")}
 
 
 def measurement_value(m: Any, statistic: str = "mean") -> float:
-    """The ``statistic`` ("mean" or "p99") of a plant's per-period measurement as a float
-    (NaN when absent, e.g. a period with no requests)."""
+    """One latency statistic of a plant's per-period measurement, as a float.
+
+    Reads a measurement the way ``gpucontrol.controllers.as_measurement`` does (a number, or
+    a mapping or object with ``mean_ms``/``mean``, ``p99_ms``/``p99`` and ``count``), so a
+    harness ``PeriodResult`` or a ``gpucontrol.Measurement`` works by duck typing. Unlike the
+    controller's reader, which must never raise, this one raises on a measurement it cannot
+    read, so that an experiment does not silently record garbage.
+
+    Parameters
+    ----------
+    m : float, mapping or object
+        The measurement.
+    statistic : {"mean", "p99"}
+        Which statistic to read.
+
+    Returns
+    -------
+    float
+        The statistic; NaN when the period measured no requests (``count`` <= 0, where a
+        controller holds) or the value is not a number.
+
+    Raises
+    ------
+    ValueError
+        If ``statistic`` is unknown, or ``m`` has none of the statistic's keys.
+
+    Examples
+    --------
+    >>> measurement_value({"mean_ms": 90.0, "p99_ms": 120.0}, "p99")
+    120.0
+    >>> measurement_value({"mean_ms": 90.0, "count": 0})
+    nan
+    """
     if statistic not in _KEYS:
         raise ValueError(f"statistic must be 'mean' or 'p99', got {statistic!r}")
     if isinstance(m, (int, float, np.number)) and not isinstance(m, bool):
         return float(m)
     get = m.get if isinstance(m, Mapping) else (lambda k, d=None: getattr(m, k, d))
+    try:
+        if int(get("count", 1)) <= 0:
+            return math.nan
+    except (TypeError, ValueError):
+        return math.nan
     for key in _KEYS[statistic]:
         v = get(key, None)
         if v is not None:
@@ -54,8 +106,6 @@ def measurement_value(m: Any, statistic: str = "mean") -> float:
                 return float(v)
             except (TypeError, ValueError):
                 return math.nan
-    if get("count", 1) == 0:
-        return math.nan
     raise ValueError(f"cannot read a {statistic!r} latency from a {type(m).__name__} "
                      f"measurement (expected a number or one of {', '.join(_KEYS[statistic])})")
 
@@ -94,6 +144,12 @@ def run_experiment(plant: Any, u, *, period_s: float = 4.0, mps_pct: float | Non
     progress : callable, optional
         ``progress(done, total)`` after each recorded period.
 
+    Returns
+    -------
+    IdData
+        The inputs applied and the outputs measured, with ``statistic``, ``mps_pct``,
+        ``warmup`` and ``dropped`` in its metadata.
+
     Examples
     --------
     >>> from sysid import white_noise
@@ -103,7 +159,7 @@ def run_experiment(plant: Any, u, *, period_s: float = 4.0, mps_pct: float | Non
     """
     uu = vector("u", u, min_len=1)
     T = positive("period_s", period_s)
-    warmup = integer("warmup", warmup, 0)
+    warmup = int_at_least("warmup", warmup, 0)
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
     measurement_value(0.0, statistic)  # validates the statistic name

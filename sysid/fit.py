@@ -1,6 +1,7 @@
-"""Least-squares fits: the static linear model of seed 000 and ARX models with order selection.
+"""Least-squares fits: the GPUColo paper's static linear model and ARX models with order selection.
 
-* :func:`fit_static` fits ``y = gain * u + offset`` (seed 000 §V-A: latency vs sleep interval)
+* :func:`fit_static` fits ``y = gain * u + offset`` (the GPUColo paper (Chen et al., ICDCS
+  2024), Sec. V-A: latency vs sleep interval)
   with standard errors and 95 % confidence intervals.
 * :func:`fit_arx` fits ``A(q) y(k) = B(q) u(k - nk) + c + e(k)`` by least squares, with the
   parameter covariance, AIC and FPE, and fit %/R² by *free-run simulation* (the model is fed
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._checks import integer, not_constant, pair
+from ._checks import int_at_least, not_constant, pair
 from .data import IdData, require_record
 from .metrics import fit_percent, r2
 
@@ -41,11 +42,24 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StaticFit:
-    """``y = gain * u + offset`` fitted by ordinary least squares.
+    """``y = gain * u + offset`` fitted by ordinary least squares (made by :func:`fit_static`).
 
-    ``stderr`` and ``ci95`` are ``(gain, offset)`` pairs: standard errors, and 95 % confidence
-    intervals from Student's t with ``n - 2`` degrees of freedom. ``r2`` is on the data the
-    model was fitted to; use :func:`validate` for held-out data.
+    Parameters
+    ----------
+    gain, offset : float
+        Slope and intercept.
+    r2 : float
+        R² (:func:`sysid.r2`) on the data the model was fitted to; use :func:`validate` for
+        held-out data.
+    stderr : (float, float)
+        Standard errors of ``(gain, offset)``.
+    ci95 : ((float, float), (float, float))
+        95 % confidence intervals of ``gain`` and ``offset`` from Student's t with ``n - 2``
+        degrees of freedom.
+    n : int
+        Number of samples fitted.
+    rmse : float
+        Root-mean-square residual.
     """
 
     gain: float
@@ -69,8 +83,23 @@ class StaticFit:
 def fit_static(u, y) -> StaticFit:
     """Fit ``y = gain * u + offset`` by least squares.
 
-    Raises ValueError on mismatched lengths, NaN/inf, fewer than 3 samples or a constant
-    input (which leaves the gain unidentifiable).
+    Parameters
+    ----------
+    u : array_like
+        Inputs (e.g. sleep intervals, s); at least 3, not all equal.
+    y : array_like
+        Outputs (e.g. mean latencies, ms), same length.
+
+    Returns
+    -------
+    StaticFit
+        The fit with standard errors, 95 % confidence intervals and R².
+
+    Raises
+    ------
+    ValueError
+        On mismatched lengths, NaN/inf, fewer than 3 samples or a constant input (which
+        leaves the gain unidentifiable).
 
     Examples
     --------
@@ -87,7 +116,6 @@ def fit_static(u, y) -> StaticFit:
     theta, *_ = np.linalg.lstsq(phi, yy, rcond=None)
     resid = yy - phi @ theta
     ssr = float(resid @ resid)
-    ss_tot = float(np.sum((yy - yy.mean()) ** 2))
     dof = n - 2
     sigma2 = ssr / dof
     cov = sigma2 * np.linalg.inv(phi.T @ phi)
@@ -96,7 +124,7 @@ def fit_static(u, y) -> StaticFit:
     gain, offset = float(theta[0]), float(theta[1])
     return StaticFit(
         gain=gain, offset=offset,
-        r2=1.0 - ssr / ss_tot if ss_tot > 0 else 1.0,
+        r2=r2(yy, phi @ theta),
         stderr=(float(se[0]), float(se[1])),
         ci95=((gain - q * se[0], gain + q * se[0]), (offset - q * se[1], offset + q * se[1])),
         n=n, rmse=math.sqrt(ssr / n))
@@ -109,8 +137,10 @@ def fit_static(u, y) -> StaticFit:
 class ArxFit:
     """ARX model ``y(k) + a1 y(k-1) + … + a_na y(k-na) = b1 u(k-nk) + … + b_nb u(k-nk-nb+1) + c``.
 
-    Attributes
+    Parameters
     ----------
+    na, nb, nk : int
+        Output order, input order and input delay (samples).
     a, b : ndarray
         Denominator coefficients ``a1..a_na`` and numerator ``b1..b_nb``.
     c : float
@@ -123,8 +153,16 @@ class ArxFit:
         Mean squared one-step residual on the estimation data (MATLAB's loss function V).
     aic, fpe : float
         ``N log V + 2 d`` and ``V (1 + d/N) / (1 - d/N)``.
+    n_used : int
+        Samples in the least-squares problem (the record after its first ``max_lag``).
     r2, fit_pct : float
-        Free-run simulation quality on ``validated_on`` ("validation" or "estimation") data.
+        Free-run simulation quality on ``validated_on`` data.
+    validated_on : {"estimation", "validation"}
+        Which record ``r2`` and ``fit_pct`` were computed on.
+    period_s : float
+        Sampling period of the estimation record (s).
+    has_offset : bool
+        Whether the constant term ``c`` was fitted.
     """
 
     na: int
@@ -252,7 +290,7 @@ def _need(data: IdData, n_min: int, what) -> None:
 
 
 def _check_orders(na, nb, nk) -> tuple[int, int, int]:
-    return integer("na", na, 0), integer("nb", nb, 1), integer("nk", nk, 0)
+    return int_at_least("na", na, 0), int_at_least("nb", nb, 1), int_at_least("nk", nk, 0)
 
 
 def fit_arx(data: IdData, na: int = 1, nb: int = 1, nk: int = 1, *,
@@ -272,9 +310,17 @@ def fit_arx(data: IdData, na: int = 1, nb: int = 1, nk: int = 1, *,
     offset : bool
         Include the constant term ``c`` (default); pass False for offset-free data.
 
-    Raises ValueError when the record is too short for the order (fewer samples than
-    parameters + 1 after the initial ``max_lag``), the input is constant, or the regressors
-    are linearly dependent (input not persistently exciting for ``nb``).
+    Returns
+    -------
+    ArxFit
+        Coefficients, covariance, AIC/FPE and free-run R²/fit %.
+
+    Raises
+    ------
+    ValueError
+        When the record is too short for the order (fewer samples than parameters + 1 after
+        the initial ``max_lag``), the input is constant, or the regressors are linearly
+        dependent (input not persistently exciting for ``nb``).
 
     Examples
     --------
@@ -332,8 +378,18 @@ def _fit_arx(data: IdData, na: int, nb: int, nk: int, validation: IdData | None,
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class Validation:
-    """Measured vs free-run predicted outputs on a record, compared from ``start`` on (the
-    first ``start`` samples are initial conditions copied from the measurement)."""
+    """Measured vs free-run predicted outputs on a record (made by :func:`validate`).
+
+    Parameters
+    ----------
+    y, yhat : ndarray
+        Measured and predicted outputs over the whole record.
+    start : int
+        First compared sample (the first ``start`` are initial conditions copied from the
+        measurement).
+    r2, fit_pct : float
+        R² and fit % from ``start`` on.
+    """
 
     y: np.ndarray
     yhat: np.ndarray
@@ -348,6 +404,25 @@ def validate(fit, data: IdData) -> Validation:
     Models with ``simulate(u, y_init)`` and ``max_lag`` (ARX, NARX) are simulated from the
     input with the record's first ``max_lag`` outputs as initial conditions, which are then
     excluded from the scores; static models (``predict(u)``) are evaluated directly.
+
+    Parameters
+    ----------
+    fit : ArxFit, NarxFit, StaticFit or duck-typed model
+        Anything with ``simulate(u, y_init)`` and ``max_lag``, or with ``predict(u)``.
+    data : IdData
+        The record to validate on (its output must vary).
+
+    Returns
+    -------
+    Validation
+        Measured and predicted outputs with R² and fit %.
+
+    Examples
+    --------
+    >>> v = validate(fit_static([0.0, 1.0, 2.0], [95.0, 83.0, 71.0]),
+    ...              IdData([0.5, 1.5], [89.0, 77.0]))
+    >>> round(v.r2, 9), round(v.fit_pct, 9)
+    (1.0, 100.0)
     """
     require_record(data)
     if hasattr(fit, "simulate") and hasattr(fit, "max_lag"):
@@ -371,7 +446,17 @@ def validate(fit, data: IdData) -> Validation:
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class OrderSelection:
-    """Result of :func:`select_order`: the chosen fit and one row per candidate order."""
+    """Result of :func:`select_order`.
+
+    Parameters
+    ----------
+    best : ArxFit
+        The chosen fit, refitted on all usable samples of its order.
+    criterion : {"aic", "fpe", "validation"}
+        The criterion it won on.
+    table : tuple of dict
+        One row per candidate order (``na, nb, nk, n_params, aic, fpe, fit_pct, r2``).
+    """
 
     best: ArxFit
     criterion: str
@@ -389,6 +474,24 @@ def select_order(data: IdData, na: Iterable[int] = range(4), nb: Iterable[int] =
     ``"aic"`` and ``"fpe"`` penalise parameters on the estimation data (all candidates use the
     same samples, those after the largest lag, so the criteria are comparable);
     ``"validation"`` maximises free-run fit % on ``validation`` (required).
+
+    Parameters
+    ----------
+    data : IdData
+        Estimation record.
+    na, nb, nk : iterable of int
+        Candidate output orders, input orders and input delays.
+    criterion : {"aic", "fpe", "validation"}
+        How to compare the candidates.
+    validation : IdData, optional
+        Held-out record (required for ``criterion="validation"``).
+    offset : bool
+        Fit the constant term.
+
+    Returns
+    -------
+    OrderSelection
+        The best fit and the table of all candidates.
 
     Examples
     --------

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from ._checks import integer
+from ._checks import int_at_least, not_constant
 from .data import IdData, require_record
 from .fit import validate
 
@@ -32,13 +33,26 @@ __all__ = ["NarxFit", "fit_narx"]
 class NarxFit:
     """A fitted polynomial NARX model.
 
-    ``terms`` lists ``(regressor, parameter, ERR)`` as sysidentpy names them, e.g.
-    ``("x1(k-1)y(k-1)", 0.1, 0.003)``; with ``nk=0`` sysidentpy's ``x1(k-1)`` is ``u(k)``.
-    ``r2``/``fit_pct`` are free-run scores after the first ``max_lag`` samples, on
-    ``validated_on`` data.
+    Parameters
+    ----------
+    model : sysidentpy FROLS
+        The fitted sysidentpy model.
+    ylag, xlag : int
+        Maximum output and input lags.
+    degree : int
+        Polynomial degree of the basis.
+    nk : int
+        Input delay in samples.
+    terms : tuple of (str, float, float)
+        ``(regressor, parameter, ERR)`` as sysidentpy names them, e.g.
+        ``("x1(k-1)y(k-1)", 0.1, 0.003)``; with ``nk=0`` sysidentpy's ``x1(k-1)`` is ``u(k)``.
+    r2, fit_pct : float
+        Free-run scores after the first ``max_lag`` samples, on ``validated_on`` data.
+    validated_on : {"estimation", "validation"}
+        Which record the scores were computed on.
     """
 
-    model: object
+    model: Any
     ylag: int
     xlag: int
     degree: int
@@ -73,7 +87,7 @@ class NarxFit:
 
     def predict(self, data: IdData, steps_ahead: int = 1) -> np.ndarray:
         """``steps_ahead``-step prediction from measured outputs (first ``max_lag`` copied)."""
-        k = integer("steps_ahead", steps_ahead, 1)
+        k = int_at_least("steps_ahead", steps_ahead, 1)
         yhat = np.asarray(self.model.predict(X=self._x(data.u),
                                              y=np.asarray(data.y).reshape(-1, 1),
                                              steps_ahead=k), dtype=float).ravel()[:len(data)]
@@ -105,25 +119,42 @@ def fit_narx(data: IdData, *, ylag: int = 2, xlag: int = 2, degree: int = 2, nk:
     nk : int
         Input delay in samples (>= 0); 0 lets ``u(k)`` act on ``y(k)``.
     n_terms : int, optional
-        Number of terms to keep; by default chosen by ``info_criteria`` ("aic", "bic",
-        "fpe", "lilc") over the first ``n_info_values`` candidates.
+        Number of terms to keep; by default chosen by ``info_criteria`` over the first
+        ``n_info_values`` candidates.
+    info_criteria : {"aic", "aicc", "bic", "fpe", "lilc"}
+        Information criterion for the number of terms.
+    n_info_values : int
+        Candidate term counts the criterion is evaluated on (>= 1).
     validation : IdData, optional
         Held-out record for ``r2``/``fit_pct`` (otherwise the estimation record).
+
+    Returns
+    -------
+    NarxFit
+        The model, its terms and free-run scores.
+
+    Raises
+    ------
+    ImportError
+        When sysidentpy is not installed (``pip install 'gpucontrol[narx]'``).
     """
-    from sysidentpy.basis_function import Polynomial
-    from sysidentpy.model_structure_selection import FROLS
-    from sysidentpy.parameter_estimation import LeastSquares
-    from sysidentpy.utils.display_results import results
+    try:
+        from sysidentpy.basis_function import Polynomial
+        from sysidentpy.model_structure_selection import FROLS
+        from sysidentpy.parameter_estimation import LeastSquares
+        from sysidentpy.utils.display_results import results
+    except ImportError:
+        raise ImportError("sysid.fit_narx needs sysidentpy, an optional dependency: "
+                          "pip install 'gpucontrol[narx]'") from None
 
     require_record(data)
-    ylag, xlag = integer("ylag", ylag, 1), integer("xlag", xlag, 1)
-    degree, nk = integer("degree", degree, 1), integer("nk", nk, 0)
-    n_info_values = integer("n_info_values", n_info_values, 1)
+    ylag, xlag = int_at_least("ylag", ylag, 1), int_at_least("xlag", xlag, 1)
+    degree, nk = int_at_least("degree", degree, 1), int_at_least("nk", nk, 0)
+    n_info_values = int_at_least("n_info_values", n_info_values, 1)
     if info_criteria not in ("aic", "aicc", "bic", "fpe", "lilc"):
         raise ValueError(f"info_criteria must be one of aic, aicc, bic, fpe, lilc, "
                          f"got {info_criteria!r}")
-    if np.ptp(data.u) <= 1e-12 * max(1.0, float(np.max(np.abs(data.u)))):
-        raise ValueError("u is constant: the model is unidentifiable; excite the system")
+    not_constant("u", data.u)
     max_lag = max(ylag, xlag + max(nk - 1, 0))
     n_candidates = math.comb(ylag + xlag + degree, degree)
     n_min = max_lag + n_candidates + 1
@@ -132,7 +163,7 @@ def fit_narx(data: IdData, *, ylag: int = 2, xlag: int = 2, degree: int = 2, nk:
                          f"{len(data)} sample(s), need at least {n_min} "
                          f"({n_candidates} candidate regressors)")
     if n_terms is not None:
-        n_terms = integer("n_terms", n_terms, 1)
+        n_terms = int_at_least("n_terms", n_terms, 1)
         if n_terms > n_candidates:
             raise ValueError(f"n_terms={n_terms} exceeds the {n_candidates} candidate regressors")
     # sysidentpy lags the input from 1: a delay nk >= 1 is the lag list nk..nk+xlag-1

@@ -1,6 +1,6 @@
 """Latency vs GPU share: Mudi's piecewise-linear model, a saturating model, and the choice.
 
-Mudi (seed 002, §4.1) profiles inference latency at a handful of GPU shares (GPU% = the
+The Mudi paper (Sec. 4.1) profiles inference latency at a handful of GPU shares (GPU% = the
 inference's resource partition) and fits a continuous two-segment line (eq. 1)::
 
     L(x) = k1 (x - x0) + y0   for x <= x0,
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._checks import finite, fraction, pair
-from .metrics import mape
+from ._checks import finite, in_range, pair
+from .metrics import mape, r2
 
 __all__ = [
     "MODEL_FITTERS",
@@ -36,11 +36,6 @@ __all__ = [
     "loo_errors",
     "select_latency_model",
 ]
-
-
-def _r2(y: np.ndarray, yhat: np.ndarray) -> float:
-    ss = float(np.sum((y - y.mean()) ** 2))
-    return 1.0 - float(np.sum((y - yhat) ** 2)) / ss if ss > 0 else 1.0
 
 
 def _domain(bounds, default: tuple[float, float]) -> tuple[float, float]:
@@ -68,8 +63,19 @@ def _with_margin(x: float, margin: float, hi: float) -> float:
 class PiecewiseFit:
     """Continuous two-segment line with cutoff ``(x0, y0)`` and slopes ``k1`` (left), ``k2``.
 
-    ``x_range`` is the span of the profiled shares (the default search domain of
-    :meth:`min_share`: no extrapolation beyond what was measured).
+    Parameters
+    ----------
+    k1, k2 : float
+        Slopes left and right of the cutoff.
+    x0, y0 : float
+        The cutoff point.
+    r2 : float
+        R² on the profiled points.
+    method : {"curvature", "optimal"}
+        How the cutoff was placed (see :func:`fit_piecewise_linear`).
+    x_range : (float, float)
+        Span of the profiled shares: the default search domain of :meth:`min_share` (no
+        extrapolation beyond what was measured).
 
     Examples
     --------
@@ -169,6 +175,11 @@ def fit_piecewise_linear(x, y, *, method: str = "curvature") -> PiecewiseFit:
         ``"optimal"`` searches the breakpoint continuously between the second and the
         second-to-last share for the least sum of squared errors.
 
+    Returns
+    -------
+    PiecewiseFit
+        Cutoff, slopes and R².
+
     Examples
     --------
     >>> x = np.arange(10.0, 100.0, 10.0)
@@ -191,7 +202,7 @@ def fit_piecewise_linear(x, y, *, method: str = "curvature") -> PiecewiseFit:
     (y0, k1, k2), _ = _hinge_fit(xs, ys, x0)
     f = PiecewiseFit(k1=float(k1), k2=float(k2), x0=x0, y0=float(y0), r2=0.0, method=method,
                      x_range=(float(xs[0]), float(xs[-1])))
-    return replace(f, r2=_r2(ys, f.predict(xs)))
+    return replace(f, r2=r2(ys, f.predict(xs)))
 
 
 def _optimal_breakpoint(xs: np.ndarray, ys: np.ndarray) -> float:
@@ -221,6 +232,17 @@ class SaturatingFit:
     """``L(x) = a + b / x``: ``a`` is the latency that no share removes, ``b / x`` the part
     that scales inversely with the share (Amdahl's law on a partitioned GPU).
 
+    Parameters
+    ----------
+    a, b : float
+        The constant and the inverse-share coefficient.
+    r2 : float
+        R² on the profiled points.
+    x_range : (float, float)
+        Span of the profiled shares (default search domain of :meth:`min_share`).
+
+    Examples
+    --------
     >>> f = SaturatingFit(a=10.0, b=400.0, r2=1.0, x_range=(10.0, 90.0))
     >>> float(f.predict(40.0)), f.min_share(20.0)
     (20.0, 40.0)
@@ -256,8 +278,22 @@ class SaturatingFit:
 
 
 def fit_saturating(x, y) -> SaturatingFit:
-    """Fit ``L(x) = a + b / x`` by least squares in ``1 / x`` (shares must be > 0).
+    """Fit ``L(x) = a + b / x`` by least squares in ``1 / x``.
 
+    Parameters
+    ----------
+    x : array_like
+        GPU shares (> 0), at least 3 with at least 2 distinct.
+    y : array_like
+        Latencies measured at those shares.
+
+    Returns
+    -------
+    SaturatingFit
+        ``a``, ``b`` and R².
+
+    Examples
+    --------
     >>> x = np.array([10.0, 20.0, 40.0, 80.0])
     >>> f = fit_saturating(x, 5 + 300 / x)
     >>> round(f.a, 9), round(f.b, 9)
@@ -271,7 +307,7 @@ def fit_saturating(x, y) -> SaturatingFit:
     phi = np.column_stack([np.ones_like(xs), 1.0 / xs])
     (a, b), *_ = np.linalg.lstsq(phi, ys, rcond=None)
     yhat = a + b / xs
-    return SaturatingFit(a=float(a), b=float(b), r2=_r2(ys, yhat),
+    return SaturatingFit(a=float(a), b=float(b), r2=r2(ys, yhat),
                          x_range=(float(xs.min()), float(xs.max())))
 
 
@@ -288,7 +324,21 @@ MODEL_FITTERS: dict[str, Callable] = {
 
 def loo_errors(x, y, model: str | Callable = "piecewise") -> np.ndarray:
     """Leave-one-out absolute percentage errors ``100 |y_i - yhat_i| / |y_i|``: each point is
-    predicted by the model fitted to all the others. Their mean is Mudi's fitting error."""
+    predicted by the model fitted to all the others. Their mean is Mudi's fitting error.
+
+    Parameters
+    ----------
+    x, y : array_like
+        GPU shares and latencies (at least 3 points).
+    model : str or callable
+        A name from ``MODEL_FITTERS`` (``"piecewise"``, ``"piecewise-optimal"``,
+        ``"saturating"``) or a callable ``(x, y) -> fit`` with ``predict``.
+
+    Returns
+    -------
+    ndarray
+        One percentage error per point.
+    """
     xs, ys = pair(x, y, min_len=3, names=("x", "y"))
     fitter = MODEL_FITTERS.get(model) if isinstance(model, str) else model
     if fitter is None:
@@ -304,10 +354,19 @@ def loo_errors(x, y, model: str | Callable = "piecewise") -> np.ndarray:
 
 @dataclass(frozen=True)
 class ModelComparison:
-    """Leave-one-out comparison of latency-vs-share models.
+    """Leave-one-out comparison of latency-vs-share models (made by
+    :func:`select_latency_model`).
 
-    ``errors`` maps each model name to its mean LOO percentage error; ``winner`` is the
-    smallest; ``fit`` is the winner refitted on all points and ``fits`` all refitted models.
+    Parameters
+    ----------
+    errors : dict of str to float
+        Each model name's mean leave-one-out percentage error.
+    winner : str
+        The chosen model.
+    fit : PiecewiseFit or SaturatingFit
+        The winner refitted on all points.
+    fits : dict of str to fit
+        Every cross-validated model refitted on all points.
     """
 
     errors: dict[str, float]
@@ -330,12 +389,28 @@ def select_latency_model(x, y, candidates=("piecewise", "piecewise-optimal", "sa
     clearly better. Candidates that cannot be fitted to the folds (too few points) are
     skipped; if none can, ValueError.
 
+    Parameters
+    ----------
+    x, y : array_like
+        GPU shares and latencies (at least 3 points).
+    candidates : sequence of str
+        Model names from ``MODEL_FITTERS``, the preferred one first.
+    tolerance : float
+        Fraction in [0, 1) by which another model must beat the first to win.
+
+    Returns
+    -------
+    ModelComparison
+        Errors per model, the winner and the refitted models.
+
+    Examples
+    --------
     >>> x = np.arange(10.0, 100.0, 10.0)
     >>> cmp = select_latency_model(x, 8 + 600 / x, candidates=("piecewise", "saturating"))
     >>> cmp.winner
     'saturating'
     """
-    tol = 0.0 if tolerance == 0 else fraction("tolerance", tolerance)
+    tol = in_range("tolerance", tolerance, 0.0, 1.0, hi_open=True)
     unknown = [c for c in candidates if c not in MODEL_FITTERS]
     if unknown or not candidates:
         raise ValueError(f"candidates must be names from {', '.join(MODEL_FITTERS)}, "

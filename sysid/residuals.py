@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import integer, pair
+from ._checks import int_at_least, pair
 from .data import IdData, require_record
 
 __all__ = ["ResidualAnalysis", "resid", "resid_plot"]
@@ -26,8 +26,10 @@ Z99 = 2.5758293035489004
 class ResidualAnalysis:
     """Correlation analysis of residuals ``e`` against themselves and the input ``u``.
 
-    Attributes
+    Parameters
     ----------
+    residuals : ndarray
+        The (mean-removed) residuals analysed.
     lags : ndarray
         ``0..max_lag`` for :attr:`autocorr`.
     autocorr : ndarray
@@ -85,9 +87,24 @@ def _xcov(a: np.ndarray, b: np.ndarray, lag: int) -> float:
 
 
 def correlation_analysis(u, e, max_lag: int = 25) -> ResidualAnalysis:
-    """:func:`resid` on raw arrays: input ``u`` and residuals ``e`` of equal length."""
+    """:func:`resid` on raw arrays.
+
+    Parameters
+    ----------
+    u : array_like
+        Inputs of the periods the residuals belong to.
+    e : array_like
+        Residuals, same length as ``u`` (at least 4).
+    max_lag : int
+        Largest lag analysed (>= 1, < N - 1).
+
+    Returns
+    -------
+    ResidualAnalysis
+        Correlations, bounds and whiteness/independence verdicts.
+    """
     uu, ee = pair(u, e, min_len=4, names=("u", "residuals"))
-    m = integer("max_lag", max_lag, 1)
+    m = int_at_least("max_lag", max_lag, 1)
     n = ee.size
     if m >= n - 1:
         raise ValueError(f"max_lag={m} is too large for {n} residuals (need max_lag < N - 1)")
@@ -102,10 +119,10 @@ def correlation_analysis(u, e, max_lag: int = 25) -> ResidualAnalysis:
     if r_u0 == 0:
         raise ValueError("u is constant: the input-residual correlation is undefined")
     lags = np.arange(m + 1)
-    auto = np.array([_xcov(ee, ee, k) for k in lags]) / r_e0
+    auto = np.array([_xcov(ee, ee, int(k)) for k in lags]) / r_e0
     xlags = np.arange(-m, m + 1)
-    cross = np.array([_xcov(uu, ee, k) for k in xlags]) / math.sqrt(r_e0 * r_u0)
-    auto_u = np.array([_xcov(uu, uu, k) for k in lags]) / r_u0
+    cross = np.array([_xcov(uu, ee, int(k)) for k in xlags]) / math.sqrt(r_e0 * r_u0)
+    auto_u = np.array([_xcov(uu, uu, int(k)) for k in lags]) / r_u0
     # Ljung (System Identification, §16.6): var of the cross-correlation estimate under
     # independence is sum_k r_e(k) r_u(k) / N.
     p1 = float(auto[0] * auto_u[0] + 2.0 * np.sum(auto[1:] * auto_u[1:]))
@@ -125,6 +142,20 @@ def resid(fit, data: IdData, max_lag: int = 25) -> ResidualAnalysis:
 
     ``fit`` must provide ``residuals(data)`` (ARX, NARX) or ``predict(u)`` (static); the
     residuals are paired with the inputs of the same periods.
+
+    Parameters
+    ----------
+    fit : ArxFit, NarxFit, StaticFit or duck-typed model
+        Anything with ``residuals(data)`` or ``predict(u)``.
+    data : IdData
+        The record.
+    max_lag : int
+        Largest lag analysed (>= 1).
+
+    Returns
+    -------
+    ResidualAnalysis
+        Correlations, bounds and whiteness/independence verdicts.
 
     Examples
     --------
@@ -151,7 +182,22 @@ def resid(fit, data: IdData, max_lag: int = 25) -> ResidualAnalysis:
 
 def resid_plot(analysis: ResidualAnalysis, axes=None, title: str | None = None):
     """Two panels, as MATLAB draws them: residual autocorrelation and input–residual
-    cross-correlation with their 99 % bounds. Returns the figure."""
+    cross-correlation with their 99 % bounds.
+
+    Parameters
+    ----------
+    analysis : ResidualAnalysis
+        What :func:`resid` returned.
+    axes : pair of matplotlib Axes, optional
+        Where to draw (default: a new figure with two panels).
+    title : str, optional
+        Title of the first panel.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure drawn on.
+    """
     if axes is None:
         import matplotlib.pyplot as plt
 

@@ -6,11 +6,11 @@ point, express each as a ratio ``g = m / m0`` and the envelope ``(g_min, g_max)`
 ``gpucontrol.check_envelope(design, model, (g_min, g_max))`` checks against the design's
 stable range. sysid imports nothing from gpucontrol: the envelope is two floats.
 
-Which nominal? For the seed-000 P controller on ``l(k+1) = l(k) + m u(k)`` with
-``kp = detune / m0``, the closed-loop pole is ``1 - detune * g``. The nominal that minimises the
-worst-case pole magnitude over the envelope — the largest stability (contraction) margin —
-centres the envelope on deadbeat: ``m0 = detune * (m_min + m_max) / 2`` without delay.
-:func:`recommend_nominal` finds it numerically for a measurement delay too.
+Which nominal? For the P controller of the GPUColo paper (Chen et al., ICDCS 2024) on ``l(k+1) =
+l(k) + m u(k)`` with ``kp = detune / m0``, the closed-loop pole is ``1 - detune * g``. The
+nominal that minimises the worst-case pole magnitude over the envelope — the largest stability
+(contraction) margin — centres the envelope on deadbeat: ``m0 = detune * (m_min + m_max) / 2``
+without delay. :func:`recommend_nominal` finds it numerically for a measurement delay too.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import finite, integer, positive
+from ._checks import finite, int_at_least, positive
 
 __all__ = [
     "GainEnvelope",
@@ -61,6 +61,15 @@ class GainEnvelope:
 
     ``envelope`` = ``(g_min, g_max)`` is the pair to pass to
     ``gpucontrol.check_envelope(design, model, envelope)``.
+
+    Parameters
+    ----------
+    labels : tuple of str
+        Operating-point labels.
+    gains : tuple of float
+        Identified gain at each operating point.
+    nominal_gain : float
+        The design's nominal gain the ratios are taken against.
     """
 
     labels: tuple[str, ...]
@@ -104,6 +113,11 @@ def gain_envelope(gains: Any, nominal: float | Any | None = None) -> GainEnvelop
         The design's nominal gain; default: :func:`recommend_nominal`'s choice for the P
         controller.
 
+    Returns
+    -------
+    GainEnvelope
+        Gains, ratios and ``envelope``.
+
     Examples
     --------
     >>> env = gain_envelope({"mps20": -4.0, "mps80": -12.0}, nominal=-8.0)
@@ -121,8 +135,15 @@ def gain_envelope(gains: Any, nominal: float | Any | None = None) -> GainEnvelop
                         nominal_gain=float(m0))
 
 
-def _char_poly(g: float, detune: float, delay: int) -> np.ndarray:
-    # z**d (z - 1) + g * detune, descending powers
+def _p_loop_polynomial(g: float, detune: float, delay: int) -> np.ndarray:
+    """``z**d (z - 1) + g * detune`` in descending powers: the characteristic polynomial of
+    the P loop (``kp = detune / m0``) at gain ratio ``g`` with a ``d``-period delay.
+
+    The control core computes every design's polynomial in general form
+    (``gpucontrol.design.Design.characteristic_polynomial``, which this equals for
+    ``design_p``; tests/sysid/test_variation.py pins the two together); sysid cannot import
+    the core, and this two-coefficient special case is the only one it needs.
+    """
     left = np.r_[1.0, -1.0, np.zeros(delay)]
     left[-1] += g * detune
     return left
@@ -133,23 +154,52 @@ def worst_pole_abs(envelope: tuple[float, float], *, detune: float = 1.0,
     """Largest closed-loop pole magnitude of the P loop over the gain-ratio ``envelope``
     (below 1 means stable throughout; ``1 - value`` is the contraction margin).
 
+    Parameters
+    ----------
+    envelope : (float, float)
+        ``(g_min, g_max)`` real/nominal gain ratios, both > 0.
+    detune : float
+        The P controller's ``kp * m0`` (> 0).
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+    n_grid : int
+        Gain ratios sampled across the envelope when there is a delay.
+
+    Returns
+    -------
+    float
+        The largest closed-loop pole magnitude.
+
+    Examples
+    --------
     >>> worst_pole_abs((0.5, 1.5))
     0.5
     """
     lo, hi = positive("envelope[0]", envelope[0]), positive("envelope[1]", envelope[1])
     if lo > hi:
         raise ValueError(f"envelope must satisfy g_min <= g_max, got {envelope!r}")
-    d = integer("delay_periods", delay_periods, 0)
+    d = int_at_least("delay_periods", delay_periods, 0)
     k = positive("detune", detune)
     if d == 0:
         return max(abs(1 - k * lo), abs(1 - k * hi))
     grid = np.unique(np.r_[np.linspace(lo, hi, n_grid), lo, hi])
-    return float(max(np.max(np.abs(np.roots(_char_poly(g, k, d)))) for g in grid))
+    return float(max(np.max(np.abs(np.roots(_p_loop_polynomial(g, k, d)))) for g in grid))
 
 
 @dataclass(frozen=True)
 class NominalChoice:
-    """The recommended nominal gain and the envelope and worst pole it yields."""
+    """The recommended nominal gain and the envelope and worst pole it yields (made by
+    :func:`recommend_nominal`).
+
+    Parameters
+    ----------
+    nominal_gain : float
+        The recommended nominal gain (with the gains' sign).
+    envelope : (float, float)
+        The gain-ratio envelope against it.
+    worst_pole_abs : float
+        The largest closed-loop pole magnitude over that envelope.
+    """
 
     nominal_gain: float
     envelope: tuple[float, float]
@@ -173,6 +223,21 @@ def recommend_nominal(gains: Iterable[float] | Mapping[str, Any], *, detune: flo
     the answer is ``detune * (m_min + m_max) / 2``, which puts the envelope symmetrically
     around deadbeat; with a delay the optimum is found numerically.
 
+    Parameters
+    ----------
+    gains : sequence or mapping
+        Identified gains, as numbers or fits with a ``gain`` attribute, optionally keyed by
+        operating-point label.
+    detune : float
+        The P controller's ``kp * m0`` (> 0).
+    delay_periods : int
+        Measurement delay in periods (>= 0).
+
+    Returns
+    -------
+    NominalChoice
+        Nominal gain, envelope and worst pole.
+
     Examples
     --------
     >>> c = recommend_nominal([-4.0, -12.0])
@@ -181,7 +246,7 @@ def recommend_nominal(gains: Iterable[float] | Mapping[str, Any], *, detune: flo
     """
     _, arr = _gains(gains)
     k = positive("detune", detune)
-    d = integer("delay_periods", delay_periods, 0)
+    d = int_at_least("delay_periods", delay_periods, 0)
     m_lo, m_hi = float(np.min(np.abs(arr))), float(np.max(np.abs(arr)))
     sign = float(np.sign(arr[0]))
     if d == 0:

@@ -5,6 +5,8 @@ import pytest
 
 from sysid import IdData, fit_narx, resid, validate
 
+pytest.importorskip("sysidentpy")
+
 
 def narx_system(n=600, noise=0.01, seed=0):
     """y(k) = 0.2 y(k-1) + 0.1 y(k-1) u(k-1) + 0.9 u(k-2) + e(k) (sysidentpy's example)."""

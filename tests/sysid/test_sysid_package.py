@@ -54,3 +54,18 @@ def test_guide_example_runs():
     assert blocks
     for block in blocks:
         exec(compile(block, "docs/sysid.md", "exec"), {"__name__": "guide"})
+
+
+def test_fit_narx_without_sysidentpy_says_how_to_install(monkeypatch):
+    import numpy as np
+    import pytest
+
+    from sysid import IdData, fit_narx
+
+    for name in ("sysidentpy", "sysidentpy.basis_function"):
+        monkeypatch.setitem(sys.modules, name, None)   # import of it raises ImportError
+    u = np.random.default_rng(0).uniform(0, 1, 50)
+    with pytest.raises(ImportError) as info:
+        fit_narx(IdData(u, 2 * u))
+    msg = str(info.value)
+    assert "\n" not in msg and "pip install 'gpucontrol[narx]'" in msg

@@ -79,3 +79,17 @@ def test_bad_gains(gains, msg):
 def test_bad_nominal():
     with pytest.raises(ValueError, match="with the gains' sign"):
         gain_envelope([-1.0, -2.0], nominal=3.0)
+
+
+@pytest.mark.parametrize("delay", [0, 1, 3])
+@pytest.mark.parametrize("detune", [0.5, 1.0, 1.5])
+def test_p_loop_polynomial_is_the_core_designs(delay, detune):
+    """sysid's P-loop polynomial is the core's general one for design_p (one definition each
+    side of the wall, pinned together here)."""
+    from gpucontrol import LinearLatencyModel, design_p
+    from sysid.variation import _p_loop_polynomial
+
+    design = design_p(LinearLatencyModel(-12.0, 95.0), detune=detune)
+    for g in (0.3, 1.0, 1.7):
+        np.testing.assert_allclose(_p_loop_polynomial(g, detune, delay),
+                                   design.characteristic_polynomial(g, delay), atol=1e-12)
