@@ -121,6 +121,8 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
                                 "paper_latency_ms": pl, "latency_err_pct": 100 * (ml - pl) / pl,
                                 "sm_pct": ms, "paper_sm_pct": ps,
                                 "sm_err_pct": 100 * (ms - ps) / ps})
+    _add_sim_reference(summary, plant=plant, preset=preset, seed=seed, duration_s=duration_s,
+                       change_s=change_s, period_s=period_s, settle_s=settle_s)
     rec = concat(runs)
     for row in rec:
         row["run"] = row["controller"]
@@ -132,7 +134,7 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
     if out_dir is not None:
         out = Path(out_dir)
         cols = ("run", "phase", "latency_ms", "paper_latency_ms", "latency_err_pct", "sm_pct",
-                "paper_sm_pct", "sm_err_pct")
+                "paper_sm_pct", "sm_err_pct", "sim_latency_ms", "sim_sm_pct")
         res.files += [write_csv(rec, out / "knobs.csv"),
                       write_csv(summary, out / "knobs_summary.csv", cols),
                       write_markdown_table(summary, cols, out / "knobs_summary.md",
@@ -140,6 +142,28 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
                       write_json(meta, out / "knobs_meta.json"),
                       plot_knobs(res, out / "knobs.png")]
     return res
+
+
+def _add_sim_reference(summary: list[dict[str, Any]], *, plant: str, preset: str, seed: int,
+                       duration_s: float, change_s: tuple[float, float], period_s: float,
+                       settle_s: float) -> None:
+    """Add ``sim_latency_ms`` / ``sim_sm_pct``: the same runs on the simulated plant.
+
+    The reference is the simulated plant with the same preset and timing and seed 0, so a
+    hardware result folder carries its own comparison (the README draft of
+    :mod:`harness.hil.readme` reads it from ``knobs_summary.csv``). A simulated run with
+    seed 0 is its own reference.
+    """
+    if plant == "sim" and seed == 0:
+        ref = summary
+    else:
+        ref = knobs(plant="sim", preset=preset, seed=0, duration_s=duration_s,
+                    change_s=change_s, period_s=period_s, settle_s=settle_s).summary
+    by_key = {(r["run"], r["phase"]): r for r in ref}
+    for row in summary:
+        s = by_key.get((row["run"], row["phase"]), {})
+        row["sim_latency_ms"] = s.get("latency_ms", math.nan)
+        row["sim_sm_pct"] = s.get("sm_pct", math.nan)
 
 
 def plot_knobs(res: ExperimentResult, path: str | Path) -> Path:
