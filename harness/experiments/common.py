@@ -36,19 +36,12 @@ __all__ = [
     "steady_mask",
 ]
 
-#: Every controller the experiments know, in display order.
-CONTROLLER_NAMES: tuple[str, ...] = (
-    "Open", "Simple", "Conservative", "Sleep-only", "MPS-only", "GSLICE-extended",
-    "GPUColo two-tier", "GPUColo mid-range + adaptive", "Oracle")
+#: Every controller the experiments know, in display order (the registry
+#: :data:`harness.sim.baselines.BASELINES`).
+CONTROLLER_NAMES: tuple[str, ...] = tuple(b.name for b in B.BASELINES)
 
 #: Short aliases accepted on the command line.
-ALIASES = {"open": "Open", "simple": "Simple", "conservative": "Conservative",
-           "sleep": "Sleep-only", "sleep-only": "Sleep-only", "mps": "MPS-only",
-           "mps-only": "MPS-only", "gslice": "GSLICE-extended",
-           "gslice-extended": "GSLICE-extended", "two-tier": "GPUColo two-tier",
-           "paper": "GPUColo two-tier", "gpucolo": "GPUColo two-tier",
-           "mid-range": "GPUColo mid-range + adaptive", "ours": "GPUColo mid-range + adaptive",
-           "adaptive": "GPUColo mid-range + adaptive", "oracle": "Oracle"}
+ALIASES = B.ALIASES
 
 
 def plant_mps_enabled(plant: Any) -> bool | None:
@@ -157,42 +150,13 @@ def build_controllers(names: Sequence[str], *, plant: Any, slo_ms: float,
     """Instantiate the named controllers for one run (``plant``: a noise-free reference for
     the Oracle, the Open setting and the nominal model)."""
     fam = family if family is not None else identify_family(plant)
-    gain_mps = fam.mps_gain(initial_mps_pct)
-    if not (math.isfinite(gain_mps) and gain_mps > 0):
-        gain_mps = slo_ms / 100.0
-    oracle = None
+    ctx = B.BaselineContext(plant, slo_ms, scenario, duration_s, period_s, fam, initial_mps_pct)
+    registry = {b.name: b for b in B.BASELINES}
     out: list[Any] = []
     for n in names:
-        if n in ("Oracle", "Open") and oracle is None:
-            oracle = B.Oracle(plant, slo_ms, scenario, duration_s=duration_s,
-                              inner_period_s=period_s)
-        if n == "Open":
-            p0 = oracle.points[0]
-            out.append(B.FixedAllocation(p0.sleep_s, p0.mps_pct, slo_ms=slo_ms, name="Open",
-                                         inner_period_s=period_s))
-        elif n == "Simple":
-            out.append(B.FixedAllocation.simple(slo_ms))
-        elif n == "Conservative":
-            out.append(B.FixedAllocation.conservative(slo_ms))
-        elif n == "Sleep-only":
-            out.append(B.sleep_only(fam, slo_ms, mps_pct=initial_mps_pct,
-                                    inner_period_s=period_s))
-        elif n == "MPS-only":
-            out.append(B.MPSOnly(slo_ms, gain_mps, every=max(1, round(25.0 / period_s)),
-                                 initial_mps_pct=initial_mps_pct, inner_period_s=period_s))
-        elif n == "GSLICE-extended":
-            out.append(B.GSliceExtended(slo_ms, every=max(1, round(25.0 / period_s)),
-                                        inner_period_s=period_s))
-        elif n == "GPUColo two-tier":
-            out.append(B.gpucolo_two_tier(fam, slo_ms, initial_mps_pct=initial_mps_pct,
-                                          inner_period_s=period_s))
-        elif n == "GPUColo mid-range + adaptive":
-            out.append(B.gpucolo_midrange_adaptive(fam, slo_ms, initial_mps_pct=initial_mps_pct,
-                                                   inner_period_s=period_s))
-        elif n == "Oracle":
-            out.append(oracle)
-        else:
+        if n not in registry:
             raise ValueError(f"unknown controller {n!r}")
+        out.append(registry[n].factory(ctx))
     return out
 
 
