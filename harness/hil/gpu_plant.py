@@ -44,9 +44,9 @@ import numpy as np
 
 from gpucontrol.node.actuators.mps import MPSActuator
 from gpucontrol.node.hooks import ENV_HOOK_FILE, HookWriter
-from harness.hil._files import read_json, write_int
 from harness.hil._tail import CSVTail, first_and_last_rows
 from harness.hil.mps_session import client_env, mps_session, validate_pct
+from harness.results import read_json, write_int
 from harness.sim.protocol import PeriodResult, inference_mps_of
 
 if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are not evaluated at run time

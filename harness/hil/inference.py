@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from harness.hil._files import CSVLog, IntFile, write_json_atomic
 from harness.hil._lazy import GPUUnavailableError, require
 from harness.hil._signals import stop_on_signals
+from harness.results import CSVLog, IntFile, write_json
 
 LOG_FIELDS = ("batch", "t_unix", "batch_size", "gpu_ms", "wall_ms")
 
@@ -200,9 +200,10 @@ class InferenceLoop:
 
     def signal_ready(self) -> None:
         if self.cfg.ready_file:
-            write_json_atomic(self.cfg.ready_file, {
+            write_json({
                 "pid": os.getpid(), "time": self.wall(), "batch_size": self.batch_size.value(),
-                "fp16": self.cfg.fp16, "channels_last": self.cfg.channels_last})
+                "fp16": self.cfg.fp16, "channels_last": self.cfg.channels_last},
+                self.cfg.ready_file)
 
     def _done(self, i: int, t0: float) -> bool:
         if self.stop_requested:

@@ -33,8 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.hil._files import read_json
-from harness.results import atomic_write_text, markdown_table, read_csv
+from harness.results import atomic_write_text, markdown_table, read_csv, read_json
 
 __all__ = ["draft_readme", "draft_readmes", "main"]
 
