@@ -16,7 +16,6 @@ from harness.experiments.common import (
     close_plant,
     controller_metrics,
     make_plant,
-    matplotlib_pyplot,
     params_meta,
     plant_mps_enabled,
     resolve_names,
@@ -123,7 +122,8 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
 
 def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
     """Fig 8 layout: (a) latency, (b) throughputs, (c) sleep, (d) training MPS."""
-    plt = matplotlib_pyplot()
+    import matplotlib.pyplot as plt
+
     slo = res.meta["slo_ms"]
     fig, ax = plt.subplots(2, 2, figsize=(12, 7))
     names = [r["controller"] for r in res.summary]

@@ -28,7 +28,6 @@ __all__ = [
     "identify_family",
     "latency_range_ms",
     "make_plant",
-    "matplotlib_pyplot",
     "params_meta",
     "plant_mps_enabled",
     "scale_slo",
@@ -222,20 +221,6 @@ class ExperimentResult:
             if r.get("controller") == controller:
                 return r
         raise KeyError(controller)
-
-
-def matplotlib_pyplot():
-    """pyplot with a non-interactive backend (experiments run headless)."""
-    import matplotlib
-
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
-        try:
-            matplotlib.use("Agg")
-        except Exception:
-            pass
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 ProgressHook = Callable[[int], None]

@@ -30,7 +30,6 @@ from harness.experiments.common import (
     ExperimentResult,
     close_plant,
     make_plant,
-    matplotlib_pyplot,
     plant_mps_enabled,
 )
 from harness.progress import Progress
@@ -190,7 +189,8 @@ def _levels(res: ExperimentResult) -> list[float]:
 
 def plot_fig6(res: ExperimentResult, plant: Any, path: str | Path) -> Path:
     """Latency vs sleep per MPS level: measured periods, fitted line, noise-free curve."""
-    plt = matplotlib_pyplot()
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7.0, 4.5))
     lo, hi = res.meta["sleep_range_s"]
     s = np.linspace(lo, hi, 50)
@@ -213,7 +213,8 @@ def plot_fig6(res: ExperimentResult, plant: Any, path: str | Path) -> Path:
 
 def plot_fig7(res: ExperimentResult, path: str | Path) -> Path:
     """Predicted vs measured latency on the held-out periods, one panel per level."""
-    plt = matplotlib_pyplot()
+    import matplotlib.pyplot as plt
+
     levels = _levels(res)
     fig, axes = plt.subplots(len(levels), 1, figsize=(7.0, 1.9 * len(levels) + 0.6),
                              sharex=True, squeeze=False)

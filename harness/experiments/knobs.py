@@ -25,7 +25,6 @@ from harness.experiments.common import (
     ExperimentResult,
     close_plant,
     make_plant,
-    matplotlib_pyplot,
     plant_mps_enabled,
 )
 from harness.progress import Progress
@@ -167,7 +166,8 @@ def _add_sim_reference(summary: list[dict[str, Any]], *, plant: str, preset: str
 
 
 def plot_knobs(res: ExperimentResult, path: str | Path) -> Path:
-    plt = matplotlib_pyplot()
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     marks = {"MPS": "s", "Sleep": "o", "Sleep+MPS": "*"}
     for name in KNOB_RUNS:

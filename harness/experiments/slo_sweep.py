@@ -22,7 +22,6 @@ from harness.experiments.common import (
     close_plant,
     latency_range_ms,
     make_plant,
-    matplotlib_pyplot,
     params_meta,
     plant_mps_enabled,
     resolve_names,
@@ -125,7 +124,8 @@ def _point(r: Records, ctl: Any, slo: float, warmup_s: float) -> dict[str, Any]:
 
 
 def plot_sweep(res: ExperimentResult, path: str | Path) -> Path:
-    plt = matplotlib_pyplot()
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(1, 3, figsize=(13, 4))
     names = list(dict.fromkeys(r["controller"] for r in res.summary))
     slos = res.meta["slos"]

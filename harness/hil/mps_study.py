@@ -109,9 +109,6 @@ def summarize(level_rows: list[dict[str, Any]], restart_rows: list[dict[str, Any
 
 
 def _plot(level_rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
