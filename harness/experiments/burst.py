@@ -95,11 +95,11 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
         summary.append({"controller": c.name, **m,
                         "periods_over_after_step": during["periods_over"]})
     by = {r["controller"]: r for r in summary}
-    for r in summary:
+    for row in summary:
         for key, ref_name in (("training_vs_oracle", "Oracle"),
                               ("training_vs_gslice", "GSLICE-extended")):
             base = by.get(ref_name, {}).get("training_throughput", math.nan)
-            r[key] = r["training_throughput"] / base if base and base > 0 else math.nan
+            row[key] = row["training_throughput"] / base if base and base > 0 else math.nan
     meta = {"experiment": "burst", "plant": plant, "preset": str(preset), "seed": seed,
             "duration_s": periods * period_s, "period_s": period_s, **slo_info,
             "burst_s": list(burst_s), "batches": list(batches), "tolerance": tolerance,

@@ -196,7 +196,7 @@ def plot_fig6(res: ExperimentResult, plant: Any, path: str | Path) -> Path:
     s = np.linspace(lo, hi, 50)
     for row, color in zip(res.summary, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3):
         m = row["mps_pct"]
-        r = res.records.where(lambda x, m=m: x["mps_pct"] == m)
+        r = Records(x for x in res.records if x["mps_pct"] == m)
         ax.plot(r.col("sleep_s"), r.col("latency_ms"), ".", color=color, alpha=0.5, ms=4)
         ax.plot(s, row["gain"] * s + row["offset"], "-", color=color,
                 label=f"MPS {m:g}%: {row['gain']:.1f} s + {row['offset']:.1f} "
@@ -220,7 +220,7 @@ def plot_fig7(res: ExperimentResult, path: str | Path) -> Path:
                              sharex=True, squeeze=False)
     for ax, row in zip(axes[:, 0], res.summary):
         m = row["mps_pct"]
-        r = res.records.where(lambda x, m=m: x["mps_pct"] == m and x["split"] == "validation")
+        r = Records(x for x in res.records if x["mps_pct"] == m and x["split"] == "validation")
         k = r.col("k")
         ax.plot(k, r.col("latency_ms"), "o-", ms=3, lw=0.8, label="measured")
         ax.plot(k, r.col("predicted_ms"), "s--", ms=3, lw=0.8, label="predicted")

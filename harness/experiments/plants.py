@@ -49,7 +49,7 @@ def plant_factory(kind: str) -> Callable[..., Any]:
                          f"got {kind!r}")
     module, _, attr = PLANTS[kind].partition(":")
     try:
-        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), attr)
     except ImportError as exc:
         raise _unavailable(kind, module, exc) from None
 

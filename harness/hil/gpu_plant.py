@@ -50,7 +50,7 @@ from harness.results import read_json, write_int
 from harness.sim.protocol import PeriodResult, inference_mps_of
 
 if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are not evaluated at run time
-    from typing import Self
+    from typing_extensions import Self
 
 __all__ = ["PRESETS", "GPUPlant", "GPUPlantConfig", "gpu_info"]
 
@@ -378,7 +378,7 @@ class GPUPlant:
                     return
                 want, want_inf = self._want_mps, self._want_inf_mps
             a, b = want_inf, self.inference_mps_pct
-            if (a is None) != (b is None) or (a is not None and abs(a - b) > tol):
+            if (a is None) != (b is None) or (a is not None and b is not None and abs(a - b) > tol):
                 win = [time.time(), math.nan]
                 self._inf_windows.append(win)
                 try:
@@ -452,7 +452,7 @@ class GPUPlant:
                 self._warn_once("no-mps", "MPS is unavailable: the plant runs sleep-only and "
                                 "ignores MPS requests")
             return
-        self._request(train_pct, min(max(inf_pct, 1.0), 100.0) if inf_given else None,
+        self._request(train_pct, min(max(inf_pct, 1.0), 100.0) if inf_pct is not None else None,
                       inf_given)
 
     def _check_alive(self) -> None:

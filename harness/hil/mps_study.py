@@ -54,7 +54,7 @@ def mps_study(levels: Sequence[float] = (100, 80, 60, 40, 20), *,
     level_rows: list[dict[str, Any]] = []
     restart_rows: list[dict[str, Any]] = []
     for mode in modes:
-        cfg_kw = {"shadow": mode == "shadow", "initial_mps_pct": float(levels[0]),
+        cfg_kw: dict[str, Any] = {"shadow": mode == "shadow", "initial_mps_pct": float(levels[0]),
                   "initial_sleep_s": 0.0}
         if base.workdir is not None:
             cfg_kw["workdir"] = str(Path(base.workdir) / mode)

@@ -195,7 +195,9 @@ class EmulatorSummary:
 # ---------------------------------------------------------------------------------------------
 # the GPU side, behind a small protocol so the loop is testable with a fake
 class Backend(Protocol):
-    multiprocessor_count: int
+    @property
+    def multiprocessor_count(self) -> int | None:
+        """The GPU's SM count (None on the CPU stand-in)."""
 
     def time_matmuls(self, n: int) -> float:
         """Seconds for ``n`` back-to-back matmuls (synchronized)."""

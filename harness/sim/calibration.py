@@ -182,10 +182,10 @@ def fit_facts(facts: Sequence[Fact], base: ColocationParams, *,
     facts = list(facts)
     if not facts:
         raise ValueError("facts must not be empty")
-    for f in facts:
-        if not (math.isfinite(f.latency_ms) and f.latency_ms > 0):
-            raise ValueError(f"fact {f.name!r}: latency_ms must be a number > 0, got "
-                             f"{f.latency_ms!r}")
+    for fact in facts:
+        if not (math.isfinite(fact.latency_ms) and fact.latency_ms > 0):
+            raise ValueError(f"fact {fact.name!r}: latency_ms must be a number > 0, got "
+                             f"{fact.latency_ms!r}")
     from scipy.optimize import least_squares
 
     lat_meas = np.array([f.latency_ms for f in facts], float)
@@ -207,7 +207,8 @@ def fit_facts(facts: Sequence[Fact], base: ColocationParams, *,
     undetermined = []
     for f in names:   # does any residual move with this field?
         h = 1e-4 * max(abs(start[f]), 1e-2)
-        moved = residuals_of(replace(base, **{f: start[f] + h})) - r0
+        nudged: dict[str, Any] = {f: start[f] + h}
+        moved = residuals_of(replace(base, **nudged)) - r0
         if not np.any(np.abs(moved) > 1e-12):
             undetermined.append(f)
     names = tuple(f for f in names if f not in undetermined)
@@ -220,7 +221,8 @@ def fit_facts(facts: Sequence[Fact], base: ColocationParams, *,
                  hi - 1e-9 * (hi - lo))
 
     def params_at(x: np.ndarray) -> ColocationParams:
-        return replace(base, **dict(zip(names, map(float, x))))
+        values: dict[str, Any] = dict(zip(names, map(float, x)))
+        return replace(base, **values)
 
     sol = least_squares(lambda x: residuals_of(params_at(x)), x0, bounds=(lo, hi))
     values = dict(zip(names, map(float, sol.x)))

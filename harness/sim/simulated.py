@@ -469,7 +469,7 @@ class SimulatedColocation:
             inference_batches=n, inference_images=n * int(p.batch),
             training_iterations=iters, training_sm_share=sm_time / T,
             restarting=restarting, inference_restarting=inf_restarting,
-            sleep_s=float(self.sleep_s), mps_pct=float(self.mps_pct),
+            sleep_s=float(self.sleep_s or 0.0), mps_pct=float(self.mps_pct or 100.0),
             inference_mps_pct=float(self.inference_mps_pct), batch=int(p.batch),
             samples_ms=tuple(all_lats.tolist()) if p.keep_samples else ())
 
