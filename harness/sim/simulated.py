@@ -263,7 +263,7 @@ class SimulatedColocation:
         Default: the Fig 8/9 preset.
     seed : int
         Seed of the random generator (noise, iteration jitter).
-    **overrides
+    **overrides : Any
         Field overrides of ``params``.
 
     Examples
