@@ -127,10 +127,27 @@ def identify_family(plant: Any, mps_levels: Sequence[float] = (20, 40, 60, 80, 1
                     batch: int | None = None, sleeps: Sequence[float] | None = None
                     ) -> LatencyModelFamily:
     """The controllers' nominal model: at each MPS level, a least-squares line of latency
-    over the sleep range (the seed-000 Fig 6 procedure), on the noise-free plant.
+    over the sleep range (the procedure of the GPUColo paper (Chen et al., ICDCS 2024),
+    Fig. 6), on the noise-free plant.
 
     The fitted gain is clipped below -1e-3 ms/s so a level where sleep has no effect still
     gives a valid (negative-gain) model.
+
+    Parameters
+    ----------
+    plant : Any
+        A plant with ``expected_latency_ms(sleep_s, mps_pct, batch)``.
+    mps_levels : Sequence[float]
+        The MPS levels, %.
+    batch : int or None
+        Batch size (None: the plant's).
+    sleeps : Sequence[float] or None
+        The sleeps to fit over, s (None: 0..1 s in 21 steps).
+
+    Returns
+    -------
+    LatencyModelFamily
+        One linear model per MPS level.
     """
     s = np.linspace(0.0, 1.0, 21) if sleeps is None else np.asarray(sleeps, float)
     pts = []
@@ -146,8 +163,33 @@ def build_controllers(names: Sequence[str], *, plant: Any, slo_ms: float,
                       scenario: Scenario | None, duration_s: float, period_s: float = 4.0,
                       family: LatencyModelFamily | None = None, initial_mps_pct: float = 80.0
                       ) -> list[Any]:
-    """Instantiate the named controllers for one run (``plant``: a noise-free reference for
-    the Oracle, the Open setting and the nominal model)."""
+    """Instantiate the named controllers for one run from the registry
+    :data:`harness.sim.baselines.BASELINES`.
+
+    Parameters
+    ----------
+    names : Sequence[str]
+        Display names (:func:`resolve_names` turns aliases into them).
+    plant : Any
+        A noise-free reference plant for the Oracle, the Open setting and the nominal model.
+    slo_ms : float
+        Latency SLO, ms.
+    scenario : Scenario or None
+        The run's load scenario.
+    duration_s : float
+        Length of the run, s.
+    period_s : float
+        Inner control period, s.
+    family : LatencyModelFamily or None
+        Nominal model (None: :func:`identify_family` on ``plant``).
+    initial_mps_pct : float
+        Training MPS the run starts at, %.
+
+    Returns
+    -------
+    list
+        One controller per name, in order.
+    """
     fam = family if family is not None else identify_family(plant)
     ctx = B.BaselineContext(plant, slo_ms, scenario, duration_s, period_s, fam, initial_mps_pct)
     registry = {b.name: b for b in B.BASELINES}
@@ -208,7 +250,21 @@ def controller_metrics(rec: Records, slo_ms: float, *, tolerance: float = 0.05,
 @dataclass
 class ExperimentResult:
     """What an experiment returns: the tidy records, a per-controller (or per-point) summary,
-    the files written, and metadata (seed, plant parameters ...)."""
+    the files written, and metadata (seed, plant parameters ...).
+
+    Parameters
+    ----------
+    name : str
+        The experiment.
+    records : Records
+        One row per period (and controller).
+    summary : list[dict]
+        The summary rows.
+    files : list[Path]
+        Files written.
+    meta : dict
+        Metadata, as written to the meta JSON.
+    """
 
     name: str
     records: Records

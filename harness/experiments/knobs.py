@@ -87,7 +87,34 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
     MPS restart has finished) with the measured mean latency and SM share next to the
     paper's and the relative differences. ``preset``: the plant preset (a name or a
     calibration file, :func:`harness.experiments.common.make_plant`); the paper's numbers are
-    Fig 4's whatever the preset.
+    Fig 4's whatever the preset. The summary also carries ``sim_latency_ms`` and ``sim_sm_pct``:
+    the same runs on the simulated plant (same preset and timing, seed 0).
+
+    Parameters
+    ----------
+    plant : str
+        Plant kind from the registry (:func:`~harness.experiments.plants.make_plant`).
+    preset : str
+        Plant preset: a name or a calibration file.
+    seed : int
+        Seed of the plant's random generator.
+    duration_s : float
+        Length of each run, s.
+    change_s : tuple[float, float]
+        When the knobs change and change back, s (``0 < first < second <= duration_s``).
+    period_s : float
+        Control period, s.
+    settle_s : float
+        Length of the averaging window before each change, s.
+    out_dir : str or Path or None
+        Folder for the result files; None writes nothing.
+    progress : bool or None
+        Progress bar on stderr (None: when stderr is a terminal).
+
+    Returns
+    -------
+    ExperimentResult
+        Records of the three runs and the summary.
     """
     if not (0 < change_s[0] < change_s[1] <= duration_s):
         raise ValueError(f"change_s must satisfy 0 < first < second <= duration_s, got "

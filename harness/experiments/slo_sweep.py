@@ -50,8 +50,42 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
               plant_overrides: dict[str, Any] | None = None,
               relative_slo: bool = False) -> ExperimentResult:
     """Run every controller at every SLO; see the module docstring for the summary.
-    ``relative_slo``: the SLOs are stated for the seed's RTX 3090 (``fig8``) and moved to the
-    same places in ``preset``'s latency range (:func:`~.common.scale_slo`)."""
+
+    Parameters
+    ----------
+    plant : str
+        Plant kind from the registry (:func:`~harness.experiments.plants.make_plant`).
+    preset : str
+        Plant preset: a name or a calibration file.
+    seed : int
+        Seed of the plant's random generator.
+    slos : Sequence[float]
+        The SLOs, ms (> 0).
+    duration_s : float
+        Length of each run, s.
+    batch : int
+        Inference batch size.
+    period_s : float
+        Inner control period, s.
+    warmup_s : float
+        Periods before this time are not scored, s (< ``duration_s``).
+    controllers : Sequence[str] or str or None
+        Controller names or aliases (None: all).
+    out_dir : str or Path or None
+        Folder for the result files; None writes nothing.
+    progress : bool or None
+        Progress bar on stderr (None: when stderr is a terminal).
+    plant_overrides : dict or None
+        Plant parameter overrides.
+    relative_slo : bool
+        The SLOs are stated for the paper's RTX 3090 (``fig8``) and moved to the same places
+        in ``preset``'s latency range (:func:`~.common.scale_slo`).
+
+    Returns
+    -------
+    ExperimentResult
+        One summary row per controller and SLO.
+    """
     names = resolve_names(controllers)
     slos = [float(s) for s in slos]
     if not slos or any(not (math.isfinite(s) and s > 0) for s in slos):
