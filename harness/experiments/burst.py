@@ -1,4 +1,5 @@
-"""Seed 000 Fig 8: an inference burst (batch 105 -> 115 at 90 s, back at 290 s, 400 s, SLO
+"""The GPUColo paper (Chen et al., ICDCS 2024), Fig. 8: an inference burst (batch 105 -> 115
+at 90 s, back at 290 s, 400 s, SLO
 90 ms) under every controller; latency, sleep, MPS and throughputs over time."""
 
 from __future__ import annotations

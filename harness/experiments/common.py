@@ -70,7 +70,8 @@ def latency_range_ms(reference: Any, batch: int) -> tuple[float, float]:
 
 
 def scale_slo(slo_ms: float, reference: Any, batch: int) -> float:
-    """An SLO stated for the seed's RTX 3090 (the ``fig8`` preset) moved to the same place in
+    """An SLO stated for the GPUColo paper's RTX 3090 (the ``fig8`` preset) moved to the same
+    place in
     ``reference``'s latency range (:func:`latency_range_ms`), e.g. a preset calibrated on
     another GPU. On ``fig8`` itself it returns ``slo_ms``: 90 ms sits at 0.28 of the range
     72.9..134.7 ms at batch 105.

@@ -1,4 +1,4 @@
-"""Seed 000 Fig 4: MPS vs Sleep vs Sleep+MPS as knobs.
+"""The GPUColo paper (Chen et al., ICDCS 2024), Fig. 4: MPS vs Sleep vs Sleep+MPS as knobs.
 
 Three open-loop runs on the Fig 4 plant (ResNet-50 inference with the training emulator):
 
@@ -9,7 +9,7 @@ Three open-loop runs on the Fig 4 plant (ResNet-50 inference with the training e
 * **Sleep+MPS** — both at MPS 80 %; sleep 0.2 s -> 0.8 s -> 0.2 s.
 
 The summary compares the settled latency and training SM share before and after the first
-change with the paper's numbers (ARCHITECTURE.md §6).
+change with the paper's numbers.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from harness.sim.protocol import Records, concat, run_loop
 
 __all__ = ["KNOB_RUNS", "PAPER_FIG4", "Schedule", "knobs"]
 
-#: Seed 000 Fig 4 (§IV-B): (latency ms, training SM %) before and after the change at 20 s.
+#: GPUColo paper, Fig. 4 (Sec. IV-B): (latency ms, training SM %) before and after the change
+#: at 20 s.
 PAPER_FIG4: dict[str, dict[str, tuple[float, float]]] = {
     "MPS": {"before": (15.1, 38.15), "after": (5.62, 1.128)},
     "Sleep": {"before": (6.68, 32.8), "after": (5.52, 15.8)},
@@ -164,7 +165,7 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
         res.files += [write_csv(rec, out / "knobs.csv"),
                       write_csv(summary, out / "knobs_summary.csv", cols),
                       write_markdown_table(summary, cols, out / "knobs_summary.md",
-                                           title="Knobs (seed 000 Fig 4)", digits=2),
+                                           title="Knobs (GPUColo paper, Fig. 4)", digits=2),
                       write_json(meta, out / "knobs_meta.json"),
                       plot_knobs(res, out / "knobs.png")]
     return res

@@ -1,4 +1,5 @@
-"""Seed 000 Fig 9: SLO sweep (75..95 ms, step 5), batch 105, 400 s per point.
+"""The GPUColo paper (Chen et al., ICDCS 2024), Fig. 9: SLO sweep (75..95 ms, step 5), batch 105,
+400 s per point.
 
 For each SLO and controller the summary gives the steady-state latency (transients excluded:
 the first ``warmup_s`` and the periods of and right after any restart or MPS change), its

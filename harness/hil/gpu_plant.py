@@ -16,7 +16,7 @@
 :meth:`GPUPlant.step` applies an actuation, waits one control period in real time, and builds
 the :class:`~harness.sim.protocol.PeriodResult` from the processes' CSV logs. MPS restarts run in a
 background thread, so periods keep their length and the inference keeps being measured while
-the training restarts (``restarting`` marks those periods), as on the seed's testbed.
+the training restarts (``restarting`` marks those periods), as on the GPUColo paper's testbed.
 
 Every process and the MPS daemon are stopped by :meth:`GPUPlant.close` (also registered with
 ``atexit``); use the plant as a context manager. Nothing here changes compute mode, clocks,
@@ -116,9 +116,10 @@ class GPUPlantConfig:
 
 #: Named setups mirroring :data:`harness.sim.simulated.PRESETS`.
 PRESETS: dict[str, dict[str, Any]] = {
-    # Seed 000 Fig 4: ResNet-50 inference with the matmul training emulator, both at MPS 80 %.
+    # GPUColo paper, Fig. 4: ResNet-50 inference with the matmul training emulator, both at
+    # MPS 80 %.
     "fig4": {"batch": 5, "inference_mps_pct": 80.0, "initial_mps_pct": 80.0},
-    # Seed 000 Fig 8/9: ResNet-50 batch 105 (115 in the burst), inference MPS 100 %.
+    # GPUColo paper, Figs. 8/9: ResNet-50 batch 105 (115 in the burst), inference MPS 100 %.
     "fig8": {"batch": 105, "inference_mps_pct": None, "initial_mps_pct": 80.0},
 }
 

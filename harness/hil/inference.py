@@ -1,8 +1,9 @@
-"""Inference loop: ResNet-50 on random batches, per-batch latency (seed 000 §IV-B, §VII-A).
+"""Inference loop: ResNet-50 on random batches, per-batch latency (GPUColo paper, Sec. IV-B, VII-A).
 
 ``torchvision.models.resnet50(weights=None)`` (random weights, nothing downloaded) in eval mode
 under ``torch.no_grad()``, optionally fp16 and channels-last. Batches of ``batch_size`` random
-images (default 105, the seed's Fig 8/9 setting) run back to back. The batch size can change
+images (default 105, the GPUColo paper's Fig. 8/9 setting) run back to back. The batch size
+can change
 while the process runs: ``--batch-file`` holds an integer that is re-read (one ``stat`` per
 batch) whenever it changes; the burst experiment writes 115 there and later 105.
 

@@ -45,7 +45,8 @@ __all__ = [
 
 
 def validate_pct(pct: float) -> float:
-    """An MPS active-thread percentage in [1, 100] (seed 000 §VI limits it to 1-100 %)."""
+    """An MPS active-thread percentage in [1, 100] (the GPUColo paper, Sec. VI, limits it to
+    1-100 %)."""
     v = float(pct)
     if not (1.0 <= v <= 100.0):
         raise ValueError(f"mps_pct must be in [1, 100], got {pct!r}")

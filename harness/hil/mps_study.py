@@ -1,5 +1,5 @@
 """MPS resize study on the real GPU: restart downtime with and without shadow pre-start, and
-the SM share and latency at each training MPS percentage (seed 000 §IV-B, Fig 4).
+the SM share and latency at each training MPS percentage (GPUColo paper, Sec. IV-B, Fig. 4).
 
 For each mode (cold restart, shadow pre-start) one :class:`~harness.hil.gpu_plant.GPUPlant` steps
 the training through the MPS levels (default 100, 80, 60, 40, 20 %, sleep 0). After each

@@ -178,7 +178,7 @@ def _identify(folder: Path, sim: bool) -> list[str]:
             row["sim gain ms/s"] = g
             row["gain / sim"] = _num(r["gain"]) / g if g else math.nan
         table.append(row)
-    out = ["## Latency vs sleep per MPS level (seed 000 Fig 6/7)", "",
+    out = ["## Latency vs sleep per MPS level (GPUColo paper, Figs. 6/7)", "",
            markdown_table(table, list(table[0]) if table else ["MPS %"], digits=3)]
     if len(rows) >= 2:
         a, b = rows[0], rows[-1]
@@ -252,13 +252,15 @@ def _smoke(folder: Path, sim: bool) -> list[str]:
 
 #: folder name -> (title, what identifies it, renderer)
 SECTIONS: dict[str, tuple[str, str, Callable[[Path, bool], list[str]]]] = {
-    "knobs": ("Knobs: MPS vs Sleep vs Sleep+MPS (seed 000 Fig 4)", "knobs_summary.csv", _knobs),
-    "mps_restart": ("MPS restart downtime and SM share per MPS level (seed 000 §IV-B)",
+    "knobs": ("Knobs: MPS vs Sleep vs Sleep+MPS (GPUColo paper, Fig. 4)", "knobs_summary.csv",
+              _knobs),
+    "mps_restart": ("MPS restart downtime and SM share per MPS level (GPUColo paper, Sec. IV-B)",
                     "levels.csv", _mps_restart),
-    "identify": ("System identification (seed 000 Fig 6/7)", "identify_summary.csv", _identify),
-    "burst": ("Inference burst (seed 000 Fig 8)", "burst_summary.csv",
+    "identify": ("System identification (GPUColo paper, Figs. 6/7)", "identify_summary.csv",
+                 _identify),
+    "burst": ("Inference burst (GPUColo paper, Fig. 8)", "burst_summary.csv",
               _summary_md("burst", "burst")),
-    "slo_sweep": ("SLO sweep (seed 000 Fig 9)", "slo_sweep_summary.csv",
+    "slo_sweep": ("SLO sweep (GPUColo paper, Fig. 9)", "slo_sweep_summary.csv",
                   _summary_md("slo_sweep", "slo_sweep")),
     "gpu_tests": ("Hardware tests (`pytest -m gpu`)", "junit.xml", _gpu_tests),
     "smoke": ("Smoke checks", "smid.jsonl", _smoke),

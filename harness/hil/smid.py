@@ -1,6 +1,7 @@
 """Which SMs can a process occupy right now? Sample ``%smid`` with a tiny kernel.
 
-Seed 000 §IV-B measures the training job's SM share by sampling the SM ids its blocks run on
+The GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-B, measures the training job's SM share by
+sampling the SM ids its blocks run on
 in every iteration. :class:`SMIDSampler` loads ``cuda_kernels/smid.cu`` with
 ``cupy.RawModule``, launches it on a given stream (the training stream), and
 :func:`summarize_smids` turns the recorded ids into the distinct SMs and their fraction of the

@@ -1,4 +1,5 @@
-"""Training emulator: CuPy matmuls sized to a target iteration time (seed 000 §IV-B, Fig 4).
+"""Training emulator: CuPy matmuls sized to a target iteration time (the GPUColo paper (Chen et
+al., ICDCS 2024), Sec. IV-B, Fig. 4).
 
 The seed emulates DNN training "using some matrix computations in CUDA and any needed data
 copying is emulated too", because PyTorch hides which SMs its kernels reach. Each iteration

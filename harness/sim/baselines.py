@@ -7,13 +7,14 @@ PlantActuation` where the inference process is touched too).
 name                      behaviour
 ========================  ===============================================================
 Open                      fixed sleep and training MPS (tuned offline for the normal load)
-Simple                    even split: inference 50 %, training 50 % MPS, no sleep (seed 000 §III)
-Conservative              inference 40 %, training 10 % per job, no sleep (seed 000 §III)
+Simple                    even split: inference 50 %, training 50 % MPS, no sleep
+                          (GPUColo paper, Sec. III)
+Conservative              inference 40 %, training 10 % per job, no sleep (GPUColo paper, Sec. III)
 Sleep-only                GPUColo's inner loop alone; the training MPS stays where it starts
 MPS-only                  training MPS only, P step every ~25 s (restarts cost too much for 4 s)
 GSLICE-extended           inference + training MPS = 100 %, inference grows when the SLO is
                           missed and shrinks when well below it, every 25 s; every change
-                          restarts both processes (seed 000 §VI, §VII-A)
+                          restarts both processes (GPUColo paper, Sec. VI, VII-A)
 GPUColo two-tier          :class:`gpucontrol.TwoTierController`, ``outer="paper"``
 GPUColo mid-range + adpt  :class:`gpucontrol.TwoTierController`, ``outer="mid-range"``,
                           ``adaptive=True``
@@ -79,7 +80,7 @@ class FixedAllocation:
 
     ``inference_mps_pct=None`` leaves the inference at the plant's setting (100 % for GPUColo's
     plant); a value gives the inference its own MPS cap (the static co-location baselines of
-    seed 000 §III split the GPU between the jobs).
+    the GPUColo paper, Sec. III split the GPU between the jobs).
     """
 
     def __init__(self, sleep_s: float = 0.0, mps_pct: float = 100.0, *,
@@ -99,12 +100,13 @@ class FixedAllocation:
 
     @classmethod
     def simple(cls, slo_ms: float = math.nan) -> FixedAllocation:
-        """Even split between the two co-located jobs (seed 000 §III "Simple")."""
+        """Even split between the two co-located jobs (GPUColo paper, Sec. III "Simple")."""
         return cls(0.0, 50.0, inference_mps_pct=50.0, slo_ms=slo_ms, name="Simple")
 
     @classmethod
     def conservative(cls, slo_ms: float = math.nan) -> FixedAllocation:
-        """40 % per inference job, 10 % per training job (seed 000 §III "Conservative")."""
+        """40 % per inference job, 10 % per training job (GPUColo paper, Sec. III,
+        "Conservative")."""
         return cls(0.0, 10.0, inference_mps_pct=40.0, slo_ms=slo_ms, name="Conservative")
 
     def _act(self, reason: str) -> Actuation:
@@ -151,7 +153,8 @@ class _Windowed:
 
 class MPSOnly(_Windowed):
     """Training MPS is the only knob: ``mps += (slo - l) / mps_gain`` every ``every`` periods
-    (default 6 x 4 s ~ 25 s, the restart-limited period of seed 000 §VI), sleep 0, only when
+    (default 6 x 4 s ~ 25 s, the restart-limited period of the GPUColo paper, Sec. VI), sleep 0,
+    only when
     the error exceeds ``threshold`` of the SLO. ``mps_gain`` is ms of latency per MPS point."""
 
     def __init__(self, slo_ms: float, mps_gain_ms_per_pct: float, *, every: int = 6,
@@ -186,7 +189,7 @@ class MPSOnly(_Windowed):
 
 
 class GSliceExtended(_Windowed):
-    """GSLICE extended to a co-located training job (seed 000 §VI, §VII-A).
+    """GSLICE extended to a co-located training job (GPUColo paper, Sec. VI, VII-A).
 
     The inference and training MPS shares always sum to 100 %. Every ``every`` periods
     (6 x 4 s ~ 25 s: "we choose 25 s") the inference share grows by ``step_up`` points when the

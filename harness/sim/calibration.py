@@ -7,7 +7,7 @@ SM % or NaN, SM weight)``; :func:`fit_facts` fits the chosen fields (by default 
 constants and the training work per iteration) so that the plant's noise-free views
 (``expected_latency_ms``, ``expected_sm_share``) match them, in relative terms.
 
-The shipped constants come from the seed-000 Fig 4 figures (ARCHITECTURE.md §6):
+The shipped constants come from the GPUColo paper's Fig. 4:
 :func:`fit_fig4` fits ``saturation_per_sqrt_image``, ``interference_sqrt_image``,
 ``inference_weight``, ``contention_exponent``, ``timeslice_inference_share``,
 ``timeslice_train_occupancy`` and the emulator's ``train_work_s``, with the Fig 4 batch (5)
@@ -62,7 +62,8 @@ __all__ = ["CALIBRATE_FIELDS", "FIG4_FACTS", "FIG4_FIT_FIELDS", "FIT_BOUNDS", "R
            "fit_facts", "fit_fig4"]
 
 
-#: Seed 000 Fig 4: (name, plant overrides, sleep s, training MPS %, latency ms, training SM %,
+#: GPUColo paper, Fig. 4: (name, plant overrides, sleep s, training MPS %, latency ms, training
+#: SM %,
 #: SM weight)
 FIG4_FACTS: tuple[Fact, ...] = (
     Fact("MPS 80/80", {}, 0.0, 80.0, 15.1, 38.15, 1.0),
@@ -248,7 +249,7 @@ def _stderr(sol: Any, names: Sequence[str]) -> dict[str, float]:
 
 
 def _fig4_iteration_prior(p: ColocationParams) -> list[float]:
-    """Seed 000: the time-sliced training iteration takes about 0.2 s."""
+    """The GPUColo paper: the time-sliced training iteration takes about 0.2 s."""
     t = float(SimulatedColocation(replace(p, mps_enabled=False)).expected_iteration_s(100))
     return [0.3 * (t - 0.2) / 0.2]
 
