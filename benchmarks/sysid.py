@@ -3,13 +3,14 @@
 Prints (and with ``--out`` writes as a Markdown section) two measurements:
 
 1. **Gain from 50 periods of white noise.** At MPS 60/80/100 % (Fig 8 preset) the sleep is
-   excited for 50 control periods (T = 4 s) with uniform white noise (seed 000's excitation)
+   excited for 50 control periods (T = 4 s) with uniform white noise
+   (the GPUColo paper's excitation)
    or a PRBS of the same bounds, ``s0 ± 0.3 s`` around ``s0 = 0.5 s``. The identified gain —
    of the static fit (the paper's model) and of an FIR(2) ARX model (``u(k)``, ``u(k-1)``,
    which also catches the part of a sleep change that lands in the next period) — is compared
    with the plant's true local slope ``local_gain(s0, mps)`` of the noise-free plant, over
    many seeds. Goal: within 5 %.
-2. **Latency vs GPU% models.** Mudi (seed 002 §4.1, Table 2) fits P99 latency against the
+2. **Latency vs GPU% models.** Mudi (the Mudi paper, Sec. 4.1, Table 2) fits P99 latency against the
    inference's GPU share and reports a 3.78 % error with 9 samples. There is no measured
    hardware data in this repository, so the data here come from the *simulated* plant: P99
    latency (mean of 5 periods) at inference shares 10..90 %, training at the remaining share,

@@ -1,6 +1,11 @@
-"""Result writers: tidy CSV, JSON/Markdown summaries and PNG figures, all written atomically
-(to a temporary file in the same folder, then renamed), so a crash never leaves half a file
-and a reader never sees one."""
+"""Result files and the harness's one atomic writer.
+
+Tidy CSV, JSON/Markdown summaries and PNG figures, all written atomically (to a temporary
+file in the same folder, then renamed), so a crash never leaves half a file and a reader
+never sees one. The small files the GPU harness processes exchange (ready signals, the
+inference batch size, line-buffered CSV logs) use the same writer: :func:`read_json`,
+:func:`write_int` / :class:`IntFile` and :class:`CSVLog`.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +17,22 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are not evaluated at run time
+    from typing_extensions import Self
 
 __all__ = [
+    "CSVLog",
+    "IntFile",
     "atomic_write_bytes",
     "atomic_write_text",
     "markdown_table",
     "read_csv",
+    "read_json",
     "save_figure",
     "write_csv",
+    "write_int",
     "write_json",
     "write_markdown_table",
 ]
@@ -47,6 +59,20 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; create parent folders.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Destination file.
+    text : str
+        The whole content.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
@@ -140,6 +166,7 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
 def write_markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
                          path: str | os.PathLike, *, title: str | None = None,
                          headers: Sequence[str] | None = None, digits: int = 3) -> Path:
+    """Write :func:`markdown_table` to ``path`` atomically, under ``# title`` if given."""
     text = (f"# {title}\n\n" if title else "") + markdown_table(rows, columns, headers, digits)
     return atomic_write_text(path, text)
 
@@ -155,3 +182,132 @@ def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 110) -> Path:
     except Exception:
         pass
     return atomic_write_bytes(path, buf.getvalue())
+
+
+# ---- files the GPU harness processes exchange ---------------------------------------------------
+def read_json(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None when it is missing or (still) unreadable.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to read.
+
+    Returns
+    -------
+    dict or None
+        The object; None for a missing file, invalid JSON or JSON that is not an object.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_int(path: str | os.PathLike[str], value: int) -> Path:
+    """Atomically set an :class:`IntFile` (one line with the integer).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    value : int
+        The new value.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    return atomic_write_text(path, f"{int(value)}\n")
+
+
+class IntFile:
+    """An integer another process may change while we run (e.g. the inference batch size).
+
+    ``value()`` re-reads the file only when its inode, mtime or size changed, so polling it
+    once per batch costs one ``stat``. A missing or garbled file keeps the last good value.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or None
+        The file (:func:`write_int` sets it); None: always ``default``.
+    default : int
+        The value until the file holds a valid one.
+    lo, hi : int
+        Accepted range; a value outside it is ignored.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp(); p = os.path.join(d, "batch")
+    >>> f = IntFile(p, default=105); f.value()
+    105
+    >>> _ = open(p, "w").write("115\\n"); f.value()
+    115
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None, default: int,
+                 lo: int = 1, hi: int = 1 << 20) -> None:
+        self.path = None if path is None else Path(path)
+        self.lo, self.hi = lo, hi
+        self._value = int(default)
+        self._sig: tuple[int, int, int] | None = None
+
+    def value(self) -> int:
+        """The current value (re-read only when the file changed)."""
+        if self.path is None:
+            return self._value
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return self._value
+        sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if sig != self._sig:
+            self._sig = sig
+            try:
+                v = int(self.path.read_text().strip())
+            except (OSError, ValueError):
+                return self._value
+            if self.lo <= v <= self.hi:
+                self._value = v
+        return self._value
+
+
+class CSVLog:
+    """A line-buffered CSV log another process can tail.
+
+    ``{pid}`` in the path becomes our process id (so restarted processes never overwrite
+    each other's logs). With no path, :meth:`write` does nothing. Use as a context manager.
+
+    Parameters
+    ----------
+    path : str or None
+        The log file, opened (truncated) on ``__enter__``.
+    fields : tuple[str, ...]
+        The columns.
+    """
+
+    def __init__(self, path: str | None, fields: tuple[str, ...]) -> None:
+        self.path = None if not path else Path(path.replace("{pid}", str(os.getpid())))
+        self.fields = fields
+        self._f: io.TextIOWrapper | None = None
+        self._w: csv.DictWriter[str] | None = None
+
+    def __enter__(self) -> Self:
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = self.path.open("w", newline="", buffering=1)
+            self._w = csv.DictWriter(self._f, fieldnames=self.fields)
+            self._w.writeheader()
+        return self
+
+    def write(self, row: dict[str, Any]) -> None:
+        """Append one row (no-op without a path)."""
+        if self._w is not None:
+            self._w.writerow(row)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+            self._w = None

@@ -144,21 +144,23 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add the experiment subcommands to the ``gpucontrol`` parser."""
     p = sub.add_parser("demo", help="burst experiment on the simulated plant, with a summary",
-                       description="Run the burst experiment (seed 000 Fig 8) on the simulated "
+                       description="Run the burst experiment (GPUColo paper, Fig. 8) on the "
+                       "simulated "
                                    "plant and print, per controller, latency, SLO violations and "
                                    "throughputs. Results go to ./results/burst/.")
     _common(p, duration=400.0)
     add_preset(p, "fig8")
     p.set_defaults(func=_guard(_cmd_demo))
 
-    p = sub.add_parser("knobs", help="MPS vs Sleep vs Sleep+MPS (seed 000 Fig 4)")
+    p = sub.add_parser("knobs", help="MPS vs Sleep vs Sleep+MPS (GPUColo paper, Fig. 4)")
     _common(p, duration=60.0)
     add_preset(p, "fig4")
     p.add_argument("--change", type=_pair(float), default=(20.0, 40.0),
                    help="times of the reduce and restore steps, s (default 20,40)")
     p.set_defaults(func=_guard(_cmd_knobs))
 
-    p = sub.add_parser("burst", help="inference burst under every controller (seed 000 Fig 8)")
+    p = sub.add_parser("burst", help="inference burst under every controller "
+                                      "(GPUColo paper, Fig. 8)")
     _common(p, duration=400.0)
     add_preset(p, "fig8")
     p.add_argument("--slo", type=float, default=90.0, help="latency SLO in ms (default 90)")
@@ -174,7 +176,7 @@ def register(sub: Any) -> None:
                    help="comma-separated subset, e.g. 'gslice,two-tier,ours,oracle'")
     p.set_defaults(func=_guard(_cmd_burst))
 
-    p = sub.add_parser("sweep", help="SLO sweep 75..95 ms (seed 000 Fig 9)")
+    p = sub.add_parser("sweep", help="SLO sweep 75..95 ms (GPUColo paper, Fig. 9)")
     _common(p, duration=400.0)
     add_preset(p, "fig8")
     p.add_argument("--slos", type=_floats, default=[75, 80, 85, 90, 95],

@@ -37,7 +37,7 @@ def register(sub: Any) -> None:
         "identify", help="system identification: latency vs sleep per MPS level (Fig 6/7)",
         description="Excite the plant with white noise on the sleep interval at each training "
                     "MPS level, fit latency = gain * sleep + offset, validate on held-out "
-                    "periods and report gain, offset and R² per level (seed 000 Fig 6/7). "
+                    "periods and report gain, offset and R² per level (GPUColo paper, Figs. 6/7). "
                     "Results go to <out>/identify/.")
     p.add_argument("--plant", choices=("sim", "gpu"), default="sim",
                    help="simulated plant (default) or the real GPU (needs the GPU harness)")

@@ -1,4 +1,5 @@
-"""Seed 000 Fig 8: an inference burst (batch 105 -> 115 at 90 s, back at 290 s, 400 s, SLO
+"""The GPUColo paper (Chen et al., ICDCS 2024), Fig. 8: an inference burst (batch 105 -> 115
+at 90 s, back at 290 s, 400 s, SLO
 90 ms) under every controller; latency, sleep, MPS and throughputs over time."""
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from harness.experiments.common import (
     close_plant,
     controller_metrics,
     make_plant,
-    matplotlib_pyplot,
     params_meta,
     plant_mps_enabled,
     resolve_names,
@@ -35,7 +35,20 @@ SUMMARY_COLUMNS = ("controller", "mean_latency_ms", "pct_over", "periods_over_af
 
 def burst_scenario(batches: tuple[int, int] = (105, 115),
                    burst_s: tuple[float, float] = (90.0, 290.0)) -> Scenario:
-    """Batch ``batches[0]``, ``batches[1]`` from ``burst_s[0]`` to ``burst_s[1]``."""
+    """Batch ``batches[0]``, ``batches[1]`` from ``burst_s[0]`` to ``burst_s[1]``.
+
+    Parameters
+    ----------
+    batches : tuple[int, int]
+        Normal and burst inference batch size.
+    burst_s : tuple[float, float]
+        Start and end of the burst, s.
+
+    Returns
+    -------
+    Scenario
+        The load script.
+    """
     b0, b1 = batches
     return Scenario.of(LoadEvent.at(0.0, batch=b0), LoadEvent.at(burst_s[0], batch=b1),
                        LoadEvent.at(burst_s[1], batch=b0))
@@ -48,11 +61,7 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
           progress: bool | None = False, tolerance: float = 0.05,
           plant_overrides: dict[str, Any] | None = None,
           relative_slo: bool = False) -> ExperimentResult:
-    """Run the burst experiment.
-
-    ``relative_slo``: ``slo_ms`` is stated for the seed's RTX 3090 (the ``fig8`` preset) and
-    moved to the same place in ``preset``'s latency range (:func:`~.common.scale_slo`); use
-    it with a preset calibrated on another GPU.
+    """Run the burst experiment (the GPUColo paper (Chen et al., ICDCS 2024), Fig. 8).
 
     Every controller gets a fresh plant with the same seed (common random numbers). The
     nominal model, the Open setting and the Oracle come from the noise-free simulated plant.
@@ -63,6 +72,44 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
     throughput, and training throughput relative to the Oracle and to GSLICE-extended.
     With ``out_dir``: burst.csv (one row per period and controller), burst_summary.csv/.md,
     burst.png and burst_meta.json.
+
+    Parameters
+    ----------
+    plant : str
+        Plant kind from the registry (:func:`~harness.experiments.plants.make_plant`).
+    preset : str
+        Plant preset: a name or a calibration file.
+    seed : int
+        Seed of the plant's random generator.
+    duration_s : float
+        Length of each run, s.
+    slo_ms : float
+        Latency SLO, ms.
+    burst_s : tuple[float, float]
+        Start and end of the burst, s.
+    batches : tuple[int, int]
+        Normal and burst batch size.
+    period_s : float
+        Inner control period, s.
+    controllers : Sequence[str] or str or None
+        Controller names or aliases (None: all, :data:`~.common.CONTROLLER_NAMES`).
+    out_dir : str or Path or None
+        Folder for the result files; None writes nothing.
+    progress : bool or None
+        Progress bar on stderr (None: when stderr is a terminal).
+    tolerance : float
+        A period is over the SLO above ``(1 + tolerance) * slo_ms``.
+    plant_overrides : dict or None
+        Plant parameter overrides.
+    relative_slo : bool
+        ``slo_ms`` is stated for the paper's RTX 3090 (the ``fig8`` preset) and moved to the
+        same place in ``preset``'s latency range (:func:`~.common.scale_slo`); use it with a
+        preset calibrated on another GPU.
+
+    Returns
+    -------
+    ExperimentResult
+        Records, summary, files and meta as described above.
     """
     names = resolve_names(controllers)
     if not (0 <= burst_s[0] < burst_s[1]):
@@ -96,11 +143,11 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
         summary.append({"controller": c.name, **m,
                         "periods_over_after_step": during["periods_over"]})
     by = {r["controller"]: r for r in summary}
-    for r in summary:
+    for row in summary:
         for key, ref_name in (("training_vs_oracle", "Oracle"),
                               ("training_vs_gslice", "GSLICE-extended")):
             base = by.get(ref_name, {}).get("training_throughput", math.nan)
-            r[key] = r["training_throughput"] / base if base and base > 0 else math.nan
+            row[key] = row["training_throughput"] / base if base and base > 0 else math.nan
     meta = {"experiment": "burst", "plant": plant, "preset": str(preset), "seed": seed,
             "duration_s": periods * period_s, "period_s": period_s, **slo_info,
             "burst_s": list(burst_s), "batches": list(batches), "tolerance": tolerance,
@@ -123,7 +170,8 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
 
 def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
     """Fig 8 layout: (a) latency, (b) throughputs, (c) sleep, (d) training MPS."""
-    plt = matplotlib_pyplot()
+    import matplotlib.pyplot as plt
+
     slo = res.meta["slo_ms"]
     fig, ax = plt.subplots(2, 2, figsize=(12, 7))
     names = [r["controller"] for r in res.summary]

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from harness.experiments.common import matplotlib_pyplot
 from harness.results import atomic_write_text, markdown_table, save_figure, write_json
 from harness.sim.calibration import calibrate, find_records
 from harness.sim.simulated import PRESETS, base_preset_name
@@ -115,7 +114,8 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
 
 def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
     """Measured vs base and calibrated model, per fact: latency (left), SM share (right)."""
-    plt = matplotlib_pyplot()
+    import matplotlib.pyplot as plt
+
     facts = doc["facts"]
     n = len(facts)
     y = np.arange(n)[::-1]

@@ -28,7 +28,6 @@ __all__ = [
     "identify_family",
     "latency_range_ms",
     "make_plant",
-    "matplotlib_pyplot",
     "params_meta",
     "plant_mps_enabled",
     "scale_slo",
@@ -36,19 +35,12 @@ __all__ = [
     "steady_mask",
 ]
 
-#: Every controller the experiments know, in display order.
-CONTROLLER_NAMES: tuple[str, ...] = (
-    "Open", "Simple", "Conservative", "Sleep-only", "MPS-only", "GSLICE-extended",
-    "GPUColo two-tier", "GPUColo mid-range + adaptive", "Oracle")
+#: Every controller the experiments know, in display order (the registry
+#: :data:`harness.sim.baselines.BASELINES`).
+CONTROLLER_NAMES: tuple[str, ...] = tuple(b.name for b in B.BASELINES)
 
 #: Short aliases accepted on the command line.
-ALIASES = {"open": "Open", "simple": "Simple", "conservative": "Conservative",
-           "sleep": "Sleep-only", "sleep-only": "Sleep-only", "mps": "MPS-only",
-           "mps-only": "MPS-only", "gslice": "GSLICE-extended",
-           "gslice-extended": "GSLICE-extended", "two-tier": "GPUColo two-tier",
-           "paper": "GPUColo two-tier", "gpucolo": "GPUColo two-tier",
-           "mid-range": "GPUColo mid-range + adaptive", "ours": "GPUColo mid-range + adaptive",
-           "adaptive": "GPUColo mid-range + adaptive", "oracle": "Oracle"}
+ALIASES = B.ALIASES
 
 
 def plant_mps_enabled(plant: Any) -> bool | None:
@@ -78,7 +70,8 @@ def latency_range_ms(reference: Any, batch: int) -> tuple[float, float]:
 
 
 def scale_slo(slo_ms: float, reference: Any, batch: int) -> float:
-    """An SLO stated for the seed's RTX 3090 (the ``fig8`` preset) moved to the same place in
+    """An SLO stated for the GPUColo paper's RTX 3090 (the ``fig8`` preset) moved to the same
+    place in
     ``reference``'s latency range (:func:`latency_range_ms`), e.g. a preset calibrated on
     another GPU. On ``fig8`` itself it returns ``slo_ms``: 90 ms sits at 0.28 of the range
     72.9..134.7 ms at batch 105.
@@ -135,10 +128,27 @@ def identify_family(plant: Any, mps_levels: Sequence[float] = (20, 40, 60, 80, 1
                     batch: int | None = None, sleeps: Sequence[float] | None = None
                     ) -> LatencyModelFamily:
     """The controllers' nominal model: at each MPS level, a least-squares line of latency
-    over the sleep range (the seed-000 Fig 6 procedure), on the noise-free plant.
+    over the sleep range (the procedure of the GPUColo paper (Chen et al., ICDCS 2024),
+    Fig. 6), on the noise-free plant.
 
     The fitted gain is clipped below -1e-3 ms/s so a level where sleep has no effect still
     gives a valid (negative-gain) model.
+
+    Parameters
+    ----------
+    plant : Any
+        A plant with ``expected_latency_ms(sleep_s, mps_pct, batch)``.
+    mps_levels : Sequence[float]
+        The MPS levels, %.
+    batch : int or None
+        Batch size (None: the plant's).
+    sleeps : Sequence[float] or None
+        The sleeps to fit over, s (None: 0..1 s in 21 steps).
+
+    Returns
+    -------
+    LatencyModelFamily
+        One linear model per MPS level.
     """
     s = np.linspace(0.0, 1.0, 21) if sleeps is None else np.asarray(sleeps, float)
     pts = []
@@ -154,45 +164,41 @@ def build_controllers(names: Sequence[str], *, plant: Any, slo_ms: float,
                       scenario: Scenario | None, duration_s: float, period_s: float = 4.0,
                       family: LatencyModelFamily | None = None, initial_mps_pct: float = 80.0
                       ) -> list[Any]:
-    """Instantiate the named controllers for one run (``plant``: a noise-free reference for
-    the Oracle, the Open setting and the nominal model)."""
+    """Instantiate the named controllers for one run from the registry
+    :data:`harness.sim.baselines.BASELINES`.
+
+    Parameters
+    ----------
+    names : Sequence[str]
+        Display names (:func:`resolve_names` turns aliases into them).
+    plant : Any
+        A noise-free reference plant for the Oracle, the Open setting and the nominal model.
+    slo_ms : float
+        Latency SLO, ms.
+    scenario : Scenario or None
+        The run's load scenario.
+    duration_s : float
+        Length of the run, s.
+    period_s : float
+        Inner control period, s.
+    family : LatencyModelFamily or None
+        Nominal model (None: :func:`identify_family` on ``plant``).
+    initial_mps_pct : float
+        Training MPS the run starts at, %.
+
+    Returns
+    -------
+    list
+        One controller per name, in order.
+    """
     fam = family if family is not None else identify_family(plant)
-    gain_mps = fam.mps_gain(initial_mps_pct)
-    if not (math.isfinite(gain_mps) and gain_mps > 0):
-        gain_mps = slo_ms / 100.0
-    oracle = None
+    ctx = B.BaselineContext(plant, slo_ms, scenario, duration_s, period_s, fam, initial_mps_pct)
+    registry = {b.name: b for b in B.BASELINES}
     out: list[Any] = []
     for n in names:
-        if n in ("Oracle", "Open") and oracle is None:
-            oracle = B.Oracle(plant, slo_ms, scenario, duration_s=duration_s,
-                              inner_period_s=period_s)
-        if n == "Open":
-            p0 = oracle.points[0]
-            out.append(B.FixedAllocation(p0.sleep_s, p0.mps_pct, slo_ms=slo_ms, name="Open",
-                                         inner_period_s=period_s))
-        elif n == "Simple":
-            out.append(B.FixedAllocation.simple(slo_ms))
-        elif n == "Conservative":
-            out.append(B.FixedAllocation.conservative(slo_ms))
-        elif n == "Sleep-only":
-            out.append(B.sleep_only(fam, slo_ms, mps_pct=initial_mps_pct,
-                                    inner_period_s=period_s))
-        elif n == "MPS-only":
-            out.append(B.MPSOnly(slo_ms, gain_mps, every=max(1, round(25.0 / period_s)),
-                                 initial_mps_pct=initial_mps_pct, inner_period_s=period_s))
-        elif n == "GSLICE-extended":
-            out.append(B.GSliceExtended(slo_ms, every=max(1, round(25.0 / period_s)),
-                                        inner_period_s=period_s))
-        elif n == "GPUColo two-tier":
-            out.append(B.gpucolo_two_tier(fam, slo_ms, initial_mps_pct=initial_mps_pct,
-                                          inner_period_s=period_s))
-        elif n == "GPUColo mid-range + adaptive":
-            out.append(B.gpucolo_midrange_adaptive(fam, slo_ms, initial_mps_pct=initial_mps_pct,
-                                                   inner_period_s=period_s))
-        elif n == "Oracle":
-            out.append(oracle)
-        else:
+        if n not in registry:
             raise ValueError(f"unknown controller {n!r}")
+        out.append(registry[n].factory(ctx))
     return out
 
 
@@ -245,7 +251,21 @@ def controller_metrics(rec: Records, slo_ms: float, *, tolerance: float = 0.05,
 @dataclass
 class ExperimentResult:
     """What an experiment returns: the tidy records, a per-controller (or per-point) summary,
-    the files written, and metadata (seed, plant parameters ...)."""
+    the files written, and metadata (seed, plant parameters ...).
+
+    Parameters
+    ----------
+    name : str
+        The experiment.
+    records : Records
+        One row per period (and controller).
+    summary : list[dict]
+        The summary rows.
+    files : list[Path]
+        Files written.
+    meta : dict
+        Metadata, as written to the meta JSON.
+    """
 
     name: str
     records: Records
@@ -258,20 +278,6 @@ class ExperimentResult:
             if r.get("controller") == controller:
                 return r
         raise KeyError(controller)
-
-
-def matplotlib_pyplot():
-    """pyplot with a non-interactive backend (experiments run headless)."""
-    import matplotlib
-
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
-        try:
-            matplotlib.use("Agg")
-        except Exception:
-            pass
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 ProgressHook = Callable[[int], None]

@@ -53,7 +53,30 @@ def demo(*, out_dir: str | Path = "results", seed: int = 0, duration_s: float = 
     """Run the burst experiment and print the per-controller table.
 
     Without ``burst_s`` the burst covers 22.5-72.5 % of the run (90-290 s of the paper's
-    400 s); other keywords go to :func:`harness.experiments.burst.burst`."""
+    400 s); other keywords go to :func:`harness.experiments.burst.burst`.
+
+    Parameters
+    ----------
+    out_dir : str or Path
+        Results folder (the burst files go to ``out_dir/burst``).
+    seed : int
+        Seed of the plant.
+    duration_s : float
+        Length of each run, s.
+    plant : str
+        Plant kind from the registry.
+    progress : bool or None
+        Progress bar on stderr (None: when stderr is a terminal).
+    stream : TextIO or None
+        Where the table is printed (None: stdout).
+    **kw : Any
+        More arguments of :func:`~harness.experiments.burst.burst`.
+
+    Returns
+    -------
+    ExperimentResult
+        The burst result.
+    """
     out = stream if stream is not None else sys.stdout
     if "burst_s" not in kw:   # the Fig 8 burst (90-290 s of 400 s), scaled to the duration
         kw["burst_s"] = (0.225 * duration_s, 0.725 * duration_s)

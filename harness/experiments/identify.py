@@ -1,4 +1,5 @@
-"""``gpucontrol identify``: the system-identification study of seed 000 §V-A (Fig 6 and 7).
+"""``gpucontrol identify``: the system-identification study of the GPUColo paper (Chen et al.,
+ICDCS 2024), Sec. V-A (Figs. 6 and 7).
 
 At each training MPS level the plant is excited with pseudo-random white noise on the sleep
 interval, one value per control period (after a few warm-up periods that cover the training
@@ -11,7 +12,7 @@ Written to ``<out>/identify/``: ``identify_periods.csv`` (tidy, one row per peri
 ``identify_summary.csv`` and ``.md`` (one row per MPS level), ``identify_meta.json``,
 ``identify_fig6.png`` (latency vs sleep per level with the fitted lines) and
 ``identify_fig7.png`` (predicted vs measured on the held-out periods). The command prints
-gain, offset and R² per level, then the gain envelope across levels and whether the seed-000
+gain, offset and R² per level, then the gain envelope across levels and whether the GPUColo paper's
 P controller designed on the recommended nominal gain is stable over it.
 """
 
@@ -30,7 +31,6 @@ from harness.experiments.common import (
     ExperimentResult,
     close_plant,
     make_plant,
-    matplotlib_pyplot,
     plant_mps_enabled,
 )
 from harness.progress import Progress
@@ -42,7 +42,7 @@ __all__ = ["PERIOD_COLUMNS", "SUMMARY_COLUMNS", "identify"]
 SUMMARY_COLUMNS = ("mps_pct", "gain", "offset", "r2", "r2_validation", "fit_pct_validation",
                    "gain_ci_low", "gain_ci_high", "true_gain", "gain_err_pct", "rmse_ms",
                    "residuals_white", "n_train", "n_validation")
-#: Seed 000 §V-A reports R² > 79 % for its linear model.
+#: The GPUColo paper (Chen et al., ICDCS 2024), Sec. V-A reports R² > 79 % for its linear model.
 R2_BAR = 0.79
 PERIOD_COLUMNS = ("mps_pct", "k", "t_s", "split", "sleep_s", "latency_ms", "predicted_ms",
                   "expected_ms")
@@ -128,7 +128,8 @@ def identify(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
             write_csv(records, out / "identify_periods.csv", PERIOD_COLUMNS),
             write_csv(summary, out / "identify_summary.csv", SUMMARY_COLUMNS),
             write_markdown_table(summary, SUMMARY_COLUMNS, out / "identify_summary.md",
-                                 title="System identification (seed 000 Fig 6/7)", digits=3),
+                                 title="System identification (GPUColo paper, Figs. 6/7)",
+                                 digits=3),
             write_json(meta, out / "identify_meta.json"),
             plot_fig6(res, p, out / "identify_fig6.png"),
             plot_fig7(res, out / "identify_fig7.png"),
@@ -190,13 +191,14 @@ def _levels(res: ExperimentResult) -> list[float]:
 
 def plot_fig6(res: ExperimentResult, plant: Any, path: str | Path) -> Path:
     """Latency vs sleep per MPS level: measured periods, fitted line, noise-free curve."""
-    plt = matplotlib_pyplot()
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7.0, 4.5))
     lo, hi = res.meta["sleep_range_s"]
     s = np.linspace(lo, hi, 50)
     for row, color in zip(res.summary, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3):
         m = row["mps_pct"]
-        r = res.records.where(lambda x, m=m: x["mps_pct"] == m)
+        r = Records(x for x in res.records if x["mps_pct"] == m)
         ax.plot(r.col("sleep_s"), r.col("latency_ms"), ".", color=color, alpha=0.5, ms=4)
         ax.plot(s, row["gain"] * s + row["offset"], "-", color=color,
                 label=f"MPS {m:g}%: {row['gain']:.1f} s + {row['offset']:.1f} "
@@ -213,13 +215,14 @@ def plot_fig6(res: ExperimentResult, plant: Any, path: str | Path) -> Path:
 
 def plot_fig7(res: ExperimentResult, path: str | Path) -> Path:
     """Predicted vs measured latency on the held-out periods, one panel per level."""
-    plt = matplotlib_pyplot()
+    import matplotlib.pyplot as plt
+
     levels = _levels(res)
     fig, axes = plt.subplots(len(levels), 1, figsize=(7.0, 1.9 * len(levels) + 0.6),
                              sharex=True, squeeze=False)
     for ax, row in zip(axes[:, 0], res.summary):
         m = row["mps_pct"]
-        r = res.records.where(lambda x, m=m: x["mps_pct"] == m and x["split"] == "validation")
+        r = Records(x for x in res.records if x["mps_pct"] == m and x["split"] == "validation")
         k = r.col("k")
         ax.plot(k, r.col("latency_ms"), "o-", ms=3, lw=0.8, label="measured")
         ax.plot(k, r.col("predicted_ms"), "s--", ms=3, lw=0.8, label="predicted")
@@ -246,7 +249,7 @@ def format_summary(res: ExperimentResult) -> str:
                    "the curve bends over this sleep range and the period means are noisy "
                    "(training iterations alias with the control period)")
             text += (f"\nMPS {r['mps_pct']:g}%: held-out R² {r['r2_validation']:.2f} < "
-                     f"{R2_BAR:.2f} (seed 000's bar): the sleep moves latency by "
+                     f"{R2_BAR:.2f} (the GPUColo paper's bar): the sleep moves latency by "
                      f"{signal:.2f} ms rms against {r['rmse_ms']:.2f} ms rms of residual; {why}")
     m = res.meta
     if m.get("envelope"):

@@ -1,4 +1,4 @@
-"""Seed 000 Fig 4: MPS vs Sleep vs Sleep+MPS as knobs.
+"""The GPUColo paper (Chen et al., ICDCS 2024), Fig. 4: MPS vs Sleep vs Sleep+MPS as knobs.
 
 Three open-loop runs on the Fig 4 plant (ResNet-50 inference with the training emulator):
 
@@ -9,7 +9,7 @@ Three open-loop runs on the Fig 4 plant (ResNet-50 inference with the training e
 * **Sleep+MPS** — both at MPS 80 %; sleep 0.2 s -> 0.8 s -> 0.2 s.
 
 The summary compares the settled latency and training SM share before and after the first
-change with the paper's numbers (ARCHITECTURE.md §6).
+change with the paper's numbers.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from harness.experiments.common import (
     ExperimentResult,
     close_plant,
     make_plant,
-    matplotlib_pyplot,
     plant_mps_enabled,
 )
 from harness.progress import Progress
@@ -34,7 +33,8 @@ from harness.sim.protocol import Records, concat, run_loop
 
 __all__ = ["KNOB_RUNS", "PAPER_FIG4", "Schedule", "knobs"]
 
-#: Seed 000 Fig 4 (§IV-B): (latency ms, training SM %) before and after the change at 20 s.
+#: GPUColo paper, Fig. 4 (Sec. IV-B): (latency ms, training SM %) before and after the change
+#: at 20 s.
 PAPER_FIG4: dict[str, dict[str, tuple[float, float]]] = {
     "MPS": {"before": (15.1, 38.15), "after": (5.62, 1.128)},
     "Sleep": {"before": (6.68, 32.8), "after": (5.52, 15.8)},
@@ -88,7 +88,34 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
     MPS restart has finished) with the measured mean latency and SM share next to the
     paper's and the relative differences. ``preset``: the plant preset (a name or a
     calibration file, :func:`harness.experiments.common.make_plant`); the paper's numbers are
-    Fig 4's whatever the preset.
+    Fig 4's whatever the preset. The summary also carries ``sim_latency_ms`` and ``sim_sm_pct``:
+    the same runs on the simulated plant (same preset and timing, seed 0).
+
+    Parameters
+    ----------
+    plant : str
+        Plant kind from the registry (:func:`~harness.experiments.plants.make_plant`).
+    preset : str
+        Plant preset: a name or a calibration file.
+    seed : int
+        Seed of the plant's random generator.
+    duration_s : float
+        Length of each run, s.
+    change_s : tuple[float, float]
+        When the knobs change and change back, s (``0 < first < second <= duration_s``).
+    period_s : float
+        Control period, s.
+    settle_s : float
+        Length of the averaging window before each change, s.
+    out_dir : str or Path or None
+        Folder for the result files; None writes nothing.
+    progress : bool or None
+        Progress bar on stderr (None: when stderr is a terminal).
+
+    Returns
+    -------
+    ExperimentResult
+        Records of the three runs and the summary.
     """
     if not (0 < change_s[0] < change_s[1] <= duration_s):
         raise ValueError(f"change_s must satisfy 0 < first < second <= duration_s, got "
@@ -121,6 +148,8 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
                                 "paper_latency_ms": pl, "latency_err_pct": 100 * (ml - pl) / pl,
                                 "sm_pct": ms, "paper_sm_pct": ps,
                                 "sm_err_pct": 100 * (ms - ps) / ps})
+    _add_sim_reference(summary, plant=plant, preset=preset, seed=seed, duration_s=duration_s,
+                       change_s=change_s, period_s=period_s, settle_s=settle_s)
     rec = concat(runs)
     for row in rec:
         row["run"] = row["controller"]
@@ -132,18 +161,41 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
     if out_dir is not None:
         out = Path(out_dir)
         cols = ("run", "phase", "latency_ms", "paper_latency_ms", "latency_err_pct", "sm_pct",
-                "paper_sm_pct", "sm_err_pct")
+                "paper_sm_pct", "sm_err_pct", "sim_latency_ms", "sim_sm_pct")
         res.files += [write_csv(rec, out / "knobs.csv"),
                       write_csv(summary, out / "knobs_summary.csv", cols),
                       write_markdown_table(summary, cols, out / "knobs_summary.md",
-                                           title="Knobs (seed 000 Fig 4)", digits=2),
+                                           title="Knobs (GPUColo paper, Fig. 4)", digits=2),
                       write_json(meta, out / "knobs_meta.json"),
                       plot_knobs(res, out / "knobs.png")]
     return res
 
 
+def _add_sim_reference(summary: list[dict[str, Any]], *, plant: str, preset: str, seed: int,
+                       duration_s: float, change_s: tuple[float, float], period_s: float,
+                       settle_s: float) -> None:
+    """Add ``sim_latency_ms`` / ``sim_sm_pct``: the same runs on the simulated plant.
+
+    The reference is the simulated plant with the same preset and timing and seed 0, so a
+    hardware result folder carries its own comparison (the README draft of
+    :mod:`harness.hil.readme` reads it from ``knobs_summary.csv``). A simulated run with
+    seed 0 is its own reference.
+    """
+    if plant == "sim" and seed == 0:
+        ref = summary
+    else:
+        ref = knobs(plant="sim", preset=preset, seed=0, duration_s=duration_s,
+                    change_s=change_s, period_s=period_s, settle_s=settle_s).summary
+    by_key = {(r["run"], r["phase"]): r for r in ref}
+    for row in summary:
+        s = by_key.get((row["run"], row["phase"]), {})
+        row["sim_latency_ms"] = s.get("latency_ms", math.nan)
+        row["sim_sm_pct"] = s.get("sm_pct", math.nan)
+
+
 def plot_knobs(res: ExperimentResult, path: str | Path) -> Path:
-    plt = matplotlib_pyplot()
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     marks = {"MPS": "s", "Sleep": "o", "Sleep+MPS": "*"}
     for name in KNOB_RUNS:

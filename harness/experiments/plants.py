@@ -49,7 +49,7 @@ def plant_factory(kind: str) -> Callable[..., Any]:
                          f"got {kind!r}")
     module, _, attr = PLANTS[kind].partition(":")
     try:
-        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), attr)
     except ImportError as exc:
         raise _unavailable(kind, module, exc) from None
 
@@ -66,7 +66,24 @@ def make_plant(kind: str = "sim", preset: str = "fig8", *, seed: int = 0,
     :class:`~harness.sim.simulated.SimulatedColocation`; ``"gpu"`` is the GPU harness's
     ``GPUPlant`` with the same named preset, which needs a CUDA GPU and the ``gpu`` extra —
     without them this raises :class:`~gpucontrol.errors.PlantUnavailable` saying so. Close a
-    plant with processes when done (:func:`harness.experiments.common.close_plant`)."""
+    plant with processes when done (:func:`harness.experiments.common.close_plant`).
+
+    Parameters
+    ----------
+    kind : str
+        A plant kind of the registry (``"sim"``, ``"gpu"``).
+    preset : str
+        A preset name or a calibration file.
+    seed : int
+        Seed of the plant's random generator.
+    **overrides : Any
+        Plant parameter overrides.
+
+    Returns
+    -------
+    Any
+        The plant (:class:`~harness.sim.protocol.Plant`).
+    """
     factory = plant_factory(kind)
     try:
         return factory(preset, seed=seed, **overrides)

@@ -1,4 +1,5 @@
-"""Seed 000 Fig 9: SLO sweep (75..95 ms, step 5), batch 105, 400 s per point.
+"""The GPUColo paper (Chen et al., ICDCS 2024), Fig. 9: SLO sweep (75..95 ms, step 5), batch 105,
+400 s per point.
 
 For each SLO and controller the summary gives the steady-state latency (transients excluded:
 the first ``warmup_s`` and the periods of and right after any restart or MPS change), its
@@ -22,7 +23,6 @@ from harness.experiments.common import (
     close_plant,
     latency_range_ms,
     make_plant,
-    matplotlib_pyplot,
     params_meta,
     plant_mps_enabled,
     resolve_names,
@@ -51,8 +51,42 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
               plant_overrides: dict[str, Any] | None = None,
               relative_slo: bool = False) -> ExperimentResult:
     """Run every controller at every SLO; see the module docstring for the summary.
-    ``relative_slo``: the SLOs are stated for the seed's RTX 3090 (``fig8``) and moved to the
-    same places in ``preset``'s latency range (:func:`~.common.scale_slo`)."""
+
+    Parameters
+    ----------
+    plant : str
+        Plant kind from the registry (:func:`~harness.experiments.plants.make_plant`).
+    preset : str
+        Plant preset: a name or a calibration file.
+    seed : int
+        Seed of the plant's random generator.
+    slos : Sequence[float]
+        The SLOs, ms (> 0).
+    duration_s : float
+        Length of each run, s.
+    batch : int
+        Inference batch size.
+    period_s : float
+        Inner control period, s.
+    warmup_s : float
+        Periods before this time are not scored, s (< ``duration_s``).
+    controllers : Sequence[str] or str or None
+        Controller names or aliases (None: all).
+    out_dir : str or Path or None
+        Folder for the result files; None writes nothing.
+    progress : bool or None
+        Progress bar on stderr (None: when stderr is a terminal).
+    plant_overrides : dict or None
+        Plant parameter overrides.
+    relative_slo : bool
+        The SLOs are stated for the paper's RTX 3090 (``fig8``) and moved to the same places
+        in ``preset``'s latency range (:func:`~.common.scale_slo`).
+
+    Returns
+    -------
+    ExperimentResult
+        One summary row per controller and SLO.
+    """
     names = resolve_names(controllers)
     slos = [float(s) for s in slos]
     if not slos or any(not (math.isfinite(s) and s > 0) for s in slos):
@@ -125,7 +159,8 @@ def _point(r: Records, ctl: Any, slo: float, warmup_s: float) -> dict[str, Any]:
 
 
 def plot_sweep(res: ExperimentResult, path: str | Path) -> Path:
-    plt = matplotlib_pyplot()
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(1, 3, figsize=(13, 4))
     names = list(dict.fromkeys(r["controller"] for r in res.summary))
     slos = res.meta["slos"]

@@ -1,4 +1,4 @@
-"""Hardware-in-the-loop GPU harness (seed 000 §IV-B, §V-A, §VII-A).
+"""Hardware-in-the-loop GPU harness (GPUColo paper, Sec. IV-B, V-A, VII-A).
 
 - :mod:`harness.hil.smid` — ``%smid`` sampler (``cuda_kernels/smid.cu`` via cupy.RawModule):
   which SMs a process's blocks reach, as a fraction of the multiprocessor count.

@@ -32,7 +32,13 @@ def require(module: str) -> ModuleType:
 
 
 def cupy_device_count() -> int:
-    """Number of CUDA devices CuPy sees (0 when cupy is missing or the driver is unusable)."""
+    """Number of CUDA devices CuPy sees (0 when cupy is missing or the driver is unusable).
+
+    Returns
+    -------
+    int
+        The device count.
+    """
     try:
         cp = importlib.import_module("cupy")
         return int(cp.cuda.runtime.getDeviceCount())
@@ -41,7 +47,13 @@ def cupy_device_count() -> int:
 
 
 def torch_cuda_available() -> bool:
-    """Whether torch is importable and sees a CUDA device."""
+    """Whether torch is importable and sees a CUDA device.
+
+    Returns
+    -------
+    bool
+        True when ``torch.cuda.is_available()``.
+    """
     try:
         torch = importlib.import_module("torch")
         return bool(torch.cuda.is_available())

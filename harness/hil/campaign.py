@@ -103,7 +103,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
                  "-p", "no:cacheprovider", "--junitxml", "{dir}/junit.xml"),
                 stdout="pytest.txt"),), 300, 540, "the @pytest.mark.gpu tests"),
     Step("knobs", "knobs", (Command(_cli("knobs", "--plant", "gpu")),), 300, 540,
-         "seed 000 Fig 4: MPS vs Sleep vs Sleep+MPS"),
+         "GPUColo paper, Fig. 4: MPS vs Sleep vs Sleep+MPS"),
     Step("mps", "mps_restart", (
         Command(("-m", "harness.hil.mps_study", "--out", "{dir}", "--levels", "100,60,20")),),
          240, 540, "MPS restart downtime (cold vs shadow), SM share per MPS level"),

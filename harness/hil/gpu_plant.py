@@ -16,7 +16,7 @@
 :meth:`GPUPlant.step` applies an actuation, waits one control period in real time, and builds
 the :class:`~harness.sim.protocol.PeriodResult` from the processes' CSV logs. MPS restarts run in a
 background thread, so periods keep their length and the inference keeps being measured while
-the training restarts (``restarting`` marks those periods), as on the seed's testbed.
+the training restarts (``restarting`` marks those periods), as on the GPUColo paper's testbed.
 
 Every process and the MPS daemon are stopped by :meth:`GPUPlant.close` (also registered with
 ``atexit``); use the plant as a context manager. Nothing here changes compute mode, clocks,
@@ -44,13 +44,13 @@ import numpy as np
 
 from gpucontrol.node.actuators.mps import MPSActuator
 from gpucontrol.node.hooks import ENV_HOOK_FILE, HookWriter
-from harness.hil._files import read_json, write_int
 from harness.hil._tail import CSVTail, first_and_last_rows
 from harness.hil.mps_session import client_env, mps_session, validate_pct
+from harness.results import read_json, write_int
 from harness.sim.protocol import PeriodResult, inference_mps_of
 
 if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are not evaluated at run time
-    from typing import Self
+    from typing_extensions import Self
 
 __all__ = ["PRESETS", "GPUPlant", "GPUPlantConfig", "gpu_info"]
 
@@ -116,9 +116,10 @@ class GPUPlantConfig:
 
 #: Named setups mirroring :data:`harness.sim.simulated.PRESETS`.
 PRESETS: dict[str, dict[str, Any]] = {
-    # Seed 000 Fig 4: ResNet-50 inference with the matmul training emulator, both at MPS 80 %.
+    # GPUColo paper, Fig. 4: ResNet-50 inference with the matmul training emulator, both at
+    # MPS 80 %.
     "fig4": {"batch": 5, "inference_mps_pct": 80.0, "initial_mps_pct": 80.0},
-    # Seed 000 Fig 8/9: ResNet-50 batch 105 (115 in the burst), inference MPS 100 %.
+    # GPUColo paper, Figs. 8/9: ResNet-50 batch 105 (115 in the burst), inference MPS 100 %.
     "fig8": {"batch": 105, "inference_mps_pct": None, "initial_mps_pct": 80.0},
 }
 
@@ -378,7 +379,7 @@ class GPUPlant:
                     return
                 want, want_inf = self._want_mps, self._want_inf_mps
             a, b = want_inf, self.inference_mps_pct
-            if (a is None) != (b is None) or (a is not None and abs(a - b) > tol):
+            if (a is None) != (b is None) or (a is not None and b is not None and abs(a - b) > tol):
                 win = [time.time(), math.nan]
                 self._inf_windows.append(win)
                 try:
@@ -452,7 +453,7 @@ class GPUPlant:
                 self._warn_once("no-mps", "MPS is unavailable: the plant runs sleep-only and "
                                 "ignores MPS requests")
             return
-        self._request(train_pct, min(max(inf_pct, 1.0), 100.0) if inf_given else None,
+        self._request(train_pct, min(max(inf_pct, 1.0), 100.0) if inf_pct is not None else None,
                       inf_given)
 
     def _check_alive(self) -> None:

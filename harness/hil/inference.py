@@ -1,8 +1,9 @@
-"""Inference loop: ResNet-50 on random batches, per-batch latency (seed 000 §IV-B, §VII-A).
+"""Inference loop: ResNet-50 on random batches, per-batch latency (GPUColo paper, Sec. IV-B, VII-A).
 
 ``torchvision.models.resnet50(weights=None)`` (random weights, nothing downloaded) in eval mode
 under ``torch.no_grad()``, optionally fp16 and channels-last. Batches of ``batch_size`` random
-images (default 105, the seed's Fig 8/9 setting) run back to back. The batch size can change
+images (default 105, the GPUColo paper's Fig. 8/9 setting) run back to back. The batch size
+can change
 while the process runs: ``--batch-file`` holds an integer that is re-read (one ``stat`` per
 batch) whenever it changes; the burst experiment writes 115 there and later 105.
 
@@ -31,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from harness.hil._files import CSVLog, IntFile, write_json_atomic
 from harness.hil._lazy import GPUUnavailableError, require
 from harness.hil._signals import stop_on_signals
+from harness.results import CSVLog, IntFile, write_json
 
 LOG_FIELDS = ("batch", "t_unix", "batch_size", "gpu_ms", "wall_ms")
 
@@ -200,9 +201,10 @@ class InferenceLoop:
 
     def signal_ready(self) -> None:
         if self.cfg.ready_file:
-            write_json_atomic(self.cfg.ready_file, {
+            write_json({
                 "pid": os.getpid(), "time": self.wall(), "batch_size": self.batch_size.value(),
-                "fp16": self.cfg.fp16, "channels_last": self.cfg.channels_last})
+                "fp16": self.cfg.fp16, "channels_last": self.cfg.channels_last},
+                self.cfg.ready_file)
 
     def _done(self, i: int, t0: float) -> bool:
         if self.stop_requested:

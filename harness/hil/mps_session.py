@@ -45,7 +45,8 @@ __all__ = [
 
 
 def validate_pct(pct: float) -> float:
-    """An MPS active-thread percentage in [1, 100] (seed 000 §VI limits it to 1-100 %)."""
+    """An MPS active-thread percentage in [1, 100] (the GPUColo paper, Sec. VI, limits it to
+    1-100 %)."""
     v = float(pct)
     if not (1.0 <= v <= 100.0):
         raise ValueError(f"mps_pct must be in [1, 100], got {pct!r}")
@@ -58,6 +59,20 @@ def client_env(mps: MPSControl | None, mps_pct: float | None = None,
 
     Without a daemon the MPS variables are removed, so the process can never join some other
     (system) MPS daemon by accident.
+
+    Parameters
+    ----------
+    mps : MPSControl or None
+        The private daemon to join (None: no MPS).
+    mps_pct : float or None
+        The process's active-thread percentage cap, % (None: no cap).
+    base : Mapping[str, str] or None
+        The environment to start from (None: ``os.environ``).
+
+    Returns
+    -------
+    dict[str, str]
+        The environment.
 
     >>> env = client_env(None, 30, base={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "5", "X": "1"})
     >>> env
@@ -92,7 +107,22 @@ def mps_session(enabled: bool = True, *, binary: str = DEFAULT_BINARY,
 
     Yields None, after printing why to ``stream``, when ``enabled`` is false, the binary is
     missing, or the daemon does not come up. ``quit`` is sent on exit whatever happened.
-    ``kw`` goes to :class:`MPSControl` (e.g. ``timeout_s``).
+
+    Parameters
+    ----------
+    enabled : bool
+        False: yield None at once.
+    binary : str
+        The ``nvidia-cuda-mps-control`` binary.
+    stream : TextIO or None
+        Where the reasons for a fallback are written (None: nowhere).
+    **kw : Any
+        More arguments of :class:`MPSControl` (e.g. ``timeout_s``).
+
+    Returns
+    -------
+    Iterator[MPSControl or None]
+        A context manager yielding the running daemon, or None.
     """
     if not enabled:
         yield None

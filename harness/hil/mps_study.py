@@ -1,5 +1,5 @@
 """MPS resize study on the real GPU: restart downtime with and without shadow pre-start, and
-the SM share and latency at each training MPS percentage (seed 000 §IV-B, Fig 4).
+the SM share and latency at each training MPS percentage (GPUColo paper, Sec. IV-B, Fig. 4).
 
 For each mode (cold restart, shadow pre-start) one :class:`~harness.hil.gpu_plant.GPUPlant` steps
 the training through the MPS levels (default 100, 80, 60, 40, 20 %, sleep 0). After each
@@ -54,7 +54,7 @@ def mps_study(levels: Sequence[float] = (100, 80, 60, 40, 20), *,
     level_rows: list[dict[str, Any]] = []
     restart_rows: list[dict[str, Any]] = []
     for mode in modes:
-        cfg_kw = {"shadow": mode == "shadow", "initial_mps_pct": float(levels[0]),
+        cfg_kw: dict[str, Any] = {"shadow": mode == "shadow", "initial_mps_pct": float(levels[0]),
                   "initial_sleep_s": 0.0}
         if base.workdir is not None:
             cfg_kw["workdir"] = str(Path(base.workdir) / mode)
@@ -109,9 +109,6 @@ def summarize(level_rows: list[dict[str, Any]], restart_rows: list[dict[str, Any
 
 
 def _plot(level_rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))

@@ -6,8 +6,9 @@ GPU and driver, anything unusual, and the comparison with the paper and with the
 plant in shapes and ratios. This module writes a draft of it from the files alone:
 
 * the GPU (``gpu.json``), the exact commands and their status (``COMMAND.txt``);
-* ``knobs/``: measured vs paper (RTX 3090) vs simulated ``fig4`` plant, and the after/before
-  latency and SM ratios of each run;
+* ``knobs/``: measured vs paper (RTX 3090) vs simulated plant (the ``sim_latency_ms`` and
+  ``sim_sm_pct`` columns the knobs experiment writes into ``knobs_summary.csv``), and the
+  after/before latency and SM ratios of each run;
 * ``mps_restart/``: the SM share and latency per MPS level, the median iteration gap of cold
   and shadow restarts against the goal (< 0.5 s with shadow) and the paper's 5-15 s;
 * ``identify/``: the fitted gain per MPS level next to the simulated preset's slope, and the
@@ -17,7 +18,8 @@ plant in shapes and ratios. This module writes a draft of it from the files alon
 * flags for what needs a human sentence: a step that did not finish, MPS unavailable.
 
 A README.md a person wrote is never replaced: the draft then goes to ``README.draft.md``.
-The simulated comparisons run the noise-free simulated plant (a second or two, no GPU).
+The identify comparison evaluates the simulated preset (no GPU); the knobs comparison reads
+the simulated reference the experiment wrote, so this module never runs an experiment.
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.hil._files import read_json
-from harness.results import atomic_write_text, markdown_table, read_csv
+from harness.results import atomic_write_text, markdown_table, read_csv, read_json
 
 __all__ = ["draft_readme", "draft_readmes", "main"]
 
 PAPER_GPU = "RTX 3090, CUDA 11.6, PyTorch 1.12.1"
-#: Seed 000 §IV-B: MPS restart downtime it measured, s.
+#: The GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-B: the MPS restart downtime it
+#: measured, s.
 PAPER_RESTART_S = (5.0, 15.0)
 SHADOW_GOAL_S = 0.5
 
@@ -92,23 +94,15 @@ def _status(folder: Path) -> str | None:
 # ---- per experiment -----------------------------------------------------------------------------
 def _knobs(folder: Path, sim: bool) -> list[str]:
     rows = read_csv(folder / "knobs_summary.csv")
-    meta = _read_json(folder / "knobs_meta.json")
-    simrows: dict[tuple[str, str], dict[str, Any]] = {}
-    if sim:
-        from harness.experiments.knobs import knobs
-
-        res = knobs(plant="sim", preset=str(meta.get("preset", "fig4")),
-                    duration_s=float(meta.get("duration_s", 60.0)),
-                    change_s=tuple(meta.get("change_s", (20.0, 40.0))),
-                    period_s=float(meta.get("period_s", 1.0)))
-        simrows = {(r["run"], r["phase"]): r for r in res.summary}
     table = []
     for r in rows:
-        s = simrows.get((r["run"], r["phase"]), {})
+        # the knobs experiment writes the simulated plant's reference next to the measurement
+        sim_ms = r.get("sim_latency_ms", math.nan) if sim else math.nan
+        sim_sm = r.get("sim_sm_pct", math.nan) if sim else math.nan
         table.append({"run": r["run"], "phase": r["phase"], "latency ms": r["latency_ms"],
-                      "paper ms": r["paper_latency_ms"], "sim ms": s.get("latency_ms", math.nan),
+                      "paper ms": r["paper_latency_ms"], "sim ms": sim_ms,
                       "training SM %": r["sm_pct"], "paper SM %": r["paper_sm_pct"],
-                      "sim SM %": s.get("sm_pct", math.nan)})
+                      "sim SM %": sim_sm})
     ratios = []
     for run in dict.fromkeys(r["run"] for r in rows):
         b = {x["phase"]: x for x in table if x["run"] == run}
@@ -139,8 +133,9 @@ def _mps_restart(folder: Path, sim: bool) -> list[str]:
                   "training it/s": r.get("training_throughput", math.nan)} for r in levels]
         out += ["## Latency and training SM share per MPS level", "",
                 markdown_table(table, list(table[0]), digits=2),
-                ("Seed 000 Fig 4 (RTX 3090, batch 5, inference at MPS 80 %): training SM share "
-                "38.15 % at MPS 80 % and 1.13 % at MPS 20 %."), ""]
+                ("The GPUColo paper (Chen et al., ICDCS 2024), Fig. 4 (RTX 3090, batch 5, "
+                 "inference at MPS 80 %): training SM share 38.15 % at MPS 80 % and 1.13 % at "
+                 "MPS 20 %."), ""]
     if restarts:
         rows = []
         for mode in ("cold", "shadow"):
@@ -183,7 +178,7 @@ def _identify(folder: Path, sim: bool) -> list[str]:
             row["sim gain ms/s"] = g
             row["gain / sim"] = _num(r["gain"]) / g if g else math.nan
         table.append(row)
-    out = ["## Latency vs sleep per MPS level (seed 000 Fig 6/7)", "",
+    out = ["## Latency vs sleep per MPS level (GPUColo paper, Figs. 6/7)", "",
            markdown_table(table, list(table[0]) if table else ["MPS %"], digits=3)]
     if len(rows) >= 2:
         a, b = rows[0], rows[-1]
@@ -257,13 +252,15 @@ def _smoke(folder: Path, sim: bool) -> list[str]:
 
 #: folder name -> (title, what identifies it, renderer)
 SECTIONS: dict[str, tuple[str, str, Callable[[Path, bool], list[str]]]] = {
-    "knobs": ("Knobs: MPS vs Sleep vs Sleep+MPS (seed 000 Fig 4)", "knobs_summary.csv", _knobs),
-    "mps_restart": ("MPS restart downtime and SM share per MPS level (seed 000 §IV-B)",
+    "knobs": ("Knobs: MPS vs Sleep vs Sleep+MPS (GPUColo paper, Fig. 4)", "knobs_summary.csv",
+              _knobs),
+    "mps_restart": ("MPS restart downtime and SM share per MPS level (GPUColo paper, Sec. IV-B)",
                     "levels.csv", _mps_restart),
-    "identify": ("System identification (seed 000 Fig 6/7)", "identify_summary.csv", _identify),
-    "burst": ("Inference burst (seed 000 Fig 8)", "burst_summary.csv",
+    "identify": ("System identification (GPUColo paper, Figs. 6/7)", "identify_summary.csv",
+                 _identify),
+    "burst": ("Inference burst (GPUColo paper, Fig. 8)", "burst_summary.csv",
               _summary_md("burst", "burst")),
-    "slo_sweep": ("SLO sweep (seed 000 Fig 9)", "slo_sweep_summary.csv",
+    "slo_sweep": ("SLO sweep (GPUColo paper, Fig. 9)", "slo_sweep_summary.csv",
                   _summary_md("slo_sweep", "slo_sweep")),
     "gpu_tests": ("Hardware tests (`pytest -m gpu`)", "junit.xml", _gpu_tests),
     "smoke": ("Smoke checks", "smid.jsonl", _smoke),

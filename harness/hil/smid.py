@@ -1,6 +1,7 @@
 """Which SMs can a process occupy right now? Sample ``%smid`` with a tiny kernel.
 
-Seed 000 §IV-B measures the training job's SM share by sampling the SM ids its blocks run on
+The GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-B, measures the training job's SM share by
+sampling the SM ids its blocks run on
 in every iteration. :class:`SMIDSampler` loads ``cuda_kernels/smid.cu`` with
 ``cupy.RawModule``, launches it on a given stream (the training stream), and
 :func:`summarize_smids` turns the recorded ids into the distinct SMs and their fraction of the
@@ -63,6 +64,17 @@ class SMSample:
     ``sm_ids`` are the distinct SM ids seen (sorted); ``fraction`` is their count over the
     device's multiprocessor count; ``out_of_range`` lists ids ``>= multiprocessor_count``
     (PTX allows non-contiguous ids; on Ampere/Hopper there should be none).
+
+    Parameters
+    ----------
+    sm_ids : tuple[int, ...]
+        The distinct SM ids seen, sorted.
+    multiprocessor_count : int
+        The device's SM count, >= 1.
+    blocks : int
+        Blocks the kernel launched (ids read).
+    nsmid : int or None
+        The ``%nsmid`` the kernel read, if any.
     """
 
     sm_ids: tuple[int, ...]
@@ -108,6 +120,11 @@ def summarize_smids(ids: Iterable[int], multiprocessor_count: int, *,
         The device's SM count (``cudaDevAttrMultiProcessorCount``), >= 1.
     nsmid : int, optional
         The ``%nsmid`` the kernel read (upper bound on ids), for the record.
+
+    Returns
+    -------
+    SMSample
+        The distinct ids and their share.
     """
     vals = [int(i) for i in ids]
     if any(v < 0 for v in vals):

@@ -1,4 +1,5 @@
-"""Training emulator: CuPy matmuls sized to a target iteration time (seed 000 §IV-B, Fig 4).
+"""Training emulator: CuPy matmuls sized to a target iteration time (the GPUColo paper (Chen et
+al., ICDCS 2024), Sec. IV-B, Fig. 4).
 
 The seed emulates DNN training "using some matrix computations in CUDA and any needed data
 copying is emulated too", because PyTorch hides which SMs its kernels reach. Each iteration
@@ -43,10 +44,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.hil._files import CSVLog, write_json_atomic
 from harness.hil._lazy import require
 from harness.hil._signals import stop_on_signals
 from harness.hil.smid import SMSample
+from harness.results import CSVLog, write_json
 
 MPS_PCT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 LOG_FIELDS = ("iteration", "t_s", "t_unix", "iter_s", "copy_s", "compute_s", "sleep_s", "n_sms",
@@ -195,7 +196,9 @@ class EmulatorSummary:
 # ---------------------------------------------------------------------------------------------
 # the GPU side, behind a small protocol so the loop is testable with a fake
 class Backend(Protocol):
-    multiprocessor_count: int
+    @property
+    def multiprocessor_count(self) -> int | None:
+        """The GPU's SM count (None on the CPU stand-in)."""
 
     def time_matmuls(self, n: int) -> float:
         """Seconds for ``n`` back-to-back matmuls (synchronized)."""
@@ -426,21 +429,22 @@ class TrainingEmulator:
                           "--matmuls or --calibration-file", RuntimeWarning, stacklevel=2)
         self.matmuls = self.calibrate()
         if self.cfg.calibration_file:
-            write_json_atomic(self.cfg.calibration_file, {
+            write_json({
                 "matmuls": self.matmuls, "per_matmul_s": self.per_matmul_s,
                 "matrix_n": self.cfg.matrix_n, "dtype": self.cfg.dtype,
                 "copy_mb": self.cfg.copy_mb, "target_iter_s": self.cfg.target_iter_s,
-                "mps_pct": self.mps_pct})
+                "mps_pct": self.mps_pct}, self.cfg.calibration_file)
         return self.matmuls
 
     # -- ready / start handshake --------------------------------------------------------------
     def signal_ready(self) -> None:
         """Initialized: write the ready file and notify a launcher (MPS actuator)."""
         if self.cfg.ready_file:
-            write_json_atomic(self.cfg.ready_file, {
+            write_json({
                 "pid": os.getpid(), "time": self.wall(), "mps_pct": self.mps_pct,
                 "matmuls": self.matmuls, "per_matmul_s": self.per_matmul_s,
-                "multiprocessor_count": getattr(self.backend, "multiprocessor_count", None)})
+                "multiprocessor_count": getattr(self.backend, "multiprocessor_count", None)},
+                self.cfg.ready_file)
         self.notify()
 
     def wait_for_start(self, poll_s: float = 0.002) -> bool:

@@ -7,13 +7,14 @@ PlantActuation` where the inference process is touched too).
 name                      behaviour
 ========================  ===============================================================
 Open                      fixed sleep and training MPS (tuned offline for the normal load)
-Simple                    even split: inference 50 %, training 50 % MPS, no sleep (seed 000 §III)
-Conservative              inference 40 %, training 10 % per job, no sleep (seed 000 §III)
+Simple                    even split: inference 50 %, training 50 % MPS, no sleep
+                          (GPUColo paper, Sec. III)
+Conservative              inference 40 %, training 10 % per job, no sleep (GPUColo paper, Sec. III)
 Sleep-only                GPUColo's inner loop alone; the training MPS stays where it starts
 MPS-only                  training MPS only, P step every ~25 s (restarts cost too much for 4 s)
 GSLICE-extended           inference + training MPS = 100 %, inference grows when the SLO is
                           missed and shrinks when well below it, every 25 s; every change
-                          restarts both processes (seed 000 §VI, §VII-A)
+                          restarts both processes (GPUColo paper, Sec. VI, VII-A)
 GPUColo two-tier          :class:`gpucontrol.TwoTierController`, ``outer="paper"``
 GPUColo mid-range + adpt  :class:`gpucontrol.TwoTierController`, ``outer="mid-range"``,
                           ``adaptive=True``
@@ -25,8 +26,8 @@ Oracle                    best static sleep + MPS per load phase meeting the SLO
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,10 @@ from gpucontrol.controllers import as_measurement, usable
 from harness.sim.protocol import PlantActuation, Scenario
 
 __all__ = [
+    "ALIASES",
+    "BASELINES",
+    "Baseline",
+    "BaselineContext",
     "FixedAllocation",
     "GSliceExtended",
     "MPSOnly",
@@ -45,6 +50,7 @@ __all__ = [
     "best_static_point",
     "gpucolo_midrange_adaptive",
     "gpucolo_two_tier",
+    "names",
     "sleep_only",
 ]
 
@@ -74,7 +80,7 @@ class FixedAllocation:
 
     ``inference_mps_pct=None`` leaves the inference at the plant's setting (100 % for GPUColo's
     plant); a value gives the inference its own MPS cap (the static co-location baselines of
-    seed 000 §III split the GPU between the jobs).
+    the GPUColo paper, Sec. III split the GPU between the jobs).
     """
 
     def __init__(self, sleep_s: float = 0.0, mps_pct: float = 100.0, *,
@@ -94,12 +100,13 @@ class FixedAllocation:
 
     @classmethod
     def simple(cls, slo_ms: float = math.nan) -> FixedAllocation:
-        """Even split between the two co-located jobs (seed 000 §III "Simple")."""
+        """Even split between the two co-located jobs (GPUColo paper, Sec. III "Simple")."""
         return cls(0.0, 50.0, inference_mps_pct=50.0, slo_ms=slo_ms, name="Simple")
 
     @classmethod
     def conservative(cls, slo_ms: float = math.nan) -> FixedAllocation:
-        """40 % per inference job, 10 % per training job (seed 000 §III "Conservative")."""
+        """40 % per inference job, 10 % per training job (GPUColo paper, Sec. III,
+        "Conservative")."""
         return cls(0.0, 10.0, inference_mps_pct=40.0, slo_ms=slo_ms, name="Conservative")
 
     def _act(self, reason: str) -> Actuation:
@@ -146,7 +153,8 @@ class _Windowed:
 
 class MPSOnly(_Windowed):
     """Training MPS is the only knob: ``mps += (slo - l) / mps_gain`` every ``every`` periods
-    (default 6 x 4 s ~ 25 s, the restart-limited period of seed 000 §VI), sleep 0, only when
+    (default 6 x 4 s ~ 25 s, the restart-limited period of the GPUColo paper, Sec. VI), sleep 0,
+    only when
     the error exceeds ``threshold`` of the SLO. ``mps_gain`` is ms of latency per MPS point."""
 
     def __init__(self, slo_ms: float, mps_gain_ms_per_pct: float, *, every: int = 6,
@@ -181,7 +189,7 @@ class MPSOnly(_Windowed):
 
 
 class GSliceExtended(_Windowed):
-    """GSLICE extended to a co-located training job (seed 000 §VI, §VII-A).
+    """GSLICE extended to a co-located training job (GPUColo paper, Sec. VI, VII-A).
 
     The inference and training MPS shares always sum to 100 %. Every ``every`` periods
     (6 x 4 s ~ 25 s: "we choose 25 s") the inference share grows by ``step_up`` points when the
@@ -352,4 +360,126 @@ def gpucolo_midrange_adaptive(model: LinearLatencyModel | LatencyModelFamily, sl
 
 
 def names(controllers: Iterable[Any]) -> list[str]:
+    """The display names of ``controllers``.
+
+    Parameters
+    ----------
+    controllers : Iterable[Any]
+        Controllers; one without a ``name`` attribute is named by its class.
+
+    Returns
+    -------
+    list[str]
+        One name per controller, in order.
+    """
     return [getattr(c, "name", type(c).__name__) for c in controllers]
+
+
+# ---- the registry: one entry per controller the experiments know -----------------------------
+@dataclass
+class BaselineContext:
+    """What a baseline's factory may use to build its controller for one run.
+
+    Parameters
+    ----------
+    plant : Any
+        The noise-free reference plant (the Oracle, the Open setting, the nominal model).
+    slo_ms : float
+        The latency SLO, ms.
+    scenario : Scenario or None
+        The load scenario of the run (the Oracle knows it in advance).
+    duration_s : float
+        Length of the run, s.
+    period_s : float
+        The inner control period, s.
+    family : LatencyModelFamily
+        The controllers' nominal model.
+    initial_mps_pct : float
+        The training MPS share the run starts at, %.
+    """
+
+    plant: Any
+    slo_ms: float
+    scenario: Scenario | None
+    duration_s: float
+    period_s: float
+    family: LatencyModelFamily
+    initial_mps_pct: float
+    _oracle: Oracle | None = field(default=None, init=False, repr=False)
+
+    @property
+    def oracle(self) -> Oracle:
+        """The run's :class:`Oracle`, built on first use and shared (Open starts from it)."""
+        if self._oracle is None:
+            self._oracle = Oracle(self.plant, self.slo_ms, self.scenario,
+                                  duration_s=self.duration_s, inner_period_s=self.period_s)
+        return self._oracle
+
+    @property
+    def gain_mps(self) -> float:
+        """The nominal model's latency gain per MPS % at the initial MPS (positive), or
+        ``slo_ms / 100`` where the model has none."""
+        g = self.family.mps_gain(self.initial_mps_pct)
+        return g if math.isfinite(g) and g > 0 else self.slo_ms / 100.0
+
+    @property
+    def every(self) -> int:
+        """Periods between two MPS changes of the slow baselines (about 25 s)."""
+        return max(1, round(25.0 / self.period_s))
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One controller the experiments know: display name, command-line aliases, factory.
+
+    Parameters
+    ----------
+    name : str
+        The display name (the ``controller`` column).
+    factory : Callable[[BaselineContext], Any]
+        Builds the controller for one run.
+    aliases : tuple[str, ...]
+        Short lower-case names accepted on the command line.
+    """
+
+    name: str
+    factory: Callable[[BaselineContext], Any]
+    aliases: tuple[str, ...] = ()
+
+
+def _open(c: BaselineContext) -> FixedAllocation:
+    p0 = c.oracle.points[0]
+    return FixedAllocation(p0.sleep_s, p0.mps_pct, slo_ms=c.slo_ms, name="Open",
+                           inner_period_s=c.period_s)
+
+
+#: Every controller the experiments know, in display order; a new baseline is one entry here.
+BASELINES: tuple[Baseline, ...] = (
+    Baseline("Open", _open, ("open",)),
+    Baseline("Simple", lambda c: FixedAllocation.simple(c.slo_ms), ("simple",)),
+    Baseline("Conservative", lambda c: FixedAllocation.conservative(c.slo_ms),
+             ("conservative",)),
+    Baseline("Sleep-only", lambda c: sleep_only(c.family, c.slo_ms, mps_pct=c.initial_mps_pct,
+                                                inner_period_s=c.period_s),
+             ("sleep", "sleep-only")),
+    Baseline("MPS-only", lambda c: MPSOnly(c.slo_ms, c.gain_mps, every=c.every,
+                                           initial_mps_pct=c.initial_mps_pct,
+                                           inner_period_s=c.period_s),
+             ("mps", "mps-only")),
+    Baseline("GSLICE-extended", lambda c: GSliceExtended(c.slo_ms, every=c.every,
+                                                         inner_period_s=c.period_s),
+             ("gslice", "gslice-extended")),
+    Baseline("GPUColo two-tier",
+             lambda c: gpucolo_two_tier(c.family, c.slo_ms, initial_mps_pct=c.initial_mps_pct,
+                                        inner_period_s=c.period_s),
+             ("two-tier", "paper", "gpucolo")),
+    Baseline("GPUColo mid-range + adaptive",
+             lambda c: gpucolo_midrange_adaptive(c.family, c.slo_ms,
+                                                 initial_mps_pct=c.initial_mps_pct,
+                                                 inner_period_s=c.period_s),
+             ("mid-range", "ours", "adaptive")),
+    Baseline("Oracle", lambda c: c.oracle, ("oracle",)),
+)
+
+#: Short aliases accepted on the command line -> display name.
+ALIASES: dict[str, str] = {a: b.name for b in BASELINES for a in b.aliases}

@@ -7,7 +7,7 @@ SM % or NaN, SM weight)``; :func:`fit_facts` fits the chosen fields (by default 
 constants and the training work per iteration) so that the plant's noise-free views
 (``expected_latency_ms``, ``expected_sm_share``) match them, in relative terms.
 
-The shipped constants come from the seed-000 Fig 4 figures (ARCHITECTURE.md §6):
+The shipped constants come from the GPUColo paper's Fig. 4:
 :func:`fit_fig4` fits ``saturation_per_sqrt_image``, ``interference_sqrt_image``,
 ``inference_weight``, ``contention_exponent``, ``timeslice_inference_share``,
 ``timeslice_train_occupancy`` and the emulator's ``train_work_s``, with the Fig 4 batch (5)
@@ -17,7 +17,8 @@ and the per-image costs fixed, to the six latencies and four of the six training
 4x change of sleep, which no duty-cycle model can follow.
 
 Measured facts come from the per-period records the experiments write
-(:func:`facts_from_records`: steady periods averaged per run and operating point);
+(:mod:`harness.sim.facts`, re-exported here: :func:`facts_from_records`, steady periods
+averaged per run and operating point);
 :func:`calibrate` fits a preset to them and returns the document that ``gpucontrol calibrate``
 (:mod:`harness.experiments.calibrate`) writes as calibration.json, which every experiment's
 ``--preset`` accepts (docs/simulated_plant.md).
@@ -29,17 +30,23 @@ True
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from harness.results import read_csv
+from harness.sim.facts import (
+    RECORD_FILES,
+    Fact,
+    MeasuredFacts,
+    RecordSource,
+    facts_from_records,
+    facts_from_source,
+    find_records,
+)
 from harness.sim.simulated import (
     CALIBRATION_KIND,
     PRESETS,
@@ -55,22 +62,8 @@ __all__ = ["CALIBRATE_FIELDS", "FIG4_FACTS", "FIG4_FIT_FIELDS", "FIT_BOUNDS", "R
            "fit_facts", "fit_fig4"]
 
 
-class Fact(NamedTuple):
-    """One operating point with what was measured (or published) there."""
-
-    name: str
-    #: :class:`ColocationParams` overrides that hold at this point (``mps_enabled``, ``batch``...)
-    overrides: Mapping[str, Any]
-    sleep_s: float
-    mps_pct: float
-    latency_ms: float
-    #: time-averaged training SM share in %, NaN when not measured
-    sm_pct: float = math.nan
-    #: weight of the SM share's relative error against the latency's (weight 1)
-    sm_weight: float = 1.0
-
-
-#: Seed 000 Fig 4: (name, plant overrides, sleep s, training MPS %, latency ms, training SM %,
+#: GPUColo paper, Fig. 4: (name, plant overrides, sleep s, training MPS %, latency ms, training
+#: SM %,
 #: SM weight)
 FIG4_FACTS: tuple[Fact, ...] = (
     Fact("MPS 80/80", {}, 0.0, 80.0, 15.1, 38.15, 1.0),
@@ -190,10 +183,10 @@ def fit_facts(facts: Sequence[Fact], base: ColocationParams, *,
     facts = list(facts)
     if not facts:
         raise ValueError("facts must not be empty")
-    for f in facts:
-        if not (math.isfinite(f.latency_ms) and f.latency_ms > 0):
-            raise ValueError(f"fact {f.name!r}: latency_ms must be a number > 0, got "
-                             f"{f.latency_ms!r}")
+    for fact in facts:
+        if not (math.isfinite(fact.latency_ms) and fact.latency_ms > 0):
+            raise ValueError(f"fact {fact.name!r}: latency_ms must be a number > 0, got "
+                             f"{fact.latency_ms!r}")
     from scipy.optimize import least_squares
 
     lat_meas = np.array([f.latency_ms for f in facts], float)
@@ -215,7 +208,8 @@ def fit_facts(facts: Sequence[Fact], base: ColocationParams, *,
     undetermined = []
     for f in names:   # does any residual move with this field?
         h = 1e-4 * max(abs(start[f]), 1e-2)
-        moved = residuals_of(replace(base, **{f: start[f] + h})) - r0
+        nudged: dict[str, Any] = {f: start[f] + h}
+        moved = residuals_of(replace(base, **nudged)) - r0
         if not np.any(np.abs(moved) > 1e-12):
             undetermined.append(f)
     names = tuple(f for f in names if f not in undetermined)
@@ -228,7 +222,8 @@ def fit_facts(facts: Sequence[Fact], base: ColocationParams, *,
                  hi - 1e-9 * (hi - lo))
 
     def params_at(x: np.ndarray) -> ColocationParams:
-        return replace(base, **dict(zip(names, map(float, x))))
+        values: dict[str, Any] = dict(zip(names, map(float, x)))
+        return replace(base, **values)
 
     sol = least_squares(lambda x: residuals_of(params_at(x)), x0, bounds=(lo, hi))
     values = dict(zip(names, map(float, sol.x)))
@@ -254,7 +249,7 @@ def _stderr(sol: Any, names: Sequence[str]) -> dict[str, float]:
 
 
 def _fig4_iteration_prior(p: ColocationParams) -> list[float]:
-    """Seed 000: the time-sliced training iteration takes about 0.2 s."""
+    """The GPUColo paper: the time-sliced training iteration takes about 0.2 s."""
     t = float(SimulatedColocation(replace(p, mps_enabled=False)).expected_iteration_s(100))
     return [0.3 * (t - 0.2) / 0.2]
 
@@ -263,304 +258,6 @@ def fit_fig4() -> FactFit:
     """Refit the sharing constants to Fig 4 (scipy least squares)."""
     return fit_facts(FIG4_FACTS, fig4_params(), fields=FIG4_FIT_FIELDS,
                      extra=_fig4_iteration_prior, label="paper")
-
-
-# ---- facts from measured experiment records -----------------------------------------------------
-#: The per-period CSV each experiment writes next to its ``<experiment>_meta.json``.
-RECORD_FILES: dict[str, str] = {"knobs": "knobs.csv", "identify": "identify_periods.csv",
-                                "burst": "burst.csv", "slo_sweep": "slo_sweep.csv"}
-
-
-@dataclass(frozen=True)
-class RecordSource:
-    """One experiment's per-period records: the CSV, its meta JSON (``{}`` if none) and rows."""
-
-    csv: Path
-    meta: dict[str, Any]
-    rows: list[dict[str, Any]]
-
-    @property
-    def experiment(self) -> str:
-        return str(self.meta.get("experiment") or self.csv.stem)
-
-
-def _read_meta(path: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"source {str(path)!r}: not a readable JSON file ({exc})") from None
-    return meta if isinstance(meta, dict) else {}
-
-
-def find_records(source: str | os.PathLike[str]) -> list[RecordSource]:
-    """The experiment records under ``source``: a results folder (``<out>`` or
-    ``<out>/<experiment>``; every ``*_meta.json`` in it or one level below whose per-period CSV,
-    :data:`RECORD_FILES`, is present) or one per-period CSV (with the ``*_meta.json`` beside
-    it, if any)."""
-    p = Path(source)
-    if not p.exists():
-        raise ValueError(f"source {str(source)!r}: no such file or folder")
-    if p.is_file():
-        if p.suffix.lower() != ".csv":
-            raise ValueError(f"source {str(source)!r}: expected a results folder or a "
-                             f"per-period CSV ({', '.join(RECORD_FILES.values())})")
-        meta: dict[str, Any] = {}
-        for cand in (p.with_name(f"{p.stem}_meta.json"),
-                     p.with_name(f"{p.stem.split('_')[0]}_meta.json")):
-            if cand.is_file():
-                meta = _read_meta(cand)
-                break
-        return [RecordSource(p, meta, read_csv(p))]
-    out = []
-    for m in sorted(p.glob("*_meta.json")) + sorted(p.glob("*/*_meta.json")):
-        meta = _read_meta(m)
-        name = RECORD_FILES.get(str(meta.get("experiment")))
-        if name and (m.parent / name).is_file():
-            out.append(RecordSource(m.parent / name, meta, read_csv(m.parent / name)))
-    if not out:
-        raise ValueError(
-            f"source {str(source)!r}: no experiment records found (expected an "
-            f"<experiment>_meta.json with its per-period CSV — "
-            f"{', '.join(RECORD_FILES.values())} — in the folder or one level below)")
-    return out
-
-
-def _num(r: Mapping[str, Any], key: str) -> float:
-    v = r.get(key, math.nan)
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _key(x: float, digits: int) -> float | None:
-    """A grouping key: rounded, None for NaN (NaN never equals itself)."""
-    return round(x, digits) if math.isfinite(x) else None
-
-
-def _label(r: Mapping[str, Any]) -> str:
-    for key in ("run", "controller"):
-        v = r.get(key)
-        if isinstance(v, str) and v:
-            return v
-    return ""
-
-
-def _split_runs(rows: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
-    """Consecutive rows of one run: a new run starts where the run/controller label changes
-    or the period index (``period`` or ``k``) does not increase."""
-    runs: list[list[Mapping[str, Any]]] = []
-    prev_label, prev_idx = None, math.nan
-    for r in rows:
-        lab = _label(r)
-        idx = _num(r, "period") if "period" in r else _num(r, "k")
-        if not runs or lab != prev_label or (math.isfinite(idx) and math.isfinite(prev_idx)
-                                             and idx <= prev_idx):
-            runs.append([])
-        runs[-1].append(r)
-        prev_label, prev_idx = lab, idx
-    return runs
-
-
-def _source_defaults(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """Batch and inference MPS of a source whose CSV does not say (from its meta)."""
-    out: dict[str, Any] = {}
-    pp = meta.get("plant_params") if meta.get("plant", "sim") == "sim" else None
-    if isinstance(pp, Mapping):
-        out.update({k: pp[k] for k in ("batch", "inference_mps_pct") if k in pp})
-    if "preset" in meta:
-        try:
-            pre = preset_overrides(str(meta["preset"]))
-        except ValueError:
-            pre = {}
-        for k in ("batch", "inference_mps_pct"):
-            if k not in out and k in pre:
-                out[k] = pre[k]
-    return out
-
-
-def _mps_enabled(meta: Mapping[str, Any], run: str) -> bool:
-    """Whether a run shared the GPU through MPS, from the experiment's meta (default True)."""
-    runs = meta.get("runs")
-    r = runs.get(run) if isinstance(runs, Mapping) else None
-    if isinstance(r, Mapping):
-        if r.get("mps_enabled") is not None:
-            return bool(r["mps_enabled"])
-        over = r.get("overrides")
-        if isinstance(over, Mapping) and "mps_enabled" in over:
-            return bool(over["mps_enabled"])
-    if meta.get("mps_enabled") is not None:
-        return bool(meta["mps_enabled"])
-    pp = meta.get("plant_params")
-    if meta.get("plant", "sim") == "sim" and isinstance(pp, Mapping) and "mps_enabled" in pp:
-        return bool(pp["mps_enabled"])
-    return True
-
-
-@dataclass(frozen=True)
-class MeasuredFacts:
-    """Facts from records: ``facts``, per fact ``details`` (source, run, periods, spread) and
-    per source ``sources`` (path, experiment, plant, preset and how many periods were used or
-    why not)."""
-
-    facts: list[Fact]
-    details: list[dict[str, Any]]
-    sources: list[dict[str, Any]]
-
-
-def _check_options(settle_periods: Any, sleep_bin_s: Any, min_periods: Any,
-                   sm_weight: Any) -> None:
-    def integer(name: str, v: Any, lo: int) -> None:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-
-    def number(name: str, v: Any, lo: float, strict: bool) -> None:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        if not ok or (v <= lo if strict else v < lo):
-            raise ValueError(f"{name} must be a number {'>' if strict else '>='} {lo:g}, "
-                             f"got {v!r}")
-
-    integer("settle_periods", settle_periods, 0)
-    number("sleep_bin_s", sleep_bin_s, 0.0, True)
-    integer("min_periods", min_periods, 1)
-    number("sm_weight", sm_weight, 0.0, False)
-
-
-def facts_from_source(src: RecordSource, *, label: str | None = None, settle_periods: int = 2,
-                      sleep_bin_s: float = 0.1, min_periods: int = 3, sm_weight: float = 1.0
-                      ) -> tuple[list[Fact], list[dict[str, Any]], dict[str, Any]]:
-    """Facts from one experiment's per-period records.
-
-    A period is steady when it has a latency, neither process was restarting, and it is not
-    among the first ``settle_periods`` periods of a run, of an operating point or after a
-    restart. Steady periods are grouped per run and operating point: training MPS, inference
-    MPS, batch, whether MPS was on (from the meta JSON: the knobs "Sleep" run is time-sliced)
-    and the sleep. In a run whose sleep changes nearly every period (the white-noise
-    excitation of ``identify``, a closed loop) a sleep change is not a knob change and the
-    sleep is binned by ``sleep_bin_s``. Each group of at least ``min_periods`` periods is a
-    fact: mean latency (weighted by the batches counted, where known), mean sleep and mean
-    training SM share (NaN when not recorded).
-
-    Returns the facts, per-fact details and a per-source account of the periods.
-    """
-    _check_options(settle_periods, sleep_bin_s, min_periods, sm_weight)
-    rows = src.rows
-    lab = src.experiment if label is None else label
-    cols = set().union(*(r.keys() for r in rows)) if rows else set()
-    missing = [c for c in ("latency_ms", "sleep_s", "mps_pct") if c not in cols]
-    if rows and missing:
-        raise ValueError(f"source {str(src.csv)!r}: column(s) {', '.join(missing)} missing; "
-                         f"per-period records need latency_ms, sleep_s and mps_pct")
-    defaults = _source_defaults(src.meta)
-    count = {"periods": len(rows), "restarting": 0, "settling": 0, "no_latency": 0,
-             "thin": 0, "used": 0}
-    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-    batches: set[int] = set()
-    for run in _split_runs(rows):
-        name = _label(run[0])
-        mps_on = _mps_enabled(src.meta, name)
-        sleeps = np.array([_num(r, "sleep_s") for r in run])
-        moves = int(np.sum(np.abs(np.diff(sleeps)) > 1e-9)) if len(run) > 1 else 0
-        excited = len(run) >= 3 and moves > 0.5 * (len(run) - 1)
-        left, prev = 0, None
-        for i, r in enumerate(run):
-            s, m = _num(r, "sleep_s"), _num(r, "mps_pct")
-            b = _num(r, "batch")
-            b = float(defaults["batch"]) if not math.isfinite(b) and "batch" in defaults else b
-            ci = _num(r, "inference_mps_pct")
-            if not math.isfinite(ci) and defaults.get("inference_mps_pct") is not None:
-                ci = float(defaults["inference_mps_pct"])
-            knobs = (_key(m, 6), _key(ci, 6), _key(b, 0)) + (() if excited else (_key(s, 6),))
-            restarting = _num(r, "restarting") > 0 or _num(r, "inference_restarting") > 0
-            if restarting:
-                left = settle_periods + 1
-            elif i == 0 or knobs != prev:
-                left = max(left, settle_periods)
-            prev = knobs
-            steady = left == 0
-            left = max(0, left - 1)
-            if not steady:
-                count["restarting" if restarting else "settling"] += 1
-                continue
-            lat, n = _num(r, "latency_ms"), _num(r, "count")
-            if not (math.isfinite(lat) and lat > 0 and math.isfinite(s) and math.isfinite(m)
-                    and n != 0):
-                count["no_latency"] += 1
-                continue
-            sk = round(s / sleep_bin_s) if excited else round(s, 4)
-            key = (name, mps_on, _key(b, 0), _key(ci, 3) if mps_on else None, round(m, 3), sk)
-            groups.setdefault(key, []).append(r)
-            if math.isfinite(b):
-                batches.add(int(b))
-    facts: list[Fact] = []
-    details: list[dict[str, Any]] = []
-    order = {k: i for i, k in enumerate(dict.fromkeys(k[0] for k in groups))}
-
-    def place(item: tuple[tuple[Any, ...], list[Mapping[str, Any]]]) -> tuple[Any, ...]:
-        (name, mps_on, b, _ci, m, sk), _rs = item
-        return order[name], not mps_on, -1 if b is None else b, m, sk
-
-    for (name, mps_on, b, ci, m, _sk), rs in sorted(groups.items(), key=place):
-        if len(rs) < min_periods:
-            count["thin"] += len(rs)
-            continue
-        count["used"] += len(rs)
-        lat = np.array([_num(r, "latency_ms") for r in rs])
-        w = np.array([_num(r, "count") for r in rs])
-        mean_lat = (float(np.sum(lat * w) / np.sum(w))
-                    if np.all(np.isfinite(w)) and np.sum(w) > 0 else float(np.mean(lat)))
-        s = np.array([_num(r, "sleep_s") for r in rs])
-        sm = 100.0 * np.array([_num(r, "training_sm_share") for r in rs])
-        sm = sm[np.isfinite(sm)]
-        over: dict[str, Any] = {"mps_enabled": bool(mps_on)}
-        if b is not None:
-            over["batch"] = int(b)
-        if ci is not None:
-            over["inference_mps_pct"] = float(ci)
-        text = (f"{lab}{'/' + name if name else ''}: sleep {float(s.mean()):.2f} s, "
-                f"MPS {m:g} %" + ("" if mps_on else " (no MPS)")
-                + (f", batch {int(b)}" if len(batches) > 1 and b is not None else ""))
-        facts.append(Fact(text, over, float(s.mean()), float(m), mean_lat,
-                          float(sm.mean()) if sm.size else math.nan, float(sm_weight)))
-        details.append({"source": str(src.csv), "run": name, "periods": len(rs),
-                        "latency_sd_ms": float(np.std(lat, ddof=1)) if len(rs) > 1 else math.nan,
-                        "sleep_min_s": float(s.min()), "sleep_max_s": float(s.max()),
-                        "sm_periods": int(sm.size)})
-    if not facts:
-        raise ValueError(
-            f"source {str(src.csv)!r}: no usable periods ({count['periods']} read: "
-            f"{count['restarting']} restarting or just after, {count['settling']} within "
-            f"settle_periods={settle_periods} of a run start or knob change, "
-            f"{count['no_latency']} without a latency, {count['thin']} in operating points with "
-            f"fewer than min_periods={min_periods}); lower settle_periods (an integer >= 0) or "
-            f"min_periods (an integer >= 1), or record longer runs")
-    info = {"path": str(src.csv), "experiment": src.experiment,
-            "plant": src.meta.get("plant"), "preset": src.meta.get("preset"),
-            "seed": src.meta.get("seed"), "facts": len(facts), **count}
-    return facts, details, info
-
-
-def facts_from_records(sources: Sequence[str | os.PathLike[str]], **options: Any
-                       ) -> MeasuredFacts:
-    """Facts from every experiment record under ``sources`` (folders or CSVs,
-    :func:`find_records`); ``options`` go to :func:`facts_from_source`."""
-    if isinstance(sources, (str, os.PathLike)):
-        sources = [sources]
-    if not sources:
-        raise ValueError("sources must name at least one results folder or CSV")
-    found = [s for src in sources for s in find_records(src)]
-    seen: dict[str, int] = {}
-    facts: list[Fact] = []
-    details: list[dict[str, Any]] = []
-    infos: list[dict[str, Any]] = []
-    for src in found:
-        seen[src.experiment] = seen.get(src.experiment, 0) + 1
-        lab = src.experiment + (f"#{seen[src.experiment]}" if seen[src.experiment] > 1 else "")
-        f, d, info = facts_from_source(src, label=lab, **options)
-        facts += f
-        details += d
-        infos.append(info)
-    return MeasuredFacts(facts, details, infos)
 
 
 # ---- calibrating a preset from records ----------------------------------------------------------

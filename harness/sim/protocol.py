@@ -60,9 +60,28 @@ __all__ = [
 class PlantActuation(Actuation):
     """An :class:`~gpucontrol.Actuation` with plant-side extras used by some baselines.
 
-    ``inference_mps_pct``: the inference process's MPS share (None: leave as configured);
-    changing it restarts the inference process. ``free_resize``: apply MPS changes without the
-    restart downtime (only the Oracle, an idealised upper bound, sets this).
+    Parameters
+    ----------
+    sleep_s : float
+        Training sleep per iteration for the next period, s.
+    mps_pct : float
+        Training MPS share, %.
+    mps_changed : bool
+        The training processes must restart with ``mps_pct``.
+    saturated : bool
+        The sleep is pinned at a bound.
+    reason : str
+        What the controller did, in words.
+    error_ms : float
+        The latency error the controller saw, ms (NaN if none).
+    gain_estimate : float
+        The controller's current gain estimate (NaN if none).
+    inference_mps_pct : float or None
+        The inference process's MPS share (None: leave as configured); changing it restarts
+        the inference process.
+    free_resize : bool
+        Apply MPS changes without the restart downtime (only the Oracle, an idealised upper
+        bound, sets this).
     """
 
     inference_mps_pct: float | None = None
@@ -88,7 +107,7 @@ class PeriodResult:
     measurement delay the latency fields describe the previous period; the throughput fields
     always describe this one.
 
-    Attributes
+    Parameters
     ----------
     mean_ms, p99_ms : float
         Mean and 99th percentile of the per-batch inference latency (NaN when ``count`` is 0).
@@ -161,7 +180,15 @@ class Plant(Protocol):
 
 @dataclass(frozen=True)
 class LoadEvent:
-    """At ``time_s`` (plant time, s) apply ``changes`` with ``plant.set_load(**changes)``."""
+    """At ``time_s`` (plant time, s) apply ``changes`` with ``plant.set_load(**changes)``.
+
+    Parameters
+    ----------
+    time_s : float
+        When the change is due, plant time in s.
+    changes : tuple[tuple[str, Any], ...]
+        ``(field, value)`` pairs for ``plant.set_load`` (:meth:`at` builds them).
+    """
 
     time_s: float
     changes: tuple[tuple[str, Any], ...]
@@ -180,6 +207,11 @@ class Scenario:
     """A load script: each event is applied at the first period boundary at or after its time
     (so with T = 4 s an event at 90 s takes effect at 92 s; :meth:`load_at` gives the load in
     force for a period starting at ``t``).
+
+    Parameters
+    ----------
+    events : tuple[LoadEvent, ...]
+        The load events, sorted by time (:meth:`of` sorts them).
 
     >>> burst = Scenario.of(LoadEvent.at(0, batch=105), LoadEvent.at(90, batch=115),
     ...                     LoadEvent.at(290, batch=105))
@@ -215,7 +247,13 @@ class Scenario:
 
 
 class Records(list):
-    """Tidy per-period records: a list of dicts with column helpers."""
+    """Tidy per-period records: a list of dicts with column helpers.
+
+    Parameters
+    ----------
+    iterable : Iterable[dict]
+        The rows (optional; empty records by default).
+    """
 
     def col(self, name: str) -> np.ndarray:
         """One column as a float array (booleans become 0/1, missing values NaN)."""
@@ -253,9 +291,10 @@ def run_loop(controller: Any, plant: Plant, periods: int, scenario: Scenario | N
 
     Parameters
     ----------
-    controller
+    controller : Any
         ``initial_actuation()`` and ``update(measurement)`` returning an Actuation.
     plant : Plant
+        The plant to step.
     periods : int
         Number of control periods (>= 1).
     scenario : Scenario, optional

@@ -1,6 +1,6 @@
 """A simulated GPU running one inference service and one training job side by side.
 
-The plant is an event simulation of two processes sharing one GPU, calibrated to seed 000
+The plant is an event simulation of two processes sharing one GPU, calibrated to the GPUColo paper
 (GPUColo, RTX 3090, ResNet-50 inference). It has no linear formula inside; the latency-vs-
 sleep curve that the controllers see comes out of the following physics (parameters and
 their sources: docs/simulated_plant.md).
@@ -26,7 +26,7 @@ their sources: docs/simulated_plant.md).
   (harmonic) mix ``1 / (d / l_busy + (1 - d) / l_idle)`` plus noise — and phase aliasing
   between training iterations and the 4 s control period, as on a real GPU.
 * **Resizing.** A change of the training MPS restarts the training process (``restart_s``,
-  default 7 s; seed 000 measured 5–15 s): it holds no SMs and makes no progress meanwhile,
+  default 7 s; the GPUColo paper measured 5–15 s): it holds no SMs and makes no progress meanwhile,
   losing its partial iteration; inference keeps running. A change of the inference MPS (only
   GSLICE-extended does this) restarts the inference process: no batches complete for
   ``inference_restart_s``.
@@ -70,7 +70,7 @@ class ColocationParams:
     compute_ms_fixed: float = 1.6
     compute_ms_per_image: float = 0.62
     noise_sigma: float = 0.02
-    # GPU sharing (fitted to seed 000 Fig 4) ---------------------------------------------------
+    # GPU sharing (fitted to the GPUColo paper, Fig. 4) ----------------------------------------
     mps_enabled: bool = True
     saturation_per_sqrt_image: float = 0.0905
     interference_sqrt_image: float = 11.5
@@ -186,10 +186,11 @@ class ColocationParams:
 
 #: Named presets: overrides of :class:`ColocationParams`.
 PRESETS: dict[str, dict[str, Any]] = {
-    # Seed 000 Fig 4: ResNet-50 inference (small batch) with the CUDA matmul training emulator
+    # GPUColo paper, Fig. 4: ResNet-50 inference (small batch) with the CUDA matmul training
+    # emulator
     # (iteration ~0.2 s), both at MPS 80 %.
     "fig4": {"batch": 5, "inference_mps_pct": 80.0, "train_work_s": 0.085, "noise_sigma": 0.03},
-    # Seed 000 Fig 8/9: ResNet-50 batch 105 (115 in the burst), inference MPS 100 %, Wide
+    # GPUColo paper, Figs. 8/9: ResNet-50 batch 105 (115 in the burst), inference MPS 100 %, Wide
     # ResNet-101 training (iteration 0.5-0.8 s when co-located at MPS 80-100 %).
     "fig8": {"batch": 105, "inference_mps_pct": 100.0, "train_work_s": 0.2, "noise_sigma": 0.02},
 }
@@ -263,13 +264,13 @@ class SimulatedColocation:
         Default: the Fig 8/9 preset.
     seed : int
         Seed of the random generator (noise, iteration jitter).
-    **overrides
+    **overrides : Any
         Field overrides of ``params``.
 
     Examples
     --------
     >>> plant = SimulatedColocation.preset("fig4", seed=0)
-    >>> round(float(plant.expected_latency_ms(0.0, 80.0)), 1)   # seed 000 Fig 4: 15.1 ms
+    >>> round(float(plant.expected_latency_ms(0.0, 80.0)), 1)   # GPUColo paper, Fig. 4: 15.1 ms
     15.1
     >>> from gpucontrol import Actuation
     >>> r = plant.step(Actuation(sleep_s=0.0, mps_pct=80.0), 4.0)
@@ -469,7 +470,7 @@ class SimulatedColocation:
             inference_batches=n, inference_images=n * int(p.batch),
             training_iterations=iters, training_sm_share=sm_time / T,
             restarting=restarting, inference_restarting=inf_restarting,
-            sleep_s=float(self.sleep_s), mps_pct=float(self.mps_pct),
+            sleep_s=float(self.sleep_s or 0.0), mps_pct=float(self.mps_pct or 100.0),
             inference_mps_pct=float(self.inference_mps_pct), batch=int(p.batch),
             samples_ms=tuple(all_lats.tolist()) if p.keep_samples else ())
 

@@ -1,4 +1,4 @@
-"""The identification study (seed 000 Fig 6/7) on the simulated plant and its command."""
+"""The identification study (GPUColo paper, Figs. 6/7) on the simulated plant and its command."""
 
 import math
 

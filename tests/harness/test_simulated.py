@@ -9,7 +9,7 @@ from gpucontrol import Actuation
 from harness.sim.protocol import Plant, PlantActuation
 from harness.sim.simulated import PRESETS, ColocationParams, SimulatedColocation
 
-# Seed 000 Fig 4 (ARCHITECTURE.md §6): (plant overrides, sleep s, training MPS %) -> latency ms
+# GPUColo paper, Fig. 4: (plant overrides, sleep s, training MPS %) -> latency ms
 FIG4_LATENCY = [
     ({}, 0.0, 80.0, 15.1),                        # MPS 80/80
     ({}, 0.0, 20.0, 5.62),                        # training MPS -> 20 %
@@ -48,7 +48,7 @@ def test_fig4_sm_share_calibration_within_10pct(over, sleep, mps, paper):
 
 
 def test_fig4_training_iteration_is_about_02_s():
-    # seed 000: "each iteration lasts about 0.2 s"
+    # The GPUColo paper: "each iteration lasts about 0.2 s"
     for over in ({}, {"mps_enabled": False}):
         t = SimulatedColocation.preset("fig4", **over).expected_iteration_s(80.0)
         assert 0.15 < t < 0.3
@@ -89,7 +89,7 @@ def test_latency_vs_sleep_is_not_linear_and_gain_depends_on_mps():
 
 
 def test_linear_fit_r2_is_high_but_below_one_on_noisy_data():
-    # seed 000 Fig 6/7: linear per MPS level, R^2 > 79 %; our plant is not exactly linear
+    # GPUColo paper, Figs. 6/7: linear per MPS level, R^2 > 79 %; our plant is not exactly linear
     plant = SimulatedColocation.preset("fig8", seed=5)
     rng = np.random.default_rng(0)
     u = rng.uniform(0, 1, 120)

@@ -10,7 +10,6 @@ import types
 
 import pytest
 
-from harness.hil._files import IntFile, read_json, write_int, write_json_atomic
 from harness.hil.inference import (
     InferenceConfig,
     InferenceLoop,
@@ -20,6 +19,7 @@ from harness.hil.inference import (
     config_from_args,
     resolve_reporter,
 )
+from harness.results import IntFile, read_json, write_int, write_json
 
 
 class FakeClock:
@@ -236,7 +236,7 @@ def test_int_file_keeps_last_good_value(tmp_path):
 
 def test_json_atomic_roundtrip(tmp_path):
     p = tmp_path / "sub" / "x.json"
-    write_json_atomic(p, {"a": 1})
+    write_json({"a": 1}, p)
     assert read_json(p) == {"a": 1}
     assert read_json(tmp_path / "missing.json") is None
     assert not [x for x in p.parent.iterdir() if x.name.startswith(".")]
