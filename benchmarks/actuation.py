@@ -3,7 +3,7 @@
 * Pause/resume latency of the sleep actuators on busy-loop processes: the time to issue the
   pause (SIGSTOP through pidfds, or a write of cgroup.freeze) and the time until the kernel
   confirms it (/proc state T, or cgroup.events ``frozen 1``); the same for the resume.
-  Goal: < 1 ms p99 (seed 000 measured < 5 ms).
+  Goal: < 1 ms p99 (the GPUColo paper measured < 5 ms).
 * Duty-cycle accuracy: a real daemon (``--fixed-sleep``) pauses a busy loop at commanded
   stopped fractions; the achieved fraction is sampled from outside (state T or SIGSTOP
   pending) over whole cycles.

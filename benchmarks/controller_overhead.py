@@ -1,7 +1,7 @@
 """Mean cost of one TwoTierController.update (goal < 50 us).
 
 Prints the mean time per update for the controller in several configurations and, as a
-same-process baseline, the bare seed-000 formula ``s = clamp(s + (slo - l) / m)`` written
+same-process baseline, the bare GPUColo formula ``s = clamp(s + (slo - l) / m)`` written
 inline, so the ratio shows what validation, saturation logic and the outer loop cost.
 
     python benchmarks/controller_overhead.py [--n 200000]

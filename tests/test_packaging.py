@@ -2,6 +2,7 @@
 license, the type markers and the CUDA sources, and the GPU harness finds ``smid.cu``."""
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,8 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
+    # build from a copy so that setuptools' build/ folder never lands in the source tree
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, src / name)
+    for pkg in ("gpucontrol", "sysid", "harness", "cuda_kernels"):
+        shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                        "-q", "-w", str(out), str(ROOT)], capture_output=True, text=True)
+                        "-q", "-w", str(out), str(src)], capture_output=True, text=True)
     if r.returncode != 0 and "setuptools" in r.stderr and "No module named" in r.stderr:
         pytest.skip("setuptools is not installed in this environment")
     assert r.returncode == 0, r.stderr

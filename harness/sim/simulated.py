@@ -7,14 +7,14 @@ their sources: docs/simulated_plant.md).
 
 * **Inference alone** with an MPS share ``c_i`` takes ``t_x(b) + t_c(b) / eff(c_i, b)`` per
   batch of ``b`` images: a PCIe transfer linear in ``b`` plus compute linear in ``b``
-  (seed 004 §4.1), slowed by a smaller SM share with diminishing returns
+  (InSS, Sec. 4.1), slowed by a smaller SM share with diminishing returns
   ``eff(c) = (1 - exp(-c / c_sat)) / (1 - exp(-1 / c_sat))``; bigger batches need more SMs
   to saturate, ``c_sat = k_sat * sqrt(b)``.
 * **Contention under MPS.** While the training process computes, it holds an SM share
   ``a = c_t**g / (c_t**g + w c_i**g)`` (``c_t``: its MPS cap; a relative-share model: the
   inference's continuous kernel stream wins contested SMs, ``w > 1``), never above its cap.
   The inference then computes on ``min(c_i, 1 - a)`` of the SMs and suffers memory/L2
-  interference ``(1 + alpha(b) a)`` (the multiplicative form of seed 004 §4.1), with
+  interference ``(1 + alpha(b) a)`` (the multiplicative form of InSS, Sec. 4.1), with
   ``alpha(b) = k_int / sqrt(b)``: the fixed per-kernel waiting weighs less on long batches.
 * **Time slicing** (``mps_enabled=False``, the Fig 4 "Sleep" run): while training runs the
   inference gets a fraction ``q_i`` of the GPU time.
