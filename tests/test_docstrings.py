@@ -30,10 +30,6 @@ PACKAGES = [
     "gpucontrol.node",
     "gpucontrol.node.actuators",
     "sysid",
-    "harness",
-    "harness.sim",
-    "harness.experiments",
-    "harness.hil",
     "harness.cluster",
 ]
 
@@ -41,10 +37,6 @@ PACKAGES = [
 PENDING = [
     "gpucontrol.node",
     "gpucontrol.node.actuators",
-    "harness",
-    "harness.sim",
-    "harness.experiments",
-    "harness.hil",
     "harness.cluster",
 ]
 
