@@ -12,9 +12,9 @@ from types import ModuleType
 from gpucontrol.errors import GPUUnavailableError
 
 _HINTS = {
-    "cupy": "install the CuPy build matching your CUDA toolkit, e.g. "
-            "`pip install -e '.[gpu]'` (cupy-cuda12x) or `pip install -e '.[gpu-cuda13]'` "
-            "(cupy-cuda13x)",
+    "cupy": "install the CuPy build matching your CUDA driver: "
+            "`pip install -e '.[gpu]'` (cupy-cuda13x, with PyPI's CUDA 13 torch) or "
+            "`pip install -e '.[gpu-cuda12]'` (cupy-cuda12x; torch from PyTorch's cu12 index)",
     "torch": "install torch and torchvision (`pip install -e '.[gpu]'`)",
     "torchvision": "install torch and torchvision (`pip install -e '.[gpu]'`)",
     "pynvml": "install nvidia-ml-py (`pip install nvidia-ml-py`)",
