@@ -33,7 +33,7 @@ from gpucontrol.node._runtime import ensure_private_dir
 from gpucontrol.node.client import MAX_VALUE_MS
 
 if TYPE_CHECKING:
-    from typing import Self
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 __all__ = [
     "MAX_DATAGRAM",
@@ -257,7 +257,7 @@ class LatencyMonitor(LatencyAggregator):
         sock.settimeout(0.2)
         return sock
 
-    def start(self) -> LatencyMonitor:
+    def start(self) -> Self:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="gpucontrol-monitor",
                                             daemon=True)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from gpucontrol._validate import in_range, positive
 
 if TYPE_CHECKING:
-    from typing import Self
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 __all__ = ["DutyCycler", "DutyStats"]
 
@@ -230,7 +230,7 @@ class DutyCycler:
             return out
 
     # ---------------------------------------------------------------- the timing thread
-    def start(self) -> DutyCycler:
+    def start(self) -> Self:
         with self._cond:
             if self._thread is not None:
                 return self
@@ -251,7 +251,10 @@ class DutyCycler:
             self._thread = None
             self.resume_now()
 
-    close = stop
+    def close(self) -> None:
+        """Stop cycling and resume the targets (what :meth:`stop` does; subclasses also
+        release what they hold)."""
+        self.stop()
 
     def __enter__(self) -> Self:
         return self.start()

@@ -36,7 +36,7 @@ from gpucontrol._validate import in_range, positive
 from gpucontrol.errors import MPSError, MPSUnavailable
 
 if TYPE_CHECKING:
-    from typing import Self
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 __all__ = [
     "DEFAULT_BINARY",
@@ -106,7 +106,7 @@ class MPSControl:
         return p
 
     # ------------------------------------------------------------------ daemon lifecycle
-    def start(self) -> MPSControl:
+    def start(self) -> Self:
         """Start a control daemon (``-d``) in private directories, and wait until it answers."""
         binary = self._require()
         if self.pipe_dir is None:
@@ -353,6 +353,7 @@ class MPSActuator:
             old_pid = old.pid if old is not None else None
             t0 = time.monotonic()
             if self.shadow and old is not None and old.poll() is None:
+                p: subprocess.Popen | None = None
                 try:
                     p, r = self._spawn(pct)
                     ok = self._wait_ready(p, r)
@@ -361,7 +362,7 @@ class MPSActuator:
                 else:
                     err = "" if ok else f"new process exited (code {p.returncode})"
                 t_ready = time.monotonic()
-                if not ok:
+                if not ok or p is None:
                     if p is not None:
                         self._terminate(p)
                     res = RestartResult(old_pct, pct, old_pid, old_pid, True, 0.0, 0.0,
