@@ -116,18 +116,17 @@ class HookWriter:
         self._seq = 0
         self._sleep = 0.0
         self._active = 1
-        from gpucontrol.node._runtime import create_exclusive  # the writer runs inside the package
+        # the writer runs in the daemon, inside the package (the guardian, which loads this
+        # module by path, only clears hook files in place)
+        from gpucontrol.node._runtime import write_private_atomic
 
-        fd, tmp = create_exclusive(self.path, os.O_RDWR)
-        try:
-            os.write(fd, MAGIC + self._record())
+        self._map: mmap.mmap
+
+        def map_it(fd: int) -> None:
             self._map = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
-        os.close(fd)
-        os.replace(tmp, self.path)
+
+        write_private_atomic(self.path, MAGIC + self._record(), flags=os.O_RDWR,
+                             before_rename=map_it)
 
     def _record(self) -> bytes:
         return _pack(self._active, self._seq, self._sleep, time.time(), self.stale_after_s,
