@@ -80,8 +80,25 @@ logger = logging.getLogger(__name__)
 
 
 def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyModelFamily:
-    """A model file: ``{"gain": g, "offset": n}`` (one linear model) or a list of
-    ``{"mps_pct", "gain", "offset"[, "batch"]}`` rows (a family, gain-scheduled by MPS)."""
+    """Read a latency model file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        JSON: ``{"gain": g, "offset": n}`` (one linear model), or a list of
+        ``{"mps_pct", "gain", "offset"[, "batch"]}`` rows (a family, gain-scheduled by MPS),
+        bare or under ``"points"``.
+
+    Returns
+    -------
+    LinearLatencyModel or LatencyModelFamily
+        The model the controller designs its gains from.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be read or is not one of these shapes.
+    """
     try:
         text = Path(path).read_text()
         doc = json.loads(text)

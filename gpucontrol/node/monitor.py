@@ -1,4 +1,6 @@
-"""The inference latency monitor (seed 000 Fig. 3): per-period mean, p99 and count.
+"""The inference latency monitor: per-period mean, p99 and count.
+
+It is the monitor box of the GPUColo paper (Chen et al., ICDCS 2024), Fig. 3.
 
 :class:`LatencyAggregator` collects samples and, once per control period, hands back a
 :class:`PeriodStats` (and resets). :class:`LatencyMonitor` adds the receiving end of
