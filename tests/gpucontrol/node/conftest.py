@@ -1,5 +1,15 @@
+"""Fixtures of the node agent's tests (and of actuators/ below): real child processes and
+fresh cgroup v2 groups. One conftest for the whole folder: with --doctest-modules pytest
+imports every conftest.py as a module named ``conftest``, so two of them here would clash."""
+
+import os
+import uuid
+from pathlib import Path
+
 import pytest
 from actuators._children import Children
+
+from gpucontrol.node.actuators.sleep import cgroup2_mounts
 
 
 @pytest.fixture
@@ -10,3 +20,51 @@ def children():
         yield c
     finally:
         c.cleanup()
+
+
+@pytest.fixture
+def cgroup_factory():
+    """Returns ``make() -> Path | None``: fresh cgroup v2 groups, thawed, killed and removed
+    at teardown; None where this machine gives us none."""
+    made: list[Path] = []
+
+    def make():
+        for mount in cgroup2_mounts():
+            path = Path(mount) / f"gpucontrol-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            made.append(path)
+            if (path / "cgroup.freeze").exists():
+                return path
+        return None
+
+    try:
+        yield make
+    finally:
+        import time
+
+        for path in reversed(made):
+            for name, value in (("cgroup.freeze", "0"), ("cgroup.kill", "1")):
+                try:
+                    (path / name).write_text(value)
+                except OSError:
+                    pass
+            for _ in range(200):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
+@pytest.fixture
+def cgroup_dir(cgroup_factory):
+    """A fresh, empty cgroup v2 group we may write (skips where none can be created)."""
+    path = cgroup_factory()
+    if path is None:
+        pytest.skip("no writable cgroup v2 hierarchy with cgroup.freeze on this machine")
+    return path
