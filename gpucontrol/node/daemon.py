@@ -384,7 +384,7 @@ class Daemon:
                        commanded_fraction=round(duty.commanded_fraction, 5),
                        pause_p99_ms=duty.pause_p99_ms, resume_p99_ms=duty.resume_p99_ms,
                        targets=duty.targets)
-        self.emit(**rec)
+        # metrics first: whoever reads the period line finds the metrics already updated
         if self.metrics is not None:
             self.metrics.update(latency_mean_ms=st.mean_ms, latency_p99_ms=st.p99_ms,
                                 latency_samples=st.count, sleep_s=act.sleep_s,
@@ -393,6 +393,7 @@ class Daemon:
                                 periods_total=self.periods,
                                 samples_total=self.monitor.total_count,
                                 malformed_total=self.monitor.total_malformed)
+        self.emit(**rec)
 
     def request_stop(self) -> None:
         """Ask the loop to stop (safe from a signal handler or another thread)."""
