@@ -12,6 +12,43 @@
 - :mod:`gpucontrol.node.actuators`: the sleep knob (signals, cgroup freezer) and the MPS
   active-thread percentage.
 
-The node imports the control core (:mod:`gpucontrol`) and never the harness or sysid. Importing
-this package loads nothing beyond the standard library.
+- :mod:`gpucontrol.node.config`: :class:`DaemonConfig`, the daemon's typed settings;
+  :mod:`gpucontrol.node.cli`: its command line; :mod:`gpucontrol.node.metrics`: its
+  Prometheus metrics.
+
+The node imports the control core (:mod:`gpucontrol`) and never the harness or sysid. The names
+below are loaded on first use, so importing this package adds nothing to the control core.
+
+Examples
+--------
+>>> from gpucontrol.node import DaemonConfig
+>>> DaemonConfig(training_cmd="python train.py", fixed_sleep=0.2).closed_loop
+False
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpucontrol.node.client import report_latency
+    from gpucontrol.node.config import DaemonConfig
+    from gpucontrol.node.daemon import Daemon, load_model
+    from gpucontrol.node.hooks import after_iteration, iteration
+
+__all__ = ["Daemon", "DaemonConfig", "after_iteration", "iteration", "load_model",
+           "report_latency"]
+
+_WHERE = {"Daemon": "daemon", "DaemonConfig": "config", "load_model": "daemon",
+          "report_latency": "client", "after_iteration": "hooks", "iteration": "hooks"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"gpucontrol.node.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'gpucontrol.node' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

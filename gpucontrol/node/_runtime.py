@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 ENV_RUNTIME_DIR = "GPUCONTROL_RUNTIME_DIR"
@@ -88,16 +89,43 @@ def check_private_file(path: str | os.PathLike[str]) -> os.stat_result:
     return st
 
 
-def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+def write_private_atomic(path: str | os.PathLike[str], data: bytes, *,
+                         flags: int = os.O_WRONLY,
+                         before_rename: Callable[[int], None] | None = None) -> None:
     """Write ``data`` to ``path`` atomically (exclusive temp file + rename), mode 0600.
 
-    A reader sees either the old or the new content, never a torn write."""
-    fd, tmp = create_exclusive(path)
+    The one atomic-write helper of the node: a reader sees either the old or the new
+    content, never a torn write. Stdlib only (the guardian loads this module by path).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to replace; its directory should be private (:func:`ensure_private_dir`).
+    data : bytes
+        The whole new content.
+    flags : int
+        Open flags of the temporary file (``os.O_RDWR`` to map it in ``before_rename``).
+    before_rename : callable or None
+        Called with the temporary file's descriptor after ``data`` is written and before it
+        is renamed into place (the hook writer maps the file here); if it raises, nothing is
+        renamed and the temporary file is removed.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "f.json")
+    >>> write_private_atomic(p, b"{}")
+    >>> open(p).read(), oct(os.stat(p).st_mode & 0o777)
+    ('{}', '0o600')
+    """
+    fd, tmp = create_exclusive(path, flags)
     try:
         view = memoryview(data)
         while view:
             n = os.write(fd, view)
             view = view[n:]
+        if before_rename is not None:
+            before_rename(fd)
     except BaseException:
         os.close(fd)
         unlink_quietly(tmp)

@@ -53,7 +53,18 @@ def default_socket_path() -> str:
 
 
 class ReportClient:
-    """A non-blocking datagram client bound to one socket path (safe across fork/threads)."""
+    """A non-blocking datagram client bound to one socket path (safe across fork/threads).
+
+    Parameters
+    ----------
+    socket_path : str, os.PathLike or None
+        The daemon's socket; None: ``$GPUCONTROL_SOCKET``, else the default for GPU 0.
+
+    Attributes
+    ----------
+    sent, dropped : int
+        Samples handed to the kernel, and samples dropped (bad value, no daemon, queue full).
+    """
 
     def __init__(self, socket_path: str | os.PathLike[str] | None = None) -> None:
         self.path = os.fspath(socket_path) if socket_path is not None else default_socket_path()
@@ -101,7 +112,18 @@ _clients_lock = threading.Lock()
 
 
 def client(socket_path: str | os.PathLike[str] | None = None) -> ReportClient:
-    """The shared client for a socket path (default path when None)."""
+    """The shared client for a socket path.
+
+    Parameters
+    ----------
+    socket_path : str, os.PathLike or None
+        The daemon's socket; None: ``$GPUCONTROL_SOCKET``, else the default for GPU 0.
+
+    Returns
+    -------
+    ReportClient
+        One client per path, shared by every caller in the process.
+    """
     try:
         path = os.fspath(socket_path) if socket_path is not None else default_socket_path()
     except Exception:
@@ -129,7 +151,17 @@ atexit.register(close_all)
 def report_latency(ms: float, socket_path: str | os.PathLike[str] | None = None) -> bool:
     """Report one inference batch latency (ms) to the daemon. Non-blocking; never raises.
 
-    Returns True when the datagram was handed to the kernel, False when it was dropped.
+    Parameters
+    ----------
+    ms : float
+        The batch latency in milliseconds, finite, in ``[0, 1e7]`` (else dropped).
+    socket_path : str, os.PathLike or None
+        The daemon's socket; None: ``$GPUCONTROL_SOCKET``, else the default for GPU 0.
+
+    Returns
+    -------
+    bool
+        True when the datagram was handed to the kernel, False when it was dropped.
     """
     try:
         return client(socket_path).send("L", ms)
@@ -138,7 +170,20 @@ def report_latency(ms: float, socket_path: str | os.PathLike[str] | None = None)
 
 
 def report_iteration(ms: float, socket_path: str | os.PathLike[str] | None = None) -> bool:
-    """Report one training iteration time (ms); used by :mod:`gpucontrol.node.hooks`."""
+    """Report one training iteration time (ms); used by :mod:`gpucontrol.node.hooks`.
+
+    Parameters
+    ----------
+    ms : float
+        The iteration time in milliseconds, finite, in ``[0, 1e7]`` (else dropped).
+    socket_path : str, os.PathLike or None
+        The daemon's socket; None: ``$GPUCONTROL_SOCKET``, else the default for GPU 0.
+
+    Returns
+    -------
+    bool
+        True when sent, False when dropped. Never raises.
+    """
     try:
         return client(socket_path).send("I", ms)
     except Exception:

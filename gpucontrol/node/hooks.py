@@ -1,9 +1,10 @@
 """The cooperative sleep hook: an instrumented training loop sleeps on its own, no signals.
 
-Seed 000 §IV-B: "if the byte code of the training workload is available, a sleep function
-can be inserted". The daemon writes the commanded sleep into a small shared file (64 bytes,
-mode 0600, memory-mapped); the training loop calls :func:`after_iteration` once per iteration
-(or wraps the step in ``with iteration():``), which reads the file and sleeps that long::
+The GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-B: "if the byte code of the training
+workload is available, a sleep function can be inserted". The daemon writes the commanded
+sleep into a small shared file (64 bytes, mode 0600, memory-mapped); the training loop calls
+:func:`after_iteration` once per iteration (or wraps the step in ``with iteration():``),
+which reads the file and sleeps that long::
 
     from gpucontrol.hooks import after_iteration
     for batch in loader:
@@ -116,18 +117,17 @@ class HookWriter:
         self._seq = 0
         self._sleep = 0.0
         self._active = 1
-        from gpucontrol.node._runtime import create_exclusive  # the writer runs inside the package
+        # the writer runs in the daemon, inside the package (the guardian, which loads this
+        # module by path, only clears hook files in place)
+        from gpucontrol.node._runtime import write_private_atomic
 
-        fd, tmp = create_exclusive(self.path, os.O_RDWR)
-        try:
-            os.write(fd, MAGIC + self._record())
+        self._map: mmap.mmap
+
+        def map_it(fd: int) -> None:
             self._map = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
-        os.close(fd)
-        os.replace(tmp, self.path)
+
+        write_private_atomic(self.path, MAGIC + self._record(), flags=os.O_RDWR,
+                             before_rename=map_it)
 
     def _record(self) -> bytes:
         return _pack(self._active, self._seq, self._sleep, time.time(), self.stale_after_s,
@@ -290,9 +290,19 @@ _last_end: dict[str, float] = {}
 def after_iteration(path: str | os.PathLike[str] | None = None) -> float:
     """Sleep the commanded interval; call once at the end of each training iteration.
 
-    Returns the seconds slept. Never raises. The first call also runs :func:`notify_ready`;
-    when ``$GPUCONTROL_SOCKET`` is set the iteration time (since the previous call, sleep
-    excluded) is reported to the daemon.
+    Never raises. The first call also runs :func:`notify_ready`; when ``$GPUCONTROL_SOCKET``
+    is set the iteration time (since the previous call, sleep excluded) is reported to the
+    daemon.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or None
+        The hook file; None: ``$GPUCONTROL_HOOK_FILE``, else the daemon's default for GPU 0.
+
+    Returns
+    -------
+    float
+        The seconds slept (0 when no daemon is active).
     """
     try:
         key = os.fspath(path) if path is not None else ""
@@ -321,7 +331,18 @@ def after_iteration(path: str | os.PathLike[str] | None = None) -> float:
 @contextlib.contextmanager
 def iteration(path: str | os.PathLike[str] | None = None) -> Iterator[None]:
     """Context-manager form: ``with iteration(): train_step()`` sleeps after the step
-    (also when the step raises, so a retried step is throttled too)."""
+    (also when the step raises, so a retried step is throttled too).
+
+    Parameters
+    ----------
+    path : str, os.PathLike or None
+        The hook file; None: ``$GPUCONTROL_HOOK_FILE``, else the daemon's default for GPU 0.
+
+    Yields
+    ------
+    None
+        Control returns to the ``with`` body; the sleep follows it.
+    """
     try:
         yield
     finally:

@@ -1,4 +1,6 @@
-"""The inference latency monitor (seed 000 Fig. 3): per-period mean, p99 and count.
+"""The inference latency monitor: per-period mean, p99 and count.
+
+It is the monitor box of the GPUColo paper (Chen et al., ICDCS 2024), Fig. 3.
 
 :class:`LatencyAggregator` collects samples and, once per control period, hands back a
 :class:`PeriodStats` (and resets). :class:`LatencyMonitor` adds the receiving end of
@@ -33,7 +35,7 @@ from gpucontrol.node._runtime import ensure_private_dir
 from gpucontrol.node.client import MAX_VALUE_MS
 
 if TYPE_CHECKING:
-    from typing import Self
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 __all__ = [
     "MAX_DATAGRAM",
@@ -257,7 +259,7 @@ class LatencyMonitor(LatencyAggregator):
         sock.settimeout(0.2)
         return sock
 
-    def start(self) -> LatencyMonitor:
+    def start(self) -> Self:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="gpucontrol-monitor",
                                             daemon=True)

@@ -1,4 +1,6 @@
-"""Actuators: the two knobs of seed 000 §IV-B applied to real processes.
+"""Actuators: the two knobs (sleep and MPS share) applied to real processes.
+
+The knobs are those of the GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-B.
 
 * sleep: :class:`SignalDutyCycler` (SIGSTOP/SIGCONT via pidfds), :class:`CgroupFreezer`
   (cgroup v2 ``cgroup.freeze``), :func:`choose_sleep_actuator`; the cooperative hook is in

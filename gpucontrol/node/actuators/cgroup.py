@@ -68,7 +68,21 @@ def _cgroup_members(path: Path) -> list[int]:
 
 def freezable_cgroup_for(pids: Iterable[int], *, allow_other_users: bool = False) -> Path | None:
     """A cgroup that holds exactly these processes (and their descendants) and that we may
-    freeze; None when there is none (shared group, root group, no write access...)."""
+    freeze.
+
+    Parameters
+    ----------
+    pids : iterable of int
+        The training processes.
+    allow_other_users : bool
+        Root only: accept members owned by other users.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The group's directory; None when there is none (shared group, root group, no write
+        access...).
+    """
     pids = list(pids)
     if not pids:
         return None
@@ -103,7 +117,7 @@ class CgroupFreezer(DutyCycler):
     verify_mount : bool
         Require the directory to lie on a cgroup2 mount (turn off only to test against a
         directory that mimics the interface files).
-    **kwargs
+    **kwargs : Any
         Passed to :class:`DutyCycler`.
 
     The members (recursively) are checked with :func:`~.procs.check_target` at construction

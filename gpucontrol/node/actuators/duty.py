@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from gpucontrol._validate import in_range, positive
 
 if TYPE_CHECKING:
-    from typing import Self
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 __all__ = ["DutyCycler", "DutyStats"]
 
@@ -46,6 +46,23 @@ class DutyStats:
 
     Fractions are of wall-clock time; latencies are in milliseconds (time to issue the pause
     or resume to every target).
+
+    Parameters
+    ----------
+    window_s : float
+        Length of the window, s.
+    commanded_fraction : float
+        Stopped fraction commanded, ``sleep_s / (run_quantum_s + sleep_s)``.
+    achieved_fraction : float
+        Stopped fraction measured over the window.
+    cycles : int
+        Completed pause/resume cycles in the window.
+    pause_p50_ms, pause_p99_ms : float
+        Median and p99 time to pause every target, ms.
+    resume_p50_ms, resume_p99_ms : float
+        Median and p99 time to resume every target, ms.
+    targets : int
+        Number of targets at the end of the window.
     """
 
     window_s: float
@@ -80,6 +97,8 @@ class DutyCycler:
     gate : callable, optional
         Consulted before every pause; when it returns False the cycle is skipped and the
         targets keep running (the daemon uses it to pause only while its guardian is alive).
+    name : str
+        Name of the timing thread.
     """
 
     def __init__(self, *, run_quantum_s: float = 0.2, sleep_s: float = 0.0,
@@ -230,7 +249,7 @@ class DutyCycler:
             return out
 
     # ---------------------------------------------------------------- the timing thread
-    def start(self) -> DutyCycler:
+    def start(self) -> Self:
         with self._cond:
             if self._thread is not None:
                 return self
@@ -251,7 +270,10 @@ class DutyCycler:
             self._thread = None
             self.resume_now()
 
-    close = stop
+    def close(self) -> None:
+        """Stop cycling and resume the targets (what :meth:`stop` does; subclasses also
+        release what they hold)."""
+        self.stop()
 
     def __enter__(self) -> Self:
         return self.start()

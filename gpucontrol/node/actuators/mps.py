@@ -1,4 +1,6 @@
-"""The MPS knob (seed 000 §IV-B, §VI): the training's active-thread percentage.
+"""The MPS knob: the training's active-thread percentage.
+
+The knob of the GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-B and VI.
 
 MPS fixes a client's share when the client starts (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``), so
 a new percentage means restarting the training process. Two pieces:
@@ -10,7 +12,7 @@ a new percentage means restarting the training process. Two pieces:
   binary.
 * :class:`MPSActuator` -- runs the training through a user-supplied launcher (command and
   environment) and applies a new percentage by restarting it, optionally with a *shadow*
-  pre-start (seed 002 §5.3.2): start the new process, wait for its ready signal
+  pre-start: start the new process, wait for its ready signal
   (:func:`gpucontrol.node.hooks.notify_ready`, sent by the first ``after_iteration()``), and only
   then stop the old one. It measures the downtime of every restart.
 
@@ -36,7 +38,7 @@ from gpucontrol._validate import in_range, positive
 from gpucontrol.errors import MPSError, MPSUnavailable
 
 if TYPE_CHECKING:
-    from typing import Self
+    from typing_extensions import Self  # typing.Self from Python 3.11
 
 __all__ = [
     "DEFAULT_BINARY",
@@ -106,7 +108,7 @@ class MPSControl:
         return p
 
     # ------------------------------------------------------------------ daemon lifecycle
-    def start(self) -> MPSControl:
+    def start(self) -> Self:
         """Start a control daemon (``-d``) in private directories, and wait until it answers."""
         binary = self._require()
         if self.pipe_dir is None:
@@ -200,8 +202,27 @@ class MPSControl:
 
 @dataclass(frozen=True)
 class RestartResult:
-    """One MPS change: ``downtime_s`` is the time with no ready training process running
-    (old one gone, new one not yet ready); ``overlap_s`` the time both ran (shadow mode)."""
+    """One MPS change, as :meth:`MPSActuator.apply` reports it.
+
+    Parameters
+    ----------
+    old_pct, new_pct : float
+        MPS active-thread percentage before and after.
+    old_pid, new_pid : int or None
+        Training process before and after (None where there was none).
+    shadow : bool
+        Whether the new process was pre-started (shadow restart).
+    downtime_s : float
+        Time with no ready training process running (old one gone, new one not yet ready).
+    overlap_s : float
+        Time both processes ran (shadow mode).
+    total_s : float
+        Duration of the whole change.
+    ok : bool
+        Whether the new process runs at ``new_pct``.
+    error : str
+        What went wrong when not ``ok``.
+    """
 
     old_pct: float
     new_pct: float
@@ -232,8 +253,12 @@ class MPSActuator:
         ``"notify"``: ready when the process writes to ``$GPUCONTROL_READY_FD`` (the first
         ``gpucontrol.node.hooks.after_iteration()`` does), or after ``ready_timeout_s``;
         ``"spawn"``: ready as soon as it started.
+    ready_timeout_s : float
+        The longest wait for ``"notify"``, s, > 0.
     stop_timeout_s : float
         SIGTERM, then SIGKILL after this long.
+    cwd : str or None
+        Working directory of the training (None: ours).
     on_spawn : callable, optional
         Called with the new PID right after each start (e.g. to move it into a cgroup).
     before_terminate : callable, optional
@@ -353,6 +378,7 @@ class MPSActuator:
             old_pid = old.pid if old is not None else None
             t0 = time.monotonic()
             if self.shadow and old is not None and old.poll() is None:
+                p: subprocess.Popen | None = None
                 try:
                     p, r = self._spawn(pct)
                     ok = self._wait_ready(p, r)
@@ -361,7 +387,7 @@ class MPSActuator:
                 else:
                     err = "" if ok else f"new process exited (code {p.returncode})"
                 t_ready = time.monotonic()
-                if not ok:
+                if not ok or p is None:
                     if p is not None:
                         self._terminate(p)
                     res = RestartResult(old_pct, pct, old_pid, old_pid, True, 0.0, 0.0,

@@ -149,6 +149,23 @@ def check_target(pid: int, *, allow_other_users: bool = False) -> ProcStat:
     Refused: PID <= 1, ourselves, our ancestors (our supervisor or shell), kernel threads,
     processes that do not exist, and processes whose real or effective uid differs from our
     effective uid -- unless we are root and ``allow_other_users`` is true.
+
+    Parameters
+    ----------
+    pid : int
+        The process to check.
+    allow_other_users : bool
+        Root only: accept processes of other users.
+
+    Returns
+    -------
+    ProcStat
+        The process's ``/proc/PID/stat`` fields.
+
+    Raises
+    ------
+    TargetRefused
+        The process may not be signalled; the message says why.
     """
     if isinstance(pid, bool) or not isinstance(pid, int):
         raise TargetRefused(f"pid must be an integer, got {pid!r}")
@@ -203,6 +220,15 @@ class ProcessHandle:
 
     Use :meth:`open` (which checks :func:`check_target`); :meth:`signal` returns False once the
     process is gone instead of raising.
+
+    Parameters
+    ----------
+    pid : int
+        The process id.
+    fd : int
+        A pidfd on it (the handle owns it and closes it in :meth:`close`).
+    start_ticks : int
+        Its start time in clock ticks since boot (``/proc/PID/stat`` field 22).
     """
 
     __slots__ = ("_fd", "ino", "pid", "start_ticks")

@@ -1,4 +1,6 @@
-"""The sleep knob (seed 000 §IV-B): put training processes into periodic sleep from outside.
+"""The sleep knob: put training processes into periodic sleep from outside.
+
+The knob of the GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-B.
 
 A duty cycler (:class:`~.duty.DutyCycler`) lets its targets run for a *run quantum* (about one
 training iteration) and then holds them paused for the commanded sleep, so the stopped fraction
@@ -52,7 +54,7 @@ class SignalDutyCycler(DutyCycler):
     on_targets_changed : callable, optional
         Called with :meth:`identities` whenever the set changes, *before* any new member is
         signaled, so a state file can list every process that may be stopped (write-ahead).
-    **kwargs
+    **kwargs : Any
         Passed to :class:`DutyCycler` (``run_quantum_s``, ``sleep_s``, ``gate``...).
 
     Examples
@@ -182,10 +184,31 @@ def choose_sleep_actuator(*, pids: Iterable[int] = (), cgroup: str | os.PathLike
                           **kwargs) -> DutyCycler:
     """Build the sleep actuator for a set of training processes.
 
-    ``method``: ``"cgroup"`` (the given ``cgroup``, else the processes' own group when they
-    are alone in it), ``"signal"``, or ``"auto"`` -- the freezer when a suitable group exists
-    (given, or found by :func:`freezable_cgroup_for`), else signals. ``on_targets_changed``
-    in ``kwargs`` goes to the signal cycler only.
+    Parameters
+    ----------
+    pids : iterable of int
+        The training processes (needed by the signal method).
+    cgroup : str, os.PathLike or None
+        A cgroup v2 group holding the training; None: look for one.
+    method : {'auto', 'signal', 'cgroup'}
+        ``"cgroup"`` (the given ``cgroup``, else the processes' own group when they are alone
+        in it), ``"signal"``, or ``"auto"`` -- the freezer when a suitable group exists
+        (given, or found by :func:`freezable_cgroup_for`), else signals.
+    allow_other_users : bool
+        Root only: allow processes of other users.
+    **kwargs : Any
+        Passed to the cycler (:class:`DutyCycler` settings); ``on_targets_changed`` goes to
+        the signal cycler only.
+
+    Returns
+    -------
+    DutyCycler
+        A :class:`CgroupFreezer` or a :class:`SignalDutyCycler`, not started.
+
+    Raises
+    ------
+    ValueError
+        An unknown method, ``"cgroup"`` without a usable group, or no pids for signals.
     """
     if method not in ("auto", "signal", "cgroup"):
         raise ValueError(f"method must be one of 'auto', 'signal', 'cgroup', got {method!r}")

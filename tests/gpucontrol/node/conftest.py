@@ -1,4 +1,6 @@
-"""Fixtures of the node-agent tests: real child processes and fresh cgroup v2 groups."""
+"""Fixtures of the node agent's tests (and of actuators/ below): real child processes and
+fresh cgroup v2 groups. One conftest for the whole folder: with --doctest-modules pytest
+imports every conftest.py as a module named ``conftest``, so two of them here would clash."""
 
 import os
 import uuid

@@ -23,8 +23,9 @@ from actuators._children import (
 )
 
 from gpucontrol.node.actuators.procs import descendants
-from gpucontrol.node.daemon import build_parser, load_model
-from gpucontrol.node.daemon import main as daemon_main
+from gpucontrol.node.cli import build_parser
+from gpucontrol.node.cli import main as daemon_main
+from gpucontrol.node.daemon import load_model
 from harness.cli import build_parser as cli_parser
 
 

@@ -1,0 +1,180 @@
+"""The node agent's command line: ``python -m gpucontrol.daemon`` and ``gpucontrol daemon``.
+
+:func:`add_arguments` declares the flags (the harness mounts them as the ``gpucontrol daemon``
+subcommand); :func:`run_from_args` turns the parsed namespace into a
+:class:`~gpucontrol.node.config.DaemonConfig` once and runs the
+:class:`~gpucontrol.node.daemon.Daemon`; :func:`main` adds the exit codes (0 ok, 2 for a
+configuration error, 130 on Ctrl-C) and the stderr log format. The parser lives in the node so
+that a node runs the daemon without the harness.
+
+Examples
+--------
+>>> from gpucontrol.node.cli import build_parser
+>>> from gpucontrol.node.config import DaemonConfig
+>>> ns = build_parser().parse_args(["--training-pid", "4242", "--fixed-sleep", "0.1",
+...                                 "--socket", "/tmp/x/g.sock"])
+>>> DaemonConfig.from_args(ns).training_pids
+(4242,)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from gpucontrol.node.config import MODES, OUTER_LOOPS, READY_MODES, SLEEP_METHODS, DaemonConfig
+
+__all__ = ["add_arguments", "build_parser", "main", "run_from_args"]
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = "The per-GPU control daemon: monitor -> TwoTierController -> actuators, crash-safe."
+
+
+def _quantum(text: str) -> float | str:
+    if text == "auto":
+        return text
+    v = float(text)
+    if not v > 0:
+        raise argparse.ArgumentTypeError("must be > 0 or 'auto'")
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Declare the daemon's flags on ``p`` (one per :class:`DaemonConfig` field).
+
+    Parameters
+    ----------
+    p : argparse.ArgumentParser
+        The parser (or subcommand parser) to extend.
+    """
+    g = p.add_argument_group("control")
+    g.add_argument("--slo-ms", type=float, help="latency set point (ms per batch)")
+    g.add_argument("--model", help="model.json: {gain, offset} or a list of MPS-level rows")
+    g.add_argument("--period-s", type=float, default=4.0, help="control period (default 4)")
+    g.add_argument("--outer-every", type=int, default=25, help="outer loop every N periods")
+    g.add_argument("--outer", choices=OUTER_LOOPS, default="paper")
+    g.add_argument("--mode", choices=MODES, default="mean")
+    g.add_argument("--max-sleep-s", type=float, default=1.0, help="sleep upper bound (s)")
+    g.add_argument("--initial-mps", type=float, default=100.0)
+    g.add_argument("--fixed-sleep", type=float, help="open loop: this sleep (s) always")
+    g.add_argument("--fixed-mps", type=float, help="open loop: start training at this MPS %%")
+    g.add_argument("--duration-s", type=float, help="stop after this long")
+    t = p.add_argument_group("training")
+    t.add_argument("--training-pid", type=int, action="append", help="repeatable")
+    t.add_argument("--training-cmd", help="command the daemon launches (and restarts for MPS)")
+    t.add_argument("--sleep-method", choices=SLEEP_METHODS,
+                   default="auto", help="auto: cgroup freezer when possible, else signals")
+    t.add_argument("--cgroup", help="cgroup v2 directory holding the training (with "
+                   "--training-cmd it is created if missing and the training started in it)")
+    t.add_argument("--run-quantum-s", type=_quantum, default=0.2,
+                   help="run time between pauses (about one iteration), or 'auto'")
+    t.add_argument("--shadow", action="store_true", help="MPS change: pre-start the new one")
+    t.add_argument("--ready", choices=READY_MODES, default="notify")
+    t.add_argument("--ready-timeout-s", type=float, default=120.0)
+    t.add_argument("--mps-binary", default="nvidia-cuda-mps-control")
+    t.add_argument("--mps-pipe-dir", help="use this existing MPS daemon instead of a private one")
+    t.add_argument("--allow-other-users", action="store_true",
+                   help="root only: allow training processes of other users")
+    f = p.add_argument_group("files")
+    f.add_argument("--gpu", type=int, default=0, help="GPU index (names the default files)")
+    f.add_argument("--socket", help="latency socket (default <runtime dir>/gpuN.sock)")
+    f.add_argument("--state", help="state file (default <runtime dir>/gpuN.state.json)")
+    f.add_argument("--hook", help="hook file (default <runtime dir>/gpuN.hook)")
+    f.add_argument("--log", help="JSON-lines log file (default stdout)")
+    f.add_argument("--metrics-port", type=int,
+                   help="serve Prometheus metrics on METRICS_ADDR:PORT (off by default)")
+    f.add_argument("--metrics-addr", default="127.0.0.1",
+                   help="address of the metrics server (default 127.0.0.1, loopback only)")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Build the :class:`DaemonConfig` from parsed flags and run the daemon to its end.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed by a parser that :func:`add_arguments` extended.
+
+    Returns
+    -------
+    int
+        The daemon's exit status (0).
+
+    Raises
+    ------
+    ValueError
+        A bad setting (the message names the flag and the allowed range).
+    """
+    from gpucontrol.node.daemon import Daemon  # the daemon's imports (numpy) only when it runs
+
+    return Daemon(DaemonConfig.from_args(args)).run()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The stand-alone parser of ``python -m gpucontrol.daemon``.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        A parser with the flags of :func:`add_arguments`.
+    """
+    p = argparse.ArgumentParser(prog="python -m gpucontrol.daemon", description=DESCRIPTION)
+    add_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the daemon from a command line; human messages go to stderr.
+
+    Parameters
+    ----------
+    argv : list of str or None
+        The arguments (None: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 after a clean stop, 2 for a configuration error, 130 on Ctrl-C.
+    """
+    args = build_parser().parse_args(argv)
+    _configure_logging()
+    try:
+        return run_from_args(args)
+    except ValueError as exc:
+        print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+class _StderrHandler(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is at the time (so a replaced stream is followed)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+_handler: _StderrHandler | None = None
+
+
+def _configure_logging() -> None:
+    """Node log records to stderr as ``gpucontrol-daemon: message`` (once per process)."""
+    global _handler
+    if _handler is not None:
+        return
+    _handler = _StderrHandler()
+    _handler.setFormatter(logging.Formatter("gpucontrol-daemon: %(message)s"))
+    root = logging.getLogger("gpucontrol")
+    root.addHandler(_handler)
+    if root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The daemon's configuration: one frozen, typed :class:`DaemonConfig`, validated when built.
+
+The command line (:mod:`gpucontrol.node.cli`) builds it once with
+:meth:`DaemonConfig.from_args`; node software can build it directly and hand it to
+:class:`gpucontrol.node.daemon.Daemon`::
+
+    from gpucontrol.node.config import DaemonConfig
+    from gpucontrol.node.daemon import Daemon
+
+    cfg = DaemonConfig(training_pids=(4242,), slo_ms=90.0, model="model.json")
+    Daemon(cfg).run()          # blocks until SIGTERM/SIGINT, the duration or the training end
+
+Every bad value raises :class:`~gpucontrol.errors.ConfigurationError` (a ``ValueError``) whose
+message names the command-line flag and the allowed range. Only value checks run at
+construction; the checks that look at this machine (may these processes be paused? are we
+root?) are :meth:`DaemonConfig.check_environment`, which the daemon runs before it touches
+anything.
+
+Examples
+--------
+>>> from gpucontrol.node.config import DaemonConfig
+>>> cfg = DaemonConfig(training_pids=(4242,), fixed_sleep=0.1, socket="/tmp/x/g.sock",
+...                    state="/tmp/x/g.state.json", hook="/tmp/x/g.hook")
+>>> cfg.closed_loop, cfg.period_s, cfg.socket
+(False, 4.0, '/tmp/x/g.sock')
+>>> DaemonConfig(training_pids=(4242,), fixed_sleep=0.1, period_s=0)
+Traceback (most recent call last):
+...
+gpucontrol.errors.ConfigurationError: --period-s must be > 0, got 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from gpucontrol.errors import ConfigurationError
+
+__all__ = ["DaemonConfig"]
+
+OUTER_LOOPS = ("paper", "mid-range", "none")
+MODES = ("mean", "p99")
+SLEEP_METHODS = ("auto", "signal", "cgroup", "hook")
+READY_MODES = ("notify", "spawn")
+
+
+def _positive(flag: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+        raise ConfigurationError(f"{flag} must be > 0, got {value}")
+
+
+def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigurationError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Every setting of one GPU's daemon (the command-line flag of each is in brackets).
+
+    Parameters
+    ----------
+    training_pids : tuple of int
+        Running training processes to pause [``--training-pid``, repeatable]; give these or
+        ``training_cmd``, not both.
+    training_cmd : str or None
+        Command line the daemon launches (and restarts for an MPS change) [``--training-cmd``].
+    slo_ms : float or None
+        Latency set point, ms per batch, > 0 [``--slo-ms``]; needed in closed loop.
+    model : str or None
+        Path of the latency model JSON [``--model``]; needed in closed loop
+        (see :func:`gpucontrol.node.daemon.load_model`).
+    period_s : float
+        Control period in seconds, > 0 [``--period-s``].
+    outer_every : int
+        Run the outer (MPS) loop every this many periods, >= 1 [``--outer-every``].
+    outer : {'paper', 'mid-range', 'none'}
+        Outer-loop rule [``--outer``].
+    mode : {'mean', 'p99'}
+        Which latency statistic the inner loop controls [``--mode``].
+    max_sleep_s : float
+        Upper bound of the commanded sleep in seconds, > 0 [``--max-sleep-s``].
+    initial_mps : float
+        MPS active-thread percentage the training starts at, in [1, 100] [``--initial-mps``].
+    fixed_sleep : float or None
+        Open loop: always this sleep, in [0, ``max_sleep_s``] [``--fixed-sleep``].
+    fixed_mps : float or None
+        Open loop: start the training at this MPS percentage, in [1, 100]; needs
+        ``training_cmd`` [``--fixed-mps``].
+    duration_s : float or None
+        Stop after this many seconds, > 0 (None: run until stopped) [``--duration-s``].
+    sleep_method : {'auto', 'signal', 'cgroup', 'hook'}
+        How the training is paused [``--sleep-method``].
+    cgroup : str or None
+        cgroup v2 directory holding the training [``--cgroup``].
+    run_quantum_s : float or 'auto'
+        Run time between two pauses in seconds, > 0, or ``'auto'`` (the measured iteration
+        time) [``--run-quantum-s``].
+    shadow : bool
+        On an MPS change, pre-start the new training before stopping the old [``--shadow``].
+    ready : {'notify', 'spawn'}
+        When a (re)started training counts as ready [``--ready``].
+    ready_timeout_s : float
+        How long to wait for that, seconds, > 0 [``--ready-timeout-s``].
+    mps_binary : str
+        The ``nvidia-cuda-mps-control`` executable [``--mps-binary``].
+    mps_pipe_dir : str or None
+        Use this running MPS control daemon instead of a private one [``--mps-pipe-dir``].
+    allow_other_users : bool
+        Root only: accept training processes of other users [``--allow-other-users``].
+    gpu : int
+        GPU index, >= 0; names the default files [``--gpu``].
+    socket : str
+        Latency socket path; empty: ``<runtime dir>/gpuN.sock`` [``--socket``].
+    state : str
+        State file path; empty: ``<runtime dir>/gpuN.state.json`` [``--state``].
+    hook : str
+        Hook file path; empty: ``<runtime dir>/gpuN.hook`` [``--hook``].
+    log : str or None
+        JSON-lines event log, appended to; None: standard output [``--log``].
+    metrics_port : int or None
+        Serve Prometheus metrics on this port, in [0, 65535] (0: any free port; None: no
+        metrics) [``--metrics-port``].
+    metrics_addr : str
+        Address the metrics server binds [``--metrics-addr``]; loopback by default.
+
+    Notes
+    -----
+    ``socket``, ``state`` and ``hook`` are made absolute (or filled with the defaults of
+    :func:`gpucontrol.node._runtime.default_path`) at construction, so the built object holds
+    the paths the daemon will use.
+    """
+
+    training_pids: tuple[int, ...] = ()
+    training_cmd: str | None = None
+    slo_ms: float | None = None
+    model: str | None = None
+    period_s: float = 4.0
+    outer_every: int = 25
+    outer: Literal["paper", "mid-range", "none"] = "paper"
+    mode: Literal["mean", "p99"] = "mean"
+    max_sleep_s: float = 1.0
+    initial_mps: float = 100.0
+    fixed_sleep: float | None = None
+    fixed_mps: float | None = None
+    duration_s: float | None = None
+    sleep_method: Literal["auto", "signal", "cgroup", "hook"] = "auto"
+    cgroup: str | None = None
+    run_quantum_s: float | Literal["auto"] = 0.2
+    shadow: bool = False
+    ready: Literal["notify", "spawn"] = "notify"
+    ready_timeout_s: float = 120.0
+    mps_binary: str = "nvidia-cuda-mps-control"
+    mps_pipe_dir: str | None = None
+    allow_other_users: bool = False
+    gpu: int = 0
+    socket: str = ""
+    state: str = ""
+    hook: str = ""
+    log: str | None = None
+    metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "training_pids", tuple(self.training_pids))
+        self._validate()
+        from gpucontrol.node._runtime import default_path
+
+        for field, kind in (("socket", "sock"), ("state", "state"), ("hook", "hook")):
+            value = getattr(self, field)
+            path = os.path.abspath(value) if value else str(default_path(kind, self.gpu))
+            object.__setattr__(self, field, path)
+
+    def _validate(self) -> None:
+        if bool(self.training_pids) == bool(self.training_cmd):
+            raise ConfigurationError("give either --training-pid (repeatable) or --training-cmd")
+        for pid in self.training_pids:
+            if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+                raise ConfigurationError(f"--training-pid must be a positive integer, got {pid!r}")
+        if self.fixed_sleep is None and (self.slo_ms is None or self.model is None):
+            raise ConfigurationError("closed-loop operation needs --slo-ms and --model "
+                                     "(or run open loop with --fixed-sleep)")
+        if self.slo_ms is not None:
+            _positive("--slo-ms", self.slo_ms)
+        _positive("--period-s", self.period_s)
+        _positive("--max-sleep-s", self.max_sleep_s)
+        if isinstance(self.outer_every, bool) or not isinstance(self.outer_every, int) \
+                or self.outer_every < 1:
+            raise ConfigurationError(f"--outer-every must be an integer >= 1, got "
+                                     f"{self.outer_every!r}")
+        _choice("--outer", self.outer, OUTER_LOOPS)
+        _choice("--mode", self.mode, MODES)
+        _choice("--sleep-method", self.sleep_method, SLEEP_METHODS)
+        _choice("--ready", self.ready, READY_MODES)
+        if not 1 <= self.initial_mps <= 100:
+            raise ConfigurationError(f"--initial-mps must be in [1, 100], got {self.initial_mps}")
+        if self.fixed_sleep is not None and not 0 <= self.fixed_sleep <= self.max_sleep_s:
+            raise ConfigurationError(f"--fixed-sleep must be in [0, {self.max_sleep_s:g}]")
+        if self.fixed_mps is not None and not self.training_cmd:
+            raise ConfigurationError("--fixed-mps needs --training-cmd "
+                                     "(MPS applies at process start)")
+        if self.fixed_mps is not None and not 1 <= self.fixed_mps <= 100:
+            raise ConfigurationError("--fixed-mps must be in [1, 100]")
+        if self.duration_s is not None:
+            _positive("--duration-s", self.duration_s)
+        if self.run_quantum_s != "auto":
+            if isinstance(self.run_quantum_s, str):
+                raise ConfigurationError(f"--run-quantum-s must be > 0 or 'auto', got "
+                                         f"{self.run_quantum_s!r}")
+            _positive("--run-quantum-s", self.run_quantum_s)
+        _positive("--ready-timeout-s", self.ready_timeout_s)
+        if isinstance(self.gpu, bool) or not isinstance(self.gpu, int) or self.gpu < 0:
+            raise ConfigurationError(f"--gpu must be an integer >= 0, got {self.gpu!r}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigurationError("--metrics-port must be in [0, 65535]")
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def closed_loop(self) -> bool:
+        """True when the :class:`~gpucontrol.TwoTierController` runs (no ``fixed_sleep``)."""
+        return self.fixed_sleep is None
+
+    @property
+    def initial_mps_pct(self) -> float:
+        """The MPS percentage the training starts at (``fixed_mps`` wins over ``initial_mps``)."""
+        return self.fixed_mps if self.fixed_mps is not None else self.initial_mps
+
+    def check_environment(self) -> None:
+        """Checks that look at this machine; the daemon runs them before touching anything.
+
+        Raises
+        ------
+        ConfigurationError
+            ``allow_other_users`` without root.
+        gpucontrol.errors.TargetRefused
+            A ``training_pids`` entry may not be paused (init, ourselves, an ancestor, a
+            kernel thread, another user's process, or no such process).
+        """
+        from gpucontrol.node.actuators.procs import check_target
+
+        if self.allow_other_users and os.geteuid() != 0:
+            raise ConfigurationError("--allow-other-users is for root only")
+        for pid in self.training_pids:
+            check_target(pid, allow_other_users=self.allow_other_users)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DaemonConfig:
+        """Build from the namespace parsed by :func:`gpucontrol.node.cli.add_arguments`.
+
+        Parameters
+        ----------
+        args : argparse.Namespace
+            Parsed arguments; attributes the namespace lacks keep their defaults, attributes
+            that are not settings (``func`` of a subcommand) are ignored.
+
+        Returns
+        -------
+        DaemonConfig
+            The validated configuration.
+        """
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        # an unset flag (None) keeps the field's default
+        kw = {k: v for k, v in vars(args).items()
+              if k in defaults and (v is not None or defaults[k] is None)}
+        pids = getattr(args, "training_pid", None)
+        if pids:
+            kw["training_pids"] = tuple(pids)
+        return cls(**kw)
