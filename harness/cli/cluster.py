@@ -1,4 +1,5 @@
-"""``gpucontrol cluster``: trace-driven cluster simulation (the GPUColo paper, Sec. VIII, Fig 12 / 13).
+"""``gpucontrol cluster``: trace-driven cluster simulation (the GPUColo paper, Sec. VIII,
+Fig 12 / 13).
 
     gpucontrol cluster --trace openb --policy all
     gpucontrol cluster --trace pai pai_task_table.csv --policy gslice,gpucolo --placement kace
