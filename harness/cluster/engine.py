@@ -138,7 +138,7 @@ class Simulation:
         The trace to simulate.
     cfg : SimConfig, optional
         The run's configuration (default: ``SimConfig(**kw)``).
-    **kw
+    **kw : Any
         :class:`SimConfig` fields, when ``cfg`` is not given.
 
     Examples
@@ -494,7 +494,7 @@ def simulate(trace: Trace, policy: str = "gpucolo", placement: str = "first-fit"
         Called with the fraction of the horizon done.
     stepwise : bool
         Walk every second instead of jumping between events (same results, slower).
-    **kw
+    **kw : Any
         Further :class:`SimConfig` fields.
 
     Returns

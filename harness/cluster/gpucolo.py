@@ -11,7 +11,7 @@ from harness.cluster.control import SlotController, inner_design
 from harness.cluster.policies import gpucolo_shares, proportional_shares, rates
 from harness.cluster.state import EPS_WORK, ClusterState, advance_jobs
 from harness.cluster.traces import INFERENCE, TRAINING
-from harness.cluster.vcontrol import VectorTwoTier
+from harness.cluster.vcontrol import CORE_DEFAULTS, VectorTwoTier
 
 __all__ = ["GpuColoController"]
 
@@ -40,7 +40,7 @@ class GpuColoController(SlotController):
         self.scheduled = c.gain == "scheduled"
         self.sleep_tol, self.sleep_max = c.sleep_tolerance_s, c.sleep_max_s
         self.ctl = VectorTwoTier(self.setpoint, every=c.outer_every, threshold=c.threshold,
-                                 sleep_bounds=(0.0, c.sleep_max_s))
+                                 sleep_bounds=(CORE_DEFAULTS["sleep_bounds_s"][0], c.sleep_max_s))
 
     # ---- engine hooks -----------------------------------------------------------------------
     def slot_added(self, n_slots: int) -> None:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.cluster.vcontrol import CORE_DEFAULTS
+
 POLICIES = ("nocolo", "separate", "simple", "conservative", "gslice", "gpucolo")
 LABELS = {"nocolo": "No Co-location", "separate": "Separate (5:1)", "simple": "Simple",
           "conservative": "Conservative", "gslice": "GSLICE", "gpucolo": "GPUColo"}
@@ -74,13 +76,13 @@ class ControlParams:
     latency/target when it violates its SLO or sits more than ``gslice_slack`` below target.
     """
 
-    inner_period_s: int = 4
-    outer_every: int = 25
-    threshold: float = 0.02
+    inner_period_s: int = int(CORE_DEFAULTS["inner_period_s"])
+    outer_every: int = CORE_DEFAULTS["outer_every"]
+    threshold: float = CORE_DEFAULTS["mps_threshold"]
     detune: float = 0.9
     gain: str = "scheduled"
     setpoint_margin: float = 0.02
-    sleep_max_s: float = 1.0
+    sleep_max_s: float = CORE_DEFAULTS["sleep_bounds_s"][1]
     sleep_tolerance_s: float = 1e-3
     gslice_period_s: int = 25
     gslice_slack: float = 0.10
