@@ -1,7 +1,7 @@
 """Cluster simulator benchmark: wall time, GPUs saved, SLO violation, placement effect.
 
-Prints, for the whole openb trace and for the synthetic 57-day trace (both with the seed-000
-inference burst, days 20-40):
+Prints, for the whole openb trace and for the synthetic 57-day trace (both with the GPUColo
+paper's inference burst, days 20-40):
 
 * wall time and CPU time per policy run (goals: openb <= 10 s, synthetic <= 60 s, 2 cores);
 * mean GPUs, GPUs saved by GPUColo vs No Co-location (paper 74.9 %) and vs GSLICE (50.2 %);

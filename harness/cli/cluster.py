@@ -1,4 +1,6 @@
-"""``gpucontrol cluster``: trace-driven cluster simulation (seed 000 §VIII, Fig 12 / 13).
+"""``gpucontrol cluster``: trace-driven cluster simulation (Fig. 12 and 13).
+
+After the GPUColo paper (Chen et al., ICDCS 2024), Sec. VIII.
 
     gpucontrol cluster --trace openb --policy all
     gpucontrol cluster --trace pai pai_task_table.csv --policy gslice,gpucolo --placement kace

@@ -1,5 +1,6 @@
-"""Trace-driven cluster simulator (seed 000 §VI, §VIII): traces, the event-driven engine with
-1 s semantics, the paper's co-location policies and interference-aware placement.
+"""Trace-driven cluster simulator: traces, the event-driven engine with 1 s semantics, the
+co-location policies and interference-aware placement of the GPUColo paper (Chen et
+al., ICDCS 2024), Sec. VI and VIII.
 
 >>> from harness.cluster import synthetic, simulate
 >>> r = simulate(synthetic(days=1, target_gpus=10, seed=1), "gpucolo")

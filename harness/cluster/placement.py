@@ -1,10 +1,10 @@
 """Which GPU a new job goes to, among the GPUs where it fits (utilization and memory).
 
-* ``first-fit`` (seed 000 §IV): the earliest powered-on GPU that fits.
-* ``kace`` (seed 003): a linear regression, trained once on profiled pairs, predicts the
+* ``first-fit`` (the GPUColo paper, Sec. IV): the earliest powered-on GPU that fits.
+* ``kace`` (the KACE paper): a linear regression, trained once on profiled pairs, predicts the
   co-location slowdown of a pair of jobs from their *exclusive-run* features; the job goes to
   the GPU with the smallest predicted total slowdown with the jobs already there.
-* ``mudi`` (seed 002 §5.2): smallest latency slope. The predicted slope of an inference
+* ``mudi`` (the Mudi paper, Sec. 5.2): smallest latency slope. The predicted slope of an inference
   job's latency with respect to a co-runner is ``sigma_i * beta_k`` (profiled sensitivity
   times pressure). A training job goes to the GPU, among those hosting inference, whose
   inference jobs have the smallest mean slope with it; an inference job goes to the GPU whose

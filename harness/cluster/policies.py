@@ -1,11 +1,13 @@
-"""Co-location policies of seed 000 (§III, §VI) and the per-GPU plant they run on.
+"""Co-location policies and the per-GPU plant they run on.
+
+The policies are those of the GPUColo paper (Chen et al., ICDCS 2024), Sec. III and VI.
 
 The plant (docs/cluster.md, "GPU model"): each policy gives every job on a GPU a share ``a``
 of the GPU. A job uses ``u = min(a, max_speedup * d)`` of it (``d`` its demanded utilization)
 and progresses, per second, ``rate = f * (u / d) / (1 + gamma * sigma * (P - beta * u))``
 seconds of its trace length, where ``f`` is the GPU's speed, ``P = sum(beta_k u_k)`` is the
 memory/L2 pressure of everything on the GPU and ``sigma`` the job's sensitivity to it
-(seed 004's interference terms, reduced to one). A restarting job (MPS change) uses nothing
+(the InSS paper's interference terms, reduced to one). A restarting job (MPS change) uses nothing
 and makes no progress. The "latency" of an inference job is ``100 / rate``: 100 is its
 latency in the trace.
 
@@ -41,10 +43,10 @@ class PlantParams:
     """Per-GPU model parameters (all documented in docs/cluster.md).
 
     max_speedup : a job given more than its demand runs at most this much faster than in the
-        trace (inference latency falls with more SMs up to a knee, seed 002 §4.1).
+        trace (inference latency falls with more SMs up to a knee, the Mudi paper, Sec. 4.1).
     interference : gamma, strength of the pressure term.
     train_iteration_s : training iteration time T; duty cycle with sleep s is T/(T+s).
-    restart_s : seconds a process makes no progress after an MPS change (seed 000: 5-15 s).
+    restart_s : seconds a process makes no progress after an MPS change (the GPUColo paper: 5-15 s).
     """
 
     max_speedup: float = 1.2

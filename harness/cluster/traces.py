@@ -12,21 +12,21 @@ openb (``openb_pod_list_default.csv``):
 
 * ``qos`` LS → inference, BE → training, Guaranteed → inference (Kubernetes *Guaranteed* is
   what long-running services request), Burstable → training when it asks for at least half a
-  GPU *and* ran at least one hour, else inference (seed 000 §VI: training has higher
+  GPU *and* ran at least one hour, else inference (the GPUColo paper, Sec. VI: training has higher
   utilization and longer duration).
 * ``gpu_milli / 1000`` → demanded GPU utilization of each per-GPU task; ``num_gpu > 1`` →
   ``num_gpu`` sub-tasks; ``num_gpu == 0`` → filtered (no GPU).
 * start = ``scheduled_time``, length = ``deletion_time - scheduled_time`` (s).
-* ``pod_phase`` Failed → filtered (seed 000 rule: failed jobs out); Pending or no
+* ``pod_phase`` Failed → filtered (the GPUColo paper's rule: failed jobs out); Pending or no
   ``scheduled_time`` → filtered (never ran); zero length → filtered.
 * GPU memory (the trace has none): ``MEMORY_PER_SHARE_GB[kind] * demand`` (training 24 GB per
-  GPU share, inference 8 GB: Table I of seed 000 has inference at 1/3 of training memory for
-  the same utilization; 24 GB is the paper's RTX 3090).
+  GPU share, inference 8 GB: Table I of the GPUColo paper (Chen et al., ICDCS 2024) has
+  inference at 1/3 of training memory for the same utilization; 24 GB is the paper's RTX 3090).
 
 PAI 2020 (``pai_task_table``): ``status`` Failed → filtered, other non-Terminated statuses or
 missing times → filtered; ``plan_gpu`` (percent of one GPU) or ``plan_mem`` (GB, used as the
-task's GPU memory, as seed 000 §VI does) zero or missing → filtered; each of ``inst_num``
-instances becomes a task; an instance above 100 % or 32 GB is split into
+task's GPU memory, as the GPUColo paper, Sec. VI does) zero or missing → filtered; each of
+``inst_num`` instances becomes a task; an instance above 100 % or 32 GB is split into
 ``n = max(ceil(gpu/100), ceil(mem/32))`` equal sub-tasks. Training vs inference: a
 ``task_name`` containing "train" is training, one containing "infer" or "serv" is inference;
 otherwise training when at least two of (utilization >= 50 %, memory >= 8 GB, length >= 1 h).
@@ -48,7 +48,7 @@ DAY = 86400
 
 #: GPU memory per unit of demanded GPU share (GB), by kind (inference, training).
 MEMORY_PER_SHARE_GB = (8.0, 24.0)
-#: Sub-task limits of the PAI split rule (seed 000 §VI).
+#: Sub-task limits of the PAI split rule (the GPUColo paper, Sec. VI).
 SPLIT_UTIL, SPLIT_MEM_GB = 1.0, 32.0
 
 OPENB_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
@@ -414,7 +414,7 @@ def _chain(*its):
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SyntheticConfig:
-    """Statistics of the synthetic trace (seed 000 §VIII scale).
+    """Statistics of the synthetic trace (the GPUColo paper, Sec. VIII scale).
 
     ``target_gpus`` is the mean number of busy GPUs under No Co-location (the paper reports
     3059 for its 6500-GPU cluster); arrival rates are solved from it. Durations are lognormal
@@ -501,7 +501,22 @@ def synthetic(cfg: SyntheticConfig | None = None, **kw) -> Trace:
 
 # ---------------------------------------------------------------------------------------------
 def inference_burst(trace: Trace, start_day: float = 20.0, end_day: float = 40.0) -> Trace:
-    """Seed 000 §VIII: duplicate the inference tasks that arrive in [start_day, end_day)."""
+    """Duplicate the inference tasks that arrive in [start_day, end_day).
+
+    The inference burst of the GPUColo paper (Chen et al., ICDCS 2024), Sec. VIII.
+
+    Parameters
+    ----------
+    trace : Trace
+        The trace.
+    start_day, end_day : float
+        The burst's days (arrivals in ``[start_day, end_day)``).
+
+    Returns
+    -------
+    Trace
+        The trace with the burst's inference tasks duplicated (new interference profiles).
+    """
     lo, hi = start_day * DAY, end_day * DAY
     m = (trace.kind == INFERENCE) & (trace.arrival >= lo) & (trace.arrival < hi)
     dup = trace.take(m)

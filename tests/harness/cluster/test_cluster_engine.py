@@ -63,7 +63,8 @@ def test_nocolo_counts_one_gpu_per_job():
 
 
 def test_fixed_shares_as_in_section_iii():
-    # Table I of seed 000: 4 jobs demanding 50 %; first-fit by utilization puts 2 per GPU,
+    # Table I of the GPUColo paper (Chen et al., ICDCS 2024): 4 jobs demanding 50 %;
+    # first-fit by utilization puts 2 per GPU,
     # each gets its 50 % and none is slowed
     tr = table(None, arrival=[0, 0, 0, 0], work=[30.0, 35.0, 52.0, 52.0], demand=[0.5] * 4,
                kind=[0, 0, 1, 1], mem_gb=[2.5, 2.5, 7.0, 7.0], beta=[0.0] * 4)
