@@ -27,17 +27,14 @@ from harness.cluster.figures import (
 )
 from harness.cluster.placement import PLACEMENTS
 from harness.cluster.policies import POLICIES, ControlParams, PlantParams
+from harness.cluster.synthetic import SyntheticConfig, inference_burst, synthetic, with_ratio
 from harness.cluster.traces import (
     OPENB_NODES,
     OPENB_PODS,
-    SyntheticConfig,
     Trace,
-    inference_burst,
     load_gpu_mix,
     load_openb,
     load_pai,
-    synthetic,
-    with_ratio,
 )
 from harness.progress import Progress
 

@@ -11,16 +11,8 @@ True
 from harness.cluster.engine import GpuType, SimConfig, SimResult, Simulation, simulate
 from harness.cluster.placement import PLACEMENTS, KacePredictor
 from harness.cluster.policies import POLICIES, ControlParams, PlantParams, make_policy
-from harness.cluster.traces import (
-                     LoadReport,
-                     SyntheticConfig,
-                     Trace,
-                     inference_burst,
-                     load_openb,
-                     load_pai,
-                     synthetic,
-                     with_ratio,
-)
+from harness.cluster.synthetic import SyntheticConfig, inference_burst, synthetic, with_ratio
+from harness.cluster.traces import LoadReport, Trace, load_openb, load_pai
 from harness.cluster.vcontrol import VectorTwoTier
 
 __all__ = [

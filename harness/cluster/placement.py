@@ -42,7 +42,18 @@ def pair_design(fx: np.ndarray, fy: np.ndarray) -> np.ndarray:
 
 
 class KacePredictor:
-    """Linear regression of pair slowdown on pair features (least squares)."""
+    """Linear regression of pair slowdown on pair features (least squares), after the KACE
+    paper. Build it with :meth:`train`.
+
+    Parameters
+    ----------
+    coef : numpy.ndarray
+        Coefficients over :func:`pair_design`'s columns.
+    r2 : float
+        In-sample R^2 of the fit.
+    n_pairs : int
+        Number of profiled pairs it was fitted on.
+    """
 
     def __init__(self, coef: np.ndarray, r2: float, n_pairs: int) -> None:
         self.coef = coef

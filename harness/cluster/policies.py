@@ -42,11 +42,19 @@ LABELS = {"nocolo": "No Co-location", "separate": "Separate (5:1)", "simple": "S
 class PlantParams:
     """Per-GPU model parameters (all documented in docs/cluster.md).
 
-    max_speedup : a job given more than its demand runs at most this much faster than in the
-        trace (inference latency falls with more SMs up to a knee, the Mudi paper, Sec. 4.1).
-    interference : gamma, strength of the pressure term.
-    train_iteration_s : training iteration time T; duty cycle with sleep s is T/(T+s).
-    restart_s : seconds a process makes no progress after an MPS change (the GPUColo paper: 5-15 s).
+    Parameters
+    ----------
+    max_speedup : float
+        A job given more than its demand runs at most this much faster than in the trace
+        (inference latency falls with more SMs up to a knee, the Mudi paper, Sec. 4.1);
+        in [1, 10].
+    interference : float
+        gamma, strength of the pressure term; in [0, 10].
+    train_iteration_s : float
+        Training iteration time T (s); duty cycle with sleep s is T/(T+s); > 0.
+    restart_s : int
+        Seconds a process makes no progress after an MPS change (the GPUColo paper: 5-15 s);
+        in [0, 600].
     """
 
     max_speedup: float = 1.2
@@ -76,6 +84,32 @@ class ControlParams:
     has a kink (inference reaching its speed cap).
     GSLICE: every ``gslice_period_s`` each inference job's share is rescaled by
     latency/target when it violates its SLO or sits more than ``gslice_slack`` below target.
+
+    The defaults of ``inner_period_s``, ``outer_every``, ``threshold`` and ``sleep_max_s`` are
+    ``gpucontrol.TwoTierController``'s (:data:`harness.cluster.vcontrol.CORE_DEFAULTS`).
+
+    Parameters
+    ----------
+    inner_period_s : int
+        GPUColo inner period (s), >= 1.
+    outer_every : int
+        Outer period in inner periods, >= 1; must exceed the inner settling time.
+    threshold : float
+        Relative error below which the outer loop does not act.
+    detune : float
+        Inner P gain as a fraction of deadbeat (``gpucontrol.design_p``), in (0, 2).
+    gain : str
+        ``"scheduled"`` or ``"fixed"``.
+    setpoint_margin : float
+        Set point below the SLO latency, as a fraction; in [0, 0.5).
+    sleep_max_s : float
+        Upper sleep bound (s).
+    sleep_tolerance_s : float
+        Actuator resolution: smaller sleep moves are not applied (s).
+    gslice_period_s : int
+        GSLICE period (s), >= 1.
+    gslice_slack : float
+        GSLICE shrinks a share when the latency is this fraction below target.
     """
 
     inner_period_s: int = int(CORE_DEFAULTS["inner_period_s"])
@@ -120,6 +154,28 @@ class Policy:
 
 
 def make_policy(name: str) -> Policy:
+    """The policy called ``name``.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`POLICIES`.
+
+    Returns
+    -------
+    Policy
+        Its packing rules and controller.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name.
+
+    Examples
+    --------
+    >>> make_policy("gslice").controller
+    'gslice'
+    """
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
     return {
