@@ -29,6 +29,10 @@ class GpuColoController(SlotController):
         The engine's state (shared, changed in place).
     """
 
+    #: the per-GPU two-tier state and equations (``benchmarks/cluster.py --scalar-controllers``
+    #: swaps in one ``gpucontrol.TwoTierController`` per GPU to time the vectorized path)
+    backend: type[VectorTwoTier] = VectorTwoTier
+
     def __init__(self, state: ClusterState) -> None:
         super().__init__(state)
         c = state.cfg.control
@@ -39,7 +43,7 @@ class GpuColoController(SlotController):
         self.kp_scale = self.design.kp * self.design.model.gain
         self.scheduled = c.gain == "scheduled"
         self.sleep_tol, self.sleep_max = c.sleep_tolerance_s, c.sleep_max_s
-        self.ctl = VectorTwoTier(self.setpoint, every=c.outer_every, threshold=c.threshold,
+        self.ctl = self.backend(self.setpoint, every=c.outer_every, threshold=c.threshold,
                                  sleep_bounds=(CORE_DEFAULTS["sleep_bounds_s"][0], c.sleep_max_s))
 
     # ---- engine hooks -----------------------------------------------------------------------
