@@ -333,8 +333,8 @@ class GsliceController(SlotController):
         s = self.s
         if s.pool[g] != INFERENCE:
             return super().shares(g, t)
-        return [0.0 if t < s.jrestart[j] else min(s.share[j], s.smax * s.d[j])
-                for j in s.gjobs[g]]
+        jrestart, share, smax, d = s.jrestart, s.share, s.smax, s.d
+        return [0.0 if t < jrestart[j] else min(share[j], smax * d[j]) for j in s.gjobs[g]]
 
     def step(self, t: int) -> None:
         """Rescale the shares of the active GPUs' inference jobs.

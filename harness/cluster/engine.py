@@ -319,13 +319,16 @@ class Simulation:
             horizon = ((max(s.arr) // DAY) + 1) * DAY if s.n else DAY
         days = math.ceil(horizon / DAY)
         acc = Accounting(days)
-        step = self.controller.step
+        step, ratio = self.controller.step, self.pol.provision_ratio
         ai, t, ticks, last = 0, -1, 0, 0.0
         running: set[int] = set()
         while True:
             nt = min(t + 1 if stepwise else self._next_event(t, ai), horizon)
             if t >= 0:     # GPU counts hold over [t, nt); integrate when they change
-                acc.update(t, s.n_used, self._provisioned())
+                used = s.n_used
+                prov = self._provisioned() if ratio else used
+                if used != acc.used or prov != acc.prov:
+                    acc.update(t, used, prov)
             if nt >= horizon:
                 acc.close(horizon)
                 break
