@@ -1,7 +1,7 @@
 """Cluster simulator benchmark: wall time, GPUs saved, SLO violation, placement effect.
 
-Prints, for the whole openb trace and for the synthetic 57-day trace (both with the seed-000
-inference burst, days 20-40):
+Prints, for the whole openb trace and for the synthetic 57-day trace (both with the GPUColo
+paper's inference burst, days 20-40):
 
 * wall time and CPU time per policy run (goals: openb <= 10 s, synthetic <= 60 s, 2 cores);
 * mean GPUs, GPUs saved by GPUColo vs No Co-location (paper 74.9 %) and vs GSLICE (50.2 %);
@@ -10,6 +10,10 @@ inference burst, days 20-40):
 * the violation rates against the assumed interference strength.
 
     python benchmarks/cluster.py [--scale 3000] [--placement-scale 300] [--quick]
+                                 [--scalar-controllers]
+
+``--scalar-controllers`` steps one ``gpucontrol.TwoTierController`` per GPU instead of the
+vectorized ``VectorTwoTier`` (same equations), to measure what the vectorized path buys.
 """
 
 from __future__ import annotations
@@ -19,9 +23,54 @@ import os
 import platform
 import time
 
+from gpucontrol import LinearLatencyModel, Measurement, TwoTierController
 from harness.cluster import SimConfig, Simulation, inference_burst, load_openb, synthetic
 from harness.cluster.figures import saved, window_violation
+from harness.cluster.gpucolo import GpuColoController
 from harness.cluster.policies import LABELS, PlantParams
+from harness.cluster.vcontrol import VectorTwoTier
+
+
+class ScalarTwoTier(VectorTwoTier):
+    """One ``gpucontrol.TwoTierController`` per GPU behind ``VectorTwoTier``'s interface.
+
+    The engine's per-GPU arrays (gain scheduling writes ``kp`` and ``mps_gain``, parking
+    reverts ``sleep``, a wake-up sets ``count``) are copied into the GPU's controller before
+    each step and its actuation copied back.
+    """
+
+    SMALL = 1 << 62      # never the numpy batch path
+
+    def __init__(self, slo, **kw):
+        super().__init__(slo, **kw)
+        self.ctls = []
+
+    def _ctl(self, g):
+        while len(self.ctls) <= g:
+            self.ctls.append(TwoTierController(
+                LinearLatencyModel(-1.0, self.slo), self.slo, outer_every=self.every,
+                mps_threshold=self.threshold, sleep_bounds_s=(self.lo, self.hi),
+                mps_bounds_pct=(self.mlo, self.mhi), hold_periods_after_mps=self.hold_periods))
+        return self.ctls[g]
+
+    def update_one(self, g, latency, restarting=False):
+        c = self._ctl(g)
+        s = self.sleep.item(g)
+        c.inner.kp = self.kp.item(g)
+        c.inner.set_sleep(s)
+        c.outer.mps_pct = self.mps.item(g)
+        c.outer.mps_gain = self.mps_gain.item(g)
+        c.outer.count = self.count.item(g)
+        c._hold_left = self.hold.item(g)
+        held = restarting or c._hold_left > 0
+        a = c.update(Measurement(self.slo if latency != latency else latency, count=1,
+                                 restarting=restarting))
+        sat = 0 if not a.saturated else (1 if a.sleep_s >= self.hi else -1)
+        self.sleep[g] = a.sleep_s
+        self.mps[g] = a.mps_pct
+        self.count[g] = c.outer.count
+        self.hold[g] = c._hold_left
+        return s, a.sleep_s, a.mps_changed, sat, held
 
 
 def run(trace, policy, placement="first-fit"):
@@ -88,7 +137,11 @@ def main() -> None:
                     help="synthetic: mean busy GPUs under No Co-location (paper ~3059)")
     ap.add_argument("--placement-scale", type=float, default=300.0)
     ap.add_argument("--quick", action="store_true", help="synthetic at 1/10 scale")
+    ap.add_argument("--scalar-controllers", action="store_true",
+                    help="one gpucontrol.TwoTierController per GPU instead of VectorTwoTier")
     args = ap.parse_args()
+    if args.scalar_controllers:
+        GpuColoController.backend = ScalarTwoTier
     scale = args.scale / 10 if args.quick else args.scale
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"python {platform.python_version()} on {platform.machine()}, "

@@ -1,5 +1,6 @@
-"""``gpucontrol cluster``: trace-driven cluster simulation (the GPUColo paper, Sec. VIII,
-Fig 12 / 13).
+"""``gpucontrol cluster``: trace-driven cluster simulation (Fig. 12 and 13).
+
+After the GPUColo paper (Chen et al., ICDCS 2024), Sec. VIII.
 
     gpucontrol cluster --trace openb --policy all
     gpucontrol cluster --trace pai pai_task_table.csv --policy gslice,gpucolo --placement kace
@@ -26,17 +27,14 @@ from harness.cluster.figures import (
 )
 from harness.cluster.placement import PLACEMENTS
 from harness.cluster.policies import POLICIES, ControlParams, PlantParams
+from harness.cluster.synthetic import SyntheticConfig, inference_burst, synthetic, with_ratio
 from harness.cluster.traces import (
     OPENB_NODES,
     OPENB_PODS,
-    SyntheticConfig,
     Trace,
-    inference_burst,
     load_gpu_mix,
     load_openb,
     load_pai,
-    synthetic,
-    with_ratio,
 )
 from harness.progress import Progress
 
@@ -127,24 +125,60 @@ def _simulate(trace: Trace, cfg: SimConfig, label: str, show: bool):
         return Simulation(trace, cfg).run(progress=cb)
 
 
-def run(args) -> int:
-    policies = _list(args.policy, POLICIES, "policy")
-    placements = _list(args.placement, PLACEMENTS, "placement")
-    ratios = [float(x) for x in args.ratios.split(",") if x.strip()] if args.ratios else []
-    show = not args.no_progress and sys.stderr.isatty()
+def _prepare(args: argparse.Namespace) -> tuple[Trace, tuple[float, float] | None]:
+    """Load the trace, window it and add the inference burst; print what was loaded."""
     t0 = time.perf_counter()
     trace = load_trace(args.trace, args)
     if trace.report is not None:
         print(trace.report.summary())
     if args.window:
         trace = trace.window(*args.window)
-    burst = None if args.no_burst else tuple(args.burst_days)
+    burst = None if args.no_burst else (float(args.burst_days[0]), float(args.burst_days[1]))
     if burst:
         trace = inference_burst(trace, *burst)
     c = trace.counts()
     print(f"trace {trace.name}: {len(trace)} per-GPU tasks ({c['inference']} inference, "
           f"{c['training']} training) over {trace.days:.1f} days; loaded in "
           f"{time.perf_counter() - t0:.1f} s")
+    return trace, burst
+
+
+def _gpucolo_line(r: dict) -> str:
+    """One summary row of GPUColo against the paper's numbers."""
+    parts = [f"GPUColo ({r['placement']}):"]
+    if math.isfinite(r["saved_vs_nocolo"]):
+        parts.append(f"saves {100 * r['saved_vs_nocolo']:.1f} % of GPUs vs No "
+                     "Co-location (paper 74.9 %);")
+    if math.isfinite(r["saved_vs_gslice"]):
+        parts.append(f"saves {100 * r['saved_vs_gslice']:.1f} % vs GSLICE "
+                     "(paper 50.2 %);")
+    parts.append(f"SLO violation {100 * r['violation_rate']:.1f} % (paper 1.1 %, "
+                 "GSLICE 27.2 %)")
+    return " ".join(parts)
+
+
+def _ratio_sweep(trace: Trace, ratios: list[float], placement: str, base: dict, seed: int,
+                 show: bool) -> list[dict]:
+    """Fig. 13b: GSLICE and GPUColo at each inference:training ratio."""
+    rrows = []
+    for ratio in ratios:
+        tr = with_ratio(trace, ratio, seed=seed)
+        for pol in ("gslice", "gpucolo"):
+            cfg = SimConfig(policy=pol, placement=placement, **base)
+            r = _simulate(tr, cfg, f"{pol} {ratio:g}:1", show)
+            rrows.append({"ratio": ratio, "policy": pol, "placement": placement,
+                          "violation_rate": r.violation_rate, "mean_gpus": r.mean_gpus})
+            print(f"ratio {ratio:g}:1 {pol:8s} violation {100 * r.violation_rate:5.1f} % "
+                  f"mean GPUs {r.mean_gpus:.1f}")
+    return rrows
+
+
+def run(args: argparse.Namespace) -> int:
+    policies = _list(args.policy, POLICIES, "policy")
+    placements = _list(args.placement, PLACEMENTS, "placement")
+    ratios = [float(x) for x in args.ratios.split(",") if x.strip()] if args.ratios else []
+    show = not args.no_progress and sys.stderr.isatty()
+    trace, burst = _prepare(args)
     base = {"plant": PlantParams(max_speedup=args.max_speedup, interference=args.interference),
             "control": ControlParams(gain=args.gain), "slo_factor": args.slo_factor,
             "slo_mode": args.slo_mode, "gpu_types": gpu_pool(args.gpus), "seed": args.seed}
@@ -160,32 +194,14 @@ def run(args) -> int:
     print(format_table(rows))
     for r in rows:
         if r["policy"] == "gpucolo":
-            parts = [f"GPUColo ({r['placement']}):"]
-            if math.isfinite(r["saved_vs_nocolo"]):
-                parts.append(f"saves {100 * r['saved_vs_nocolo']:.1f} % of GPUs vs No "
-                             "Co-location (paper 74.9 %);")
-            if math.isfinite(r["saved_vs_gslice"]):
-                parts.append(f"saves {100 * r['saved_vs_gslice']:.1f} % vs GSLICE "
-                             "(paper 50.2 %);")
-            parts.append(f"SLO violation {100 * r['violation_rate']:.1f} % (paper 1.1 %, "
-                         "GSLICE 27.2 %)")
-            print(" ".join(parts))
-    files = [write_rows(rows, out / "summary.csv"), write_rows(daily_rows(results),
-                                                               out / "daily.csv"),
+            print(_gpucolo_line(r))
+    files = [write_rows(rows, out / "summary.csv"),
+             write_rows(daily_rows(results), out / "daily.csv"),
              plot_fig12(results, out / "fig12_gpus.png", burst),
              plot_fig13a(results, out / "fig13a_violation.png", burst)]
     if ratios:
-        rrows = []
-        for ratio in ratios:
-            tr = with_ratio(trace, ratio, seed=args.seed)
-            for pol in ("gslice", "gpucolo"):
-                cfg = SimConfig(policy=pol, placement=placements[0], **base)
-                r = _simulate(tr, cfg, f"{pol} {ratio:g}:1", show)
-                rrows.append({"ratio": ratio, "policy": pol, "placement": placements[0],
-                              "violation_rate": r.violation_rate, "mean_gpus": r.mean_gpus})
-                print(f"ratio {ratio:g}:1 {pol:8s} violation {100 * r.violation_rate:5.1f} % "
-                      f"mean GPUs {r.mean_gpus:.1f}")
-        files += [write_rows(rrows, out / "ratio.csv"), plot_fig13b(rrows, out /
-                                                                     "fig13b_ratio.png")]
+        rrows = _ratio_sweep(trace, ratios, placements[0], base, args.seed, show)
+        files += [write_rows(rrows, out / "ratio.csv"),
+                  plot_fig13b(rrows, out / "fig13b_ratio.png")]
     print("wrote " + ", ".join(str(f) for f in files))
     return 0

@@ -1,5 +1,6 @@
-"""Trace-driven cluster simulator (seed 000 §VI, §VIII): traces, the event-driven engine with
-1 s semantics, the paper's co-location policies and interference-aware placement.
+"""Trace-driven cluster simulator: traces, the event-driven engine with 1 s semantics, the
+co-location policies and interference-aware placement of the GPUColo paper (Chen et
+al., ICDCS 2024), Sec. VI and VIII.
 
 >>> from harness.cluster import synthetic, simulate
 >>> r = simulate(synthetic(days=1, target_gpus=10, seed=1), "gpucolo")
@@ -10,16 +11,8 @@ True
 from harness.cluster.engine import GpuType, SimConfig, SimResult, Simulation, simulate
 from harness.cluster.placement import PLACEMENTS, KacePredictor
 from harness.cluster.policies import POLICIES, ControlParams, PlantParams, make_policy
-from harness.cluster.traces import (
-                     LoadReport,
-                     SyntheticConfig,
-                     Trace,
-                     inference_burst,
-                     load_openb,
-                     load_pai,
-                     synthetic,
-                     with_ratio,
-)
+from harness.cluster.synthetic import SyntheticConfig, inference_burst, synthetic, with_ratio
+from harness.cluster.traces import LoadReport, Trace, load_openb, load_pai
 from harness.cluster.vcontrol import VectorTwoTier
 
 __all__ = [

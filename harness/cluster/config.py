@@ -13,6 +13,20 @@ from harness.cluster.traces import DAY, INFERENCE, TRAINING
 
 @dataclass(frozen=True)
 class GpuType:
+    """A GPU model of the pool.
+
+    Parameters
+    ----------
+    name : str
+        Model name.
+    speed : float
+        Speed relative to the trace's GPUs.
+    mem_gb : float
+        Memory (GB).
+    weight : int
+        Share of the pool: power-ons cycle through the types, each ``weight`` times.
+    """
+
     name: str
     speed: float = 1.0
     mem_gb: float = 32.0
@@ -30,6 +44,27 @@ class SimConfig:
     ``length / slo_factor`` (it kept at least 96 % of its trace speed); ``"deadline"``:
     within ``slo_factor * length`` (the literal reading; needs ``max_speedup > 1/0.96`` and
     is infeasible for tasks demanding a whole GPU). See docs/cluster.md.
+
+    Parameters
+    ----------
+    policy : str
+        One of :data:`~harness.cluster.policies.POLICIES`.
+    placement : str
+        One of :data:`~harness.cluster.placement.PLACEMENTS`.
+    plant : PlantParams
+        Per-GPU model parameters.
+    control : ControlParams
+        Controller settings.
+    slo_factor : float
+        SLO factor, in (0, 2].
+    slo_mode : str
+        ``"rate"`` or ``"deadline"``.
+    gpu_types : tuple of GpuType
+        The GPU pool (not empty).
+    horizon_s : int, optional
+        Simulated seconds (default: to the end of the last arrival's day).
+    seed : int
+        Seed of the observed features and the KACE profiling.
     """
 
     policy: str = "gpucolo"
@@ -62,6 +97,36 @@ class SimConfig:
 
 @dataclass
 class SimResult:
+    """Result of one run.
+
+    Parameters
+    ----------
+    policy, placement, trace : str
+        What ran on what.
+    days : int
+        Simulated days.
+    daily_gpus : numpy.ndarray
+        Mean powered-on GPUs per day (provisioned for Separate).
+    daily_used : numpy.ndarray
+        Mean GPUs hosting a job per day.
+    finish : numpy.ndarray
+        Completion tick per task, -1 when unfinished at the horizon.
+    violated : numpy.ndarray
+        Per inference task: 1 violated, 0 met, -1 censored (-1 for training tasks too).
+    kind, arrival, work : numpy.ndarray
+        The trace's task kinds, arrivals and lengths.
+    wall_s : float
+        Wall time of the run (s).
+    ticks : int
+        Ticks the engine visited.
+    controller_updates, mps_changes, restarts : int
+        Controller steps, MPS changes and process restarts.
+    peak_gpus : int
+        Most GPUs provisioned at once.
+    kace_r2 : float
+        R^2 of the KACE predictor (nan for other placements).
+    """
+
     policy: str
     placement: str
     trace: str

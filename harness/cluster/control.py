@@ -1,6 +1,9 @@
 """Per-GPU controllers inside the cluster engine: GPUColo's two-tier loop and GSLICE.
 
-A mixin of :class:`harness.cluster.engine.Simulation` (it uses the engine's per-GPU state).
+Controllers are explicit objects: each policy's controller holds the engine's
+:class:`~harness.cluster.state.ClusterState` and is called by the engine at the points listed in
+:class:`SlotController` (no controller: :class:`SlotController` itself; GPUColo:
+:class:`GpuColoController`; GSLICE: :class:`GsliceController`; :func:`make_controller` picks).
 
 GPUColo, on every GPU hosting both inference and training:
 
@@ -27,319 +30,372 @@ A GPU is measured only when none of its jobs is restarting; it settles when noth
 from __future__ import annotations
 
 import heapq
-import math
 
+from gpucontrol.design import PDesign, design_p
+from gpucontrol.models import LinearLatencyModel
+from gpucontrol.stability import stable_gain_range
+from harness.cluster.config import SimConfig
+from harness.cluster.policies import (
+    ControlParams,
+    fixed_shares,
+    rates,
+)
+from harness.cluster.state import EPS_WORK, ClusterState, advance_jobs
 from harness.cluster.traces import INFERENCE
 
-EPS_WORK = 1e-6    # remaining work (s) at which a job is done
+__all__ = ["EPS_WORK", "GsliceController", "SlotController", "inner_design"]
 
 
-class ControllerMixin:
-    """Controller bookkeeping and steps (see the module docstring)."""
+def inner_design(c: ControlParams) -> tuple[PDesign, tuple[float, float], float]:
+    """The inner loop's P design and the core's checks on it, for the cluster's controllers.
+
+    The design is :func:`gpucontrol.design_p` on a unit nominal gain: the engine re-scales its
+    ``kp`` by each GPU's identified slope ``m`` (``kp = detune / m``, the gain scheduling of
+    ``TwoTierController``). The loops must be decoupled as ``TwoTierController`` requires:
+    the inner loop settles within one outer period.
+
+    Parameters
+    ----------
+    c : ControlParams
+        The controller settings (``detune``, ``inner_period_s``, ``outer_every``).
+
+    Returns
+    -------
+    design : PDesign
+        The P design at nominal gain -1.
+    gain_range : tuple of float
+        :func:`gpucontrol.stability.stable_gain_range`: the real/nominal slope ratios that
+        keep the inner loop stable.
+    settling : float
+        Inner settling time in periods (:meth:`gpucontrol.design.Design.settling_periods`).
+
+    Raises
+    ------
+    ValueError
+        When the inner loop does not settle within one outer period.
+
+    Examples
+    --------
+    >>> d, rng, n = inner_design(ControlParams(detune=0.9))
+    >>> d.kp * d.model.gain, rng[1] > 2.0, n < 25
+    (0.9, True, True)
+    """
+    design = design_p(LinearLatencyModel(-1.0, 100.0), c.detune, float(c.inner_period_s))
+    settling = design.settling_periods()
+    if not settling < c.outer_every:
+        raise ValueError(
+            f"outer_every must exceed the inner loop's settling time ({settling:g} periods at "
+            f"detune={c.detune:g}), got {c.outer_every!r}")
+    return design, stable_gain_range(design), settling
+
+
+class SlotController:
+    """Fixed shares, no controller (No Co-location, Separate, Simple, Conservative); the base
+    of the policies' controllers. The engine calls, on its :class:`ClusterState`:
+    :meth:`slot_added` after a new slot, :meth:`job_added` after a job joins a GPU,
+    :meth:`jobs_changed` after a GPU's jobs change, :meth:`slot_freed` when a GPU empties,
+    :meth:`restart_ended` at a restart's end, :meth:`advance` / :meth:`rates` to recompute
+    rates, :meth:`step` every ``period`` ticks while ``state.active`` is not empty.
+
+    Parameters
+    ----------
+    state : ClusterState
+        The engine's state (shared, changed in place).
+    """
+
+    #: control period in ticks (0: never stepped)
+    period = 0
+
+    def __init__(self, state: ClusterState) -> None:
+        self.s = state
+        cfg: SimConfig = state.cfg
+        self.slo_lat = cfg.slo_latency
+        self.setpoint = self.slo_lat * (1.0 - cfg.control.setpoint_margin)
+
+    # ---- engine hooks -----------------------------------------------------------------------
+    def slot_added(self, n_slots: int) -> None:
+        """The engine now has ``n_slots`` slots.
+
+        Parameters
+        ----------
+        n_slots : int
+            Number of slots.
+        """
+
+    def job_added(self, j: int, g: int) -> None:
+        """Job ``j`` joined slot ``g``.
+
+        Parameters
+        ----------
+        j : int
+            The job.
+        g : int
+            Its GPU slot.
+        """
+
+    def jobs_changed(self, g: int, t: int) -> None:
+        """Slot ``g``'s jobs changed at tick ``t`` (it is still on).
+
+        Parameters
+        ----------
+        g : int
+            The GPU slot.
+        t : int
+            The tick.
+        """
+
+    def slot_freed(self, g: int) -> None:
+        """Slot ``g`` lost its last job: stop its controller.
+
+        Parameters
+        ----------
+        g : int
+            The GPU slot.
+        """
+        self.forget(g)
+
+    def restart_ended(self, g: int, t: int) -> None:
+        """A restart on slot ``g`` (still on) ended at tick ``t``.
+
+        Parameters
+        ----------
+        g : int
+            The GPU slot.
+        t : int
+            The tick.
+        """
+
+    def step(self, t: int) -> None:
+        """One control period at tick ``t`` for the GPUs in ``state.active``.
+
+        Parameters
+        ----------
+        t : int
+            The tick.
+        """
 
     # ---- activation -------------------------------------------------------------------------
-    def _activate(self, g: int, t: int) -> None:
-        """Resume stepping a GPU's controller; skipped calls count toward the outer period."""
-        if g in self.active:
+    def activate(self, g: int, t: int) -> None:
+        """Resume stepping a GPU's controller.
+
+        Parameters
+        ----------
+        g : int
+            The GPU slot.
+        t : int
+            The tick.
+        """
+        s = self.s
+        if g in s.active:
             return
-        w = self.wait_since[g]
-        if w >= 0 and self.pol.controller == "gpucolo":
-            P = self.period
-            skipped = max(0, (t - 1) // P - w // P)
-            self.ctl.count[g] = (self.wait_count[g] + skipped) % self.ctl.every
-        self.wait_since[g] = -1
-        self.wtoken[g] += 1
-        self.active.add(g)
+        s.wait_since[g] = -1
+        s.wtoken[g] += 1
+        s.active.add(g)
 
-    def _park(self, g: int, t: int, wake: bool) -> None:
-        self.active.discard(g)
-        self.wait_since[g] = t
-        c = self.ctl.count.item(g)
-        self.wait_count[g] = c
-        self.wtoken[g] += 1
-        if wake:
-            heapq.heappush(self.wheap, (t + (self.ctl.every - c) * self.period, g,
-                                        self.wtoken[g]))
+    def forget(self, g: int) -> None:
+        """Stop stepping slot ``g`` and cancel its pending wake-up.
 
-    def _forget(self, g: int) -> None:
-        self.active.discard(g)
-        self.wait_since[g] = -1
-        self.wtoken[g] += 1
+        Parameters
+        ----------
+        g : int
+            The GPU slot.
+        """
+        s = self.s
+        s.active.discard(g)
+        s.wait_since[g] = -1
+        s.wtoken[g] += 1
 
-    def _restart_gpu(self, g: int, t: int) -> None:
-        r = self.cfg.plant.restart_s
-        self.stats["restarts"] += 1
-        if r > 0:
-            self.trestart[g] = t + r
-            heapq.heappush(self.rheap, (t + r, g))
+    # ---- rates ------------------------------------------------------------------------------
+    def shares(self, g: int, t: int) -> list[float]:
+        """Used share of each job on slot ``g`` at tick ``t``.
 
-    def _colo_changed(self, g: int, t: int) -> None:
-        """GPUColo bookkeeping after the GPU's jobs changed."""
-        n_inf, count = self.n_inf.item(g), self.count.item(g)
-        now = n_inf > 0 and count - n_inf > 0
-        if now:
-            if not self.colo[g]:
-                self.ctl.reset(g)
-                self.colo[g] = True
-                self.wait_since[g] = -1
-            if not self.scheduled:   # "scheduled" identifies before each step
-                self._identify(g)
-            self._activate(g, t)
-        elif self.colo[g]:
-            self.colo[g] = False
-            if self.ctl.mps.item(g) < self.ctl.mhi and count > n_inf:
-                self._restart_gpu(g, t)   # back to MPS 100 % for training alone
-            self.ctl.reset(g)
-            self._forget(g)
+        Parameters
+        ----------
+        g : int
+            The GPU slot.
+        t : int
+            The tick.
 
-    # ---- GPUColo plant ----------------------------------------------------------------------
-    def _colo_latency(self, g: int, sleep: float, mps: float, restarting: bool = False) -> float:
-        """Worst normalized inference latency on a co-located GPU (the plant of policies.py,
-        written with per-GPU sums: O(inference jobs))."""
-        it = self.iter_s
-        cs = it / (it + sleep) * mps / 100.0
-        ut = 0.0 if restarting else cs * self.DT[g]
-        x = (1.0 - ut) / self.DI[g]
-        if x > self.smax:
-            x = self.smax
-        if x <= 0.0:
-            return 1e9
-        P = (0.0 if restarting else cs * self.BT[g]) + x * self.BI[g]
-        gam = self.gamma
-        worst = 0.0
-        for si, bi in zip(self.isig[g], self.iB[g]):
-            w = si * P - bi * x
-            if w > worst:
-                worst = w
-        return 100.0 * (1.0 + gam * worst) / (self.speed[g] * x)
+        Returns
+        -------
+        list of float
+            One share per job of ``state.gjobs[g]``.
+        """
+        s, pol = self.s, self.s.policy
+        return fixed_shares(s.gk[g], s.gd[g], pol.weights, s.smax,
+                            pol.exclusive or pol.exclusive_training)
 
-    def _colo_latency2(self, g: int, s0: float, s1: float, mps: float) -> tuple[float, float]:
-        """:meth:`_colo_latency` at two sleeps (same MPS) in one pass over the inference jobs
-        (the same operations per point)."""
-        it, smax = self.iter_s, self.smax
-        DT, DI = self.DT[g], self.DI[g]
-        c0 = it / (it + s0) * mps / 100.0
-        c1 = it / (it + s1) * mps / 100.0
-        x0 = (1.0 - c0 * DT) / DI
-        x1 = (1.0 - c1 * DT) / DI
-        if x0 > smax:
-            x0 = smax
-        if x1 > smax:
-            x1 = smax
-        if x0 <= 0.0 or x1 <= 0.0:
-            return self._colo_latency(g, s0, mps), self._colo_latency(g, s1, mps)
-        BT, BI = self.BT[g], self.BI[g]
-        P0 = c0 * BT + x0 * BI
-        P1 = c1 * BT + x1 * BI
-        w0 = w1 = 0.0
-        for si, bi in zip(self.isig[g], self.iB[g]):
-            w = si * P0 - bi * x0
-            if w > w0:
-                w0 = w
-            w = si * P1 - bi * x1
-            if w > w1:
-                w1 = w
-        gam, f = self.gamma, self.speed[g]
-        return 100.0 * (1.0 + gam * w0) / (f * x0), 100.0 * (1.0 + gam * w1) / (f * x1)
+    def rates(self, g: int, t: int) -> list[float]:
+        """Progress rate of each job on slot ``g`` at tick ``t``.
 
-    def _colo_plant(self, g: int, t: int) -> tuple[tuple[float, float], tuple[float, float],
-                                                   float]:
-        """A co-located GPU's operating point: the used share per unit of demand ``u`` and the
-        GPU speed times it ``fu``, both indexed by kind (inference: ``x``, training: the duty
-        ``cs``, 0 while restarting), and the pressure ``P``."""
-        if t < self.trestart[g]:
-            cs = 0.0
-        else:
-            it = self.iter_s
-            cs = it / (it + self.ctl.sleep.item(g)) * self.ctl.mps.item(g) / 100.0
-        x = (1.0 - cs * self.DT[g]) / self.DI[g]
-        if x > self.smax:
-            x = self.smax
-        elif x < 0.0:
-            x = 0.0
-        P = cs * self.BT[g] + x * self.BI[g]
-        f = self.speed[g]
-        return (x, cs), (f * x, f * cs), P        # INFERENCE = 0, TRAINING = 1
+        Parameters
+        ----------
+        g : int
+            The GPU slot.
+        t : int
+            The tick.
 
-    def _colo_rates(self, g: int, t: int) -> list[float]:
-        """Rates on a co-located GPU: ``f u / (1 + gamma sigma (P - beta d u))``; ``gamma sigma``
-        and ``beta d`` are kept per job (``gq``, ``gbd``: the same products in the same
-        order as the plant equation of policies.py)."""
-        u, fu, P = self._colo_plant(g, t)
-        return [fu[k] / (1.0 + q * (P - bd * u[k]))
-                for k, q, bd in zip(self.gk[g], self.gq[g], self.gbd[g])]
+        Returns
+        -------
+        list of float
+            One rate per job of ``state.gjobs[g]``.
+        """
+        s = self.s
+        return rates(self.shares(g, t), s.gd[g], s.gb[g], s.gs[g], s.speed[g], s.gamma)
 
-    def _advance_colo(self, g: int, t: int) -> int:
-        """``_advance(jobs, _colo_rates(g, t), t)`` in one loop (most rate changes happen on
-        co-located GPUs)."""
-        u, fu, P = self._colo_plant(g, t)
-        rate, rem, tref, eps = self.rate, self.rem, self.tref, EPS_WORK
-        best, bj = math.inf, -1
-        for j, k, q, bd in zip(self.gjobs[g], self.gk[g], self.gq[g], self.gbd[g]):
-            r = fu[k] / (1.0 + q * (P - bd * u[k]))
-            rj = rate[j]
-            if r != rj:
-                if rj:
-                    rem[j] -= rj * (t - tref[j])
-                tref[j] = t
-                rate[j] = r
-            if r > 0:
-                f = tref[j] + (rem[j] - eps) / r
-                if f < best:
-                    best, bj = f, j
-        return bj
+    def advance(self, g: int, t: int) -> int:
+        """New rates for slot ``g``'s jobs from tick ``t`` (:func:`advance_jobs`).
 
-    def _identify(self, g: int, s: float | None = None, mps: float | None = None,
-                  mps_slope: bool = True) -> tuple[float, float]:
-        """kp = detune / slope on the noise-free plant at the MPS ``mps`` (default: the
-        current one): the secant over the sleep range (``gain="fixed"``) or a 1 ms forward
-        difference at the sleep ``s`` (``"scheduled"``, ``s`` clamped to
-        ``[0, sleep_max - 1 ms]``). Returns the sleep ``a`` the slope starts from and the
-        latency there."""
-        ctl = self.ctl
-        if mps is None:
-            mps = ctl.mps.item(g)
-        if not self.scheduled:
-            a, b = 0.0, self.sleep_max
-        else:
-            s = ctl.sleep.item(g) if s is None else s
-            a = max(0.0, min(s, self.sleep_max - 1e-3))
-            b = a + 1e-3
-        l0, l1 = self._colo_latency2(g, a, b, mps)
-        m = min((l1 - l0) / (b - a), -0.01)
-        ctl.kp[g] = self.detune / m
-        if mps_slope:
-            self._mps_slope(g, a, l0, mps)
-        return a, l0
+        Parameters
+        ----------
+        g : int
+            The GPU slot.
+        t : int
+            The tick.
 
-    def _mps_slope(self, g: int, s: float, l_s: float, mps: float | None = None) -> None:
-        """The outer loop's latency-vs-MPS slope at sleep ``s`` (latency there ``l_s``), over
-        the 5 points of MPS below ``mps`` (default: the current MPS)."""
-        if mps is None:
-            mps = self.ctl.mps.item(g)
-        lo_m = max(self.ctl.mlo, mps - 5.0)
-        if lo_m < mps:
-            lm = self._colo_latency(g, s, lo_m)
-            self.ctl.mps_gain[g] = max((l_s - lm) / (mps - lo_m), 0.01)
+        Returns
+        -------
+        int
+            The job that finishes first (-1 when none progresses).
+        """
+        return advance_jobs(self.s, self.s.gjobs[g], self.rates(g, t), t)
 
-    # ---- steps ------------------------------------------------------------------------------
-    def _step_gpucolo(self, t: int) -> None:
-        idx = sorted(self.active)
-        if not idx:
-            return
-        self.stats["controller_updates"] += len(idx)
-        ctl = self.ctl
-        if len(idx) > ctl.SMALL:
-            self._step_gpucolo_batch(idx, t)
-            return
-        # a handful of GPUs (the usual case): one at a time, in Python scalars
-        trestart, hold, count, every = self.trestart, ctl.hold, ctl.count, ctl.every
-        measure, update, after = self._measure, ctl.update_one, self._after_step
-        for g in idx:
-            rs = t < trestart[g]
-            if rs or hold.item(g) > 0:
-                l = math.nan     # a held period: the measurement is not used
-            else:
-                l = measure(g, count.item(g) + 1 >= every)
-            s0, new_s, changed, sat, held = update(g, l, rs)
-            after(g, t, l, s0, new_s, changed, sat, held)
 
-    def _step_gpucolo_batch(self, idx: list[int], t: int) -> None:
-        """The same step for many GPUs, the controller update vectorized."""
-        ctl = self.ctl
-        restarting = [t < self.trestart[g] for g in idx]
-        hold, every = ctl.hold, ctl.every
-        lat = [math.nan if rs or hold[g] > 0 else self._measure(g, ctl.count[g] + 1 >= every)
-               for g, rs in zip(idx, restarting)]
-        s0, changed, sat, held = ctl.update(idx, lat, restarting)
-        for i, g in enumerate(idx):
-            self._after_step(g, t, lat[i], float(s0[i]), float(ctl.sleep[g]), bool(changed[i]),
-                             int(sat[i]), bool(held[i]))
+class GsliceController(SlotController):
+    """GSLICE's per-job share controller on inference GPUs (see the module docstring).
 
-    def _measure(self, g: int, outer_due: bool) -> float:
-        """The GPU's latency at its sleep and MPS; with ``gain="scheduled"`` the gain is
-        identified there too (and the MPS slope when the outer step is due)."""
-        s, m = self.ctl.sleep.item(g), self.ctl.mps.item(g)
-        if not self.scheduled:
-            return self._colo_latency(g, s, m)
-        a, l = self._identify(g, s, m, mps_slope=outer_due)
-        return l if a == s else self._colo_latency(g, s, m)
+    Parameters
+    ----------
+    state : ClusterState
+        The engine's state (shared, changed in place).
+    """
 
-    def _after_step(self, g: int, t: int, l: float, s0: float, new_s: float, changed: bool,
-                    sat: int, held: bool) -> None:
-        """Act on one GPU's controller update: restart on an MPS change, park when the sleep
-        move is below the actuator's resolution, mark the GPU's rates for recomputation."""
-        ctl = self.ctl
-        if changed:
-            self.stats["mps_changes"] += 1
-            self._restart_gpu(g, t)
-            if not self.scheduled:
-                self._identify(g)
-            self.dirty.add(g)
-        elif not held and abs(new_s - s0) < self.sleep_tol:
-            # below the actuator's resolution: the move is not applied (no hold is pending:
-            # the update was not held and changed no MPS)
-            ctl.sleep[g] = s0
-            m = ctl.mps.item(g)
-            if self.scheduled:
-                self._mps_slope(g, s0, l, m)
-            will_act = ctl.outer_target_one(ctl.slo - l, sat, m, ctl.mps_gain.item(g)) != m
-            self._park(g, t, will_act)
-        elif new_s != s0:
-            self.dirty.add(g)
+    def __init__(self, state: ClusterState) -> None:
+        super().__init__(state)
+        self.params = state.cfg.control
+        self.period = self.params.gslice_period_s
 
-    def _step_gslice(self, t: int) -> None:
-        c = self.cfg.control
-        for g in sorted(self.active):
-            jobs = self.gjobs[g]
-            if any(t < self.jrestart[j] for j in jobs):
+    def job_added(self, j: int, g: int) -> None:
+        """An inference job gets what its GPU has left of its demand.
+
+        Parameters
+        ----------
+        j : int
+            The job.
+        g : int
+            Its GPU slot.
+        """
+        s = self.s
+        if s.kindj[j] == INFERENCE:
+            used = sum(s.share[i] for i in s.gjobs[g] if i != j)
+            s.share[j] = min(s.d[j], max(0.0, 1.0 - used))
+
+    def jobs_changed(self, g: int, t: int) -> None:
+        """Step a GPU that hosts inference jobs again.
+
+        Parameters
+        ----------
+        g : int
+            The GPU slot.
+        t : int
+            The tick.
+        """
+        if self.s.n_inf[g] > 0:
+            self.activate(g, t)
+
+    def restart_ended(self, g: int, t: int) -> None:
+        """Measure the GPU again.
+
+        Parameters
+        ----------
+        g : int
+            The GPU slot.
+        t : int
+            The tick.
+        """
+        self.activate(g, t)
+
+    def shares(self, g: int, t: int) -> list[float]:
+        """Inference GPUs: each job's share (0 while it restarts); others: fixed shares.
+
+        Parameters
+        ----------
+        g : int
+            The GPU slot.
+        t : int
+            The tick.
+
+        Returns
+        -------
+        list of float
+            One share per job of ``state.gjobs[g]``.
+        """
+        s = self.s
+        if s.pool[g] != INFERENCE:
+            return super().shares(g, t)
+        jrestart, share, smax, d = s.jrestart, s.share, s.smax, s.d
+        return [0.0 if t < jrestart[j] else min(share[j], smax * d[j]) for j in s.gjobs[g]]
+
+    def step(self, t: int) -> None:
+        """Rescale the shares of the active GPUs' inference jobs.
+
+        Parameters
+        ----------
+        t : int
+            The tick.
+        """
+        s = self.s
+        for g in sorted(s.active):
+            jobs = s.gjobs[g]
+            if any(t < s.jrestart[j] for j in jobs):
                 continue   # measured only when none of its jobs is restarting
-            r = self._rates(g, t)
-            want: dict[int, float] = {}
-            lat: dict[int, float] = {}
-            for j, rj in zip(jobs, r):
-                l = 100.0 / rj if rj > 0 else 1e9
-                lat[j] = l
-                a = self.share[j]
-                if l > self.slo_lat:
-                    want[j] = self.d[j] if a <= 0 else min(1.0, a * min(l, 1e3) / self.setpoint)
-                elif l < self.setpoint * (1 - c.gslice_slack):
-                    want[j] = max(0.01, a * l / self.setpoint)
-            self.stats["controller_updates"] += 1
-            moved = False
-            total = sum(self.share[j] for j in jobs)
-            for j in [j for j in want if want[j] < self.share[j] - 1e-3]:
-                total -= self.share[j] - want[j]
-                self._set_share(j, want[j], t)
-                moved = True
-            for j in sorted((j for j in want if want[j] > self.share[j]), key=lambda j: -lat[j]):
-                new = min(want[j], self.share[j] + max(0.0, 1.0 - total))
-                if new > self.share[j] + 1e-3:
-                    total += new - self.share[j]
-                    self._set_share(j, new, t)
-                    moved = True
-            if moved:
-                self.dirty.add(g)
+            want, lat = self._wanted(jobs, self.rates(g, t))
+            s.stats["controller_updates"] += 1
+            if self._apply(jobs, want, lat, t):
+                s.dirty.add(g)
             else:
-                self.active.discard(g)
+                s.active.discard(g)
+
+    def _wanted(self, jobs: list[int], r: list[float]
+                ) -> tuple[dict[int, float], dict[int, float]]:
+        """The share each job above its SLO or well below target asks for, and latencies."""
+        s, slack = self.s, self.params.gslice_slack
+        want: dict[int, float] = {}
+        lat: dict[int, float] = {}
+        for j, rj in zip(jobs, r):
+            l = 100.0 / rj if rj > 0 else 1e9
+            lat[j] = l
+            a = s.share[j]
+            if l > self.slo_lat:
+                want[j] = s.d[j] if a <= 0 else min(1.0, a * min(l, 1e3) / self.setpoint)
+            elif l < self.setpoint * (1 - slack):
+                want[j] = max(0.01, a * l / self.setpoint)
+        return want, lat
+
+    def _apply(self, jobs: list[int], want: dict[int, float], lat: dict[int, float],
+               t: int) -> bool:
+        """Decreases first, then increases most-violating first within the free share."""
+        share = self.s.share
+        moved = False
+        total = sum(share[j] for j in jobs)
+        for j in [j for j in want if want[j] < share[j] - 1e-3]:
+            total -= share[j] - want[j]
+            self._set_share(j, want[j], t)
+            moved = True
+        for j in sorted((j for j in want if want[j] > share[j]), key=lambda j: -lat[j]):
+            new = min(want[j], share[j] + max(0.0, 1.0 - total))
+            if new > share[j] + 1e-3:
+                total += new - share[j]
+                self._set_share(j, new, t)
+                moved = True
+        return moved
 
     def _set_share(self, j: int, a: float, t: int) -> None:
-        self.share[j] = a
-        r = self.cfg.plant.restart_s
-        self.stats["restarts"] += 1
+        s = self.s
+        s.share[j] = a
+        r = s.cfg.plant.restart_s
+        s.stats["restarts"] += 1
         if r > 0:
-            self.jrestart[j] = t + r
-            heapq.heappush(self.rheap, (t + r, self.gpu[j]))
-
-    def colo_latency_check(self, g: int) -> tuple[float, float]:
-        """(sum-form latency, generic-plant latency) of a co-located GPU, for tests."""
-        from harness.cluster.policies import gpucolo_shares, rates
-
-        s, m = float(self.ctl.sleep[g]), float(self.ctl.mps[g])
-        p = self.cfg.plant
-        u = gpucolo_shares(self.gk[g], self.gd[g], s, m, False, p.max_speedup,
-                           p.train_iteration_s)
-        r = rates(u, self.gd[g], self.gb[g], self.gs[g], self.speed[g], p.interference)
-        worst = max(100.0 / rk for rk, k in zip(r, self.gk[g]) if k == INFERENCE)
-        return self._colo_latency(g, s, m), worst
+            s.jrestart[j] = t + r
+            heapq.heappush(s.rheap, (t + r, s.gpu[j]))
 

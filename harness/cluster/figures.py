@@ -85,19 +85,14 @@ def daily_rows(results: Sequence[SimResult]) -> list[dict]:
     return rows
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_fig12(results: Sequence[SimResult], path: Path,
                burst: tuple[float, float] | None = (20, 40)) -> Path:
-    """Daily average GPUs per policy (seed 000 Fig 12)."""
-    plt = _plt()
+    """Daily average GPUs per policy.
+
+    As in the GPUColo paper (Chen et al., ICDCS 2024), Fig. 12.
+    """
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(8, 4.2))
     for r in results:
         ax.plot(np.arange(r.days), r.daily_gpus, marker=".",
@@ -115,8 +110,12 @@ def plot_fig12(results: Sequence[SimResult], path: Path,
 
 def plot_fig13a(results: Sequence[SimResult], path: Path,
                 burst: tuple[float, float] | None = (20, 40)) -> Path:
-    """Daily inference SLO violation rate per policy (seed 000 Fig 13a)."""
-    plt = _plt()
+    """Daily inference SLO violation rate per policy.
+
+    As in the GPUColo paper (Chen et al., ICDCS 2024), Fig. 13a.
+    """
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(8, 4.2))
     for r in results:
         if r.policy == "nocolo":
@@ -135,9 +134,12 @@ def plot_fig13a(results: Sequence[SimResult], path: Path,
 
 
 def plot_fig13b(rows: Sequence[dict], path: Path) -> Path:
-    """SLO violation rate vs inference:training ratio (seed 000 Fig 13b); rows with keys
+    """SLO violation rate vs inference:training ratio.
+
+    As in the GPUColo paper (Chen et al., ICDCS 2024), Fig. 13b; rows with keys
     ratio, policy, violation_rate."""
-    plt = _plt()
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for pol in dict.fromkeys(r["policy"] for r in rows):
         pts = sorted((r["ratio"], r["violation_rate"]) for r in rows if r["policy"] == pol)

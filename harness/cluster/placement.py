@@ -1,10 +1,10 @@
 """Which GPU a new job goes to, among the GPUs where it fits (utilization and memory).
 
-* ``first-fit`` (seed 000 §IV): the earliest powered-on GPU that fits.
-* ``kace`` (seed 003): a linear regression, trained once on profiled pairs, predicts the
+* ``first-fit`` (the GPUColo paper, Sec. IV): the earliest powered-on GPU that fits.
+* ``kace`` (the KACE paper): a linear regression, trained once on profiled pairs, predicts the
   co-location slowdown of a pair of jobs from their *exclusive-run* features; the job goes to
   the GPU with the smallest predicted total slowdown with the jobs already there.
-* ``mudi`` (seed 002 §5.2): smallest latency slope. The predicted slope of an inference
+* ``mudi`` (the Mudi paper, Sec. 5.2): smallest latency slope. The predicted slope of an inference
   job's latency with respect to a co-runner is ``sigma_i * beta_k`` (profiled sensitivity
   times pressure). A training job goes to the GPU, among those hosting inference, whose
   inference jobs have the smallest mean slope with it; an inference job goes to the GPU whose
@@ -42,7 +42,18 @@ def pair_design(fx: np.ndarray, fy: np.ndarray) -> np.ndarray:
 
 
 class KacePredictor:
-    """Linear regression of pair slowdown on pair features (least squares)."""
+    """Linear regression of pair slowdown on pair features (least squares), after the KACE
+    paper. Build it with :meth:`train`.
+
+    Parameters
+    ----------
+    coef : numpy.ndarray
+        Coefficients over :func:`pair_design`'s columns.
+    r2 : float
+        In-sample R^2 of the fit.
+    n_pairs : int
+        Number of profiled pairs it was fitted on.
+    """
 
     def __init__(self, coef: np.ndarray, r2: float, n_pairs: int) -> None:
         self.coef = coef
@@ -88,19 +99,52 @@ def choose(name: str, cand: np.ndarray, order: np.ndarray, *, fx: np.ndarray | N
            kind: int = 0, count: np.ndarray | None = None, fsum: np.ndarray | None = None,
            n_inf: np.ndarray | None = None, sig_inf: np.ndarray | None = None,
            press: np.ndarray | None = None, kace: KacePredictor | None = None) -> int:
-    """Pick one GPU slot among the candidate slots ``cand`` (non-empty, fitting)."""
+    """Pick one GPU slot among the candidate slots ``cand`` (non-empty, fitting).
+
+    Parameters
+    ----------
+    name : str
+        The placement, one of :data:`PLACEMENTS`.
+    cand : numpy.ndarray
+        Candidate slots (non-empty).
+    order : numpy.ndarray
+        Power-on counter per slot (first-fit order).
+    fx : numpy.ndarray, optional
+        The job's observed features (``kace``, ``mudi``).
+    kind : int
+        The job's kind (0 inference, 1 training).
+    count, fsum : numpy.ndarray, optional
+        Jobs and summed features per slot (``kace``).
+    n_inf, sig_inf, press : numpy.ndarray, optional
+        Inference jobs, their summed sensitivity and the pressure per slot (``mudi``).
+    kace : KacePredictor, optional
+        The trained predictor (``kace``).
+
+    Returns
+    -------
+    int
+        The chosen slot.
+    """
     if name == "first-fit" or len(cand) == 1:
         return int(cand[np.argmin(order[cand])])
     if name == "kace":
+        if kace is None or fx is None or count is None or fsum is None:
+            raise ValueError("placement 'kace' needs kace, fx, count and fsum")
         score = kace.gpu_scores(fx, count[cand], fsum[cand])
     elif name == "mudi":
+        if fx is None:
+            raise ValueError("placement 'mudi' needs fx")
         if kind == 1:   # training: GPUs hosting inference, smallest mean slope
+            if n_inf is None or sig_inf is None:
+                raise ValueError("placement 'mudi' needs n_inf and sig_inf for a training job")
             ni = n_inf[cand]
             slope = np.where(ni > 0, sig_inf[cand] * fx[1] / np.maximum(ni, 1), np.inf)
             if not np.isfinite(slope).any():
                 return int(cand[np.argmin(order[cand])])
             score = slope
         else:           # inference: smallest slope against the co-runners already there
+            if press is None:
+                raise ValueError("placement 'mudi' needs press for an inference job")
             score = fx[2] * press[cand]
     else:
         raise ValueError(f"unknown placement {name!r}; choose from {', '.join(PLACEMENTS)}")

@@ -1,11 +1,13 @@
-"""Co-location policies of seed 000 (§III, §VI) and the per-GPU plant they run on.
+"""Co-location policies and the per-GPU plant they run on.
+
+The policies are those of the GPUColo paper (Chen et al., ICDCS 2024), Sec. III and VI.
 
 The plant (docs/cluster.md, "GPU model"): each policy gives every job on a GPU a share ``a``
 of the GPU. A job uses ``u = min(a, max_speedup * d)`` of it (``d`` its demanded utilization)
 and progresses, per second, ``rate = f * (u / d) / (1 + gamma * sigma * (P - beta * u))``
 seconds of its trace length, where ``f`` is the GPU's speed, ``P = sum(beta_k u_k)`` is the
 memory/L2 pressure of everything on the GPU and ``sigma`` the job's sensitivity to it
-(seed 004's interference terms, reduced to one). A restarting job (MPS change) uses nothing
+(the InSS paper's interference terms, reduced to one). A restarting job (MPS change) uses nothing
 and makes no progress. The "latency" of an inference job is ``100 / rate``: 100 is its
 latency in the trace.
 
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.cluster.vcontrol import CORE_DEFAULTS
+
 POLICIES = ("nocolo", "separate", "simple", "conservative", "gslice", "gpucolo")
 LABELS = {"nocolo": "No Co-location", "separate": "Separate (5:1)", "simple": "Simple",
           "conservative": "Conservative", "gslice": "GSLICE", "gpucolo": "GPUColo"}
@@ -38,11 +42,19 @@ LABELS = {"nocolo": "No Co-location", "separate": "Separate (5:1)", "simple": "S
 class PlantParams:
     """Per-GPU model parameters (all documented in docs/cluster.md).
 
-    max_speedup : a job given more than its demand runs at most this much faster than in the
-        trace (inference latency falls with more SMs up to a knee, seed 002 §4.1).
-    interference : gamma, strength of the pressure term.
-    train_iteration_s : training iteration time T; duty cycle with sleep s is T/(T+s).
-    restart_s : seconds a process makes no progress after an MPS change (seed 000: 5-15 s).
+    Parameters
+    ----------
+    max_speedup : float
+        A job given more than its demand runs at most this much faster than in the trace
+        (inference latency falls with more SMs up to a knee, the Mudi paper, Sec. 4.1);
+        in [1, 10].
+    interference : float
+        gamma, strength of the pressure term; in [0, 10].
+    train_iteration_s : float
+        Training iteration time T (s); duty cycle with sleep s is T/(T+s); > 0.
+    restart_s : int
+        Seconds a process makes no progress after an MPS change (the GPUColo paper: 5-15 s);
+        in [0, 600].
     """
 
     max_speedup: float = 1.2
@@ -72,15 +84,41 @@ class ControlParams:
     has a kink (inference reaching its speed cap).
     GSLICE: every ``gslice_period_s`` each inference job's share is rescaled by
     latency/target when it violates its SLO or sits more than ``gslice_slack`` below target.
+
+    The defaults of ``inner_period_s``, ``outer_every``, ``threshold`` and ``sleep_max_s`` are
+    ``gpucontrol.TwoTierController``'s (:data:`harness.cluster.vcontrol.CORE_DEFAULTS`).
+
+    Parameters
+    ----------
+    inner_period_s : int
+        GPUColo inner period (s), >= 1.
+    outer_every : int
+        Outer period in inner periods, >= 1; must exceed the inner settling time.
+    threshold : float
+        Relative error below which the outer loop does not act.
+    detune : float
+        Inner P gain as a fraction of deadbeat (``gpucontrol.design_p``), in (0, 2).
+    gain : str
+        ``"scheduled"`` or ``"fixed"``.
+    setpoint_margin : float
+        Set point below the SLO latency, as a fraction; in [0, 0.5).
+    sleep_max_s : float
+        Upper sleep bound (s).
+    sleep_tolerance_s : float
+        Actuator resolution: smaller sleep moves are not applied (s).
+    gslice_period_s : int
+        GSLICE period (s), >= 1.
+    gslice_slack : float
+        GSLICE shrinks a share when the latency is this fraction below target.
     """
 
-    inner_period_s: int = 4
-    outer_every: int = 25
-    threshold: float = 0.02
+    inner_period_s: int = int(CORE_DEFAULTS["inner_period_s"])
+    outer_every: int = CORE_DEFAULTS["outer_every"]
+    threshold: float = CORE_DEFAULTS["mps_threshold"]
     detune: float = 0.9
     gain: str = "scheduled"
     setpoint_margin: float = 0.02
-    sleep_max_s: float = 1.0
+    sleep_max_s: float = CORE_DEFAULTS["sleep_bounds_s"][1]
     sleep_tolerance_s: float = 1e-3
     gslice_period_s: int = 25
     gslice_slack: float = 0.10
@@ -116,6 +154,28 @@ class Policy:
 
 
 def make_policy(name: str) -> Policy:
+    """The policy called ``name``.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`POLICIES`.
+
+    Returns
+    -------
+    Policy
+        Its packing rules and controller.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name.
+
+    Examples
+    --------
+    >>> make_policy("gslice").controller
+    'gslice'
+    """
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
     return {

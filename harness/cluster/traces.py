@@ -12,21 +12,21 @@ openb (``openb_pod_list_default.csv``):
 
 * ``qos`` LS → inference, BE → training, Guaranteed → inference (Kubernetes *Guaranteed* is
   what long-running services request), Burstable → training when it asks for at least half a
-  GPU *and* ran at least one hour, else inference (seed 000 §VI: training has higher
+  GPU *and* ran at least one hour, else inference (the GPUColo paper, Sec. VI: training has higher
   utilization and longer duration).
 * ``gpu_milli / 1000`` → demanded GPU utilization of each per-GPU task; ``num_gpu > 1`` →
   ``num_gpu`` sub-tasks; ``num_gpu == 0`` → filtered (no GPU).
 * start = ``scheduled_time``, length = ``deletion_time - scheduled_time`` (s).
-* ``pod_phase`` Failed → filtered (seed 000 rule: failed jobs out); Pending or no
+* ``pod_phase`` Failed → filtered (the GPUColo paper's rule: failed jobs out); Pending or no
   ``scheduled_time`` → filtered (never ran); zero length → filtered.
 * GPU memory (the trace has none): ``MEMORY_PER_SHARE_GB[kind] * demand`` (training 24 GB per
-  GPU share, inference 8 GB: Table I of seed 000 has inference at 1/3 of training memory for
-  the same utilization; 24 GB is the paper's RTX 3090).
+  GPU share, inference 8 GB: Table I of the GPUColo paper (Chen et al., ICDCS 2024) has
+  inference at 1/3 of training memory for the same utilization; 24 GB is the paper's RTX 3090).
 
 PAI 2020 (``pai_task_table``): ``status`` Failed → filtered, other non-Terminated statuses or
 missing times → filtered; ``plan_gpu`` (percent of one GPU) or ``plan_mem`` (GB, used as the
-task's GPU memory, as seed 000 §VI does) zero or missing → filtered; each of ``inst_num``
-instances becomes a task; an instance above 100 % or 32 GB is split into
+task's GPU memory, as the GPUColo paper, Sec. VI does) zero or missing → filtered; each of
+``inst_num`` instances becomes a task; an instance above 100 % or 32 GB is split into
 ``n = max(ceil(gpu/100), ceil(mem/32))`` equal sub-tasks. Training vs inference: a
 ``task_name`` containing "train" is training, one containing "infer" or "serv" is inference;
 otherwise training when at least two of (utilization >= 50 %, memory >= 8 GB, length >= 1 h).
@@ -48,7 +48,7 @@ DAY = 86400
 
 #: GPU memory per unit of demanded GPU share (GB), by kind (inference, training).
 MEMORY_PER_SHARE_GB = (8.0, 24.0)
-#: Sub-task limits of the PAI split rule (seed 000 §VI).
+#: Sub-task limits of the PAI split rule (the GPUColo paper, Sec. VI).
 SPLIT_UTIL, SPLIT_MEM_GB = 1.0, 32.0
 
 OPENB_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
@@ -65,7 +65,21 @@ OPENB_NODES = DATA_DIR / "openb_node_list_gpu_node.csv"
 
 @dataclass
 class LoadReport:
-    """What happened to every input row."""
+    """What happened to every input row.
+
+    Parameters
+    ----------
+    source : str
+        What was read.
+    rows, kept_rows, tasks : int
+        Input rows, rows kept and per-GPU tasks made from them.
+    filtered : dict of str to int
+        Rows dropped by a mapping rule, by rule.
+    malformed : dict of str to int
+        Rows that could not be read, by reason.
+    malformed_lines : list of int
+        The first (up to 20) malformed line numbers.
+    """
 
     source: str
     rows: int = 0
@@ -112,7 +126,42 @@ class LoadReport:
 
 @dataclass
 class Trace:
-    """Per-GPU tasks, sorted by arrival. Times in integer seconds from the trace start."""
+    """Per-GPU tasks, sorted by arrival. Times in integer seconds from the trace start.
+
+    Parameters
+    ----------
+    name : str
+        Trace name.
+    arrival : numpy.ndarray
+        Arrival tick per task (int64, s).
+    work : numpy.ndarray
+        Length at trace speed (s).
+    demand : numpy.ndarray
+        Demanded GPU utilization, in (0, 1].
+    mem_gb : numpy.ndarray
+        GPU memory (GB).
+    kind : numpy.ndarray
+        0 inference, 1 training (int8).
+    beta : numpy.ndarray
+        Interference pressure per unit of GPU share used.
+    sigma : numpy.ndarray
+        Interference sensitivity.
+    report : LoadReport, optional
+        What the loader did with each input row.
+
+    Raises
+    ------
+    ValueError
+        When the columns differ in length.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> t = Trace("toy", np.array([5, 0]), np.array([10.0, 20.0]), np.array([0.5, 0.5]),
+    ...           np.array([4.0, 12.0]), np.array([0, 1]), np.zeros(2), np.ones(2))
+    >>> t.arrival.tolist(), t.counts()["training"]
+    ([0, 5], 1)
+    """
 
     name: str
     arrival: np.ndarray   # int64, s
@@ -222,7 +271,20 @@ def _int(s: str) -> int:
 
 # ---------------------------------------------------------------------------------------------
 def load_openb(path: str | Path = OPENB_PODS, *, seed: int = 0) -> Trace:
-    """Load an openb pod list (see the module docstring for the mapping rules)."""
+    """Load an openb pod list (see the module docstring for the mapping rules).
+
+    Parameters
+    ----------
+    path : str or Path
+        The pod list CSV (default: the copy in ``harness/data``).
+    seed : int
+        Seed of the interference profiles.
+
+    Returns
+    -------
+    Trace
+        One task per GPU of each kept pod; ``report`` accounts for every row.
+    """
     path = Path(path)
     rep = LoadReport(f"openb {path.name}")
     keys: list[str] = []
@@ -321,7 +383,20 @@ def pai_kind(task_name: str, util: float, mem_gb: float, length: float) -> int:
 
 
 def load_pai(path: str | Path, *, seed: int = 0) -> Trace:
-    """Load a PAI 2020 ``pai_task_table`` CSV (with or without its header row)."""
+    """Load a PAI 2020 ``pai_task_table`` CSV (with or without its header row).
+
+    Parameters
+    ----------
+    path : str or Path
+        The CSV file.
+    seed : int
+        Seed of the interference profiles.
+
+    Returns
+    -------
+    Trace
+        The per-GPU tasks (see the module docstring); ``report`` accounts for every row.
+    """
     path = Path(path)
     rep = LoadReport(f"pai {path.name}")
     keys: list[str] = []
@@ -409,127 +484,6 @@ def load_pai(path: str | Path, *, seed: int = 0) -> Trace:
 def _chain(*its):
     for it in its:
         yield from it
-
-
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SyntheticConfig:
-    """Statistics of the synthetic trace (seed 000 §VIII scale).
-
-    ``target_gpus`` is the mean number of busy GPUs under No Co-location (the paper reports
-    3059 for its 6500-GPU cluster); arrival rates are solved from it. Durations are lognormal
-    (median, sigma of the log); demands are Beta-distributed (mean given) and clipped to
-    [0.05, 1]; a fraction of training jobs spans 2-8 GPUs (split per GPU). Arrivals follow a
-    Poisson process with a diurnal sine modulation.
-    """
-
-    days: float = 57.0
-    target_gpus: float = 3000.0
-    inference_to_training: float = 3.0
-    inf_median_s: float = 8 * 3600.0
-    inf_log_sigma: float = 1.0
-    train_median_s: float = 16 * 3600.0
-    train_log_sigma: float = 1.0
-    inf_demand_mean: float = 0.2
-    train_demand_mean: float = 0.3
-    multi_gpu_fraction: float = 0.05
-    diurnal_amplitude: float = 0.3
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("days", "target_gpus", "inference_to_training", "inf_median_s",
-                     "train_median_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("inf_demand_mean", "train_demand_mean"):
-            if not 0.05 < getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in (0.05, 1), got {getattr(self, name)!r}")
-        if not 0 <= self.multi_gpu_fraction <= 1:
-            raise ValueError("multi_gpu_fraction must be in [0, 1]")
-        if not 0 <= self.diurnal_amplitude < 1:
-            raise ValueError("diurnal_amplitude must be in [0, 1)")
-
-
-def synthetic(cfg: SyntheticConfig | None = None, **kw) -> Trace:
-    """A seeded synthetic trace (see :class:`SyntheticConfig`).
-
-    >>> t = synthetic(days=1, target_gpus=20, seed=1)
-    >>> t.counts()["inference"] > t.counts()["training"]
-    True
-    """
-    cfg = cfg or SyntheticConfig(**kw)
-    rng = np.random.default_rng(cfg.seed)
-    horizon = cfg.days * DAY
-    mean_inf = cfg.inf_median_s * math.exp(cfg.inf_log_sigma ** 2 / 2)
-    mean_train = cfg.train_median_s * math.exp(cfg.train_log_sigma ** 2 / 2)
-    gpus_per_train = 1 + cfg.multi_gpu_fraction * (np.mean([2, 4, 8]) - 1)
-    r = cfg.inference_to_training
-    lam_train = cfg.target_gpus / (r * mean_inf + mean_train * gpus_per_train)
-    parts = []
-    for kind, lam, med, sig, dmean in (
-            (INFERENCE, lam_train * r, cfg.inf_median_s, cfg.inf_log_sigma, cfg.inf_demand_mean),
-            (TRAINING, lam_train, cfg.train_median_s, cfg.train_log_sigma,
-             cfg.train_demand_mean)):
-        n = rng.poisson(lam * horizon)
-        # thinning for the diurnal modulation: accept with (1 + A sin) / (1 + A)
-        t = rng.uniform(0, horizon, int(n * (1 + cfg.diurnal_amplitude)) + 16)
-        acc = rng.uniform(0, 1, len(t)) < (1 + cfg.diurnal_amplitude * np.sin(
-            2 * math.pi * t / DAY)) / (1 + cfg.diurnal_amplitude)
-        t = np.sort(t[acc][:n])
-        n = len(t)
-        length = np.maximum(1.0, np.round(rng.lognormal(math.log(med), sig, n)))
-        conc = 4.0
-        demand = np.clip(rng.beta(dmean * conc, (1 - dmean) * conc, n), 0.05, 1.0)
-        demand = np.round(demand, 2)
-        ngpu = np.ones(n, dtype=int)
-        if kind == TRAINING:
-            multi = rng.uniform(0, 1, n) < cfg.multi_gpu_fraction
-            ngpu[multi] = rng.choice([2, 4, 8], int(multi.sum()))
-            demand[multi] = 1.0
-        rep = np.repeat(np.arange(n), ngpu)
-        kinds = np.full(len(rep), kind, dtype=np.int8)
-        dem = demand[rep]
-        u = rng.uniform(0, 1, (len(rep), 2))
-        beta, sigma = _profile(u, kinds)
-        parts.append(Trace("synthetic", np.floor(t[rep]).astype(np.int64), length[rep], dem,
-                           memory_model(dem, kinds), kinds, beta, sigma))
-    out = Trace.concat("synthetic", parts)
-    out.report = LoadReport(f"synthetic {cfg.days:g} d seed {cfg.seed}", rows=len(out),
-                            kept_rows=len(out), tasks=len(out))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-def inference_burst(trace: Trace, start_day: float = 20.0, end_day: float = 40.0) -> Trace:
-    """Seed 000 §VIII: duplicate the inference tasks that arrive in [start_day, end_day)."""
-    lo, hi = start_day * DAY, end_day * DAY
-    m = (trace.kind == INFERENCE) & (trace.arrival >= lo) & (trace.arrival < hi)
-    dup = trace.take(m)
-    # the duplicates are new tasks: give them their own interference profile
-    rng = np.random.default_rng(12345)
-    dup.beta, dup.sigma = _profile(rng.uniform(0, 1, (len(dup), 2)), dup.kind)
-    out = Trace.concat(trace.name + "+burst", [trace, dup])
-    out.report = trace.report
-    return out
-
-
-def with_ratio(trace: Trace, ratio: float, seed: int = 0) -> Trace:
-    """Thin the trace (randomly, seeded) to an inference:training task ratio of ``ratio``."""
-    if not ratio > 0:
-        raise ValueError(f"ratio must be > 0, got {ratio!r}")
-    c = trace.counts()
-    if c["training"] == 0 or c["inference"] == 0:
-        return trace
-    base = c["inference"] / c["training"]
-    rng = np.random.default_rng(seed)
-    keep = np.ones(len(trace), dtype=bool)
-    if ratio > base:   # fewer training tasks
-        m = trace.kind == TRAINING
-        keep[m] = rng.uniform(0, 1, int(m.sum())) < base / ratio
-    else:
-        m = trace.kind == INFERENCE
-        keep[m] = rng.uniform(0, 1, int(m.sum())) < ratio / base
-    return trace.take(keep, f"{trace.name} {ratio:g}:1")
 
 
 def load_gpu_mix(path: str | Path = OPENB_NODES) -> dict[str, int]:

@@ -11,26 +11,98 @@ same equations as ``TwoTierController.update`` with a P inner design (``ki = 0``
   (at least ``saturated_step`` down when saturated high, up when saturated low with a large
   positive error), ``mps = clamp(round(mps + d))``.
 
+The defaults (outer period, threshold, sleep and MPS bounds, hold after an MPS change, the
+saturated step) are read from the core's ``TwoTierController`` and ``OuterMPSOptimizer``
+signatures (:data:`CORE_DEFAULTS`), not re-typed here.
+
 ``tests/harness/cluster/test_cluster_vcontrol.py`` checks it against N scalar
 ``TwoTierController`` instances step by step.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
+
+from gpucontrol.controllers import OuterMPSOptimizer
+from gpucontrol.two_tier import TwoTierController
+
+__all__ = ["CORE_DEFAULTS", "VectorTwoTier"]
+
+
+def _defaults(f: Any) -> dict[str, Any]:
+    return {k: p.default for k, p in inspect.signature(f).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+_TWO_TIER = _defaults(TwoTierController.__init__)
+_OUTER = _defaults(OuterMPSOptimizer.__init__)
+
+#: the core's defaults the cluster controller uses (``TwoTierController`` /
+#: ``OuterMPSOptimizer`` keyword defaults)
+CORE_DEFAULTS: dict[str, Any] = {
+    "inner_period_s": _TWO_TIER["inner_period_s"],
+    "outer_every": _TWO_TIER["outer_every"],
+    "mps_threshold": _TWO_TIER["mps_threshold"],
+    "sleep_bounds_s": _TWO_TIER["sleep_bounds_s"],
+    "mps_bounds_pct": _TWO_TIER["mps_bounds_pct"],
+    "hold_periods_after_mps": _TWO_TIER["hold_periods_after_mps"],
+    "saturated_step_pct": _OUTER["saturated_step_pct"],
+}
 
 
 class VectorTwoTier:
-    """Per-GPU controller state in numpy arrays (grown on demand)."""
+    """Per-GPU controller state in numpy arrays (grown on demand).
+
+    Parameters
+    ----------
+    slo : float
+        Latency set point, > 0.
+    every : int
+        Outer period in inner periods (core default).
+    threshold : float
+        Relative error below which the outer loop does not act (core default).
+    sleep_bounds : tuple of float
+        Sleep limits (s) (core default).
+    mps_bounds : tuple of float
+        MPS limits (%) (core default).
+    mps_gain : float, optional
+        Default latency-vs-MPS slope (default ``slo / 100``, as ``OuterMPSOptimizer``).
+    saturated_step : float
+        Smallest MPS move when the inner loop is saturated (core default).
+    hold_periods : int
+        Periods held after an MPS change (core default).
+    capacity : int
+        Initial number of slots.
+
+    Raises
+    ------
+    ValueError
+        When ``slo`` is not positive.
+
+    Examples
+    --------
+    >>> v = VectorTwoTier(100.0, capacity=2)
+    >>> v.kp[:] = 0.9 / -10.0            # design_p's kp for a -10 ms/s slope, detune 0.9
+    >>> _ = v.update([0, 1], [110.0, 100.0])
+    >>> [round(float(x), 12) for x in v.sleep]
+    [0.9, 0.0]
+    """
 
     #: batches up to this size are stepped element by element (same equations)
     SMALL = 8
 
-    def __init__(self, slo: float, *, every: int = 25, threshold: float = 0.02,
-                 sleep_bounds: tuple[float, float] = (0.0, 1.0),
-                 mps_bounds: tuple[float, float] = (1.0, 100.0),
-                 mps_gain: float | None = None, saturated_step: float = 5.0,
-                 hold_periods: int = 2, capacity: int = 64) -> None:
+    def __init__(self, slo: float, *, every: int = CORE_DEFAULTS["outer_every"],
+                 threshold: float = CORE_DEFAULTS["mps_threshold"],
+                 sleep_bounds: tuple[float, float] = CORE_DEFAULTS["sleep_bounds_s"],
+                 mps_bounds: tuple[float, float] = CORE_DEFAULTS["mps_bounds_pct"],
+                 mps_gain: float | None = None,
+                 saturated_step: float = CORE_DEFAULTS["saturated_step_pct"],
+                 hold_periods: int = CORE_DEFAULTS["hold_periods_after_mps"],
+                 capacity: int = 64) -> None:
         if not slo > 0:
             raise ValueError(f"slo must be > 0, got {slo!r}")
         self.slo = float(slo)
@@ -50,6 +122,13 @@ class VectorTwoTier:
         self.hold = np.zeros(n, dtype=np.int64)
 
     def ensure(self, n: int) -> None:
+        """Grow the arrays to at least ``n`` slots (new slots hold a fresh controller).
+
+        Parameters
+        ----------
+        n : int
+            Number of slots needed.
+        """
         if n <= len(self.sleep):
             return
         m = max(n, 2 * len(self.sleep))
@@ -60,21 +139,41 @@ class VectorTwoTier:
             b[:len(a)] = a
             setattr(self, name, b)
 
-    def reset(self, idx) -> None:
-        """A fresh controller in these slots (sleep at its low bound, MPS at its high bound)."""
+    def reset(self, idx: int | Sequence[int] | np.ndarray) -> None:
+        """A fresh controller in these slots (sleep at its low bound, MPS at its high bound).
+
+        Parameters
+        ----------
+        idx : int or array of int
+            The slots.
+        """
         self.sleep[idx] = self.lo
         self.mps[idx] = self.mhi
         self.count[idx] = 0
         self.hold[idx] = 0
         self.mps_gain[idx] = self.default_mps_gain
 
-    def update(self, idx: np.ndarray, latency: np.ndarray, restarting: np.ndarray | None = None):
+    def update(self, idx: Sequence[int] | np.ndarray, latency: Sequence[float] | np.ndarray,
+               restarting: Sequence[bool] | np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """One period for the slots ``idx`` with their measured latencies (``restarting``: the
         measurement is flagged as taken while training restarts, which holds like
         ``Measurement(restarting=True)``).
 
-        Returns ``(old_sleep, mps_changed, saturated, held)``; saturated is -1 low, +1 high,
-        0 none. The new state is in ``self.sleep[idx]`` / ``self.mps[idx]``.
+        Parameters
+        ----------
+        idx : array of int
+            The slots to step.
+        latency : array of float
+            Their measured latencies (ignored where held).
+        restarting : array of bool, optional
+            Measurements taken while training restarts (held).
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            ``(old_sleep, mps_changed, saturated, held)``; saturated is -1 low, +1 high, 0
+            none. The new state is in ``self.sleep[idx]`` / ``self.mps[idx]``.
         """
         if len(idx) <= self.SMALL:
             return self._update_small(idx, latency, restarting)
@@ -108,7 +207,10 @@ class VectorTwoTier:
             changed[f[ch]] = True
         return s0, changed, sat, held
 
-    def _update_small(self, idx, latency, restarting):
+    def _update_small(self, idx: Sequence[int] | np.ndarray,
+                      latency: Sequence[float] | np.ndarray,
+                      restarting: Sequence[bool] | np.ndarray | None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The same equations element by element (numpy's per-call overhead dominates for a
         handful of GPUs)."""
         n = len(idx)
@@ -123,8 +225,22 @@ class VectorTwoTier:
 
     def update_one(self, g: int, latency: float, restarting: bool = False
                    ) -> tuple[float, float, bool, int, bool]:
-        """:meth:`update` for the one slot ``g``, in Python scalars: returns
-        ``(old_sleep, new_sleep, mps_changed, saturated, held)``."""
+        """:meth:`update` for the one slot ``g``, in Python scalars.
+
+        Parameters
+        ----------
+        g : int
+            The slot.
+        latency : float
+            Its measured latency.
+        restarting : bool
+            Measured while training restarts (held).
+
+        Returns
+        -------
+        tuple
+            ``(old_sleep, new_sleep, mps_changed, saturated, held)``.
+        """
         s = self.sleep.item(g)          # .item: a Python scalar, faster than float(a[g])
         h = self.hold.item(g)
         if h > 0:
@@ -156,7 +272,24 @@ class VectorTwoTier:
 
     def outer_target_one(self, e: float, sat: int, mps: float, gain: float | None = None
                          ) -> float:
-        """Scalar :meth:`outer_target`."""
+        """Scalar :meth:`outer_target`.
+
+        Parameters
+        ----------
+        e : float
+            Error ``slo - latency``.
+        sat : int
+            Inner saturation (-1 low, +1 high, 0 none).
+        mps : float
+            Current MPS (%).
+        gain : float, optional
+            Latency-vs-MPS slope (default: ``default_mps_gain``).
+
+        Returns
+        -------
+        float
+            The MPS the outer loop would set.
+        """
         rel = abs(e) / self.slo
         if rel <= self.threshold and sat == 0:
             return mps
@@ -169,7 +302,24 @@ class VectorTwoTier:
 
     def outer_target(self, e: np.ndarray, sat: np.ndarray, mps: np.ndarray,
                      gain: np.ndarray | float | None = None) -> np.ndarray:
-        """The MPS the outer loop would set (equal to ``mps`` where it would not act)."""
+        """The MPS the outer loop would set (equal to ``mps`` where it would not act).
+
+        Parameters
+        ----------
+        e : numpy.ndarray
+            Errors ``slo - latency``.
+        sat : numpy.ndarray
+            Inner saturation (-1 low, +1 high, 0 none).
+        mps : numpy.ndarray
+            Current MPS (%).
+        gain : array or float, optional
+            Latency-vs-MPS slopes (default: ``default_mps_gain``).
+
+        Returns
+        -------
+        numpy.ndarray
+            The new MPS per element.
+        """
         rel = np.abs(e) / self.slo
         quiet = (rel <= self.threshold) & (sat == 0)
         delta = e / (self.default_mps_gain if gain is None else gain)

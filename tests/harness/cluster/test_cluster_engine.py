@@ -17,8 +17,8 @@ from harness.cluster import (
     simulate,
     synthetic,
 )
-from harness.cluster.engine import PowerOnOrder
 from harness.cluster.policies import gpucolo_shares, rates
+from harness.cluster.state import PowerOnOrder
 from harness.cluster.traces import DAY, INFERENCE, TRAINING, load_openb
 
 
@@ -63,7 +63,8 @@ def test_nocolo_counts_one_gpu_per_job():
 
 
 def test_fixed_shares_as_in_section_iii():
-    # Table I of seed 000: 4 jobs demanding 50 %; first-fit by utilization puts 2 per GPU,
+    # Table I of the GPUColo paper (Chen et al., ICDCS 2024): 4 jobs demanding 50 %;
+    # first-fit by utilization puts 2 per GPU,
     # each gets its 50 % and none is slowed
     tr = table(None, arrival=[0, 0, 0, 0], work=[30.0, 35.0, 52.0, 52.0], demand=[0.5] * 4,
                kind=[0, 0, 1, 1], mem_gb=[2.5, 2.5, 7.0, 7.0], beta=[0.0] * 4)
@@ -90,12 +91,12 @@ def test_gpucolo_controls_inference_to_its_setpoint():
                beta=[0.2, 0.8], sigma=[1.0, 1.0])
     sim = Simulation(tr, SimConfig(policy="gpucolo", horizon_s=3000))
     r = sim.run()
-    g = sim.gpu[0]
-    lat, ref = sim.colo_latency_check(g)
+    g = sim.state.gpu[0]
+    lat, ref = sim.controller.colo_latency_check(g)
     assert lat == pytest.approx(ref, rel=1e-12)
     # within one actuator step (1 ms of sleep) of the set point
-    assert lat == pytest.approx(sim.setpoint, abs=0.2)
-    assert 0.0 < sim.ctl.sleep[g] < 1.0
+    assert lat == pytest.approx(sim.controller.setpoint, abs=0.2)
+    assert 0.0 < sim.controller.ctl.sleep[g] < 1.0
     assert r.controller_updates < 20      # settled and parked quickly
 
 
@@ -103,14 +104,15 @@ def test_colo_sum_form_equals_generic_plant_on_random_gpus():
     tr = small_trace(seed=5, gpus=30)
     sim = Simulation(tr, SimConfig(policy="gpucolo"))
     checks = []
-    orig = sim._step_gpucolo
+    ctl = sim.controller
+    orig = ctl.step
 
     def step(t):
-        for g in list(sim.active):
-            if sim.colo[g] and len(checks) < 200:
-                checks.append(sim.colo_latency_check(g))
+        for g in list(sim.state.active):
+            if sim.state.colo[g] and len(checks) < 200:
+                checks.append(ctl.colo_latency_check(g))
         orig(t)
-    sim._step_gpucolo = step
+    ctl.step = step
     sim.run()
     assert len(checks) > 20
     a, b = np.array(checks).T

@@ -10,7 +10,8 @@ import pytest
 from harness.cli import main
 from harness.cluster.figures import saved
 from harness.cluster.placement import KacePredictor, choose, observed_features, pair_design
-from harness.cluster.traces import PAI_COLUMNS, synthetic
+from harness.cluster.synthetic import synthetic
+from harness.cluster.traces import PAI_COLUMNS
 
 
 def test_kace_regression_predicts_pair_slowdown():

@@ -7,6 +7,7 @@ import csv
 import numpy as np
 import pytest
 
+from harness.cluster.synthetic import SyntheticConfig, inference_burst, synthetic, with_ratio
 from harness.cluster.traces import (
     DAY,
     INFERENCE,
@@ -14,14 +15,10 @@ from harness.cluster.traces import (
     OPENB_PODS,
     PAI_COLUMNS,
     TRAINING,
-    SyntheticConfig,
-    inference_burst,
     load_gpu_mix,
     load_openb,
     load_pai,
     pai_kind,
-    synthetic,
-    with_ratio,
 )
 
 
