@@ -9,9 +9,6 @@ The rule, for every callable in the ``__all__`` of the packages below:
 * a function that returns something has a ``Returns`` (or ``Yields``) section;
 * classes whose signature is inherited from ``object``, ``BaseException`` or
   ``typing.Protocol`` (nothing of their own to document) are skipped.
-
-Packages whose docstrings are still being written are listed in ``PENDING`` (and single
-re-exported names in ``PENDING_NAMES``) and skipped.
 """
 
 from __future__ import annotations
@@ -32,15 +29,6 @@ PACKAGES = [
     "sysid",
     "harness.cluster",
 ]
-
-#: Packages owned by work in progress; the lead empties this list after the merge.
-PENDING = [
-    "harness.cluster",
-]
-
-#: Single names re-exported from a pending package: ``gpucontrol.report_latency`` is
-#: ``gpucontrol.node.client.report_latency``, documented with gpucontrol.node.
-PENDING_NAMES: list[str] = []
 
 _SECTION = re.compile(r"^(\w[\w ]*)\n-{3,}\s*$", re.MULTILINE)
 _PARAM_LINE = re.compile(r"^(\*{0,2}\w+(?:\s*,\s*\*{0,2}\w+)*)\s*:")
@@ -138,10 +126,8 @@ def _public_callables():
         module = importlib.import_module(pkg)
         for name in sorted(getattr(module, "__all__", ())):
             obj = getattr(module, name)
-            pending = pkg in PENDING or f"{pkg}.{name}" in PENDING_NAMES
-            marks = [pytest.mark.skip(reason="docstrings in progress")] if pending else []
             if callable(obj):
-                yield pytest.param(pkg, name, marks=marks, id=f"{pkg}.{name}")
+                yield pytest.param(pkg, name, id=f"{pkg}.{name}")
 
 
 @pytest.mark.parametrize(("package", "name"), list(_public_callables()))
