@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 from dataclasses import dataclass
 from typing import Literal
 
+from gpucontrol._validate import choice, in_range, int_at_least, positive
 from gpucontrol.errors import ConfigurationError
 
 __all__ = ["DaemonConfig"]
@@ -46,16 +46,6 @@ OUTER_LOOPS = ("paper", "mid-range", "none")
 MODES = ("mean", "p99")
 SLEEP_METHODS = ("auto", "signal", "cgroup", "hook")
 READY_MODES = ("notify", "spawn")
-
-
-def _positive(flag: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
-        raise ConfigurationError(f"{flag} must be > 0, got {value}")
-
-
-def _choice(flag: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigurationError(f"{flag} must be one of {', '.join(allowed)}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -179,44 +169,39 @@ class DaemonConfig:
         if bool(self.training_pids) == bool(self.training_cmd):
             raise ConfigurationError("give either --training-pid (repeatable) or --training-cmd")
         for pid in self.training_pids:
-            if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-                raise ConfigurationError(f"--training-pid must be a positive integer, got {pid!r}")
+            int_at_least("--training-pid", pid, 1)
         if self.fixed_sleep is None and (self.slo_ms is None or self.model is None):
             raise ConfigurationError("closed-loop operation needs --slo-ms and --model "
                                      "(or run open loop with --fixed-sleep)")
         if self.slo_ms is not None:
-            _positive("--slo-ms", self.slo_ms)
-        _positive("--period-s", self.period_s)
-        _positive("--max-sleep-s", self.max_sleep_s)
-        if isinstance(self.outer_every, bool) or not isinstance(self.outer_every, int) \
-                or self.outer_every < 1:
-            raise ConfigurationError(f"--outer-every must be an integer >= 1, got "
-                                     f"{self.outer_every!r}")
-        _choice("--outer", self.outer, OUTER_LOOPS)
-        _choice("--mode", self.mode, MODES)
-        _choice("--sleep-method", self.sleep_method, SLEEP_METHODS)
-        _choice("--ready", self.ready, READY_MODES)
-        if not 1 <= self.initial_mps <= 100:
-            raise ConfigurationError(f"--initial-mps must be in [1, 100], got {self.initial_mps}")
-        if self.fixed_sleep is not None and not 0 <= self.fixed_sleep <= self.max_sleep_s:
-            raise ConfigurationError(f"--fixed-sleep must be in [0, {self.max_sleep_s:g}]")
+            positive("--slo-ms", self.slo_ms)
+        positive("--period-s", self.period_s)
+        positive("--max-sleep-s", self.max_sleep_s)
+        int_at_least("--outer-every", self.outer_every, 1)
+        choice("--outer", self.outer, OUTER_LOOPS)
+        choice("--mode", self.mode, MODES)
+        choice("--sleep-method", self.sleep_method, SLEEP_METHODS)
+        choice("--ready", self.ready, READY_MODES)
+        in_range("--initial-mps", self.initial_mps, 1, 100)
+        if self.fixed_sleep is not None:
+            in_range("--fixed-sleep", self.fixed_sleep, 0, self.max_sleep_s)
         if self.fixed_mps is not None and not self.training_cmd:
             raise ConfigurationError("--fixed-mps needs --training-cmd "
                                      "(MPS applies at process start)")
-        if self.fixed_mps is not None and not 1 <= self.fixed_mps <= 100:
-            raise ConfigurationError("--fixed-mps must be in [1, 100]")
+        if self.fixed_mps is not None:
+            in_range("--fixed-mps", self.fixed_mps, 1, 100)
         if self.duration_s is not None:
-            _positive("--duration-s", self.duration_s)
+            positive("--duration-s", self.duration_s)
         if self.run_quantum_s != "auto":
             if isinstance(self.run_quantum_s, str):
                 raise ConfigurationError(f"--run-quantum-s must be > 0 or 'auto', got "
                                          f"{self.run_quantum_s!r}")
-            _positive("--run-quantum-s", self.run_quantum_s)
-        _positive("--ready-timeout-s", self.ready_timeout_s)
-        if isinstance(self.gpu, bool) or not isinstance(self.gpu, int) or self.gpu < 0:
-            raise ConfigurationError(f"--gpu must be an integer >= 0, got {self.gpu!r}")
-        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
-            raise ConfigurationError("--metrics-port must be in [0, 65535]")
+            positive("--run-quantum-s", self.run_quantum_s)
+        positive("--ready-timeout-s", self.ready_timeout_s)
+        int_at_least("--gpu", self.gpu, 0)
+        if self.metrics_port is not None:
+            int_at_least("--metrics-port", self.metrics_port, 0)
+            in_range("--metrics-port", self.metrics_port, 0, 65535)
 
     # ------------------------------------------------------------------ derived
     @property
