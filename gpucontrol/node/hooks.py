@@ -144,8 +144,8 @@ class HookWriter:
                              before_rename=map_it)
 
     def _record(self) -> bytes:
-        return _pack(self._active | (self._share << _SHARE_SHIFT), self._seq, self._sleep, time.time(), self.stale_after_s,
-                     self.max_sleep_s, os.getpid())
+        return _pack(self._active | (self._share << _SHARE_SHIFT), self._seq, self._sleep,
+                     time.time(), self.stale_after_s, self.max_sleep_s, os.getpid())
 
     def _publish(self) -> None:
         self._seq += 1

@@ -35,7 +35,8 @@ def test_a_reader_that_predates_the_share_still_reads_sleep_and_active(tmp_path)
     w = HookWriter(tmp_path / "h")
     w.set_sleep(0.25)
     w.set_share(60)
-    raw = open(w.path, "rb").read()
+    with open(w.path, "rb") as f:
+        raw = f.read()
     ver, flags, _seq, sleep_s, *_ = struct.unpack("<IIQddddI", raw[8:60])
     assert ver == 1 and os.path.getsize(w.path) == 64  # size and version unchanged
     assert bool(flags & 1) and sleep_s == 0.25  # what the old reader looks at

@@ -7,7 +7,6 @@ call in ``calls`` and the live handles in ``green`` / ``streams``, and can fail 
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 from typing import Any
 

@@ -30,7 +30,7 @@ def test_struct_layout_matches_cuda_h():
 def test_granularity_and_plan():
     assert sm_granularity(9, 0) == (8, 8)
     assert sm_granularity(8, 0) == (4, 2)
-    with pytest.raises(GreenContextError, match="6.0"):
+    with pytest.raises(GreenContextError, match=r"6\.0"):
         sm_granularity(5, 2)
     assert plan_sm_counts([100, 75, 50, 25, 1], 132, 8, 8) == [132, 96, 64, 32, 8]
     assert plan_sm_counts([50], 108, 4, 2) == [54]
@@ -78,7 +78,7 @@ def test_driver_reported_rules_override_the_table():
 
 
 def test_errors_name_the_call_and_clean_up():
-    with pytest.raises(GreenContextError, match="12.4"):
+    with pytest.raises(GreenContextError, match=r"12\.4"):
         GreenContextPool((50,), lib=FakeCuda(version=12030)).open()
     lib = FakeCuda(fail="cuGreenCtxStreamCreate")
     pool = GreenContextPool((50,), lib=lib)
@@ -139,7 +139,7 @@ def fake_torch(new_api=True):
             def Stream(self):
                 return self.stream
         else:
-            def __init__(self, *a, **k):  # noqa: F811 -- the old API has only create()
+            def __init__(self, *a, **k):  # the old API has only create()
                 raise TypeError("use create()")
 
             @classmethod
@@ -191,7 +191,7 @@ def test_torch_helper_new_api():
 
 
 def test_torch_helper_old_api_and_missing_green_contexts():
-    torch, made, _e, _c = fake_torch(new_api=False)
+    torch, _made, _e, _c = fake_torch(new_api=False)
     parts = GreenPartitions((50,), read_share=lambda: 50, torch=torch)
     with parts.iteration() as s:
         assert s == 50

@@ -11,7 +11,6 @@ from gpucontrol.node.actuators.spatial import (
     BACKENDS,
     BackendInfo,
     CPUShareBackend,
-    GreenContextBackend,
     MPSRestartBackend,
     change_cost_periods,
     detect_backends,
@@ -80,7 +79,7 @@ def test_cpu_share_adapter():
 
 
 def test_unknown_backend_is_a_configuration_error():
-    with pytest.raises(ConfigurationError, match="mps-restart, green-context, cpu.max"):
+    with pytest.raises(ConfigurationError, match=r"mps-restart, green-context, cpu\.max"):
         make_backend("mig")
     assert list(BACKENDS) == ["mps-restart", "green-context", "cpu.max"]
 
