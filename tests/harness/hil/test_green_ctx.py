@@ -4,6 +4,7 @@ against a fake driver library and fake torch (no GPU)."""
 import ctypes
 import types
 
+import numpy as np
 import pytest
 
 from gpucontrol.node.green_torch import GreenPartitions, sm_count_for
@@ -201,3 +202,78 @@ def test_torch_helper_old_api_and_missing_green_contexts():
     with parts.iteration() as s:
         assert s == 100  # unchanged loop
     assert parts.available is False and "green_contexts" in parts.reason
+
+
+# ---- the emulator's cupy-green backend over a fake CuPy -------------------------------------
+class FakeCupy:
+    """Just what CupyBackend and GreenCupyBackend touch; records the stream of each launch."""
+
+    uint8 = np.uint8
+
+    def __init__(self):
+        self.launches, self.records, self.active = [], [], ["null"]
+        cp = self
+
+        class Stream:
+            def __init__(self, non_blocking=False, ptr="primary"):
+                self.ptr = ptr
+
+            def __enter__(self):
+                cp.active.append(self.ptr)
+
+            def __exit__(self, *a):
+                cp.active.pop()
+
+            def synchronize(self):
+                pass
+
+        class Event:
+            def record(self, stream):
+                cp.records.append(stream.ptr)
+
+            def synchronize(self):
+                pass
+
+        class Device:
+            id = 0
+            attributes = {"MultiProcessorCount": 132}  # noqa: RUF012 -- as CuPy's
+
+        self.cuda = types.SimpleNamespace(
+            Stream=Stream, Event=Event, Device=Device,
+            ExternalStream=lambda ptr, dev: Stream(ptr=ptr),
+            get_elapsed_time=lambda a, b: 1.0)
+        self.random = types.SimpleNamespace(
+            RandomState=lambda seed: types.SimpleNamespace(
+                random_sample=lambda shape: np.zeros(shape)))
+
+    def empty(self, shape, dtype=None):
+        return np.empty(shape, dtype=dtype)
+
+    def matmul(self, a, b, out=None):
+        self.launches.append(self.active[-1])
+
+
+def test_green_cupy_backend_launches_on_the_commanded_partition(tmp_path, monkeypatch):
+    import harness.hil.training_emulator as te
+    from harness.hil.green_emulator import GreenCupyBackend
+
+    cp = FakeCupy()
+    monkeypatch.setattr(te, "require", lambda name: cp if name == "cupy" else
+                        types.SimpleNamespace(empty_pinned=np.empty))
+    w = HookWriter(tmp_path / "gpu.hook")
+    b = GreenCupyBackend(64, "float32", 0.0, False, shares_pct=[25, 50], lib=FakeCuda(),
+                         hook_path=str(tmp_path / "gpu.hook"),
+                         spatial_log=str(tmp_path / "sw.csv"))
+    full, half = b.pool.select(None).stream, b.pool.select(50).stream
+    b.run_iteration(4)
+    assert set(cp.launches) == {full} and set(cp.records) == {full}
+    cp.launches.clear()
+    cp.records.clear()
+    w.set_share(50)
+    t = b.run_iteration(4)
+    assert cp.launches == [half] * 4 and set(cp.records) == {half}
+    assert t.compute_s == 1e-3 and t.sm is None
+    b.close()
+    assert b.stream.ptr == "primary" and b.pool.partitions == []
+    assert [r["sm_count"] for r in read_csv(tmp_path / "sw.csv")] == [132, 64]
+    w.close()
