@@ -33,7 +33,7 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,6 +175,11 @@ class GreenContextBackend(SpatialShareBackend):
     iteration_s : float
         The training's iteration time, s: the training switches at its next iteration
         boundary, so a change is in force within this long (the ``expected_latency_s``).
+    shares_pct : sequence of float, optional
+        The partitions the training created (e.g. 25, 50, 75, 100). When given, a command is
+        published as is, but ``share_pct`` reports the partition that will run it (the
+        largest not above it, as the training picks), and ``granularity_pct`` becomes the
+        widest gap between partitions when that is coarser than the SM step.
     clock : callable
         Monotonic clock (injectable for tests).
     """
@@ -183,21 +188,34 @@ class GreenContextBackend(SpatialShareBackend):
     restart_free = True
 
     def __init__(self, writer: Any, *, granularity_pct: float = 1.0, iteration_s: float = 0.2,
+                 shares_pct: Sequence[float] | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         super().__init__()
         self.writer = writer
         self.granularity_pct = in_range("granularity_pct", granularity_pct, 0.01, 100.0)
+        self._step = self.granularity_pct  # the SM step: what a command is rounded to
         self.expected_latency_s = positive("iteration_s", iteration_s)
         self.clock = clock
+        self.shares_pct: list[float] | None = None
+        if shares_pct is not None:
+            pool = sorted({in_range("shares_pct", s, 1.0, 100.0) for s in shares_pct} | {100.0})
+            self.shares_pct = pool
+            gaps = [b - a for a, b in zip([0.0, *pool], pool)]
+            self.granularity_pct = max(self.granularity_pct, max(gaps))
 
     def _apply(self, pct: float) -> float:
-        step = self.granularity_pct
+        step = self._step
         # 100 % is the whole device (no command), whatever the step
         q = 100 if pct >= 100 else min(100, max(1, round(round(pct / step) * step)))
         t0 = self.clock()
         self.writer.set_share(None if q >= 100 else int(q))
-        self.share_pct = float(q)
-        return self.clock() - t0
+        lat = self.clock() - t0
+        if self.shares_pct is not None:
+            fits = [s for s in self.shares_pct if s <= q + 1e-9]
+            self.share_pct = fits[-1] if fits else self.shares_pct[0]
+        else:
+            self.share_pct = float(q)
+        return lat
 
     def close(self) -> None:
         """Withdraw the share command (the training returns to the full device)."""

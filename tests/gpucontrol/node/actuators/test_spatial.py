@@ -11,6 +11,7 @@ from gpucontrol.node.actuators.spatial import (
     BACKENDS,
     BackendInfo,
     CPUShareBackend,
+    GreenContextBackend,
     MPSRestartBackend,
     change_cost_periods,
     detect_backends,
@@ -61,6 +62,19 @@ def test_green_context_publishes_through_the_hook_file(tmp_path):
     assert r.share_pct() is None
     assert b.resize_latency_s < 0.05
     assert change_cost_periods(b, 1.0) < 0.05
+    w.close()
+
+
+def test_green_context_reports_the_partition_that_will_run(tmp_path):
+    w = HookWriter(tmp_path / "gpu.hook")
+    b = GreenContextBackend(w, granularity_pct=100 * 8 / 132, shares_pct=(25, 50, 75))
+    assert b.granularity_pct == 25.0
+    b.set_share_pct(60)
+    assert HookReader(w.path).share_pct() == 61 and b.share_pct == 50
+    b.set_share_pct(10)
+    assert b.share_pct == 25  # below every partition: the smallest
+    with pytest.raises(ConfigurationError, match="shares_pct"):
+        GreenContextBackend(w, shares_pct=(0,))
     w.close()
 
 
