@@ -27,10 +27,11 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.hil.green_ctx import GreenContextPool, GreenPartition
-from harness.hil.training_emulator import CupyBackend, IterationTiming
+from harness.hil.training_emulator import CupyBackend, IterationTiming, NumpyBackend
 from harness.results import CSVLog
 
-__all__ = ["SWITCH_FIELDS", "GreenCupyBackend", "PartitionSwitcher", "parse_shares"]
+__all__ = ["SWITCH_FIELDS", "GreenCupyBackend", "NumpyGreenBackend", "PartitionSwitcher",
+           "SimulatedPool", "parse_shares"]
 
 SWITCH_FIELDS = ("t_unix", "share_cmd_pct", "share_pct", "sm_count", "select_s", "switch_s")
 
@@ -157,3 +158,47 @@ class GreenCupyBackend(CupyBackend):
         self.stream = self._primary_stream
         self.switcher.close()
         self.pool.close()
+
+
+class SimulatedPool(GreenContextPool):
+    """The pool's selection rule without a GPU: partitions of a nominal ``total_sms`` (no
+    driver, no streams; the "stream" is the partition's index). For CPU dry runs only."""
+
+    def open(self) -> SimulatedPool:
+        if not self.partitions:
+            self.total_sms = self.total_sms or 100
+            shares = sorted({float(s) for s in self.shares_pct} | {100.0})
+            self.partitions = [GreenPartition(s, max(1, round(s / 100 * self.total_sms)), 0, 0,
+                                              i + 1, 0.0, self.total_sms)
+                               for i, s in enumerate(shares)]
+        return self
+
+    def close(self) -> None:
+        self.partitions = []
+
+
+class NumpyGreenBackend(NumpyBackend):
+    """CPU dry run of ``cupy-green``: the same switching and switch log at every iteration
+    boundary over a :class:`SimulatedPool`; the work itself does not change with the share.
+
+    Parameters
+    ----------
+    matrix_n, dtype, copy_mb : as :class:`NumpyBackend`
+    shares_pct : list of float
+        The simulated partitions.
+    hook_path, spatial_log : str or None
+        As :class:`GreenCupyBackend`.
+    """
+
+    def __init__(self, matrix_n: int, dtype: str, copy_mb: float, *, shares_pct: list[float],
+                 hook_path: str | None = None, spatial_log: str | None = None) -> None:
+        super().__init__(matrix_n, dtype, copy_mb)
+        from gpucontrol.node.hooks import HookReader
+
+        self.pool = SimulatedPool(tuple(shares_pct)).open()
+        self.switcher = PartitionSwitcher(self.pool, HookReader(hook_path).share_pct,
+                                          lambda p: p.stream, log_path=spatial_log)
+
+    def run_iteration(self, matmuls: int) -> IterationTiming:
+        self.switcher.boundary()
+        return super().run_iteration(matmuls)

@@ -39,19 +39,25 @@ class GreenGPUPlant(GPUPlant):
         ``mps_enabled`` defaults to False here).
     shares_pct : tuple of float
         The partitions the training creates up front, %.
+    training_backend : str
+        The emulator backend: ``"cupy-green"`` (the GPU) or ``"numpy-green"`` (CPU dry run of
+        the switching, for tests).
     **overrides : Any
         More :class:`GPUPlantConfig` fields.
     """
 
     def __init__(self, config: GPUPlantConfig | None = None, *,
                  shares_pct: tuple[float, ...] = DEFAULT_GREEN_SHARES,
-                 **overrides: Any) -> None:
+                 training_backend: str = "cupy-green", **overrides: Any) -> None:
         cfg = config if config is not None else GPUPlantConfig(mps_enabled=False)
         for s in shares_pct:
             if not 0 < float(s) <= 100:
                 raise ValueError(f"shares_pct must be in (0, 100], got {s!r}")
         self.shares_pct = tuple(float(s) for s in shares_pct)
-        extra = ("--backend", "cupy-green", "--green-shares",
+        if training_backend not in ("cupy-green", "numpy-green"):
+            raise ValueError(f"training_backend must be 'cupy-green' or 'numpy-green', "
+                             f"got {training_backend!r}")
+        extra = ("--backend", training_backend, "--green-shares",
                  ",".join(f"{s:g}" for s in self.shares_pct), "--spatial-log",
                  "{workdir}/spatial-{pid}.csv")
         cfg = dataclasses.replace(cfg, training_args=(*cfg.training_args, *extra), **overrides)

@@ -169,7 +169,8 @@ def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: 
 
 # ---- phase 2: co-located, per backend -----------------------------------------------------------
 def run_plant(backend: str, shares: Sequence[float], *, period_s: float = 2.0,
-              measure: int = 3, batch: int = 105, restart_timeout_s: float = 300.0
+              measure: int = 3, batch: int = 105, restart_timeout_s: float = 300.0,
+              base: Any = None, training_backend: str = "cupy-green"
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One backend through the shares; returns ``(level_rows, resize_rows)``.
 
@@ -185,6 +186,10 @@ def run_plant(backend: str, shares: Sequence[float], *, period_s: float = 2.0,
         Inference batch.
     restart_timeout_s : float
         Longest wait for an MPS restart.
+    base : GPUPlantConfig, optional
+        The plant set-up to start from (tests: the CPU stand-ins); ``batch`` still applies.
+    training_backend : str
+        The green plant's emulator backend (``"numpy-green"``: CPU dry run).
 
     Returns
     -------
@@ -200,12 +205,13 @@ def run_plant(backend: str, shares: Sequence[float], *, period_s: float = 2.0,
     levels: list[dict[str, Any]] = []
     resizes: list[dict[str, Any]] = []
     plant: Any
+    cfg = base if base is not None else GPUPlantConfig()
     if backend == "mps-restart":
-        plant = GPUPlant(GPUPlantConfig(batch=batch, shadow=True,
-                                        initial_mps_pct=float(shares[0])))
+        plant = GPUPlant(cfg, batch=batch, shadow=True, initial_mps_pct=float(shares[0]))
     else:
-        plant = GreenGPUPlant(GPUPlantConfig(batch=batch, mps_enabled=False),
-                              shares_pct=tuple(float(s) for s in shares))
+        plant = GreenGPUPlant(cfg, shares_pct=tuple(float(s) for s in shares),
+                              training_backend=training_backend, batch=batch,
+                              mps_enabled=False, initial_mps_pct=100.0)
     with plant:
         if backend == "mps-restart" and not plant.mps_enabled:
             raise RuntimeError("mps-restart needs MPS (nvidia-cuda-mps-control)")

@@ -327,12 +327,16 @@ class NumpyBackend:
 
 def make_backend(name: str, cfg: EmulatorConfig, **green: Any) -> Backend:
     """``"cupy"`` (the GPU), ``"cupy-green"`` (the GPU, on the commanded green-context
-    partition: :mod:`harness.hil.green_emulator`; ``green`` are its arguments) or ``"numpy"``
-    (CPU dry run)."""
+    partition: :mod:`harness.hil.green_emulator`; ``green`` are its arguments), ``"numpy"``
+    (CPU dry run) or ``"numpy-green"`` (CPU dry run of the partition switching)."""
     if name == "cupy-green":
         from harness.hil.green_emulator import GreenCupyBackend
 
         return GreenCupyBackend(cfg.matrix_n, cfg.dtype, cfg.copy_mb, cfg.sample_sm, **green)
+    if name == "numpy-green":
+        from harness.hil.green_emulator import NumpyGreenBackend
+
+        return NumpyGreenBackend(cfg.matrix_n, cfg.dtype, cfg.copy_mb, **green)
     if name == "cupy":
         return CupyBackend(cfg.matrix_n, cfg.dtype, cfg.copy_mb, cfg.sample_sm)
     if name == "numpy":
@@ -544,10 +548,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="per-iteration CSV; '{pid}' in the path becomes the process id")
     ap.add_argument("--json", dest="json_lines", action="store_true",
                     help="print one JSON line per iteration")
-    ap.add_argument("--backend", choices=("cupy", "cupy-green", "numpy"), default="cupy",
+    ap.add_argument("--backend", choices=("cupy", "cupy-green", "numpy", "numpy-green"),
+                    default="cupy",
                     help="cupy (the GPU, default), cupy-green (the GPU, switching to the "
-                         "commanded green-context partition each iteration) or numpy (CPU dry "
-                         "run, no SM sample)")
+                         "commanded green-context partition each iteration), numpy (CPU dry "
+                         "run, no SM sample) or numpy-green (CPU dry run of the switching)")
     ap.add_argument("--green-shares", default="25,50,75,100",
                     help="cupy-green: the partitions created up front, %% (default %(default)s)")
     ap.add_argument("--spatial-log", default=None,
@@ -574,12 +579,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"training_emulator: error: {exc}", file=sys.stderr)
         return 2
     green: dict[str, Any] = {}
-    if args.backend == "cupy-green":
+    if args.backend in ("cupy-green", "numpy-green"):
         from harness.hil.green_emulator import parse_shares
 
         try:
-            green = {"shares_pct": parse_shares(args.green_shares),
-                     "spatial_log": args.spatial_log}
+            green = {"shares_pct": parse_shares(args.green_shares), "spatial_log": args.spatial_log}
         except ValueError as exc:
             print(f"training_emulator: error: --green-shares: {exc}", file=sys.stderr)
             return 2

@@ -112,3 +112,31 @@ def test_green_plant_commands_the_share_through_the_hook_file(tmp_path):
     with pytest.raises(ValueError, match="shares_pct"):
         GreenGPUPlant(shares_pct=(0,))
     assert set(BACKENDS) == {"green-context", "mps-restart", "sleep"}
+
+
+@pytest.mark.slow
+def test_green_and_sleep_plants_end_to_end_on_the_cpu(tmp_path):
+    """The whole chain without a GPU: plant -> hook file -> emulator (numpy-green) switches at
+    iteration boundaries -> switch log -> resize report; and the sleep backend's duty."""
+    import sys
+
+    from harness.hil.gpu_plant import GPUPlantConfig
+    from harness.hil.spatial_study import run_plant
+
+    here = Path(__file__).resolve().parent
+    base = GPUPlantConfig(workdir=str(tmp_path / "g"), target_iter_s=0.05, matrix_n=128,
+                          copy_mb=0.25, start_timeout_s=60,
+                          inference_argv=(sys.executable, str(here / "fake_inference.py")))
+    levels, resizes = run_plant("green-context", [100, 50, 25], period_s=0.5, measure=1,
+                                base=base, training_backend="numpy-green")
+    assert [r["share_pct"] for r in levels] == [100, 50, 25]
+    assert all(r["training_throughput"] > 0 and r["latency_ms"] > 0 for r in levels)
+    assert [r["share_pct"] for r in resizes] == [50, 25]
+    for r in resizes:  # command to the first iteration on the new partition
+        assert r["ok"] and 0 <= r["latency_s"] < 0.5 and r["switch_s"] < 0.01
+    assert [r["sm_count"] for r in resizes] == [50, 25]  # the simulated pool: 100 "SMs"
+    levels, _ = run_plant("sleep", [100, 50], period_s=0.5, measure=1,
+                          base=GPUPlantConfig(**{**vars(base), "workdir": str(tmp_path / "s")}),
+                          training_backend="numpy-green")
+    assert levels[1]["sleep_s"] == pytest.approx(0.05)  # duty 50 %: sleep one iteration
+    assert levels[1]["training_throughput"] < levels[0]["training_throughput"]
