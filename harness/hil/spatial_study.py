@@ -3,7 +3,9 @@ sleeping, on the real GPU.
 
 Three phases, each in its own ``try`` so one failing leaves the others' results:
 
-1. ``probe`` (this process, no co-location): a :class:`~harness.hil.green_ctx.GreenContextPool`
+1. ``probe`` (a child process, so that this one never holds a CUDA context that could keep
+   the MPS server of the next phase from starting; no co-location): a
+   :class:`~harness.hil.green_ctx.GreenContextPool`
    with one partition per share; per partition the SM count the driver gave, the SMs a
    %smid sample on its stream reaches (``smid_fraction``), the time of a fixed matmul batch
    (work rate per share), and the switch cost: ``select`` plus the first kernel on the new
@@ -366,6 +368,19 @@ def readme_section(folder: Path, sim: bool) -> list[str]:
     return out
 
 
+def _probe_child(out: Path, shares: Sequence[float], timeout_s: float = 180.0
+                 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run the probe in a child process (``--probe-only``); its rows and pool description."""
+    import subprocess
+
+    argv = [sys.executable, "-m", "harness.hil.spatial_study", "--probe-only", "--out",
+            str(out), "--shares", ",".join(f"{s:g}" for s in shares)]
+    r = subprocess.run(argv, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise RuntimeError(f"the partition probe exited with {r.returncode}")
+    return read_csv(out / "partitions.csv"), json.loads((out / "pool.json").read_text())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.hil.spatial_study", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -376,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measure", type=int, default=3)
     ap.add_argument("--batch", type=int, default=105)
     ap.add_argument("--no-probe", action="store_true")
+    ap.add_argument("--probe-only", action="store_true",
+                    help="run the partition probe here and write partitions.csv, pool.json")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU)")
     args = ap.parse_args(argv)
     try:
@@ -386,11 +403,17 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"spatial_study: error: {exc}", file=sys.stderr)
         return 2
+    out = Path(args.out)
+    if args.probe_only:  # the child of the probe phase: this process may hold a CUDA context
+        out.mkdir(parents=True, exist_ok=True)
+        rows, pool = probe_partitions(shares)
+        write_csv(rows, out / "partitions.csv")
+        atomic_write_text(out / "pool.json", json.dumps(pool, indent=2))
+        return 0
     if args.dry_run:
         print(json.dumps({"plan": steps, "expected_s": sum(s["expected_s"] for s in steps)},
                          indent=2))
         return 0
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     parts: list[dict[str, Any]] = []
@@ -406,8 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[spatial] {name}: ~{st['expected_s']:.0f} s", file=sys.stderr, flush=True)
         try:
             if st["phase"] == "probe":
-                parts, meta["pool"] = probe_partitions(shares)
-                write_csv(parts, out / "partitions.csv")
+                parts, meta["pool"] = _probe_child(out, shares)
             else:
                 lv, rs = run_plant(st["backend"], shares, period_s=args.period,
                                    measure=args.measure, batch=args.batch)

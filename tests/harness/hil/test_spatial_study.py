@@ -140,3 +140,22 @@ def test_green_and_sleep_plants_end_to_end_on_the_cpu(tmp_path):
                           training_backend="numpy-green")
     assert levels[1]["sleep_s"] == pytest.approx(0.05)  # duty 50 %: sleep one iteration
     assert levels[1]["training_throughput"] < levels[0]["training_throughput"]
+
+
+def test_a_failing_phase_leaves_the_others_and_says_so(tmp_path, capsys):
+    # on this machine the probe's child process finds no GPU (no cupy or no device)
+    pytest.importorskip("numpy")
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("cupy is installed: the probe may succeed here")
+    except ImportError:
+        pass
+    assert main(["--out", str(tmp_path), "--backends", "", "--shares", "50"]) == 1
+    errs = (tmp_path / "errors.txt").read_text()
+    assert errs.startswith("probe green-context: RuntimeError: the partition probe exited")
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["plan"][0]["phase"] == "probe" and "gpu_error" in meta
+    assert (tmp_path / "summary.md").is_file()
+    assert "Phases that failed (see errors.txt): probe green-context" in "\n".join(
+        readme_section(tmp_path, True))
