@@ -330,6 +330,12 @@ def _plot(parts: list[dict[str, Any]], levels: list[dict[str, Any]], path: Path)
         x = [r["share_pct"] for r in parts]
         b.plot(x, [100 * r["sm_given_fraction"] for r in parts], "s--", label="SMs given")
         b.plot(x, [100 * r["smid_fraction"] for r in parts], "o-", label="SMs reached (%smid)")
+    for bk in ("green-context", "mps-restart"):
+        rows = [r for r in levels if r["backend"] == bk]
+        if rows:  # the training's time-weighted %smid share, co-located
+            b.plot([r["share_pct"] for r in rows],
+                   [100 * r["training_sm_share"] for r in rows], "^:", label=f"{bk}, co-located")
+    if parts or levels:
         b.plot([0, 100], [0, 100], ":", color="grey")
         b.legend()
     b.set(xlabel="commanded share (%)", ylabel="SM share (%)")
