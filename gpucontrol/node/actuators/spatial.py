@@ -276,9 +276,13 @@ class BackendInfo:
     latency_s: float
 
     def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (unknown numbers become None)."""
+        def num(x: float) -> float | None:
+            return float(x) if math.isfinite(x) else None
+
         return {"name": self.name, "available": self.available, "reason": self.reason,
-                "restart_free": self.restart_free, "granularity_pct": self.granularity_pct,
-                "latency_s": self.latency_s}
+                "restart_free": self.restart_free, "granularity_pct": num(self.granularity_pct),
+                "latency_s": num(self.latency_s)}
 
 
 def _load_cuda() -> Any:
