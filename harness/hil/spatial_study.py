@@ -366,6 +366,16 @@ def readme_section(folder: Path, sim: bool) -> list[str]:
            ("The GPUColo paper (Chen et al., ICDCS 2024) changes the share only by an MPS "
             "restart (5-15 s); the simulated plant has no restart-free knob, so there is no "
             "simulated column here.")]
+    info = folder / "gpu.json"
+    if info.is_file():
+        try:
+            found = json.loads(info.read_text()).get("spatial_backends") or []
+        except ValueError:
+            found = []
+        if found:
+            out += ["", "Backends found at start-up (`detect_backends`): " + "; ".join(
+                f"{b['name']}: " + ("available" if b["available"] else f"no ({b['reason']})")
+                for b in found) + "."]
     errs = folder / "errors.txt"
     if errs.is_file():
         out += ["", "Phases that failed (see errors.txt): " + ", ".join(

@@ -61,8 +61,11 @@ def fake_results(d: Path):
                {"backend": "mps-restart", "share_pct": 50.0, "latency_s": 9.0, "ok": True}],
               d / "resizes.csv")
     (d / "meta.json").write_text("{}")
-    (d / "gpu.json").write_text(json.dumps({"gpu": {"name": "NVIDIA H100", "driver": "x"},
-                                            "mps_control": "/usr/bin/nvidia-cuda-mps-control"}))
+    (d / "gpu.json").write_text(json.dumps({
+        "gpu": {"name": "NVIDIA H100", "driver": "x"},
+        "mps_control": "/usr/bin/nvidia-cuda-mps-control",
+        "spatial_backends": [{"name": "green-context", "available": True, "reason": ""},
+                             {"name": "cpu.max", "available": False, "reason": "no cgroup"}]}))
 
 
 def test_summary_and_readme_from_result_files(tmp_path):
@@ -71,6 +74,7 @@ def test_summary_and_readme_from_result_files(tmp_path):
     text = "\n".join(readme_section(d, True))
     assert "green-context in-process switch: median 0.040 ms (goal < 1 ms: met)" in text
     assert "mps-restart: median 9.0000 s" in text
+    assert "green-context: available; cpu.max: no (no cgroup)." in text
     # green vs sleep at the same share
     assert "| 50.000 | 20.000 | 24.000 | 3.000 | 2.500 | spatial better |" in text
     written = draft_readmes(tmp_path)
