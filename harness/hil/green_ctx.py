@@ -43,8 +43,8 @@ below is larger than both and zero-filled, and only single resources are passed 
 
 SM granularity of a split (``cuDevSmResourceSplitByCount`` documentation): compute capability
 6.x min 1 SM; 7.x min 2, multiple of 2; 8.x min 4, multiple of 2; 9.0+ min 8, multiple of 8.
-CUDA 13 drivers also report ``minSmPartitionSize`` / ``smCoscheduledAlignment``; when non-zero
-they override the table. The partition actually obtained is read back (``smCount``), and the
+CUDA 13 drivers also report ``minSmPartitionSize`` / ``smCoscheduledAlignment``; with a 13.x
+driver, plausible values override the table. The partition actually obtained is read back (``smCount``), and the
 %smid sampler measures what the training reaches.
 """
 
@@ -265,11 +265,13 @@ class GreenContextPool:
         if full.smCount:
             self.total_sms = int(full.smCount)
         lo, step = sm_granularity(*self.compute_capability)
-        # CUDA 13 drivers report the partition rules themselves; trust plausible values
-        if 0 < full.minSmPartitionSize <= self.total_sms:
-            lo = int(full.minSmPartitionSize)
-        if 0 < full.smCoscheduledAlignment <= self.total_sms:
-            step = int(full.smCoscheduledAlignment)
+        # CUDA 13 drivers report the partition rules themselves (in 12.x those bytes are the
+        # union's opaque rest, so they are read only from 13.0 on); trust plausible values
+        if self.driver_version >= 13000:
+            if 0 < full.minSmPartitionSize <= self.total_sms:
+                lo = int(full.minSmPartitionSize)
+            if 0 < full.smCoscheduledAlignment <= self.total_sms:
+                step = int(full.smCoscheduledAlignment)
         self.granularity = (lo, step)
         shares = sorted({float(s) for s in self.shares_pct} | {100.0})
         try:

@@ -72,10 +72,13 @@ def test_pool_without_green_stream_create_uses_the_current_green_context():
 
 
 def test_driver_reported_rules_override_the_table():
-    lib = FakeCuda(report_rules=(16, 4))
+    lib = FakeCuda(version=13000, report_rules=(16, 4))
     with GreenContextPool((30,), lib=lib) as pool:
         assert pool.granularity == (16, 4)
         assert pool.partitions[0].sm_count == 40  # 0.3 * 132 = 39.6 -> multiple of 4
+    # a 12.x driver: those bytes are opaque, the table holds
+    with GreenContextPool((30,), lib=FakeCuda(version=12080, report_rules=(16, 4))) as pool:
+        assert pool.granularity == (8, 8) and pool.partitions[0].sm_count == 40
 
 
 def test_errors_name_the_call_and_clean_up():
