@@ -11,7 +11,8 @@ Three phases, each in its own ``try`` so one failing leaves the others' results:
    (work rate per share), and the switch cost: ``select`` plus the first kernel on the new
    partition vs the same kernel on the partition already in use (goal: < 1 ms).
 2. ``plant``, per backend, at each share: ``green-context`` (:class:`~harness.hil.
-   spatial_plant.GreenGPUPlant`; the command goes through the hook file), ``mps-restart``
+   spatial_plant.GreenGPUPlant`; the command goes through the hook file; with
+   ``green-context+mps``, on request, both processes are also MPS clients), ``mps-restart``
    (:class:`~harness.hil.gpu_plant.GPUPlant`, shadow pre-start) and ``sleep`` (the green
    plant at 100 %, with the sleep that gives the same duty as the share:
    ``sleep = iter * (100 / share - 1)``). After each change: the resize latency, the
@@ -42,7 +43,10 @@ from harness.results import atomic_write_text, markdown_table, read_csv, save_fi
 
 __all__ = ["BACKENDS", "main", "plan", "probe_partitions", "readme_section", "run_plant"]
 
-BACKENDS = ("green-context", "mps-restart", "sleep")
+BACKENDS = ("green-context", "mps-restart", "sleep", "green-context+mps")
+#: What the campaign step runs; ``green-context+mps`` (green contexts inside MPS clients: how
+#: the two combine) is extra, ``--backends green-context+mps``.
+DEFAULT_BACKENDS = BACKENDS[:3]
 #: Seconds a plant needs to start (MPS daemon, calibration, ResNet-50 warm-up), and an MPS
 #: shadow restart (CuPy init + calibration load) -- rough, for the plan.
 START_S, RESTART_S = 60.0, 20.0
@@ -54,7 +58,7 @@ def _mean(xs: Sequence[Any]) -> float:
     return statistics.fmean(v) if v else math.nan
 
 
-def plan(backends: Sequence[str] = BACKENDS, shares: Sequence[float] = (100, 75, 50, 25), *,
+def plan(backends: Sequence[str] = DEFAULT_BACKENDS, shares: Sequence[float] = (100, 75, 50, 25), *,
          period_s: float = 2.0, measure: int = 3, probe: bool = True) -> list[dict[str, Any]]:
     """The phases the study will run and their expected duration (s).
 
@@ -213,10 +217,10 @@ def run_plant(backend: str, shares: Sequence[float], *, period_s: float = 2.0,
     else:
         plant = GreenGPUPlant(cfg, shares_pct=tuple(float(s) for s in shares),
                               training_backend=training_backend, batch=batch,
-                              mps_enabled=False, initial_mps_pct=100.0)
+                              mps_enabled=backend == "green-context+mps", initial_mps_pct=100.0)
     with plant:
-        if backend == "mps-restart" and not plant.mps_enabled:
-            raise RuntimeError("mps-restart needs MPS (nvidia-cuda-mps-control)")
+        if backend in ("mps-restart", "green-context+mps") and not plant.mps_enabled:
+            raise RuntimeError(f"{backend} needs MPS (nvidia-cuda-mps-control)")
         iter_s = float((getattr(plant, "calibration", None) or {}).get("target_iter_s", 0.2))
         for share in shares:
             if backend == "sleep":
@@ -243,7 +247,7 @@ def run_plant(backend: str, shares: Sequence[float], *, period_s: float = 2.0,
                 resizes.append({"backend": backend, "share_pct": r["new_pct"],
                                 "latency_s": r["total_s"], "downtime_s": r["downtime_s"],
                                 "gap_s": r["gap_s"], "ok": r["ok"]})
-        elif backend == "green-context":
+        elif backend.startswith("green-context"):
             for r in plant.switch_report():
                 resizes.append({"backend": backend, "share_pct": r["share_pct"],
                                 "latency_s": r["delay_s"], "switch_s": r["switch_s"],
@@ -330,7 +334,7 @@ def _plot(parts: list[dict[str, Any]], levels: list[dict[str, Any]], path: Path)
         x = [r["share_pct"] for r in parts]
         b.plot(x, [100 * r["sm_given_fraction"] for r in parts], "s--", label="SMs given")
         b.plot(x, [100 * r["smid_fraction"] for r in parts], "o-", label="SMs reached (%smid)")
-    for bk in ("green-context", "mps-restart"):
+    for bk in ("green-context", "mps-restart", "green-context+mps"):
         rows = [r for r in levels if r["backend"] == bk]
         if rows:  # the training's time-weighted %smid share, co-located
             b.plot([r["share_pct"] for r in rows],
@@ -401,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.hil.spatial_study", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="results/spatial")
-    ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
+                    help=f"any of {', '.join(BACKENDS)} (default: the first three)")
     ap.add_argument("--shares", default="100,75,50,25", help="training shares, %%")
     ap.add_argument("--period", type=float, default=2.0)
     ap.add_argument("--measure", type=int, default=3)

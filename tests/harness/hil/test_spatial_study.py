@@ -115,7 +115,7 @@ def test_green_plant_commands_the_share_through_the_hook_file(tmp_path):
     assert time.time() >= t_cmd
     with pytest.raises(ValueError, match="shares_pct"):
         GreenGPUPlant(shares_pct=(0,))
-    assert set(BACKENDS) == {"green-context", "mps-restart", "sleep"}
+    assert set(BACKENDS) == {"green-context", "mps-restart", "sleep", "green-context+mps"}
 
 
 @pytest.mark.slow
