@@ -44,8 +44,8 @@ below is larger than both and zero-filled, and only single resources are passed 
 SM granularity of a split (``cuDevSmResourceSplitByCount`` documentation): compute capability
 6.x min 1 SM; 7.x min 2, multiple of 2; 8.x min 4, multiple of 2; 9.0+ min 8, multiple of 8.
 CUDA 13 drivers also report ``minSmPartitionSize`` / ``smCoscheduledAlignment``; with a 13.x
-driver, plausible values override the table. The partition actually obtained is read back (``smCount``), and the
-%smid sampler measures what the training reaches.
+driver, plausible values override the table. The partition actually obtained is read back
+(``smCount``), and the %smid sampler measures what the training reaches.
 """
 
 from __future__ import annotations
