@@ -19,11 +19,16 @@ The sleep is capped by ``max_sleep_s`` from the file and by :data:`HARD_MAX_SLEE
 File layout (little endian)::
 
     0  magic  b"GPUCHOOK"        8
-    8  version u32 (1)           12 flags u32 (bit 0: active)
+    8  version u32 (1)           12 flags u32 (bit 0: active; bits 8-15: SM share %)
     16 seq u64                   24 sleep_s f64
     32 heartbeat f64 (time.time) 40 stale_after_s f64
     48 max_sleep_s f64           56 daemon pid u32
     60 crc32 of bytes 8..59 u32
+
+The commanded SM share (1-100 %, 0: none) for a training that switches its own SM partition
+(green contexts, :mod:`gpucontrol.node.actuators.spatial`) rides in bits 8-15 of ``flags``:
+readers that predate it ignore those bits, the size and version stay, and the guardian's
+clearing (flags 0) withdraws the share command together with the sleep.
 
 A record is written with one 56-byte copy and read with one copy; the CRC rejects a torn read
 (the reader retries), so no lock is shared between the processes.
@@ -56,6 +61,7 @@ SIZE = 64
 HARD_MAX_SLEEP_S = 60.0
 _BODY = struct.Struct("<IIQddddI")  # version, flags, seq, sleep, heartbeat, stale, max, pid
 _CRC = struct.Struct("<I")
+_SHARE_SHIFT = 8  # flags bits 8-15: the commanded SM share, % (0: no command)
 assert 8 + _BODY.size + _CRC.size == SIZE
 
 __all__ = [
@@ -86,10 +92,17 @@ class HookState:
     fresh: bool
     seq: int
     daemon_pid: int
+    share_pct: int | None = None
 
     @property
     def effective_sleep_s(self) -> float:
         return self.sleep_s if (self.active and self.fresh) else 0.0
+
+    @property
+    def effective_share_pct(self) -> int | None:
+        """The commanded SM share (%) to use now; None (run on the full device) unless the
+        daemon is alive and active and has commanded one."""
+        return self.share_pct if (self.active and self.fresh) else None
 
 
 class HookWriter:
@@ -117,6 +130,7 @@ class HookWriter:
         self._seq = 0
         self._sleep = 0.0
         self._active = 1
+        self._share = 0
         # the writer runs in the daemon, inside the package (the guardian, which loads this
         # module by path, only clears hook files in place)
         from gpucontrol.node._runtime import write_private_atomic
@@ -130,8 +144,8 @@ class HookWriter:
                              before_rename=map_it)
 
     def _record(self) -> bytes:
-        return _pack(self._active, self._seq, self._sleep, time.time(), self.stale_after_s,
-                     self.max_sleep_s, os.getpid())
+        return _pack(self._active | (self._share << _SHARE_SHIFT), self._seq, self._sleep,
+                     time.time(), self.stale_after_s, self.max_sleep_s, os.getpid())
 
     def _publish(self) -> None:
         self._seq += 1
@@ -145,6 +159,16 @@ class HookWriter:
         self._sleep = s
         self._publish()
 
+    def set_share(self, share_pct: int | None) -> None:
+        """Publish the commanded SM share (integer %, 1..100; None or 0: no command) for a
+        training that switches its own SM partition (green contexts) at iteration ends."""
+        p = 0 if share_pct is None else share_pct
+        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= 100:
+            raise ValueError(f"share_pct must be an integer in [1, 100] or None, "
+                             f"got {share_pct!r}")
+        self._share = p
+        self._publish()
+
     def beat(self) -> None:
         """Refresh the heartbeat (the daemon calls this every period)."""
         self._publish()
@@ -153,7 +177,7 @@ class HookWriter:
         """Publish sleep 0 / inactive, then unmap (and remove the file)."""
         if self._map.closed:
             return
-        self._sleep, self._active = 0.0, 0
+        self._sleep, self._active, self._share = 0.0, 0, 0
         self._publish()
         self._map.close()
         if unlink:
@@ -257,13 +281,19 @@ class HookReader:
                 return none
             fresh = abs(time.time() - hb) <= stale
             s = min(max(sleep_s, 0.0), mx, HARD_MAX_SLEEP_S)
-            return HookState(s, bool(flags & 1), fresh, seq, pid)
+            share = (flags >> _SHARE_SHIFT) & 0xFF
+            return HookState(s, bool(flags & 1), fresh, seq, pid,
+                             share if 1 <= share <= 100 else None)
         except Exception:
             return none
 
     def sleep_s(self) -> float:
         """The sleep to apply now (0 unless the daemon is alive and active)."""
         return self.read().effective_sleep_s
+
+    def share_pct(self) -> int | None:
+        """The SM share (%) to run on now (None: the full device / no command)."""
+        return self.read().effective_share_pct
 
 
 def notify_ready() -> bool:

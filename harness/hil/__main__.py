@@ -1,7 +1,9 @@
 """``python -m harness.hil``: print what the GPU harness sees (JSON), for the results' README.
 
 Read-only: the GPU's name, SM count, driver and CUDA versions, the package versions, and
-whether ``nvidia-cuda-mps-control`` is installed. Changes nothing on the GPU.
+whether ``nvidia-cuda-mps-control`` is installed, and which spatial-share backends
+(``gpucontrol.node.actuators.spatial.detect_backends``) this machine offers and why not.
+Changes nothing on the GPU.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ def main() -> int:
     except Exception as exc:
         out["gpu"] = None
         out["gpu_error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        from gpucontrol.node.actuators.spatial import detect_backends
+
+        out["spatial_backends"] = [i.as_dict() for i in detect_backends()]
+    except Exception as exc:
+        out["spatial_backends_error"] = f"{type(exc).__name__}: {exc}"
     for mod in ("torch", "torchvision", "control", "sysidentpy", "numpy"):
         try:
             out[mod] = __import__(mod).__version__

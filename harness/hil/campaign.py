@@ -23,7 +23,7 @@ Ctrl-C to the campaign does the same for the running step, then writes the archi
 Unpack on the workstation with ``tar xzf campaign.tar.gz -C docs/results``.
 
 >>> [s for s in STEPS]
-['info', 'smoke', 'tests', 'knobs', 'mps', 'identify', 'burst', 'sweep']
+['info', 'smoke', 'tests', 'knobs', 'mps', 'identify', 'burst', 'sweep', 'spatial']
 """
 
 from __future__ import annotations
@@ -118,6 +118,10 @@ STEPS: dict[str, Step] = {s.name: s for s in (
         Command(_cli("sweep", "--plant", "gpu", "--slos", "75,95", "--controllers", "ours",
                      "--duration", "160", "--warmup", "60", "--relative-slo")),), 420, 570,
          "Fig 9, shortened: two SLOs, ours"),
+    Step("spatial", "spatial", (
+        Command(("-m", "harness.hil.spatial_study", "--out", "{dir}")),), 420, 570,
+         "green-context vs MPS-restart vs sleep: resize latency, latency after a resize, "
+         "%smid share per commanded share"),
 )}
 
 

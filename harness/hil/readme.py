@@ -14,6 +14,8 @@ plant in shapes and ratios. This module writes a draft of it from the files alon
 * ``identify/``: the fitted gain per MPS level next to the simulated preset's slope, and the
   ratio of the gains between levels (the shape);
 * ``burst/``, ``slo_sweep/``: the summary with the SLO it ran at;
+* ``spatial/``: the green-context partitions (SMs given and reached), resize latency and
+  latency per backend and share, green context vs sleep (:mod:`harness.hil.spatial_study`);
 * ``gpu_tests/``: the junit counts; ``smoke/``: the last JSON line of each check;
 * flags for what needs a human sentence: a step that did not finish, MPS unavailable.
 
@@ -250,6 +252,12 @@ def _smoke(folder: Path, sim: bool) -> list[str]:
     return out
 
 
+def _spatial(folder: Path, sim: bool) -> list[str]:
+    from harness.hil.spatial_study import readme_section
+
+    return readme_section(folder, sim)
+
+
 #: folder name -> (title, what identifies it, renderer)
 SECTIONS: dict[str, tuple[str, str, Callable[[Path, bool], list[str]]]] = {
     "knobs": ("Knobs: MPS vs Sleep vs Sleep+MPS (GPUColo paper, Fig. 4)", "knobs_summary.csv",
@@ -264,6 +272,7 @@ SECTIONS: dict[str, tuple[str, str, Callable[[Path, bool], list[str]]]] = {
                   _summary_md("slo_sweep", "slo_sweep")),
     "gpu_tests": ("Hardware tests (`pytest -m gpu`)", "junit.xml", _gpu_tests),
     "smoke": ("Smoke checks", "smid.jsonl", _smoke),
+    "spatial": ("Spatial share: green contexts vs MPS restarts vs sleep", "meta.json", _spatial),
 }
 
 

@@ -325,8 +325,18 @@ class NumpyBackend:
         return IterationTiming(copy_s, self.time_matmuls(matmuls), None)
 
 
-def make_backend(name: str, cfg: EmulatorConfig) -> Backend:
-    """``"cupy"`` (the GPU) or ``"numpy"`` (CPU dry run)."""
+def make_backend(name: str, cfg: EmulatorConfig, **green: Any) -> Backend:
+    """``"cupy"`` (the GPU), ``"cupy-green"`` (the GPU, on the commanded green-context
+    partition: :mod:`harness.hil.green_emulator`; ``green`` are its arguments), ``"numpy"``
+    (CPU dry run) or ``"numpy-green"`` (CPU dry run of the partition switching)."""
+    if name == "cupy-green":
+        from harness.hil.green_emulator import GreenCupyBackend
+
+        return GreenCupyBackend(cfg.matrix_n, cfg.dtype, cfg.copy_mb, cfg.sample_sm, **green)
+    if name == "numpy-green":
+        from harness.hil.green_emulator import NumpyGreenBackend
+
+        return NumpyGreenBackend(cfg.matrix_n, cfg.dtype, cfg.copy_mb, **green)
     if name == "cupy":
         return CupyBackend(cfg.matrix_n, cfg.dtype, cfg.copy_mb, cfg.sample_sm)
     if name == "numpy":
@@ -538,8 +548,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="per-iteration CSV; '{pid}' in the path becomes the process id")
     ap.add_argument("--json", dest="json_lines", action="store_true",
                     help="print one JSON line per iteration")
-    ap.add_argument("--backend", choices=("cupy", "numpy"), default="cupy",
-                    help="cupy (the GPU, default) or numpy (CPU dry run, no SM sample)")
+    ap.add_argument("--backend", choices=("cupy", "cupy-green", "numpy", "numpy-green"),
+                    default="cupy",
+                    help="cupy (the GPU, default), cupy-green (the GPU, switching to the "
+                         "commanded green-context partition each iteration), numpy (CPU dry "
+                         "run, no SM sample) or numpy-green (CPU dry run of the switching)")
+    ap.add_argument("--green-shares", default="25,50,75,100",
+                    help="cupy-green: the partitions created up front, %% (default %(default)s)")
+    ap.add_argument("--spatial-log", default=None,
+                    help="cupy-green: CSV of partition switches; '{pid}' becomes the process id")
     return ap
 
 
@@ -561,7 +578,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"training_emulator: error: {exc}", file=sys.stderr)
         return 2
-    backend = make_backend(args.backend, cfg)
+    green: dict[str, Any] = {}
+    if args.backend in ("cupy-green", "numpy-green"):
+        from harness.hil.green_emulator import parse_shares
+
+        try:
+            green = {"shares_pct": parse_shares(args.green_shares), "spatial_log": args.spatial_log}
+        except ValueError as exc:
+            print(f"training_emulator: error: --green-shares: {exc}", file=sys.stderr)
+            return 2
+    backend = make_backend(args.backend, cfg, **green)
     emu = TrainingEmulator(cfg, backend)
     emu.install_signal_handlers()
     summary = emu.run()

@@ -1,0 +1,115 @@
+"""GPUPlant with the restart-free spatial knob: the training on green-context partitions.
+
+:class:`GreenGPUPlant` is :class:`~harness.hil.gpu_plant.GPUPlant` whose training runs the
+emulator's ``cupy-green`` backend (:mod:`harness.hil.green_emulator`): the actuation's
+``mps_pct`` is no longer an MPS restart but the commanded SM share, written into the hook file
+next to the sleep (:meth:`gpucontrol.node.hooks.HookWriter.set_share`); the training switches
+to that partition at its next iteration boundary. MPS stays available for the inference's own
+percentage (``inference_mps_pct``), but is off by default (``mps_enabled=False``): how green
+contexts combine with MPS is one of the things to measure, not assume.
+
+The period's ``mps_pct`` reports the share in force; ``restarting`` is never set by the
+training (there is no restart). ``switch_report()`` lists the switches from the training's
+``--spatial-log`` with the delay from the command (the plant's publish time) to the first
+iteration on the new partition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from harness.hil._tail import CSVTail
+from harness.hil.gpu_plant import GPUPlant, GPUPlantConfig
+from harness.sim.protocol import PeriodResult
+
+__all__ = ["DEFAULT_GREEN_SHARES", "GreenGPUPlant"]
+
+DEFAULT_GREEN_SHARES = (25.0, 50.0, 75.0, 100.0)
+
+
+class GreenGPUPlant(GPUPlant):
+    """The GPU plant with green-context partitions as the training's share knob.
+
+    Parameters
+    ----------
+    config : GPUPlantConfig, optional
+        As :class:`GPUPlant` (``training_args`` get the green-context flags appended;
+        ``mps_enabled`` defaults to False here).
+    shares_pct : tuple of float
+        The partitions the training creates up front, %.
+    training_backend : str
+        The emulator backend: ``"cupy-green"`` (the GPU) or ``"numpy-green"`` (CPU dry run of
+        the switching, for tests).
+    **overrides : Any
+        More :class:`GPUPlantConfig` fields.
+    """
+
+    def __init__(self, config: GPUPlantConfig | None = None, *,
+                 shares_pct: tuple[float, ...] = DEFAULT_GREEN_SHARES,
+                 training_backend: str = "cupy-green", **overrides: Any) -> None:
+        cfg = config if config is not None else GPUPlantConfig(mps_enabled=False)
+        for s in shares_pct:
+            if not 0 < float(s) <= 100:
+                raise ValueError(f"shares_pct must be in (0, 100], got {s!r}")
+        self.shares_pct = tuple(float(s) for s in shares_pct)
+        if training_backend not in ("cupy-green", "numpy-green"):
+            raise ValueError(f"training_backend must be 'cupy-green' or 'numpy-green', "
+                             f"got {training_backend!r}")
+        extra = ("--backend", training_backend, "--green-shares",
+                 ",".join(f"{s:g}" for s in self.shares_pct), "--spatial-log",
+                 "{workdir}/spatial-{pid}.csv")
+        cfg = dataclasses.replace(cfg, training_args=(*cfg.training_args, *extra), **overrides)
+        super().__init__(cfg)
+        self.share_pct: float = 100.0
+        self.commands: list[tuple[float, float]] = []  # (unix time, share %)
+
+    def _training_argv(self) -> list[str]:
+        return [a.replace("{workdir}", str(self.workdir)) for a in super()._training_argv()]
+
+    def _start(self) -> None:
+        super()._start()
+        self._switch_tail = CSVTail(self._path("spatial-*.csv"))
+        self.switches: list[dict[str, Any]] = []
+
+    def _apply(self, act: Any) -> None:
+        import time
+
+        s = getattr(act, "sleep_s", None)
+        if s is not None and math.isfinite(float(s)):
+            self.sleep_s = min(max(float(s), 0.0), self.cfg.max_sleep_s)
+        self._hook.set_sleep(self.sleep_s)
+        m = getattr(act, "mps_pct", None)
+        if m is not None and math.isfinite(float(m)):
+            pct = int(min(max(round(float(m)), 1), 100))
+            if pct != self.share_pct:
+                self._hook.set_share(None if pct >= 100 else pct)
+                self.share_pct = float(pct)
+                self.commands.append((time.time(), float(pct)))
+
+    def _period(self, t_start: float, t_end: float) -> PeriodResult:
+        res = super()._period(t_start, t_end)
+        self.switches.extend(self._switch_tail.read())
+        return dataclasses.replace(res, mps_pct=self.share_pct)
+
+    def switch_report(self) -> list[dict[str, Any]]:
+        """One row per command: when it was published, the first switch after it, and the
+        delay (command to first iteration on the new partition, s; bounded by one
+        iteration), plus the in-process switch cost ``switch_s``.
+
+        Returns
+        -------
+        list[dict]
+            Rows with ``t_cmd, share_pct, sm_count, delay_s, switch_s``.
+        """
+        self.switches.extend(self._switch_tail.read())
+        out = []
+        for t_cmd, pct in self.commands:
+            after = [r for r in self.switches if (r.get("t_unix") or -1) >= t_cmd]
+            first = min(after, key=lambda r: r["t_unix"]) if after else None
+            out.append({"t_cmd": t_cmd, "share_pct": pct,
+                        "sm_count": first.get("sm_count") if first else math.nan,
+                        "delay_s": (first["t_unix"] - t_cmd) if first else math.nan,
+                        "switch_s": first.get("switch_s") if first else math.nan})
+        return out
