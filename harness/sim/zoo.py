@@ -508,10 +508,14 @@ def white_noise_record(plant: Any, periods: int = 60, *, seed: int = 0, mps_pct:
     Returns
     -------
     (numpy.ndarray, numpy.ndarray)
-        Sleep applied and latency measured, periods with no reading dropped.
+        Sleep applied and latency measured, periods with no reading dropped. A
+        :class:`DelayedPlant` is identified through its inner plant: the reporting delay is in
+        the runtime path, not in the identification log.
     """
     from gpucontrol import Actuation
 
+    if isinstance(plant, DelayedPlant):
+        plant = plant.inner      # the delay is in the runtime reporting path, not the log
     rng = np.random.default_rng(seed + 7919)
     u = rng.uniform(*sleep_bounds_s, periods)
     plant.step(Actuation(float(u[0]), mps_pct), 4.0)
