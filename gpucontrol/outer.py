@@ -18,7 +18,9 @@ period's error; it never optimises the operating point and it restarts the train
   the iteration-time exponent ``beta`` from the iteration times before and after;
 * **acts early** when the sleep stays pinned at its upper bound with the latency over the SLO
   (``pinned_periods`` in a row): a step sized from the learnt slope, doubling while it stays
-  pinned; and evaluates early when the sleep stays pinned at its lower bound with headroom.
+  pinned, and the failing level becomes a ceiling for ``horizon_periods`` (no optimising move
+  returns there, so a tail the sleep cannot move does not make the MPS ping-pong); and it
+  evaluates early when the sleep stays pinned at its lower bound with headroom.
 
 A restart-free spatial-sharing backend passes ``restart_s=0`` (and ``every=1`` to decide every
 period): the cost term then vanishes.
@@ -117,6 +119,8 @@ class ThroughputOuter:
         self._escalate = 1.0
         self._last_excess = math.inf
         self._probe: tuple[float, float, float, float] | None = None
+        self._ceiling = math.inf        # an MPS level where the sleep could not hold the SLO
+        self._ceiling_left = 0
         self._last_dir = 0.0
 
     def restart_count(self) -> None:
@@ -171,6 +175,8 @@ class ThroughputOuter:
                     continue
                 dm = sign * step
                 m1 = min(max(self.mps_pct + dm, self.lo), self.hi)
+                if dm > 0 and m1 >= self._ceiling:
+                    continue
                 dm = m1 - self.mps_pct
                 if abs(dm) < max(self.min_step_pct, 1.0):
                     continue
@@ -203,6 +209,10 @@ class ThroughputOuter:
             self._learn(latency_ms, t)
             self._recent.append((latency_ms, sleep_s, t))
             self._win.append((latency_ms, sleep_s, t))
+        if self._ceiling_left > 0:
+            self._ceiling_left -= 1
+            if self._ceiling_left == 0:
+                self._ceiling = math.inf
         self._high = self._high + 1 if saturated == "high" and latency_ms > self.slo_ms else 0
         self._low = self._low + 1 if saturated == "low" and latency_ms < self.slo_ms else 0
         self.count += 1
@@ -217,6 +227,8 @@ class ThroughputOuter:
             self._last_excess = excess
             step = max(self.min_step_pct, excess / self.mps_gain) * self._escalate
             step = min(step, 0.3 * self.mps_pct)
+            # remember the failing level for a horizon: no optimising move returns there
+            self._ceiling, self._ceiling_left = self.mps_pct, self.horizon_periods
             return self._move(-step, "sleep pinned high", latency_ms, t)
         if self._high == 0 and self.count > self.pinned_periods + 2:
             self._escalate, self._last_excess = 1.0, math.inf

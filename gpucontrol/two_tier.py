@@ -151,6 +151,10 @@ class TwoTierController:
     plausible_max_ms : float, optional
         Largest plausible reading (ms, > 0, ``inf`` to disable); larger ones are held as
         missing. Default 50x SLO.
+    setpoint_margin : float, optional
+        Aim this fraction under the SLO (in [0, 0.5)). Default 0.03 in p99 mode with the
+        throughput loop (a period's p99 is a noisy statistic: aiming at the SLO itself puts
+        several % of periods over 1.05 SLO), else 0.
 
     Examples
     --------
@@ -180,7 +184,8 @@ class TwoTierController:
                  restart_s: float | None = None, iteration_time_s: float | None = None,
                  gain_schedule: bool | None = None,
                  identified_span_s: tuple[float, float] | None = None,
-                 plausible_max_ms: float | None = None) -> None:
+                 plausible_max_ms: float | None = None,
+                 setpoint_margin: float | None = None) -> None:
         self.slo_ms = positive("slo_ms", slo_ms)
         self.inner_period_s = positive("inner_period_s", inner_period_s)
         self.outer_every = int_at_least("outer_every", outer_every, 1)
@@ -208,6 +213,11 @@ class TwoTierController:
                 "plausible_max_ms", plausible_max_ms))
         if detune is None:
             detune = 0.5 if modern or self.measurement_delay_periods else 1.0
+        if setpoint_margin is None:
+            setpoint_margin = 0.03 if modern and self.mode == "p99" else 0.0
+        self.setpoint_margin = in_range("setpoint_margin", setpoint_margin, 0.0, 0.5,
+                                        hi_open=True)
+        target_ms = self.slo_ms * (1.0 - self.setpoint_margin)
         mps0 = self.mps_bounds_pct[1] if initial_mps_pct is None else in_range(
             "initial_mps_pct", initial_mps_pct, *self.mps_bounds_pct)
 
@@ -240,7 +250,7 @@ class TwoTierController:
             estimator = GainEstimator(nominal.gain, forgetting, adaptive_ratio_bounds,
                                       min_effect_ms=0.01 * self.slo_ms)
         self.inner = InnerSleepController(
-            self.design.kp, self.slo_ms, self.sleep_bounds_s, ki=self.design.ki,
+            self.design.kp, target_ms, self.sleep_bounds_s, ki=self.design.ki,
             initial_sleep_s=initial_sleep_s, estimator=estimator,
             detune=self._kp_scale if 0 < self._kp_scale < 2 else 1.0,
             delay_periods=self.measurement_delay_periods,
@@ -255,7 +265,7 @@ class TwoTierController:
         self.outer: OuterMPSOptimizer | ThroughputOuter
         if modern:
             self.outer = ThroughputOuter(
-                self.slo_ms, every=self.outer_every, mps_bounds_pct=self.mps_bounds_pct,
+                target_ms, every=self.outer_every, mps_bounds_pct=self.mps_bounds_pct,
                 initial_mps_pct=mps0, mps_gain_ms_per_pct=mps_gain,
                 restart_s=self.restart_s or 0.0, period_s=self.inner_period_s,
                 sleep_bounds_s=self.sleep_bounds_s)
@@ -370,7 +380,7 @@ class TwoTierController:
         r = self.inner.update(value)
         if isinstance(self.outer, ThroughputOuter):
             new_mps, why = self.outer.update(value, r.sleep_s, r.saturated, self._duty_gain(),
-                                             self.iteration_s)
+                                             self._iteration())
         else:
             new_mps, why = self.outer.update(value, r.sleep_s, r.saturated, self._gain())
         if new_mps is None:
