@@ -83,7 +83,7 @@ class ThroughputOuter:
                  initial_mps_pct: float = 100.0, mps_gain_ms_per_pct: float | None = None,
                  restart_s: float = 15.0, period_s: float = 4.0, min_step_pct: float = 2.0,
                  pinned_periods: int = 3, horizon_periods: int | None = None,
-                 restart_margin: float = 3.0, iteration_exponent: float = 1.0,
+                 restart_margin: float = 1.5, iteration_exponent: float = 1.0,
                  safety_margin: float = 0.03, max_up_pct: float = 8.0,
                  max_down_pct: float = 16.0, explore: bool = True,
                  sleep_bounds_s: tuple[float, float] = (0.0, 1.0)) -> None:
@@ -119,6 +119,9 @@ class ThroughputOuter:
         self._escalate = 1.0
         self._last_excess = math.inf
         self._probe: tuple[float, float, float, float] | None = None
+        self._a_probe: tuple[float, float] | None = None   # (latency, duty) right after a move
+        self._sleep_now = self._move_sleep = 0.0
+        self.duty_scale = 1.0          # learnt correction of the inner model's duty gain
         self._ceiling = math.inf        # an MPS level where the sleep could not hold the SLO
         self._ceiling_left = 0
         self._last_dir = 0.0
@@ -128,10 +131,28 @@ class ThroughputOuter:
         self._win.clear()
 
     # ---- learning ------------------------------------------------------------------------------
-    def _learn(self, latency_ms: float, iteration_s: float) -> None:
+    def _learn_duty(self, lat: float, sleep: float, t: float, duty_gain: float) -> None:
+        """At the first window after a move: the inner loop moved the duty to bring the
+        latency from its post-restart reading back to the set point; their ratio is the local
+        latency per unit duty, which corrects the inner model's."""
+        if self._a_probe is None or not (t > 0 and duty_gain > 0):
+            return
+        l1, d1 = self._a_probe
+        self._a_probe = None
+        d = t / (t + sleep)
+        if abs(d - d1) < 0.02 or abs(l1 - lat) < 0.005 * self.slo_ms:
+            return
+        sample = (l1 - lat) / (d - d1) / duty_gain
+        if sample > 0 and math.isfinite(sample):
+            new = math.exp(0.5 * math.log(self.duty_scale) + 0.5 * math.log(sample))
+            self.duty_scale = min(max(new, 0.2), 5.0)
+
+    def _learn(self, latency_ms: float, iteration_s: float, sleep_s: float) -> None:
         """The first reading after a restart, at the old sleep: slope and beta samples."""
         if self._probe is None:
             return
+        if iteration_s > 0:
+            self._a_probe = (latency_ms, iteration_s / (iteration_s + sleep_s))
         m0, l0, t0, dm = self._probe
         self._probe = None
         sample = (latency_ms - l0) / dm
@@ -154,6 +175,7 @@ class ThroughputOuter:
             return None, f"outer: {why}, at MPS bound"
         l0 = sum(r[0] for r in self._recent) / len(self._recent) if self._recent else latency_ms
         self._probe = (self.mps_pct, l0, iteration_s, new - self.mps_pct)
+        self._move_sleep = self._sleep_now     # held through the restart
         old, self.mps_pct = self.mps_pct, new
         self._last_dir = math.copysign(1.0, new - old)
         self.moves += 1
@@ -205,8 +227,9 @@ class ThroughputOuter:
             The new MPS percentage (None: unchanged) and the reason.
         """
         t = iteration_s
+        self._sleep_now = sleep_s
         if math.isfinite(latency_ms):
-            self._learn(latency_ms, t)
+            self._learn(latency_ms, t, self._move_sleep)
             self._recent.append((latency_ms, sleep_s, t))
             self._win.append((latency_ms, sleep_s, t))
         if self._ceiling_left > 0:
@@ -249,6 +272,12 @@ class ThroughputOuter:
         tw = ts[len(ts) // 2] if ts else (t if math.isfinite(t) and t > 0 else math.nan)
         if not math.isfinite(tw):
             return None, "outer: hold, no iteration time"
+        if not any(w[1] <= self.sleep_lo + 1e-9 or w[1] >= self.sleep_hi - 1e-9
+                   for w in win[-3:]):
+            self._learn_duty(lat, sleep, tw, duty_gain)
+        else:
+            self._a_probe = None
+        duty_gain *= self.duty_scale
         if self.explore and self.learnt == 0 and self.moves == 0:
             return self._move(-self.max_up_pct, "probe to learn the MPS slope", lat, tw)
         dm, gain = self._best_move(lat, sleep, tw, duty_gain)

@@ -127,9 +127,9 @@ class TwoTierController:
         throughput loop's prior, which it then learns).
     sleep_target_s : float, optional
         The ``"mid-range"`` outer loop's sleep target (default: 5 % into the sleep range).
-    hold_periods_after_mps : int, optional
-        Periods to hold the inner loop after an MPS change (>= 0); default
-        ``ceil(restart_s / inner_period_s)``, or 2 for the paper's loops without ``restart_s``.
+    hold_periods_after_mps : int
+        Least number of periods to hold the inner loop after an MPS change (>= 0); with a
+        known ``restart_s`` the hold lasts at least ``ceil(restart_s / inner_period_s)``.
     adaptive_ratio_bounds : (float, float)
         Bounds of the adaptive gain estimate as ratios of the nominal gain.
     forgetting : float
@@ -178,7 +178,7 @@ class TwoTierController:
                  outer: str = "throughput", adaptive: bool = False, design: Design | None = None,
                  detune: float | None = None, initial_sleep_s: float | None = None,
                  initial_mps_pct: float | None = None, mps_gain_ms_per_pct: float | None = None,
-                 sleep_target_s: float | None = None, hold_periods_after_mps: int | None = None,
+                 sleep_target_s: float | None = None, hold_periods_after_mps: int = 2,
                  adaptive_ratio_bounds: tuple[float, float] = (0.1, 10.0),
                  forgetting: float = 0.85, measurement_delay_periods: int = 0,
                  restart_s: float | None = None, iteration_time_s: float | None = None,
@@ -200,8 +200,7 @@ class TwoTierController:
             "measurement_delay_periods", measurement_delay_periods, 0)
         self.restart_s = (15.0 if modern else None) if restart_s is None else in_range(
             "restart_s", restart_s, 0.0, 3600.0)
-        self._hold_fixed = None if hold_periods_after_mps is None else int_at_least(
-            "hold_periods_after_mps", hold_periods_after_mps, 0)
+        self._hold_fixed = int_at_least("hold_periods_after_mps", hold_periods_after_mps, 0)
         self.iteration_s = math.nan if iteration_time_s is None else positive(
             "iteration_time_s", iteration_time_s)
         self._iteration_ref = self.iteration_s  # at the model's MPS level (the identified one)
@@ -281,12 +280,11 @@ class TwoTierController:
     # ------------------------------------------------------------------------------------------
     @property
     def hold_periods_after_mps(self) -> int:
-        """Periods the inner loop holds after an MPS change."""
-        if self._hold_fixed is not None:
-            return self._hold_fixed
+        """Periods the inner loop holds after an MPS change: ``hold_periods_after_mps``, and at
+        least the restart's duration ``ceil(restart_s / inner_period_s)`` when it is known."""
         if self.restart_s is None:
-            return 2
-        return math.ceil(self.restart_s / self.inner_period_s - 1e-9)
+            return self._hold_fixed
+        return max(self._hold_fixed, math.ceil(self.restart_s / self.inner_period_s - 1e-9))
 
     def set_restart_duration(self, restart_s: float) -> None:
         """Tell the controller how long a training restart really takes (s, >= 0); the

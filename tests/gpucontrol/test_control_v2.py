@@ -137,6 +137,8 @@ def test_hold_follows_the_restart_duration():
     assert ctl.hold_periods_after_mps == 3
     ctl.set_restart_duration(5.0)
     assert ctl.hold_periods_after_mps == 2 and ctl.outer.restart_s == 5.0
+    assert TwoTierController(MODEL, 90.0, restart_s=0.0,
+                             hold_periods_after_mps=0).hold_periods_after_mps == 0
     assert TwoTierController(MODEL, 90.0, outer="paper").hold_periods_after_mps == 2
 
 
