@@ -41,6 +41,10 @@ class Measurement:
     iteration_s : float
         Mean compute time of one training iteration in the period (s, sleep excluded), where
         the node measures it; NaN when unknown.
+    mean : float, optional
+        The README's name for ``mean_ms`` (give one of the two).
+    p99 : float, optional
+        The README's name for ``p99_ms``.
 
     Examples
     --------

@@ -180,6 +180,8 @@ class PDesign(Design):
         Integral gain (0 for P).
     period_s : float
         Control period (s).
+    delay_periods : int
+        Measurement delay (periods) the design is for; the analyses default to it.
     detune : float
         ``kp * model.gain``; 1 is deadbeat on the nominal model.
     """
@@ -201,6 +203,8 @@ class PIDesign(Design):
         Proportional and integral gains.
     period_s : float
         Control period (s).
+    delay_periods : int
+        Measurement delay (periods) the design assumes (0 for :func:`design_pi`).
     poles_placed : (complex, complex)
         The closed-loop pole pair on the nominal model.
     """

@@ -121,6 +121,11 @@ class ThroughputOuter:
         self._probe: tuple[float, float, float, float] | None = None
         self._a_probe: tuple[float, float] | None = None   # (latency, duty) right after a move
         self._sleep_now = self._move_sleep = 0.0
+        self._beta_probe: tuple[float, float] | None = None
+        # realised / predicted training gain of the last optimising move, per direction:
+        # the local model under-predicts along a curved landscape, and this corrects it
+        self.gain_calibration = {-1.0: 1.0, 1.0: 1.0}
+        self._gain_probe: tuple[float, float, float] | None = None   # (dir, predicted, rate0)
         self.duty_scale = 1.0          # learnt correction of the inner model's duty gain
         self._ceiling = math.inf        # an MPS level where the sleep could not hold the SLO
         self._ceiling_left = 0
@@ -162,10 +167,8 @@ class ThroughputOuter:
             new = math.exp((1 - w) * math.log(self.mps_gain) + w * math.log(sample))
             self.mps_gain = min(max(new, lo), hi)
             self.learnt += 1
-        if t0 > 0 and iteration_s > 0 and self.mps_pct != m0:
-            b = math.log(iteration_s / t0) / math.log(m0 / self.mps_pct)
-            if math.isfinite(b):
-                self.beta = min(max(0.5 * self.beta + 0.5 * b, 0.0), 4.0)
+        if t0 > 0 and self.mps_pct != m0:
+            self._beta_probe = (m0, t0)     # learnt at the next window, on its median time
 
     # ---- decisions -----------------------------------------------------------------------------
     def _move(self, delta: float, why: str, latency_ms: float, iteration_s: float
@@ -174,7 +177,9 @@ class ThroughputOuter:
         if new == self.mps_pct:
             return None, f"outer: {why}, at MPS bound"
         l0 = sum(r[0] for r in self._recent) / len(self._recent) if self._recent else latency_ms
-        self._probe = (self.mps_pct, l0, iteration_s, new - self.mps_pct)
+        ts = sorted(w[2] for w in self._win if math.isfinite(w[2]) and w[2] > 0)
+        t0 = ts[len(ts) // 2] if len(ts) >= 3 else iteration_s
+        self._probe = (self.mps_pct, l0, t0, new - self.mps_pct)
         self._move_sleep = self._sleep_now     # held through the restart
         old, self.mps_pct = self.mps_pct, new
         self._last_dir = math.copysign(1.0, new - old)
@@ -278,9 +283,25 @@ class ThroughputOuter:
         else:
             self._a_probe = None
         duty_gain *= self.duty_scale
+        if self._gain_probe is not None and not self._high:
+            direction, predicted, rate0 = self._gain_probe
+            self._gain_probe = None
+            realised = (tw / (tw + sleep)) / tw / rate0 - 1.0
+            if predicted > 0:
+                c = min(max(realised / predicted, 0.25), 4.0)
+                self.gain_calibration[direction] = min(max(
+                    math.sqrt(self.gain_calibration[direction] * c), 0.25), 4.0)
+        if self._beta_probe is not None and len(ts) >= 3:
+            m0, t0 = self._beta_probe
+            self._beta_probe = None
+            b = math.log(tw / t0) / math.log(m0 / self.mps_pct)
+            if math.isfinite(b):
+                self.beta = min(max(0.5 * self.beta + 0.5 * b, 0.0), 4.0)
         if self.explore and self.learnt == 0 and self.moves == 0:
             return self._move(-self.max_up_pct, "probe to learn the MPS slope", lat, tw)
         dm, gain = self._best_move(lat, sleep, tw, duty_gain)
+        if dm:
+            gain *= self.gain_calibration[math.copysign(1.0, dm)]
         cost = self.restart_margin * self.restart_s / (self.horizon_periods * self.period_s)
         if dm and self._last_dir and math.copysign(1.0, dm) != self._last_dir:
             cost *= 2.0          # hysteresis: reversing the last move needs twice the gain
@@ -288,4 +309,5 @@ class ThroughputOuter:
             self._low = 0
             return None, f"outer: stay (best predicted gain {100 * gain:.1f} % <= cost " \
                          f"{100 * cost:.1f} %)"
+        self._gain_probe = (math.copysign(1.0, dm), gain, 1.0 / (tw + sleep))
         return self._move(dm, f"predicted training +{100 * gain:.1f} %", lat, tw)
