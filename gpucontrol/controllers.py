@@ -292,12 +292,18 @@ class InnerSleepController:
         increment applied that many periods earlier.
     schedule : callable, optional
         ``sleep_s -> local slope / model slope`` (> 0); None: 1.
+    oscillation_guard : bool
+        Halve the gain (down to 1/8) when errors above 2 % of the set point change sign 3
+        times within 8 periods with a mean |error| above 3 % — the signature of a loop
+        ringing past its stable gain (an underestimated slope, an unknown delay); recover by
+        1.25x after 20 calm periods.
     """
 
     def __init__(self, kp: float, slo_ms: float, sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
                  *, ki: float = 0.0, initial_sleep_s: float | None = None,
                  estimator: GainEstimator | None = None, detune: float = 1.0,
-                 delay_periods: int = 0, schedule: Any = None) -> None:
+                 delay_periods: int = 0, schedule: Any = None,
+                 oscillation_guard: bool = False) -> None:
         from gpucontrol._validate import int_at_least
 
         self.kp = finite("kp", kp)
@@ -312,6 +318,12 @@ class InnerSleepController:
         self.detune = in_range("detune", detune, 0.0, 2.0, lo_open=True, hi_open=True)
         self.delay_periods = int_at_least("delay_periods", delay_periods, 0)
         self.schedule = schedule
+        self.oscillation_guard = bool(oscillation_guard)
+        self.backoff = 1.0
+        self._crossings: deque[bool] = deque(maxlen=8)
+        self._errs: deque[float] = deque(maxlen=8)
+        self._calm = 0
+        self._last_sign = 0.0
         self._last_l: float | None = None
         self._us: deque[float] = deque(maxlen=self.delay_periods + 1)
 
@@ -327,10 +339,29 @@ class InnerSleepController:
         return r if math.isfinite(r) and r > 0 else 1.0
 
     def effective_kp(self) -> float:
-        scale = self.gain_scale()
+        scale = self.gain_scale() / self.backoff
         if self.estimator is not None:
             return self.detune / (self.estimator.gain * scale)
         return self.kp / scale
+
+    def _guard(self, u: float, e: float) -> None:
+        """Count sign changes of large errors (> 2 % of the set point) over the last 8
+        periods; 3 or more with a mean |error| above 3 % mean the loop rings past its stable
+        gain (measurement noise alone crosses too, but with small errors)."""
+        big = abs(e) > 0.02 * self.slo_ms
+        sign = math.copysign(1.0, e) if big else 0.0
+        crossing = bool(sign and self._last_sign and sign != self._last_sign)
+        if sign:
+            self._last_sign = sign
+        self._crossings.append(crossing)
+        self._errs.append(abs(e))
+        self._calm = 0 if big else self._calm + 1
+        if sum(self._crossings) >= 3 and sum(self._errs) / len(self._errs) > 0.03 * self.slo_ms:
+            self.backoff = max(self.backoff * 0.5, 0.125)
+            self._crossings.clear()
+        elif self._calm >= 20 and self.backoff < 1.0:
+            self.backoff = min(self.backoff * 1.25, 1.0)
+            self._calm = 0
 
     def set_sleep(self, sleep_s: float) -> None:
         """Move the state (bumpless transfer, e.g. after an MPS feedforward)."""
@@ -370,7 +401,10 @@ class InnerSleepController:
         outward = (sat == "high" and self.ki * e > 0) or (sat == "low" and self.ki * e < 0)
         if not outward:
             self.integral = integral
-        self._us.append(new - self.sleep_s)
+        u = new - self.sleep_s
+        if self.oscillation_guard:
+            self._guard(u, e)
+        self._us.append(u)
         self._last_l = l
         self.sleep_s = new
         reason = "inner" if sat is None else f"inner: sleep saturated {sat}"

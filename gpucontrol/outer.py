@@ -128,6 +128,7 @@ class ThroughputOuter:
         self._gain_probe: tuple[float, float, float] | None = None   # (dir, predicted, rate0)
         self.duty_scale = 1.0          # learnt correction of the inner model's duty gain
         self._ceiling = math.inf        # an MPS level where the sleep could not hold the SLO
+        self._since_move = 0
         self._ceiling_left = 0
         self._last_dir = 0.0
 
@@ -183,6 +184,7 @@ class ThroughputOuter:
         self._move_sleep = self._sleep_now     # held through the restart
         old, self.mps_pct = self.mps_pct, new
         self._last_dir = math.copysign(1.0, new - old)
+        self._since_move = 0
         self.moves += 1
         self._win.clear()
         self._recent.clear()
@@ -244,10 +246,12 @@ class ThroughputOuter:
         self._high = self._high + 1 if saturated == "high" and latency_ms > self.slo_ms else 0
         self._low = self._low + 1 if saturated == "low" and latency_ms < self.slo_ms else 0
         self.count += 1
-        if self._high >= self.pinned_periods:
+        self._since_move += 1
+        pinned = list(self._recent)[-self.pinned_periods:]
+        if self._high >= self.pinned_periods and sum(r[0] for r in pinned) / len(pinned) > \
+                1.005 * self.slo_ms:
             # act early: the sleep cannot hold the SLO; cut MPS by the learnt slope, doubling
             # only if the last cut did not shrink the excess
-            pinned = list(self._recent)[-self.pinned_periods:]
             excess = sum(r[0] for r in pinned) / len(pinned) - self.slo_ms * (
                 1.0 - self.safety_margin)
             if excess >= self._last_excess:
@@ -255,8 +259,10 @@ class ThroughputOuter:
             self._last_excess = excess
             step = max(self.min_step_pct, excess / self.mps_gain) * self._escalate
             step = min(step, 0.3 * self.mps_pct)
-            # remember the failing level for a horizon: no optimising move returns there
-            self._ceiling, self._ceiling_left = self.mps_pct, self.horizon_periods
+            # an upward move that failed: its level is a ceiling for a horizon (no optimising
+            # move returns there); a load rise is not the level's fault
+            if self._last_dir > 0 and self._since_move <= 2 * self.every:
+                self._ceiling, self._ceiling_left = self.mps_pct, self.horizon_periods
             return self._move(-step, "sleep pinned high", latency_ms, t)
         if self._high == 0 and self.count > self.pinned_periods + 2:
             self._escalate, self._last_excess = 1.0, math.inf

@@ -253,7 +253,8 @@ class TwoTierController:
             initial_sleep_s=initial_sleep_s, estimator=estimator,
             detune=self._kp_scale if 0 < self._kp_scale < 2 else 1.0,
             delay_periods=self.measurement_delay_periods,
-            schedule=self._slope_ratio if self.gain_schedule else None)
+            schedule=self._slope_ratio if self.gain_schedule else None,
+            oscillation_guard=modern)
         lo, hi = self.sleep_bounds_s
         target = lo + 0.05 * (hi - lo) if sleep_target_s is None else in_range(
             "sleep_target_s", sleep_target_s, lo, hi)
