@@ -100,6 +100,8 @@ def check_measurement(x: Any, name: str = "measurement") -> None:
     -------
     None
     """
+    if type(x) is float or isinstance(x, Measurement):
+        return
     if isinstance(x, (str, bytes, bytearray)):
         raise TypeError(f"{name} must be a latency in ms (float), a Measurement or an object "
                         f"with mean/mean_ms, got {type(x).__name__} {x!r}")
@@ -117,6 +119,8 @@ def as_measurement(x: Any) -> Measurement:
     on); :func:`check_measurement` rejects what is not a measurement at all."""
     if isinstance(x, Measurement):
         return x
+    if type(x) is float:
+        return Measurement(x)
     try:
         if isinstance(x, numbers.Real) and not isinstance(x, bool):
             return Measurement(float(x))
