@@ -14,7 +14,8 @@ glitch. Figures, per plant, against the issue's targets:
 * MPS changes per 10 outer evaluations at steady load (constant load, after 100 periods);
 * a glitch's cost: training over the 400 periods after a 1e12 ms reading vs the same run
   without it;
-* p99 mode: % of periods over 1.05 x the p99 SLO.
+* p99 mode: % of periods over 1.05 x the p99 SLO;
+* a load step (+30 %; +10 % on "ours", where +30 % leaves no feasible point).
 
     python benchmarks/control_quality.py [--seeds 2] [--out FILE]
 
@@ -43,6 +44,9 @@ from sysid import fit_static  # noqa: E402
 
 #: SLO per plant (mean mode, ms); p99 mode uses 1.15x.
 SLO = {"ours": 90.0, "hyperbolic": 80.0, "mixture": 8.0, "delayed": 80.0}
+#: Load step per plant: +30 %, but +10 % (the paper's burst, batch 105 -> 115) on "ours",
+#: whose inference alone takes 93 ms at +30 % (no operating point meets the 90 ms SLO).
+STEP = {"ours": 1.1, "hyperbolic": 1.3, "mixture": 1.3, "delayed": 1.3}
 CONTROLLERS = {
     "default": {},
     "paper": {"outer": "paper"},
@@ -105,7 +109,7 @@ def bench(seeds: int) -> dict[str, Any]:
         out["steady"][name] = {"per10": mean_of(rows, "changes_late") / 16 * 10,
                                "median": mean_of(rows, "median"),
                                "efficiency": mean_of(rows, "efficiency")}
-        step = np.r_[np.ones(100), np.full(200, 1.3)]
+        step = np.r_[np.ones(100), np.full(200, STEP[name])]
         rows = [run(name, s, step) for s in range(seeds)]
         rec_p = []
         for r in rows:
@@ -178,9 +182,9 @@ def report(res: dict[str, Any], seeds: int, elapsed: float) -> str:
         f"{p['efficiency']:.3f}" + (" ¹" if n == "ours" else "") for n, p in zip(P, pp))
         + " | |")
     sp = [res["step"][p] for p in P]
-    lines.append("| +30 % load step at period 100: % periods over / last period over after "
-                 "the step | — | " + " | ".join(f"{s['over']:.1f} % / {s['last_over']:.0f}"
-                                                for s in sp) + " | |")
+    cells = " | ".join(f"{s['over']:.1f} % / {s['last_over']:.0f}" for s in sp)
+    lines.append("| load step at period 100 (+10 % ours, +30 % others): % periods over / last "
+                 f"period over after the step | — | {cells} | |")
     for err in (0.3, 3.0):
         e = [res["errors"][(p, err)] for p in P]
         lines.append(f"| model gain x{err:g}: % over / median / training vs oracle | — | "

@@ -139,7 +139,9 @@ class TwoTierController:
         estimator's pairing honour it.
     restart_s : float, optional
         The training restart's real duration after an MPS change (s); the actuator knows it
-        (:meth:`set_restart_duration` updates it). Default 15 s for "throughput".
+        (:meth:`set_restart_duration` updates it). Default 15 s for "throughput". A
+        restart-free spatial-sharing backend passes 0: the outer decision may then run every
+        period (``outer_every=1``; the decoupling check is waived, a move costs nothing).
     iteration_time_s : float, optional
         Training iteration time (s, sleep excluded) when known in advance; a measurement's
         ``iteration_s`` (the node's measured value) overrides it from then on.
@@ -237,7 +239,8 @@ class TwoTierController:
 
         self.inner_settling_periods = self.design.settling_periods(
             delay_periods=self.measurement_delay_periods)
-        if not self.inner_settling_periods < self.outer_every:
+        restart_free = modern and self.restart_s == 0.0
+        if not self.inner_settling_periods < self.outer_every and not restart_free:
             raise ConfigurationError(
                 f"the inner loop settles in {self.inner_settling_periods:g} periods, not within "
                 f"one outer period (outer_every={self.outer_every}); raise outer_every above "

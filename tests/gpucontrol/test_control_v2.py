@@ -166,3 +166,15 @@ def test_throughput_outer_stays_when_a_move_does_not_pay():
                           explore=False)
     moves = [out.update(90.0 + 0.1 * (-1) ** k, 0.3, None, 50.0, 0.5)[0] for k in range(50)]
     assert all(m is None for m in moves)
+
+
+def test_restart_free_backend_may_decide_every_period():
+    with pytest.raises(ConfigurationError, match="outer_every"):
+        TwoTierController(MODEL, 90.0, outer_every=1)
+    ctl = TwoTierController(MODEL, 90.0, restart_s=0.0, outer_every=1, hold_periods_after_mps=0)
+    assert ctl.hold_periods_after_mps == 0
+    changed = 0
+    for _ in range(40):      # latency falls 0.2 ms per MPS point given up
+        act = ctl.update(95.0 + MODEL.gain * ctl.sleep_s - 0.2 * (100.0 - ctl.mps_pct))
+        changed += act.mps_changed
+    assert changed >= 1 and ctl.outer.restart_s == 0.0
