@@ -64,7 +64,7 @@ def identify(name: str, seed: int, statistic: str = "mean") -> LinearLatencyMode
 
 
 def run(name: str, seed: int, loads: np.ndarray, *, mode: str = "mean", error: float = 1.0,
-        glitch_at: int | None = None, **kw: Any) -> dict[str, float]:
+        glitch_at: int | None = None, **kw: Any) -> dict[str, Any]:
     """One closed-loop run; the figures of the issue."""
     model = identify(name, seed, mode)
     model = LinearLatencyModel(model.gain * error, model.offset)
@@ -92,7 +92,7 @@ def run(name: str, seed: int, loads: np.ndarray, *, mode: str = "mean", error: f
             "training": tr, "periods_over": lat > 1.05 * slo}
 
 
-def mean_of(rows: list[dict[str, float]], key: str) -> float:
+def mean_of(rows: list[dict[str, Any]], key: str) -> float:
     return float(np.mean([r[key] for r in rows]))
 
 
@@ -182,9 +182,9 @@ def report(res: dict[str, Any], seeds: int, elapsed: float) -> str:
         f"{p['efficiency']:.3f}" + (" ¹" if n == "ours" else "") for n, p in zip(P, pp))
         + " | |")
     sp = [res["step"][p] for p in P]
-    cells = " | ".join(f"{s['over']:.1f} % / {s['last_over']:.0f}" for s in sp)
+    step_cells = " | ".join(f"{s['over']:.1f} % / {s['last_over']:.0f}" for s in sp)
     lines.append("| load step at period 100 (+10 % ours, +30 % others): % periods over / last "
-                 f"period over after the step | — | {cells} | |")
+                 f"period over after the step | — | {step_cells} | |")
     for err in (0.3, 3.0):
         e = [res["errors"][(p, err)] for p in P]
         lines.append(f"| model gain x{err:g}: % over / median / training vs oracle | — | "
