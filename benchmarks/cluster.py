@@ -48,7 +48,7 @@ class ScalarTwoTier(VectorTwoTier):
     def _ctl(self, g):
         while len(self.ctls) <= g:
             self.ctls.append(TwoTierController(
-                LinearLatencyModel(-1.0, self.slo), self.slo, outer_every=self.every,
+                LinearLatencyModel(-1.0, self.slo), self.slo, outer="paper", outer_every=self.every,
                 mps_threshold=self.threshold, sleep_bounds_s=(self.lo, self.hi),
                 mps_bounds_pct=(self.mlo, self.mhi), hold_periods_after_mps=self.hold_periods))
         return self.ctls[g]

@@ -1,197 +1,218 @@
-"""Control quality on the simulated plant, against the goals of issue "simulated plant".
+"""Control quality on the plant zoo (issue "Control v2"), and the paper's loops for comparison.
 
-Prints (and with ``--out`` writes as a dated Markdown section) the measured figures:
+Every plant of :mod:`harness.sim.zoo` (ours, a hyperbolic duty law with relative MPS caps, a
+batch-mixture p99 plant, a one-period reporting delay the controller is not told about) is
+identified the way a user would (60 periods of white-noise sleep at MPS 100,
+``sysid.fit_static``), then controlled for 600 periods (40 min) under a synthetic
+production-like load (no QPS trace is vendored), with steps, model errors x0.3..x3 and a 1e12 ms
+glitch. Figures, per plant, against the issue's targets:
 
-* steady-state mean |l - SLO| / SLO over unsaturated periods (SLO sweep 80..95 ms, batch 105),
-  per period and of the run mean (the paper's "~1 ms at 90 ms");
-* periods over 1.05 SLO after the +10 % load step (burst, batch 105 -> 115);
-* training throughput vs the Oracle and vs GSLICE-extended over the burst experiment;
-* the stable range of real/nominal gain ratio for the fixed-P and the adaptive inner loop,
-  measured on the plant: the controller's nominal gain is the plant's true local gain divided
-  by the ratio ``g``; a ratio counts as stable when, for every seed, the last half of the run
-  has an RMS error within 2 % of the SLO and the sleep does not cycle between its bounds.
+* % of periods over 1.05 SLO (the true latency: for the delayed plant the period's own);
+* median |l - SLO| / SLO;
+* training vs the per-period static oracle (best training rate whose noise-free latency meets
+  the SLO at that period's load, resizes free);
+* MPS changes per 10 outer evaluations at steady load (constant load, after 100 periods);
+* a glitch's cost: training over the 400 periods after a 1e12 ms reading vs the same run
+  without it;
+* p99 mode: % of periods over 1.05 x the p99 SLO;
+* a load step (+30 %; +10 % on "ours", where +30 % leaves no feasible point).
 
-    python benchmarks/control_quality.py [--seeds 3] [--out benchmarks/control_quality.md]
+    python benchmarks/control_quality.py [--seeds 2] [--out FILE]
 
-Shortfalls are reported as measured; the plant is not tuned to the controllers.
+Shortfalls are reported as measured; the plants are not tuned to the controller.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import math
 import platform
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
-import numpy as np
+# run as a script, this folder is first on sys.path and its sysid.py would shadow the package
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
-from gpucontrol import LinearLatencyModel, TwoTierController
-from harness.experiments import burst, slo_sweep
-from harness.sim.protocol import run_loop
-from harness.sim.simulated import SimulatedColocation
+import numpy as np  # noqa: E402
 
-TWO = "GPUColo two-tier"
-OURS = "GPUColo mid-range + adaptive"
-RATIOS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 1.9, 2.0, 2.5, 3.0, 5.0, 8.0,
-          10.0, 12.0, 15.0)
+from gpucontrol import LinearLatencyModel, TwoTierController  # noqa: E402
+from harness.sim import zoo  # noqa: E402
+from harness.sim.protocol import run_loop  # noqa: E402
+from sysid import fit_static  # noqa: E402
+
+#: SLO per plant (mean mode, ms); p99 mode uses 1.15x.
+SLO = {"ours": 90.0, "hyperbolic": 80.0, "mixture": 8.0, "delayed": 80.0}
+#: Load step per plant: +30 %, but +10 % (the paper's burst, batch 105 -> 115) on "ours",
+#: whose inference alone takes 93 ms at +30 % (no operating point meets the 90 ms SLO).
+STEP = {"ours": 1.1, "hyperbolic": 1.3, "mixture": 1.3, "delayed": 1.3}
+CONTROLLERS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "paper": {"outer": "paper"},
+    "mid-range + adaptive": {"outer": "mid-range", "adaptive": True},
+}
+T = 4.0
 
 
-def steady_state(seeds: int) -> dict[str, Any]:
-    rows = []
-    for seed in range(seeds):
-        res = slo_sweep(seed=seed, slos=(80, 85, 90, 95), controllers=(TWO, OURS, "Oracle"))
-        rows += res.summary
-    out: dict[str, Any] = {}
-    for name in (TWO, OURS, "Oracle"):
-        mine = [r for r in rows if r["controller"] == name]
-        unsat = [r for r in mine if r["saturated_pct"] <= 10.0]
-        out[name] = {
-            "all_pct": float(np.mean([r["mean_abs_rel_error_pct"] for r in mine])),
-            "per_period_pct": float(np.mean([r["mean_abs_rel_error_pct"] for r in unsat]))
-            if unsat else math.nan,
-            "of_mean_pct": float(np.mean([abs(r["steady_error_ms"]) / r["slo_ms"] * 100
-                                          for r in unsat])) if unsat else math.nan,
-            "unsaturated": len(unsat), "points": len(mine),
-            "saturated_slos": sorted({r["slo_ms"] for r in mine if r["saturated_pct"] > 10}),
-        }
+def identify(name: str, seed: int, statistic: str = "mean") -> LinearLatencyModel:
+    """A user's model: 60 periods of white-noise sleep at MPS 100, a static fit."""
+    u, y = zoo.white_noise_record(zoo.make_plant(name, seed=seed + 100), 60, seed=seed,
+                                  statistic=statistic)
+    f = fit_static(u, y)
+    return LinearLatencyModel(min(f.gain, -1e-3), f.offset)
+
+
+def run(name: str, seed: int, loads: np.ndarray, *, mode: str = "mean", error: float = 1.0,
+        glitch_at: int | None = None, **kw: Any) -> dict[str, Any]:
+    """One closed-loop run; the figures of the issue."""
+    model = identify(name, seed, mode)
+    model = LinearLatencyModel(model.gain * error, model.offset)
+    slo = SLO[name] * (1.15 if mode == "p99" else 1.0)
+    plant = zoo.make_plant(name, seed=seed)
+    base = plant.inner if isinstance(plant, zoo.DelayedPlant) else plant
+    if glitch_at is not None:
+        plant = zoo.GlitchPlant(plant, [glitch_at])
+    ctl = TwoTierController(model, slo, mode=mode, **kw)
+    n = len(loads)
+    rec = run_loop(ctl, plant, n, zoo.load_scenario(loads, T))
+    lat = rec.col("latency_ms" if mode == "mean" else "p99_ms")
+    if name == "delayed":
+        lat = np.r_[lat[1:], np.nan]        # the period's own latency (reported one late)
+    ok = np.isfinite(lat) & (lat < 1e6)
+    tr = rec.col("training_iterations")
+    orc = np.array([zoo.oracle_rate(base, slo, q, mode) * T for q in loads])
+    changed = rec.col("mps_changed")
+    return {"over": 100.0 * float(np.mean(lat[ok] > 1.05 * slo)),
+            "median": 100.0 * float(np.median(np.abs(lat[ok] - slo) / slo)),
+            "efficiency": float(tr.sum() / orc.sum()),
+            "changes": float(changed.sum()), "changes_late": float(changed[100:].sum()),
+            "mps_after_glitch": float(rec.col("next_mps_pct")[glitch_at]) if glitch_at else
+            float(rec.col("next_mps_pct")[199]) if n > 199 else float("nan"),
+            "training": tr, "periods_over": lat > 1.05 * slo}
+
+
+def mean_of(rows: list[dict[str, Any]], key: str) -> float:
+    return float(np.mean([r[key] for r in rows]))
+
+
+def bench(seeds: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"trace": {}, "steady": {}, "step": {}, "errors": {}, "glitch": {},
+                           "p99": {}}
+    for name in zoo.PLANTS:
+        for label, kw in CONTROLLERS.items():
+            rows = [run(name, s, zoo.load_trace(600, seed=s), **kw) for s in range(seeds)]
+            out["trace"][(name, label)] = {k: mean_of(rows, k) for k in
+                                           ("over", "median", "efficiency", "changes")}
+        rows = [run(name, s, np.ones(500)) for s in range(seeds)]
+        # evaluations after period 100: (500 - 100) / 25 = 16
+        out["steady"][name] = {"per10": mean_of(rows, "changes_late") / 16 * 10,
+                               "median": mean_of(rows, "median"),
+                               "efficiency": mean_of(rows, "efficiency")}
+        step = np.r_[np.ones(100), np.full(200, STEP[name])]
+        rows = [run(name, s, step) for s in range(seeds)]
+        rec_p = []
+        for r in rows:
+            over = r["periods_over"][100:]
+            rec_p.append(float(np.flatnonzero(over)[-1] + 1) if over.any() else 0.0)
+        out["step"][name] = {"over": mean_of(rows, "over"), "last_over": max(rec_p),
+                             "efficiency": mean_of(rows, "efficiency")}
+        for err in (0.3, 3.0):
+            rows = [run(name, s, zoo.load_trace(600, seed=s), error=err) for s in range(seeds)]
+            out["errors"][(name, err)] = {k: mean_of(rows, k) for k in
+                                          ("over", "median", "efficiency")}
+        costs, moved = [], 0
+        for s in range(seeds):
+            loads = np.ones(600)
+            a = run(name, s, loads)
+            b = run(name, s, loads, glitch_at=199)
+            costs.append(100.0 * (1.0 - b["training"][200:].sum() / a["training"][200:].sum()))
+            moved += int(b["mps_after_glitch"] != a["mps_after_glitch"])
+        out["glitch"][name] = {"mean": float(np.mean(costs)), "worst": max(costs),
+                               "moved": moved}
+        rows = [run(name, s, zoo.load_trace(600, seed=s), mode="p99") for s in range(seeds)]
+        out["p99"][name] = {k: mean_of(rows, k) for k in ("over", "median", "efficiency")}
     return out
 
 
-def burst_figures(seeds: int) -> dict[str, Any]:
-    per: dict[str, dict[str, list[float]]] = {}
-    for seed in range(seeds):
-        res = burst(seed=seed)
-        for r in res.summary:
-            d = per.setdefault(r["controller"], {"over": [], "vs_oracle": [], "vs_gslice": [],
-                                                 "pct_over": []})
-            d["over"].append(r["periods_over_after_step"])
-            d["vs_oracle"].append(r["training_vs_oracle"])
-            d["vs_gslice"].append(r["training_vs_gslice"])
-            d["pct_over"].append(r["pct_over"])
-    return {k: {"over_mean": float(np.mean(v["over"])), "over_max": int(np.max(v["over"])),
-                "vs_oracle": float(np.mean(v["vs_oracle"])),
-                "vs_gslice": float(np.mean(v["vs_gslice"])),
-                "pct_over": float(np.mean(v["pct_over"]))} for k, v in per.items()}
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**not met**"
 
 
-def gain_ratio_verdicts(adaptive: bool, seeds: int, periods: int = 100, slo: float = 90.0,
-                        mps: float = 80.0) -> dict[float, dict[str, Any]]:
-    """Sleep-only loop at MPS 80 %, batch 105: the nominal gain is the true local gain at the
-    operating point divided by g (the real/nominal ratio is g there)."""
-    ref = SimulatedColocation.preset("fig8")
-    s = np.linspace(0, 1, 2001)
-    s_star = float(s[np.argmin(np.abs(ref.expected_latency_ms(s, mps) - slo))])
-    m = ref.local_gain(s_star, mps)
-    l0 = ref.expected_latency_ms(s_star, mps)
-    out = {}
-    for g in RATIOS:
-        rms, lc, est = [], [], []
-        for seed in range(seeds):
-            nominal = LinearLatencyModel(m / g, l0 - (m / g) * s_star)
-            ctl = TwoTierController(nominal, slo, outer="none", adaptive=adaptive,
-                                    initial_mps_pct=mps)
-            rec = run_loop(ctl, SimulatedColocation.preset("fig8", seed=seed), periods)
-            lat = rec.col("latency_ms")[periods // 2:]
-            sl = rec.col("sleep_s")[periods // 2:]
-            rms.append(float(np.sqrt(np.mean((lat - slo) ** 2))))
-            lc.append(bool(sl.min() <= 1e-3 and sl.max() >= 1 - 1e-3))
-            est.append(float(rec.col("gain_estimate")[-1]) / m)
-        stable = all(r <= 0.02 * slo for r in rms) and not any(lc)
-        out[g] = {"stable": stable, "bounded": not any(lc), "rms_ms": max(rms),
-                  "limit_cycle": any(lc),
-                  "estimate_over_true": float(np.median(est))}
-    return out
+def report(res: dict[str, Any], seeds: int, elapsed: float) -> str:
+    P = zoo.PLANTS
+    lines = [f"## Control quality on the plant zoo ({_dt.date.today().isoformat()})", "",
+             f"`python benchmarks/control_quality.py --seeds {seeds}` — python "
+             f"{platform.python_version()}, {seeds} seeds per figure, {elapsed:.0f} s on 1 core. "
+             "Each plant identified by 60 periods of white-noise sleep at MPS 100 and "
+             "`sysid.fit_static`; 600 periods (40 min) of synthetic production-like load "
+             "(slow ±12 % swing, 2 % AR(1) jitter) unless stated. \"delayed\" is the hyperbolic "
+             "plant reporting every reading one period late; the controller is not told.", "",
+             "Default controller (`TwoTierController(model, slo)`), against the issue's targets:",
+             "", "| figure | target | " + " | ".join(P) + " | verdict |",
+             "|---|---|" + "---|" * len(P) + "---|"]
 
+    def row(label: str, target: str, vals: list[float], fmt: str, ok: list[bool]) -> None:
+        lines.append(f"| {label} | {target} | " + " | ".join(fmt.format(v) for v in vals)
+                     + f" | {verdict(all(ok))} |")
 
-def stable_range(verdicts: dict[float, dict[str, Any]], key: str = "stable"
-                 ) -> tuple[float, float]:
-    """The contiguous interval of ratios around 1 whose verdict ``key`` holds."""
-    gs = sorted(verdicts)
-    i = gs.index(1.0)
-    if not verdicts[1.0][key]:
-        return (math.nan, math.nan)
-    lo = hi = i
-    while lo > 0 and verdicts[gs[lo - 1]][key]:
-        lo -= 1
-    while hi < len(gs) - 1 and verdicts[gs[hi + 1]][key]:
-        hi += 1
-    return gs[lo], gs[hi]
+    tr = [res["trace"][(p, "default")] for p in P]
+    row("% periods > 1.05 SLO (trace)", "≤ 2 % (≤ 3 % delayed)", [t["over"] for t in tr],
+        "{:.2f} %", [t["over"] <= (3.0 if p == "delayed" else 2.0) for p, t in zip(P, tr)])
+    row("median \\|l − SLO\\|/SLO (trace)", "≤ 1 %", [t["median"] for t in tr], "{:.2f} %",
+        [t["median"] <= 1.0 for t in tr])
+    row("training vs per-period oracle (trace)", "≥ 0.95", [t["efficiency"] for t in tr],
+        "{:.3f}", [t["efficiency"] >= 0.95 for t in tr])
+    st = [res["steady"][p] for p in P]
+    row("MPS changes per 10 outer evaluations, steady load", "≤ 1", [s["per10"] for s in st],
+        "{:.2f}", [s["per10"] <= 1.0 for s in st])
+    row("median \\|l − SLO\\|/SLO, steady load", "≤ 1 %", [s["median"] for s in st],
+        "{:.2f} %", [s["median"] <= 1.0 for s in st])
+    row("training vs oracle, steady load", "≥ 0.95", [s["efficiency"] for s in st], "{:.3f}",
+        [s["efficiency"] >= 0.95 for s in st])
+    gl = [res["glitch"][p] for p in P]
+    row("training lost to one 1e12 ms reading (next 400 periods, steady load, mean of seeds)",
+        "≤ 1 %", [g["mean"] for g in gl], "{:.2f} %", [g["mean"] <= 1.0 for g in gl])
+    lines.append("| … worst seed / runs where the glitch period's MPS decision differed | — | "
+                 + " | ".join(f"{g['worst']:.2f} % / {g['moved']}" for g in gl) + " | |")
+    pp = [res["p99"][p] for p in P]
+    row("p99 mode: % periods > 1.05 p99 SLO (trace)", "≤ 3 %", [p["over"] for p in pp],
+        "{:.2f} %", [p["over"] <= 3.0 for p in pp])
+    lines.append("| p99 mode: training vs p99 oracle (trace) | — | " + " | ".join(
+        f"{p['efficiency']:.3f}" + (" ¹" if n == "ours" else "") for n, p in zip(P, pp))
+        + " | |")
+    sp = [res["step"][p] for p in P]
+    step_cells = " | ".join(f"{s['over']:.1f} % / {s['last_over']:.0f}" for s in sp)
+    lines.append("| load step at period 100 (+10 % ours, +30 % others): % periods over / last "
+                 f"period over after the step | — | {step_cells} | |")
+    for err in (0.3, 3.0):
+        e = [res["errors"][(p, err)] for p in P]
+        lines.append(f"| model gain x{err:g}: % over / median / training vs oracle | — | "
+                     + " | ".join(f"{x['over']:.1f} % / {x['median']:.2f} % / "
+                                  f"{x['efficiency']:.3f}" for x in e) + " | |")
+    lines += ["", "¹ the \"ours\" plant's noise-free p99 view is a 1.1x-mean approximation, so "
+              "its p99 oracle is only indicative.", "",
+              "All three controllers on the trace (% periods > 1.05 SLO / median "
+              "\\|l − SLO\\|/SLO / training vs oracle / MPS changes in 600 periods):", "",
+              "| controller | " + " | ".join(P) + " |", "|---|" + "---|" * len(P)]
+    for label in CONTROLLERS:
+        cells = []
+        for p in P:
+            t = res["trace"][(p, label)]
+            cells.append(f"{t['over']:.1f} % / {t['median']:.2f} % / {t['efficiency']:.3f} / "
+                         f"{t['changes']:.0f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=3, help="plant seeds per figure (default 3)")
+    ap.add_argument("--seeds", type=int, default=2, help="plant seeds per figure (default 2)")
     ap.add_argument("--out", default=None, help="also write the table to this Markdown file")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    ss = steady_state(args.seeds)
-    bf = burst_figures(args.seeds)
-    fixed = gain_ratio_verdicts(False, args.seeds)
-    adapt = gain_ratio_verdicts(True, args.seeds)
-    fr, ar = stable_range(fixed), stable_range(adapt)
-    fb, ab = stable_range(fixed, "bounded"), stable_range(adapt, "bounded")
-    el = time.perf_counter() - t0
-
-    def verdict(ok: bool) -> str:
-        return "met" if ok else "**not met**"
-
-    lines = [
-        f"## Control quality on the simulated plant ({_dt.date.today().isoformat()})",
-        "",
-        f"`python benchmarks/control_quality.py --seeds {args.seeds}` — python "
-        f"{platform.python_version()}, {args.seeds} plant seeds, {el:.0f} s.",
-        "",
-        "| figure | goal | paper | GPUColo two-tier | GPUColo mid-range + adaptive | verdict "
-        "(ours) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for label, key in (("steady-state mean \\|l − SLO\\|/SLO per period, unsaturated",
-                        "per_period_pct"),
-                       ("the same over all sweep points (saturated included)", "all_pct"),
-                       ("\\|mean l − SLO\\|/SLO, unsaturated", "of_mean_pct")):
-        a, b = ss[TWO][key], ss[OURS][key]
-        n2 = ss[TWO]["points"] if key == "all_pct" else ss[TWO]["unsaturated"]
-        n3 = ss[OURS]["points"] if key == "all_pct" else ss[OURS]["unsaturated"]
-        lines.append(f"| {label} | ≤ 1 % | ~1 ms at 90 ms | {a:.2f} % "
-                     f"({n2}/{ss[TWO]['points']} points) | {b:.2f} % "
-                     f"({n3}/{ss[OURS]['points']} points) | "
-                     f"{verdict(b <= 1.0) if key != 'all_pct' else ''} |")
-    lines.append(f"| periods over 1.05·SLO after the +10 % step (mean / max) | ≤ 3 | ~5 | "
-                 f"{bf[TWO]['over_mean']:.1f} / {bf[TWO]['over_max']} | "
-                 f"{bf[OURS]['over_mean']:.1f} / {bf[OURS]['over_max']} | "
-                 f"{verdict(bf[OURS]['over_max'] <= 3)} |")
-    lines.append(f"| training throughput vs Oracle, burst | ≥ 95 % | — | "
-                 f"{100 * bf[TWO]['vs_oracle']:.1f} % | {100 * bf[OURS]['vs_oracle']:.1f} % | "
-                 f"{verdict(bf[OURS]['vs_oracle'] >= 0.95)} |")
-    lines.append(f"| training throughput vs GSLICE-extended, burst | ≥ 2.0× | 1.515× | "
-                 f"{bf[TWO]['vs_gslice']:.2f}× | {bf[OURS]['vs_gslice']:.2f}× | "
-                 f"{verdict(bf[OURS]['vs_gslice'] >= 2.0)} |")
-    lines.append(f"| stable gain-ratio range (fixed P / adaptive) | 0.3–1.9× / 0.1–10× | (0, 2) | "
-                 f"fixed P: {fr[0]:g}–{fr[1]:g}× | adaptive: {ar[0]:g}–{ar[1]:g}× | "
-                 f"fixed {verdict(fr[0] <= 0.3 and fr[1] >= 1.9)}, adaptive "
-                 f"{verdict(ar[0] <= 0.1 and ar[1] >= 10)} |")
-    lines.append(f"| … counting only bound-to-bound limit cycles as unstable | | | "
-                 f"fixed P: {fb[0]:g}–{fb[1]:g}× | adaptive: {ab[0]:g}–{ab[1]:g}× | |")
-    lines += ["", "Burst, mean over seeds (all controllers):", "",
-              "| controller | % periods > 1.05 SLO | periods over after step | training vs "
-              "Oracle | training vs GSLICE-ext |", "|---|---|---|---|---|"]
-    for k, v in bf.items():
-        lines.append(f"| {k} | {v['pct_over']:.1f} | {v['over_mean']:.1f} | "
-                     f"{v['vs_oracle']:.2f} | {v['vs_gslice']:.2f} |")
-    lines += ["", "Gain-ratio sweep (sleep-only loop, MPS 80 %, SLO 90 ms; worst seed):", "",
-              "| g | fixed P: RMS ms, limit cycle | adaptive: RMS ms, limit cycle, "
-              "estimate/true gain |", "|---|---|---|"]
-    for g in RATIOS:
-        f, a = fixed[g], adapt[g]
-        lines.append(f"| {g:g} | {f['rms_ms']:.2f}, {'yes' if f['limit_cycle'] else 'no'}"
-                     f"{'' if f['stable'] else ' (unstable)'} | {a['rms_ms']:.2f}, "
-                     f"{'yes' if a['limit_cycle'] else 'no'}, {a['estimate_over_true']:.2f}"
-                     f"{'' if a['stable'] else ' (unstable)'} |")
-    sat = ", ".join(f"{k}: {v['saturated_slos'] or 'none'}" for k, v in ss.items())
-    lines += ["", f"Saturated sweep points (excluded from the steady-state rows): {sat}.", ""]
-    text = "\n".join(lines)
+    res = bench(args.seeds)
+    text = report(res, args.seeds, time.perf_counter() - t0)
     print(text)
     if args.out:
         from harness.results import atomic_write_text

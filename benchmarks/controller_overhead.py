@@ -46,10 +46,12 @@ def main() -> None:
     print(f"{'configuration':42s} {'mean us/update':>15s} {'x bare formula':>15s}")
     print(f"{'bare formula (baseline)':42s} {base * 1e6:15.3f} {1.0:15.1f}")
     cases = [
-        ("two-tier paper, float input", floats, {}),
-        ("two-tier paper, Measurement input", rich, {}),
+        ("two-tier default (throughput), float input", floats, {}),
+        ("two-tier default, Measurement input", rich, {}),
+        ("two-tier paper, float input", floats, {"outer": "paper"}),
+        ("two-tier paper, Measurement input", rich, {"outer": "paper"}),
         ("two-tier mid-range + adaptive", floats, {"outer": "mid-range", "adaptive": True}),
-        ("two-tier p99 mode, Measurement input", rich, {"mode": "p99"}),
+        ("two-tier default p99 mode, Measurement", rich, {"mode": "p99"}),
     ]
     worst = 0.0
     for name, data, kw in cases:

@@ -10,40 +10,72 @@ an actuator: the controller holds its last output and says why.
 from __future__ import annotations
 
 import math
+import numbers
+from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpucontrol._validate import bounds, finite, in_range, positive
 from gpucontrol.errors import ConfigurationError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Measurement:
     """One control period's latency statistics.
+
+    The statistics may be given as ``mean``/``p99`` (the README's form) or ``mean_ms``/
+    ``p99_ms``; both name the same fields.
 
     Parameters
     ----------
     mean_ms : float
-        Mean per-batch inference latency over the period (ms).
+        Mean per-batch inference latency over the period (ms); also accepted as ``mean``.
     p99_ms : float
-        99th percentile of the per-batch latency (ms); NaN when not measured.
+        99th percentile of the per-batch latency (ms); NaN when not measured; also ``p99``.
     count : int
         Number of batches measured; 0 means no requests, and the controllers then hold the
         actuation.
     restarting : bool
         The training process was restarting (MPS change) during the period.
+    iteration_s : float
+        Mean compute time of one training iteration in the period (s, sleep excluded), where
+        the node measures it; NaN when unknown.
+    mean : float, optional
+        The README's name for ``mean_ms`` (give one of the two).
+    p99 : float, optional
+        The README's name for ``p99_ms``.
 
     Examples
     --------
     >>> Measurement(92.0, p99_ms=110.0)
     Measurement(mean_ms=92.0, p99_ms=110.0, count=1, restarting=False)
+    >>> Measurement(mean=92.0, p99=110.0, count=40).count
+    40
     """
 
     mean_ms: float
-    p99_ms: float = math.nan
-    count: int = 1
-    restarting: bool = False
+    p99_ms: float
+    count: int
+    restarting: bool
+    iteration_s: float = field(default=math.nan, repr=False, compare=False)
+
+    def __init__(self, mean_ms: float | None = None, p99_ms: float | None = None,
+                 count: int = 1, restarting: bool = False, *, mean: float | None = None,
+                 p99: float | None = None, iteration_s: float = math.nan) -> None:
+        if mean is not None and mean_ms is not None:
+            raise TypeError("Measurement: give mean or mean_ms, not both")
+        if p99 is not None and p99_ms is not None:
+            raise TypeError("Measurement: give p99 or p99_ms, not both")
+        m = mean if mean is not None else mean_ms
+        if m is None:
+            raise TypeError("Measurement needs the period's mean latency (mean= or mean_ms=)")
+        q = p99 if p99 is not None else p99_ms
+        object.__setattr__(self, "mean_ms", m)
+        object.__setattr__(self, "p99_ms", math.nan if q is None else q)
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "restarting", restarting)
+        object.__setattr__(self, "iteration_s", iteration_s)
 
 
 #: Where each statistic is read from a mapping or an object, first key first. sysid's
@@ -52,14 +84,47 @@ MEASUREMENT_KEYS: dict[str, tuple[str, ...]] = {"mean": ("mean_ms", "mean"),
                                                 "p99": ("p99_ms", "p99")}
 
 
+def check_measurement(x: Any, name: str = "measurement") -> None:
+    """Raise TypeError for inputs that are plainly not one period's measurement: strings and
+    byte strings, and sequences or arrays of several values (a 0-d numpy scalar is fine).
+    Anything else that is unreadable (None, an object without latency fields) is held on.
+
+    Parameters
+    ----------
+    x : Any
+        The candidate measurement.
+    name : str
+        The argument's name, for the message.
+
+    Returns
+    -------
+    None
+    """
+    if type(x) is float or isinstance(x, Measurement):
+        return
+    if isinstance(x, (str, bytes, bytearray)):
+        raise TypeError(f"{name} must be a latency in ms (float), a Measurement or an object "
+                        f"with mean/mean_ms, got {type(x).__name__} {x!r}")
+    ndim = getattr(x, "ndim", None)
+    if (ndim is not None and ndim != 0) or isinstance(x, (list, tuple, set, frozenset)):
+        n = len(x) if hasattr(x, "__len__") and ndim != 0 else "several"
+        raise TypeError(f"{name} must be one period's value, not a sequence of {n} values "
+                        f"(got {type(x).__name__}); call update once per period")
+
+
 def as_measurement(x: Any) -> Measurement:
     """Coerce a float, a :class:`Measurement`, a mapping or any object with ``mean``/``mean_ms``,
-    ``p99``/``p99_ms`` and ``count`` attributes into a Measurement. Never raises: anything
-    unreadable becomes a zero-count measurement (which the controllers hold on)."""
+    ``p99``/``p99_ms``, ``count`` (and optionally ``iteration_s``) into a Measurement. Never
+    raises: anything unreadable becomes a zero-count measurement (which the controllers hold
+    on); :func:`check_measurement` rejects what is not a measurement at all."""
     if isinstance(x, Measurement):
         return x
+    if type(x) is float:
+        return Measurement(x)
     try:
-        if isinstance(x, (int, float)) and not isinstance(x, bool):
+        if isinstance(x, numbers.Real) and not isinstance(x, bool):
+            return Measurement(float(x))
+        if getattr(x, "ndim", None) == 0:
             return Measurement(float(x))
         get = x.get if isinstance(x, Mapping) else (lambda k, d=None: getattr(x, k, d))
 
@@ -70,15 +135,18 @@ def as_measurement(x: Any) -> Measurement:
                     return float(v)
             return math.nan
 
+        it = get("iteration_s", None)
         return Measurement(read("mean"), read("p99"), int(get("count", 1)),
-                           bool(get("restarting", False)))
+                           bool(get("restarting", False)),
+                           iteration_s=math.nan if it is None else float(it))
     except Exception:
         return Measurement(math.nan, math.nan, 0)
 
 
-def usable(value: float) -> bool:
-    """True for a finite, non-negative float latency (what a controller may act on)."""
-    return isinstance(value, float) and math.isfinite(value) and value >= 0.0
+def usable(value: float, max_ms: float = math.inf) -> bool:
+    """True for a finite, non-negative float latency no larger than ``max_ms`` (the
+    plausibility bound: a larger reading is a glitch and counts as a missing period)."""
+    return isinstance(value, float) and math.isfinite(value) and 0.0 <= value <= max_ms
 
 
 class GainEstimator:
@@ -113,11 +181,21 @@ class GainEstimator:
         Starting (and largest) covariance of the estimate, > 0.
     noise_kappa : float
         Dead-zone width in latency-noise standard deviations, in [0, 100].
+    huber_k : float
+        Huber threshold in noise standard deviations (> 0): a pair's residual beyond
+        ``max(huber_k * sqrt(2) * sigma, 4 |estimate * u|)`` is clipped there, so one wild
+        reading moves neither the estimate nor the noise variance by more than a bounded step.
+
+    Notes
+    -----
+    Under a measurement delay of ``d`` periods the caller pairs each latency change with the
+    increment applied ``d`` periods earlier (:class:`InnerSleepController` does).
     """
 
     def __init__(self, nominal_gain: float, forgetting: float = 0.85,
                  ratio_bounds: tuple[float, float] = (0.1, 10.0), min_effect_ms: float = 0.5,
-                 initial_variance: float = 10.0, noise_kappa: float = 3.0) -> None:
+                 initial_variance: float = 10.0, noise_kappa: float = 3.0,
+                 huber_k: float = 3.0) -> None:
         self.nominal_gain = finite("nominal_gain", nominal_gain)
         if self.nominal_gain == 0:
             raise ConfigurationError("nominal_gain must be non-zero")
@@ -125,6 +203,7 @@ class GainEstimator:
         self.ratio_bounds = bounds("ratio_bounds", ratio_bounds, 1e-3, 1e3)
         self.min_effect_ms = in_range("min_effect_ms", min_effect_ms, 0.0, math.inf)
         self.noise_kappa = in_range("noise_kappa", noise_kappa, 0.0, 100.0)
+        self.huber_k = positive("huber_k", huber_k)
         self._p0 = positive("initial_variance", initial_variance)
         self.reset(self.nominal_gain)
 
@@ -153,13 +232,18 @@ class GainEstimator:
         """Use one (u, dl) pair; returns whether it was used."""
         if not (math.isfinite(u) and math.isfinite(dl)):
             return False
+        # Huber: a residual is clipped at huber_k noise deviations of dl (variance 2 sigma^2)
+        # or at 4x the predicted effect, whichever is wider, so a wrong model still learns
+        # in a few steps while a wild pair moves things by a bounded step
+        clip = max(self.huber_k * math.sqrt(2.0 * self.noise_var), 4.0 * abs(self.theta * u))
+        r = dl - self.theta * u
+        r = min(max(r, -clip), clip)  # Huber: a wild pair moves things by a bounded step
         if abs(self.theta * u) < self.threshold_ms:
-            r = dl - self.theta * u  # a quiet pair: its residual is mostly noise (n(k) - n(k-1))
-            if abs(r) < 1e150:
-                self.noise_var = 0.95 * self.noise_var + 0.05 * r * r / 2.0
+            # a quiet pair: its residual is mostly noise (n(k) - n(k-1))
+            self.noise_var = 0.95 * self.noise_var + 0.05 * r * r / 2.0
             return False
         k = self.p * u / (self.forgetting + u * self.p * u)
-        theta = self.theta + k * (dl - u * self.theta)
+        theta = self.theta + k * r
         if not math.isfinite(theta):  # absurd data (e.g. latencies near float max): ignore
             return False
         self.p = (self.p - k * u * self.p) / self.forgetting
@@ -185,8 +269,11 @@ class InnerSleepController:
 
     ``e = slo - l``. The sleep is clamped to ``sleep_bounds_s`` and, because the state *is* the
     clamped sleep, nothing winds up past a bound; the integral term of a PI (``ki != 0``) is
-    frozen while the output is pinned at a bound and pushing outward (conditional integration).
+    frozen only while the output is pinned at a bound *and* the error pushes it further out
+    (conditional integration): an error pulling it back in is integrated at once.
     With an :class:`GainEstimator` the gain is re-read every period (``kp = detune / gain``).
+    With a ``schedule`` the gain is also multiplied by ``schedule(sleep)``, the ratio of the
+    local slope at the current sleep to the model's (gain scheduling on the operating point).
 
     Parameters
     ----------
@@ -204,11 +291,25 @@ class InnerSleepController:
         Adaptive gain estimate; when given, ``kp`` is ``detune / estimator.gain``.
     detune : float
         ``kp * gain`` used with an estimator, in (0, 2).
+    delay_periods : int
+        Measurement delay (periods, >= 0): the estimator pairs each latency change with the
+        increment applied that many periods earlier.
+    schedule : callable, optional
+        ``sleep_s -> local slope / model slope`` (> 0); None: 1.
+    oscillation_guard : bool
+        Halve the gain (down to 1/8) when errors above 2 % of the set point change sign 3
+        times within 8 periods with a mean |error| above 3 % — the signature of a loop
+        ringing past its stable gain (an underestimated slope, an unknown delay); recover by
+        1.25x after 20 calm periods.
     """
 
     def __init__(self, kp: float, slo_ms: float, sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
                  *, ki: float = 0.0, initial_sleep_s: float | None = None,
-                 estimator: GainEstimator | None = None, detune: float = 1.0) -> None:
+                 estimator: GainEstimator | None = None, detune: float = 1.0,
+                 delay_periods: int = 0, schedule: Any = None,
+                 oscillation_guard: bool = False) -> None:
+        from gpucontrol._validate import int_at_least
+
         self.kp = finite("kp", kp)
         self.ki = finite("ki", ki)
         self.slo_ms = positive("slo_ms", slo_ms)
@@ -219,31 +320,74 @@ class InnerSleepController:
         self.integral = 0.0
         self.estimator = estimator
         self.detune = in_range("detune", detune, 0.0, 2.0, lo_open=True, hi_open=True)
+        self.delay_periods = int_at_least("delay_periods", delay_periods, 0)
+        self.schedule = schedule
+        self.oscillation_guard = bool(oscillation_guard)
+        self.backoff = 1.0
+        self._crossings: deque[bool] = deque(maxlen=8)
+        self._errs: deque[float] = deque(maxlen=8)
+        self._calm = 0
+        self._last_sign = 0.0
         self._last_l: float | None = None
-        self._last_u = 0.0
+        self._us: deque[float] = deque(maxlen=self.delay_periods + 1)
+
+    @property
+    def _last_u(self) -> float:
+        return self._us[-1] if self._us else 0.0
+
+    def gain_scale(self, sleep_s: float | None = None) -> float:
+        """The schedule's local-slope ratio at ``sleep_s`` (default: the current sleep)."""
+        if self.schedule is None:
+            return 1.0
+        r = float(self.schedule(self.sleep_s if sleep_s is None else sleep_s))
+        return r if math.isfinite(r) and r > 0 else 1.0
 
     def effective_kp(self) -> float:
+        scale = self.gain_scale() / self.backoff
         if self.estimator is not None:
-            return self.detune / self.estimator.gain
-        return self.kp
+            return self.detune / (self.estimator.gain * scale)
+        return self.kp / scale
+
+    def _guard(self, u: float, e: float) -> None:
+        """Count sign changes of large errors (> 2 % of the set point) over the last 8
+        periods; 3 or more with a mean |error| above 3 % mean the loop rings past its stable
+        gain (measurement noise alone crosses too, but with small errors)."""
+        big = abs(e) > 0.02 * self.slo_ms
+        sign = math.copysign(1.0, e) if big else 0.0
+        crossing = bool(sign and self._last_sign and sign != self._last_sign)
+        if sign:
+            self._last_sign = sign
+        self._crossings.append(crossing)
+        self._errs.append(abs(e))
+        self._calm = 0 if big else self._calm + 1
+        if sum(self._crossings) >= 3 and sum(self._errs) / len(self._errs) > 0.03 * self.slo_ms:
+            self.backoff = max(self.backoff * 0.5, 0.125)
+            self._crossings.clear()
+        elif self._calm >= 20 and self.backoff < 1.0:
+            self.backoff = min(self.backoff * 1.25, 1.0)
+            self._calm = 0
 
     def set_sleep(self, sleep_s: float) -> None:
         """Move the state (bumpless transfer, e.g. after an MPS feedforward)."""
         self.sleep_s = min(max(float(sleep_s), self.lo), self.hi)
         self._last_l = None
-        self._last_u = 0.0
+        self._us.clear()
 
     def hold(self, reason: str) -> InnerResult:
         self._last_l = None
-        self._last_u = 0.0
+        self._us.clear()
         return InnerResult(self.sleep_s, None, math.nan, True, reason)
 
     def update(self, latency_ms: float) -> InnerResult:
         l = float(latency_ms) if isinstance(latency_ms, (int, float)) else math.nan
         if not usable(l):
             return self.hold("hold: no usable latency this period")
-        if self.estimator is not None and self._last_l is not None:
-            self.estimator.update(self._last_u, l - self._last_l)
+        if (self.estimator is not None and self._last_l is not None
+                and len(self._us) == self._us.maxlen):
+            # the change l(k) - l(k-1) answers the increment applied delay_periods earlier;
+            # normalised by the schedule, the estimator learns the model-frame gain
+            self.estimator.update(self._us[0] * self.gain_scale(self.sleep_s - sum(self._us)),
+                                  l - self._last_l)
         e = self.slo_ms - l
         kp = self.effective_kp()
         integral = self.integral + e if self.ki != 0.0 else 0.0
@@ -257,10 +401,14 @@ class InnerSleepController:
             new, sat = self.lo, "low"
         else:
             new = raw
-        if sat is None or self.ki == 0.0:
+        # anti-windup: freeze the integral only when pinned and the error pushes outward
+        outward = (sat == "high" and self.ki * e > 0) or (sat == "low" and self.ki * e < 0)
+        if not outward:
             self.integral = integral
-        # anti-windup: keep the integral when pinned and pushing outward
-        self._last_u = new - self.sleep_s
+        u = new - self.sleep_s
+        if self.oscillation_guard:
+            self._guard(u, e)
+        self._us.append(u)
         self._last_l = l
         self.sleep_s = new
         reason = "inner" if sat is None else f"inner: sleep saturated {sat}"

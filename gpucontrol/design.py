@@ -43,6 +43,12 @@ class Design:
     kp: float
     ki: float = 0.0
     period_s: float = 4.0
+    #: Measurement delay (periods) the design assumes; every analysis defaults to it.
+    delay_periods: int = 0
+
+    def _delay(self, delay_periods: int | None) -> int:
+        return self.delay_periods if delay_periods is None else int_at_least(
+            "delay_periods", delay_periods, 0)
 
     # ---- polynomials -----------------------------------------------------------------------
     @property
@@ -59,16 +65,16 @@ class Design:
         return np.array([1.0, -1.0])
 
     def characteristic_polynomial(self, gain_ratio: float = 1.0,
-                                  delay_periods: int = 0) -> np.ndarray:
+                                  delay_periods: int | None = None) -> np.ndarray:
         """Closed-loop characteristic polynomial (descending powers) for the real gain
-        ``gain_ratio * model.gain`` and a measurement delay of ``delay_periods`` periods:
-        ``z**d (z - 1) den(z) + gain_ratio * gain * num(z)``."""
-        d = int_at_least("delay_periods", delay_periods, 0)
+        ``gain_ratio * model.gain`` and a measurement delay of ``delay_periods`` periods
+        (default: the design's): ``z**d (z - 1) den(z) + gain_ratio * gain * num(z)``."""
+        d = self._delay(delay_periods)
         left = np.polymul(np.polymul(np.r_[1.0, np.zeros(d)], [1.0, -1.0]), self.controller_den)
         right = gain_ratio * self.model.gain * self.controller_num
         return np.polyadd(left, right)
 
-    def poles(self, gain_ratio: float = 1.0, delay_periods: int = 0) -> np.ndarray:
+    def poles(self, gain_ratio: float = 1.0, delay_periods: int | None = None) -> np.ndarray:
         return np.roots(self.characteristic_polynomial(gain_ratio, delay_periods))
 
     # ---- python-control views ----------------------------------------------------------------
@@ -78,37 +84,42 @@ class Design:
 
         return control.tf(self.controller_num, self.controller_den, self.period_s)
 
-    def loop_tf(self, gain_ratio: float = 1.0, delay_periods: int = 0):
-        """Open loop ``C(z) P(z) z**-d`` with the real plant gain ``gain_ratio * gain``."""
+    def loop_tf(self, gain_ratio: float = 1.0, delay_periods: int | None = None):
+        """Open loop ``C(z) P(z) z**-d`` with the real plant gain ``gain_ratio * gain``
+        (``gain_ratio`` > 0)."""
         import control
 
-        d = int_at_least("delay_periods", delay_periods, 0)
+        positive("gain_ratio", gain_ratio)
+        d = self._delay(delay_periods)
         plant = self.model.scaled(gain_ratio).to_tf(self.period_s) if gain_ratio > 0 else \
             control.tf([gain_ratio * self.model.gain], [1.0, -1.0], self.period_s)
         delay = control.tf([1.0], np.r_[1.0, np.zeros(d)], self.period_s)
         return self.controller_tf() * plant * delay
 
-    def closed_loop(self, gain_ratio: float = 1.0, delay_periods: int = 0):
+    def closed_loop(self, gain_ratio: float = 1.0, delay_periods: int | None = None):
         """Closed loop from the SLO (reference) to the measured latency.
 
         The measurement delay sits in the feedback path, so the output is the true latency.
+        ``gain_ratio`` (the real/nominal gain, > 0) else raises ConfigurationError.
         Returns a python-control TransferFunction with ``dt = period_s``.
         """
         import control
 
-        d = int_at_least("delay_periods", delay_periods, 0)
+        positive("gain_ratio", gain_ratio)
+        d = self._delay(delay_periods)
         plant = control.tf([gain_ratio * self.model.gain], [1.0, -1.0], self.period_s)
         forward = self.controller_tf() * plant
         delay = control.tf([1.0], np.r_[1.0, np.zeros(d)], self.period_s)
         return control.feedback(forward, delay)
 
     # ---- runtime view --------------------------------------------------------------------------
-    def settling_periods(self, gain_ratio: float = 1.0, delay_periods: int = 0,
+    def settling_periods(self, gain_ratio: float = 1.0, delay_periods: int | None = None,
                          horizon: int = 400) -> float:
         """Periods until a unit SLO step stays within 2 % of its final value (inf if unstable).
 
         Counted as the first period ``k`` after which ``|y(j) - 1| <= 0.02`` for all ``j >= k``.
         """
+        delay_periods = self._delay(delay_periods)
         y = step_sequence(self.characteristic_polynomial(gain_ratio, delay_periods),
                           self._closed_loop_num(gain_ratio, delay_periods), horizon)
         if not np.all(np.isfinite(y)) or np.max(np.abs(np.roots(
@@ -169,6 +180,8 @@ class PDesign(Design):
         Integral gain (0 for P).
     period_s : float
         Control period (s).
+    delay_periods : int
+        Measurement delay (periods) the design is for; the analyses default to it.
     detune : float
         ``kp * model.gain``; 1 is deadbeat on the nominal model.
     """
@@ -190,6 +203,8 @@ class PIDesign(Design):
         Proportional and integral gains.
     period_s : float
         Control period (s).
+    delay_periods : int
+        Measurement delay (periods) the design assumes (0 for :func:`design_pi`).
     poles_placed : (complex, complex)
         The closed-loop pole pair on the nominal model.
     """
@@ -197,21 +212,28 @@ class PIDesign(Design):
     poles_placed: tuple[complex, complex] = (0j, 0j)
 
 
-def design_p(model: LinearLatencyModel, detune: float = 1.0, period_s: float = 4.0) -> PDesign:
+def design_p(model: LinearLatencyModel, detune: float | None = None, period_s: float = 4.0,
+             delay_periods: int = 0) -> PDesign:
     """The GPUColo paper's P controller ``u(k) = (detune / gain) (L_ref - l(k))``.
 
     ``detune = 1`` is deadbeat on the nominal model; ``detune < 1`` trades speed for a wider
     stable gain range upward (the stable range of the real/nominal gain ratio is
     ``(0, 2 / detune)`` without measurement delay and ``(0, 1 / detune)`` with one period).
+    The default detune is 1 (the paper) without delay and ``1 / (1 + delay_periods)`` with one
+    (0.5 for one period: poles ``0.5 +- 0.5j``, stable ratios (0, 2)); the design records the
+    delay, and its analyses (``poles``, ``closed_loop``, :func:`~gpucontrol.stable_gain_range`)
+    default to it.
 
     Parameters
     ----------
     model : LinearLatencyModel
         The nominal latency model.
-    detune : float
-        ``kp * gain``, in (0, 2).
+    detune : float, optional
+        ``kp * gain``, in (0, 2); default ``1 / (1 + delay_periods)``.
     period_s : float
         Control period (s), > 0.
+    delay_periods : int
+        Measurement delay (periods, >= 0) the design is for.
 
     Returns
     -------
@@ -224,9 +246,12 @@ def design_p(model: LinearLatencyModel, detune: float = 1.0, period_s: float = 4
     >>> round(p.kp * -12.0, 12)
     1.0
     """
-    d = in_range("detune", detune, 0.0, 2.0, lo_open=True, hi_open=True)
+    delay = int_at_least("delay_periods", delay_periods, 0)
+    d = in_range("detune", 1.0 / (1 + delay) if detune is None else detune, 0.0, 2.0,
+                 lo_open=True, hi_open=True)
     T = positive("period_s", period_s)
-    return PDesign(model=model, kp=d / model.gain, ki=0.0, period_s=T, detune=d)
+    return PDesign(model=model, kp=d / model.gain, ki=0.0, period_s=T, detune=d,
+                   delay_periods=delay)
 
 
 def pole_spec(settling_periods: float, max_overshoot: float) -> tuple[complex, complex]:

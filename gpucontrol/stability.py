@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
-from gpucontrol._validate import finite, int_at_least
+from gpucontrol._validate import finite
 from gpucontrol.design import SETTLING_THRESHOLD, Design, PDesign, step_sequence
 from gpucontrol.errors import ConfigurationError
 
@@ -83,7 +83,8 @@ def jury(coefficients: ArrayLike) -> bool:
     return True
 
 
-def is_stable(design: Design, gain_ratio: float = 1.0, delay_periods: int = 0) -> bool:
+def is_stable(design: Design, gain_ratio: float = 1.0, delay_periods: int | None = None
+              ) -> bool:
     """Jury test of the design's closed loop at one gain ratio.
 
     Parameters
@@ -92,8 +93,8 @@ def is_stable(design: Design, gain_ratio: float = 1.0, delay_periods: int = 0) -
         A design from :func:`~gpucontrol.design_p` or :func:`~gpucontrol.design_pi`.
     gain_ratio : float
         Real/nominal plant gain ratio.
-    delay_periods : int
-        Measurement delay in periods (>= 0).
+    delay_periods : int, optional
+        Measurement delay in periods (>= 0); default the design's ``delay_periods``.
 
     Returns
     -------
@@ -144,7 +145,8 @@ def _crossings(design: Design, delay_periods: int, n_grid: int = 4001) -> list[f
     return sorted({round(x, 12) for x in out})
 
 
-def stable_gain_range(design: Design, model=None, delay_periods: int = 0) -> tuple[float, float]:
+def stable_gain_range(design: Design, model=None, delay_periods: int | None = None
+                      ) -> tuple[float, float]:
     """(lo, hi): the open interval of real/nominal gain ratios ``g`` around 1 that keeps the
     loop stable.
 
@@ -160,8 +162,8 @@ def stable_gain_range(design: Design, model=None, delay_periods: int = 0) -> tup
         The designed loop.
     model : LinearLatencyModel, optional
         Nominal model to judge against (default ``design.model``).
-    delay_periods : int
-        Measurement delay in periods (>= 0).
+    delay_periods : int, optional
+        Measurement delay in periods (>= 0); default the design's ``delay_periods``.
 
     Returns
     -------
@@ -177,7 +179,7 @@ def stable_gain_range(design: Design, model=None, delay_periods: int = 0) -> tup
     >>> tuple(round(x, 9) for x in stable_gain_range(design_p(m), m, delay_periods=1))
     (0.0, 1.0)
     """
-    d = int_at_least("delay_periods", delay_periods, 0)
+    d = design._delay(delay_periods)
     if model is not None and model != design.model:
         design = _rebase(design, model)
     if isinstance(design, PDesign) and design.ki == 0.0:
@@ -239,7 +241,8 @@ class RobustnessTable:
 
 
 def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None = None,
-                     delay_periods: int = 0, horizon: int = 400) -> RobustnessTable:
+                     delay_periods: int | None = None, horizon: int = 400
+                     ) -> RobustnessTable:
     """Closed-loop behaviour of ``design`` for each real/nominal gain ratio in ``ratios``.
 
     Each row has the poles, the Jury verdict, the 2 % settling time in periods, the step
@@ -253,8 +256,8 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
         Nominal model to judge against (default ``design.model``).
     ratios : iterable of float, optional
         Real/nominal gain ratios, each > 0 (default 0.1 to 2.5 in steps of 0.1).
-    delay_periods : int
-        Measurement delay in periods (>= 0).
+    delay_periods : int, optional
+        Measurement delay in periods (>= 0); default the design's ``delay_periods``.
     horizon : int
         Periods simulated for the step response.
 
@@ -270,7 +273,7 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
     >>> [(r["gain_ratio"], r["stable"]) for r in t.to_records()]
     [(1.0, True), (2.5, False)]
     """
-    d = int_at_least("delay_periods", delay_periods, 0)
+    d = design._delay(delay_periods)
     if model is not None and model != design.model:
         design = _rebase(design, model)
     if ratios is None:
@@ -356,7 +359,7 @@ class EnvelopeCheck:
 
 
 def check_envelope(design: Design, model=None, envelope: tuple[float, float] = (1.0, 1.0),
-                   delay_periods: int = 0) -> EnvelopeCheck:
+                   delay_periods: int | None = None) -> EnvelopeCheck:
     """Is the loop stable for every real/nominal gain ratio in ``envelope = (g_min, g_max)``?
 
     ``margin_low``/``margin_high`` are the factors by which the envelope could widen before
@@ -371,8 +374,8 @@ def check_envelope(design: Design, model=None, envelope: tuple[float, float] = (
     envelope : (float, float)
         ``(g_min, g_max)`` with ``0 < g_min <= g_max``, e.g. ``sysid.gain_envelope(...)
         .envelope``.
-    delay_periods : int
-        Measurement delay in periods (>= 0).
+    delay_periods : int, optional
+        Measurement delay in periods (>= 0); default the design's ``delay_periods``.
 
     Returns
     -------

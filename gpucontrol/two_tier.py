@@ -2,10 +2,28 @@
 inner loop, MPS outer loop.
 
 Inner loop, every ``inner_period_s`` (4 s): P (or PI) on the sleep interval of the training
-processes. Outer loop, every ``outer_every`` inner periods (25): moves the training MPS
-percentage, only when the error exceeds ``mps_threshold`` of the SLO or the inner loop is
-saturated. The loops are decoupled when the inner loop settles within one outer period; the
-constructor checks this from the design and exposes it as ``inner_settling_periods``.
+processes. Outer loop: by default the throughput-seeking loop of :mod:`gpucontrol.outer`
+(window decisions, moves only when they pay, slope learnt online); ``outer="paper"`` is the
+paper's loop, every ``outer_every`` inner periods (25), moving the training MPS percentage only
+when the error exceeds ``mps_threshold`` of the SLO or the inner loop is saturated. The loops
+are decoupled when the inner loop settles within one outer period; the constructor checks this
+from the design and exposes it as ``inner_settling_periods``.
+
+Defaults of the default (``"throughput"``) controller, and what they cost:
+
+* ``detune = 0.5``: stable for real/nominal gain ratios in (0, 4) without measurement delay and
+  (0, 2) with an unknown one-period delay (detune 1 puts the delayed loop's poles on the unit
+  circle). The price is speed: on the nominal model the pole is 0.5, so a step settles to 2 %
+  in 6 periods instead of 1 (11 periods with a one-period delay).
+* gain scheduling on the operating point: the latency is linear in the training's duty
+  ``t/(t + s)``, not in the sleep, so the local slope at sleep ``s`` is the identified slope
+  times ``(t + s_lo)(t + s_hi) / (t + s)**2`` (``t``: iteration time, ``[s_lo, s_hi]``: the
+  identified span); near sleep 0 with a short iteration that is 5x or more.
+* readings above ``plausible_max_ms`` (default 50x the SLO) are glitches: held like a missing
+  period, never seen by the outer loop or the estimator.
+* after an MPS change the inner loop holds for ``ceil(restart_s / inner_period_s)`` periods
+  (``restart_s`` default 15 s, the GPUColo paper's longest measured restart), or while the
+  measurement says ``restarting``.
 """
 
 from __future__ import annotations
@@ -21,11 +39,16 @@ from gpucontrol.controllers import (
     Measurement,
     OuterMPSOptimizer,
     as_measurement,
+    check_measurement,
     usable,
 )
 from gpucontrol.design import Design, design_p
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
+from gpucontrol.outer import ThroughputOuter
+
+#: The outer strategies: the default throughput-seeking loop and the paper's family.
+OUTER_STRATEGIES = ("throughput", *OuterMPSOptimizer.STRATEGIES)
 
 
 @dataclass(frozen=True)
@@ -76,58 +99,95 @@ class TwoTierController:
     inner_period_s : float
         Inner control period T (s), > 0.
     outer_every : int
-        Outer loop period in inner periods, >= 1.
+        Outer loop period (the throughput loop's window) in inner periods, >= 1.
     mps_threshold : float
-        Relative error in [0, 1) below which the outer loop does not act.
+        Relative error in [0, 1) below which the paper's outer loop does not act.
     sleep_bounds_s, mps_bounds_pct : (low, high)
         Actuator limits; sleep within [0, 3600] s, MPS within [1, 100] %.
     mode : "mean" or "p99"
-        Which statistic of the period is controlled.
-    outer : "paper", "mid-range" or "none"
-        Outer strategy ("none": sleep only).
+        Which statistic of the period is controlled (both loops act on it; in p99 mode the
+        throughput loop's pinned-high rule lets MPS own a tail the sleep cannot move).
+    outer : "throughput", "paper", "mid-range" or "none"
+        Outer strategy; "throughput" (default) is :class:`gpucontrol.outer.ThroughputOuter`,
+        "paper" the GPUColo loop, "none" sleep only.
     adaptive : bool
-        Estimate the real gain online (bounded RLS, see :class:`GainEstimator`).
+        Estimate the real gain online (bounded, Huber-robust RLS, see :class:`GainEstimator`).
     design : Design, optional
         Inner design (default ``design_p(model, detune)``); its ``kp``/``ki`` are used.
-    detune : float
-        ``kp * gain`` of the default P design, in (0, 2); 1 is deadbeat.
+    detune : float, optional
+        ``kp * gain`` of the default P design, in (0, 2). Default 0.5 for "throughput" (stable
+        under an unknown one-period delay), 1 (deadbeat, the paper) for the other strategies.
     initial_sleep_s : float, optional
         Starting sleep (default: the lower sleep bound).
     initial_mps_pct : float, optional
         Starting MPS percentage (default: the upper MPS bound).
     mps_gain_ms_per_pct : float, optional
         Latency sensitivity to the MPS percentage for the outer loop (default: from the
-        family, else ``slo_ms / 100``).
+        family, else ``slo_ms / 100`` for the paper's loops and ``slo_ms / 200`` as the
+        throughput loop's prior, which it then learns).
     sleep_target_s : float, optional
         The ``"mid-range"`` outer loop's sleep target (default: 5 % into the sleep range).
     hold_periods_after_mps : int
-        Periods to hold the inner loop after an MPS change (>= 0).
+        Least number of periods to hold the inner loop after an MPS change (>= 0); with a
+        known ``restart_s`` the hold lasts at least ``ceil(restart_s / inner_period_s)``.
     adaptive_ratio_bounds : (float, float)
         Bounds of the adaptive gain estimate as ratios of the nominal gain.
     forgetting : float
         Forgetting factor of the adaptive estimator, in [0.5, 1].
+    measurement_delay_periods : int
+        Known measurement delay (periods, >= 0): the design's stability check and the
+        estimator's pairing honour it.
+    restart_s : float, optional
+        The training restart's real duration after an MPS change (s); the actuator knows it
+        (:meth:`set_restart_duration` updates it). Default 15 s for "throughput". A
+        restart-free spatial-sharing backend passes 0: the outer decision may then run every
+        period (``outer_every=1``; the decoupling check is waived, a move costs nothing).
+    iteration_time_s : float, optional
+        Training iteration time (s, sleep excluded) when known in advance; a measurement's
+        ``iteration_s`` (the node's measured value) overrides it from then on.
+    gain_schedule : bool
+        Schedule the inner gain on the operating point (needs an iteration time). Default
+        True for "throughput", False for the paper's loops.
+    identified_span_s : (float, float), optional
+        Sleep range the model was identified over (default ``sleep_bounds_s``).
+    plausible_max_ms : float, optional
+        Largest plausible reading (ms, > 0, ``inf`` to disable); larger ones are held as
+        missing. Default 50x SLO.
+    setpoint_margin : float, optional
+        Aim this fraction under the SLO (in [0, 0.5)). Default 0.03 in p99 mode with the
+        throughput loop (a period's p99 is a noisy statistic: aiming at the SLO itself puts
+        several % of periods over 1.05 SLO), else 0.
 
     Examples
     --------
     >>> from gpucontrol import LinearLatencyModel, TwoTierController
-    >>> ctl = TwoTierController(LinearLatencyModel(-12.0, 95.0), slo_ms=90.0)
-    >>> act = ctl.update(95.0)          # 5 ms too slow: sleep more
+    >>> ctl = TwoTierController(LinearLatencyModel(-12.0, 95.0), slo_ms=90.0, outer="paper")
+    >>> act = ctl.update(95.0)          # 5 ms too slow: sleep more (deadbeat, the paper)
     >>> round(act.sleep_s, 4), act.mps_pct
     (0.4167, 100.0)
+    >>> TwoTierController(LinearLatencyModel(-12.0, 95.0), 90.0).update(95.0).sleep_s > 0
+    True
     """
 
     MODES = ("mean", "p99")
+    #: Iteration time assumed by the throughput loop until one is measured or given (s).
+    DEFAULT_ITERATION_S = 0.5
 
     def __init__(self, model: LinearLatencyModel | LatencyModelFamily, slo_ms: float, *,
                  inner_period_s: float = 4.0, outer_every: int = 25, mps_threshold: float = 0.02,
                  sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
                  mps_bounds_pct: tuple[float, float] = (1.0, 100.0), mode: str = "mean",
-                 outer: str = "paper", adaptive: bool = False, design: Design | None = None,
-                 detune: float = 1.0, initial_sleep_s: float | None = None,
+                 outer: str = "throughput", adaptive: bool = False, design: Design | None = None,
+                 detune: float | None = None, initial_sleep_s: float | None = None,
                  initial_mps_pct: float | None = None, mps_gain_ms_per_pct: float | None = None,
                  sleep_target_s: float | None = None, hold_periods_after_mps: int = 2,
                  adaptive_ratio_bounds: tuple[float, float] = (0.1, 10.0),
-                 forgetting: float = 0.85) -> None:
+                 forgetting: float = 0.85, measurement_delay_periods: int = 0,
+                 restart_s: float | None = None, iteration_time_s: float | None = None,
+                 gain_schedule: bool | None = None,
+                 identified_span_s: tuple[float, float] | None = None,
+                 plausible_max_ms: float | None = None,
+                 setpoint_margin: float | None = None) -> None:
         self.slo_ms = positive("slo_ms", slo_ms)
         self.inner_period_s = positive("inner_period_s", inner_period_s)
         self.outer_every = int_at_least("outer_every", outer_every, 1)
@@ -135,10 +195,30 @@ class TwoTierController:
         self.sleep_bounds_s = bounds("sleep_bounds_s", sleep_bounds_s, 0.0, 3600.0)
         self.mps_bounds_pct = bounds("mps_bounds_pct", mps_bounds_pct, 1.0, 100.0)
         self.mode = choice("mode", mode, self.MODES)
-        self.outer_strategy = choice("outer", outer, OuterMPSOptimizer.STRATEGIES)
+        self.outer_strategy = choice("outer", outer, OUTER_STRATEGIES)
+        modern = self.outer_strategy == "throughput"
         self.adaptive = bool(adaptive)
-        self.hold_periods_after_mps = int_at_least("hold_periods_after_mps",
-                                                   hold_periods_after_mps, 0)
+        self.measurement_delay_periods = int_at_least(
+            "measurement_delay_periods", measurement_delay_periods, 0)
+        self.restart_s = (15.0 if modern else None) if restart_s is None else in_range(
+            "restart_s", restart_s, 0.0, 3600.0)
+        self._hold_fixed = int_at_least("hold_periods_after_mps", hold_periods_after_mps, 0)
+        self.iteration_s = math.nan if iteration_time_s is None else positive(
+            "iteration_time_s", iteration_time_s)
+        self._iteration_ref = self.iteration_s  # at the model's MPS level (the identified one)
+        self.gain_schedule = modern if gain_schedule is None else bool(gain_schedule)
+        self.identified_span_s = self.sleep_bounds_s if identified_span_s is None else bounds(
+            "identified_span_s", identified_span_s, 0.0, 3600.0)
+        self.plausible_max_ms = 50.0 * self.slo_ms if plausible_max_ms is None else (
+            math.inf if plausible_max_ms == math.inf else positive(
+                "plausible_max_ms", plausible_max_ms))
+        if detune is None:
+            detune = 0.5 if modern or self.measurement_delay_periods else 1.0
+        if setpoint_margin is None:
+            setpoint_margin = 0.03 if modern and self.mode == "p99" else 0.0
+        self.setpoint_margin = in_range("setpoint_margin", setpoint_margin, 0.0, 0.5,
+                                        hi_open=True)
+        target_ms = self.slo_ms * (1.0 - self.setpoint_margin)
         mps0 = self.mps_bounds_pct[1] if initial_mps_pct is None else in_range(
             "initial_mps_pct", initial_mps_pct, *self.mps_bounds_pct)
 
@@ -157,8 +237,10 @@ class TwoTierController:
             raise ConfigurationError("design must be a gpucontrol Design (design_p / design_pi)")
         self._kp_scale = self.design.kp * self.design.model.gain  # detune, in gain units
 
-        self.inner_settling_periods = self.design.settling_periods()
-        if not self.inner_settling_periods < self.outer_every:
+        self.inner_settling_periods = self.design.settling_periods(
+            delay_periods=self.measurement_delay_periods)
+        restart_free = modern and self.restart_s == 0.0
+        if not self.inner_settling_periods < self.outer_every and not restart_free:
             raise ConfigurationError(
                 f"the inner loop settles in {self.inner_settling_periods:g} periods, not within "
                 f"one outer period (outer_every={self.outer_every}); raise outer_every above "
@@ -170,9 +252,12 @@ class TwoTierController:
             estimator = GainEstimator(nominal.gain, forgetting, adaptive_ratio_bounds,
                                       min_effect_ms=0.01 * self.slo_ms)
         self.inner = InnerSleepController(
-            self.design.kp, self.slo_ms, self.sleep_bounds_s, ki=self.design.ki,
+            self.design.kp, target_ms, self.sleep_bounds_s, ki=self.design.ki,
             initial_sleep_s=initial_sleep_s, estimator=estimator,
-            detune=self._kp_scale if 0 < self._kp_scale < 2 else 1.0)
+            detune=self._kp_scale if 0 < self._kp_scale < 2 else 1.0,
+            delay_periods=self.measurement_delay_periods,
+            schedule=self._slope_ratio if self.gain_schedule else None,
+            oscillation_guard=modern)
         lo, hi = self.sleep_bounds_s
         target = lo + 0.05 * (hi - lo) if sleep_target_s is None else in_range(
             "sleep_target_s", sleep_target_s, lo, hi)
@@ -180,14 +265,39 @@ class TwoTierController:
         if mps_gain is None and self.family is not None:
             g = self.family.mps_gain(mps0)
             mps_gain = g if math.isfinite(g) and g > 0 else None
-        self.outer = OuterMPSOptimizer(
-            self.outer_strategy, self.slo_ms, every=self.outer_every, threshold=self.mps_threshold,
-            mps_bounds_pct=self.mps_bounds_pct, initial_mps_pct=mps0,
-            mps_gain_ms_per_pct=mps_gain, sleep_target_s=target)
+        self.outer: OuterMPSOptimizer | ThroughputOuter
+        if modern:
+            self.outer = ThroughputOuter(
+                target_ms, every=self.outer_every, mps_bounds_pct=self.mps_bounds_pct,
+                initial_mps_pct=mps0, mps_gain_ms_per_pct=mps_gain,
+                restart_s=self.restart_s or 0.0, period_s=self.inner_period_s,
+                sleep_bounds_s=self.sleep_bounds_s)
+        else:
+            self.outer = OuterMPSOptimizer(
+                self.outer_strategy, self.slo_ms, every=self.outer_every,
+                threshold=self.mps_threshold, mps_bounds_pct=self.mps_bounds_pct,
+                initial_mps_pct=mps0, mps_gain_ms_per_pct=mps_gain, sleep_target_s=target)
         self._hold_left = 0
         self.period = 0
+        self._mps_model = mps0
 
     # ------------------------------------------------------------------------------------------
+    @property
+    def hold_periods_after_mps(self) -> int:
+        """Periods the inner loop holds after an MPS change: ``hold_periods_after_mps``, and at
+        least the restart's duration ``ceil(restart_s / inner_period_s)`` when it is known."""
+        if self.restart_s is None:
+            return self._hold_fixed
+        return max(self._hold_fixed, math.ceil(self.restart_s / self.inner_period_s - 1e-9))
+
+    def set_restart_duration(self, restart_s: float) -> None:
+        """Tell the controller how long a training restart really takes (s, >= 0); the
+        actuator measures it. Sets the hold after an MPS change and the throughput loop's
+        restart cost."""
+        self.restart_s = in_range("restart_s", restart_s, 0.0, 3600.0)
+        if isinstance(self.outer, ThroughputOuter):
+            self.outer.restart_s = self.restart_s
+
     @property
     def sleep_s(self) -> float:
         return self.inner.sleep_s
@@ -199,6 +309,29 @@ class TwoTierController:
     def initial_actuation(self) -> Actuation:
         """The actuation to apply before the first measurement."""
         return Actuation(self.inner.sleep_s, self.outer.mps_pct, False, False, "initial")
+
+    def _iteration(self) -> float:
+        t = self.iteration_s
+        return t if math.isfinite(t) and t > 0 else self.DEFAULT_ITERATION_S
+
+    def _slope_ratio(self, sleep_s: float) -> float:
+        """Local slope at ``sleep_s`` over the identified (secant) slope, for a latency linear
+        in the duty ``t / (t + s)``: ``t (t0 + a)(t0 + b) / (t0 (t + s)**2)`` with ``t`` the
+        current and ``t0`` the identification's iteration time; 1 while none is known."""
+        t = self.iteration_s
+        if not (math.isfinite(t) and t > 0):
+            return 1.0
+        t0 = self._iteration_ref if math.isfinite(self._iteration_ref) else t
+        a, b = self.identified_span_s
+        r = t * (t0 + a) * (t0 + b) / (t0 * (t + max(sleep_s, 0.0)) ** 2)
+        return min(max(r, 0.05), 20.0)
+
+    def _duty_gain(self) -> float:
+        """Latency per unit duty (ms, > 0) of the identified curve, ``-gain (t0 + a)(t0 + b) /
+        t0`` (``t0``: the iteration time at the identified MPS level)."""
+        t0 = self._iteration_ref if math.isfinite(self._iteration_ref) else self._iteration()
+        a, b = self.identified_span_s
+        return -self._gain() * (t0 + a) * (t0 + b) / t0
 
     def _gain(self) -> float:
         if self.inner.estimator is not None:
@@ -214,18 +347,31 @@ class TwoTierController:
         if self.inner.estimator is not None:
             self.inner.estimator.reset(self.model.gain)
         g = self.family.mps_gain(mps_pct)
-        if math.isfinite(g) and g > 0:
+        if math.isfinite(g) and g > 0 and not isinstance(self.outer, ThroughputOuter):
             self.outer.mps_gain = g
 
     def update(self, measurement: Any) -> Actuation:
-        """Take one period's measurement (float ms or Measurement-like); return the actuation."""
+        """Take one period's measurement (float ms or Measurement-like); return the actuation.
+
+        Raises
+        ------
+        TypeError
+            If ``measurement`` is a string, or a sequence/array of several values.
+        """
+        check_measurement(measurement)
         self.period += 1
         m: Measurement = as_measurement(measurement)
+        if math.isfinite(m.iteration_s) and m.iteration_s > 0 and not m.restarting:
+            self.iteration_s = m.iteration_s
+            if not math.isfinite(self._iteration_ref) and self.mps_pct == self._mps_model:
+                self._iteration_ref = m.iteration_s
         value = m.mean_ms if self.mode == "mean" else m.p99_ms
         gain_est = self.inner.estimator.gain if self.inner.estimator is not None else math.nan
-        if m.count <= 0 or not usable(value):
-            r = self.inner.hold("hold: no requests this period" if m.count <= 0
-                                else "hold: unusable latency")
+        if m.count <= 0 or not usable(value, self.plausible_max_ms):
+            why = "hold: no requests this period" if m.count <= 0 else (
+                "hold: implausible latency (glitch)" if usable(value) else
+                "hold: unusable latency")
+            r = self.inner.hold(why)
             return Actuation(r.sleep_s, self.outer.mps_pct, False, False, r.reason,
                              math.nan, gain_est)
         if m.restarting or self._hold_left > 0:
@@ -234,12 +380,16 @@ class TwoTierController:
             return Actuation(r.sleep_s, self.outer.mps_pct, False, False, r.reason,
                              self.slo_ms - value, gain_est)
         r = self.inner.update(value)
-        new_mps, why = self.outer.update(value, r.sleep_s, r.saturated, self._gain())
+        if isinstance(self.outer, ThroughputOuter):
+            new_mps, why = self.outer.update(value, r.sleep_s, r.saturated, self._duty_gain(),
+                                             self._iteration())
+        else:
+            new_mps, why = self.outer.update(value, r.sleep_s, r.saturated, self._gain())
         if new_mps is None:
             reason = r.reason + (f"; {why}" if why else "")
             return Actuation(r.sleep_s, self.outer.mps_pct, False, r.saturated is not None,
                              reason, r.error_ms, gain_est)
-        if self.outer_strategy == "mid-range":
+        if isinstance(self.outer, OuterMPSOptimizer) and self.outer_strategy == "mid-range":
             self.inner.set_sleep(self.outer.sleep_target_s)  # feedforward: MPS takes the load
         self._schedule(new_mps)
         self._hold_left = self.hold_periods_after_mps

@@ -26,6 +26,7 @@ from .fit import (
     select_order,
     validate,
 )
+from .local_slopes import LocalSlopes, local_slopes
 from .metrics import fit_percent, mape, r2, rmse
 from .narx import NarxFit, fit_narx
 from .piecewise import (
@@ -48,13 +49,16 @@ from .variation import (
 
 # excitation: prbs, white_noise, multi_level; records: IdData, run_experiment;
 # fits: fit_static, fit_arx, select_order, validate, resid, fit_narx;
+# local slopes across the excited span: local_slopes;
 # latency vs GPU share: fit_piecewise_linear, fit_saturating, select_latency_model;
 # variation: gain_envelope, recommend_nominal.
 __all__ = [
-    "ArxFit", "ExcitationActuation", "GainEnvelope", "IdData", "ModelComparison", "NarxFit",
+    "ArxFit", "ExcitationActuation", "GainEnvelope", "IdData", "LocalSlopes", "ModelComparison",
+    "NarxFit",
     "NominalChoice", "OrderSelection", "PiecewiseFit", "ResidualAnalysis", "SaturatingFit",
     "StaticFit", "Validation", "correlation_analysis", "fit_arx", "fit_narx", "fit_percent",
-    "fit_piecewise_linear", "fit_saturating", "fit_static", "gain_envelope", "loo_errors",
+    "fit_piecewise_linear", "fit_saturating", "fit_static", "gain_envelope", "local_slopes",
+    "loo_errors",
     "mape", "measurement_value", "multi_level", "prbs", "r2", "recommend_nominal", "resid",
     "resid_plot", "rmse", "run_experiment", "select_latency_model", "select_order",
     "validate", "white_noise", "worst_pole_abs",

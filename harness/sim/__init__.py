@@ -5,6 +5,8 @@
 - :mod:`harness.sim.simulated`: :class:`SimulatedColocation`, the calibrated simulated plant.
 - :mod:`harness.sim.calibration`: fitting the simulated plant's constants to facts.
 - :mod:`harness.sim.baselines`: the paper's baselines and the Oracle.
+- :mod:`harness.sim.zoo`: plants with other physics (hyperbolic duty law, batch-mixture p99,
+  reporting delay, glitches), synthetic load and the per-period oracle.
 """
 
 from harness.sim.protocol import (

@@ -102,9 +102,9 @@ def test_p99_mode_controls_the_tail():
     assert act.sleep_s == pytest.approx(0.5)  # driven by the 6 ms tail error
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, -5.0, None, "x", object(),
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, -5.0, None, object(),
                                  Measurement(math.nan), Measurement(80.0, count=0),
-                                 {"mean": 95.0, "count": 0}])
+                                 {"mean": 95.0, "count": 0}, 1e12])
 def test_odd_measurements_hold(bad):
     ctl = TwoTierController(MODEL, 90.0, initial_sleep_s=0.3)
     act = ctl.update(bad)
@@ -124,21 +124,21 @@ def test_measurement_coercion():
 
 
 def test_outer_paper_acts_only_past_threshold_and_on_schedule():
-    ctl = TwoTierController(MODEL, 90.0, outer_every=5, mps_threshold=0.02,
+    ctl = TwoTierController(MODEL, 90.0, outer="paper", outer_every=5, mps_threshold=0.02,
                             sleep_bounds_s=(0, 1), initial_mps_pct=50)
     # errors of 1 % (noise around a reachable SLO): inner acts, outer never does
     for k in range(40):
         act = ctl.update(MODEL.predict(ctl.sleep_s) + 0.5 * (-1) ** k)  # P doubles it: 1.1 %
         assert not act.mps_changed and not act.saturated
     # saturated high with a large error: outer reduces MPS at the 5th period
-    ctl2 = TwoTierController(MODEL, 60.0, outer_every=5, initial_mps_pct=50)
+    ctl2 = TwoTierController(MODEL, 60.0, outer="paper", outer_every=5, initial_mps_pct=50)
     changed = [ctl2.update(MODEL.predict(ctl2.sleep_s)).mps_changed for _ in range(5)]
     assert changed == [False, False, False, False, True]
     assert ctl2.mps_pct < 50
 
 
 def test_mps_change_holds_inner_loop_and_respects_bounds():
-    ctl = TwoTierController(MODEL, 60.0, outer_every=2, initial_mps_pct=10,
+    ctl = TwoTierController(MODEL, 60.0, outer="paper", outer_every=2, initial_mps_pct=10,
                             mps_bounds_pct=(5, 90), hold_periods_after_mps=2)
     acts = [ctl.update(MODEL.predict(ctl.sleep_s)) for _ in range(12)]
     firsts = [i for i, a in enumerate(acts) if a.mps_changed]
@@ -173,7 +173,7 @@ def test_gain_scheduling_with_family():
     fam = LatencyModelFamily.from_points([
         OperatingPoint(20, LinearLatencyModel(-2.0, 60.0)),
         OperatingPoint(80, LinearLatencyModel(-14.0, 90.0))])
-    ctl = TwoTierController(fam, 70.0, initial_mps_pct=80, outer_every=3)
+    ctl = TwoTierController(fam, 70.0, outer="paper", initial_mps_pct=80, outer_every=3)
     assert ctl.model.gain == -14.0
     for _ in range(3):
         act = ctl.update(fam.at(ctl.mps_pct).predict(ctl.sleep_s))
@@ -183,8 +183,10 @@ def test_gain_scheduling_with_family():
 
 
 def test_decoupling_check():
-    ctl = TwoTierController(MODEL, 90.0)
+    ctl = TwoTierController(MODEL, 90.0, outer="paper")
     assert ctl.inner_settling_periods == 1.0 and ctl.decoupled
+    # the default (detune 0.5, robust to an unknown one-period delay) settles in 6 periods
+    assert TwoTierController(MODEL, 90.0).inner_settling_periods == 6.0
     with pytest.raises(ValueError, match="outer_every"):
         TwoTierController(MODEL, 90.0, detune=0.05, outer_every=25)
 
@@ -241,7 +243,7 @@ measurements = st.one_of(
     st.builds(Measurement, st.floats(allow_nan=True, allow_infinity=True),
               st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 1000),
               st.booleans()),
-    st.none(), st.text(max_size=3))
+    st.none(), st.builds(object))
 
 
 @settings(max_examples=200)
@@ -262,8 +264,9 @@ def test_actuators_never_leave_bounds(stream, outer, adaptive, sleep_hi, mps_lo,
 @pytest.mark.parametrize("outer", ["paper", "mid-range"])
 def test_huge_finite_latency_does_not_overflow_the_outer_loop(outer):
     # found by hypothesis: (slo - 1.6e308) / mps_gain is -inf, and round(-inf) raised
+    # (with the plausibility bound lifted: by default such a reading is a glitch and is held)
     ctl = TwoTierController(LinearLatencyModel(-12.0, 95.0), 90.0, outer=outer, outer_every=2,
-                            hold_periods_after_mps=0)
+                            hold_periods_after_mps=0, plausible_max_ms=math.inf)
     ctl.update(0.0)
     act = ctl.update(1.6179238213760844e308)
     assert act.mps_pct == ctl.mps_bounds_pct[0]

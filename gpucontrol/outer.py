@@ -1,0 +1,319 @@
+"""The throughput-seeking outer loop: move the training MPS only when it pays.
+
+The paper's outer loop (:class:`gpucontrol.controllers.OuterMPSOptimizer`) moves MPS on one
+period's error; it never optimises the operating point and it restarts the training often.
+:class:`ThroughputOuter`, the default of :class:`gpucontrol.TwoTierController`, instead:
+
+* **decides on window averages** (``every`` periods of latency, sleep and iteration time);
+* **aims at the maximum training rate at the SLO.** With the training's iteration time ``t``
+  (measured by the node, or a prior) the duty is ``d = t/(t + s)`` and the training rate is
+  ``d / t``. For a candidate move ``dm`` the latency at fixed sleep changes by
+  ``mps_slope * dm``; the inner loop then moves the duty by ``(SLO - l - mps_slope*dm) / A``
+  (``A``: latency per unit duty, from the inner model), and the iteration time becomes
+  ``t (m'/m) ** -beta``. The candidate with the best predicted rate is taken only if its gain
+  over ``horizon_periods`` exceeds ``restart_margin`` times the restart's cost (training lost
+  for ``restart_s``) and the step is at least ``min_step_pct``;
+* **learns** the latency-vs-MPS slope from each restart's measured effect (the first reading
+  after the restart is at the old sleep, since the inner loop holds during the restart) and
+  the iteration-time exponent ``beta`` from the iteration times before and after;
+* **acts early** when the sleep stays pinned at its upper bound with the latency over the SLO
+  (``pinned_periods`` in a row): a step sized from the learnt slope, doubling while it stays
+  pinned, and the failing level becomes a ceiling for ``horizon_periods`` (no optimising move
+  returns there, so a tail the sleep cannot move does not make the MPS ping-pong); and it
+  evaluates early when the sleep stays pinned at its lower bound with headroom.
+
+A restart-free spatial-sharing backend passes ``restart_s=0`` (and ``every=1`` to decide every
+period): the cost term then vanishes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from gpucontrol._validate import bounds, in_range, int_at_least, positive
+
+__all__ = ["ThroughputOuter"]
+
+
+class ThroughputOuter:
+    """Throughput-seeking MPS loop (see the module docstring).
+
+    Parameters
+    ----------
+    slo_ms : float
+        The controlled statistic's set point (ms), > 0.
+    every : int
+        Window length in periods (>= 1).
+    mps_bounds_pct : (float, float)
+        MPS limits within [1, 100] %.
+    initial_mps_pct : float
+        Starting MPS percentage.
+    mps_gain_ms_per_pct : float, optional
+        Prior latency-vs-MPS slope (ms per point, > 0); default ``slo_ms / 200``; learnt online.
+    restart_s : float
+        Training downtime of one MPS change (s, >= 0): the cost weighed against a move.
+    period_s : float
+        Control period (s), > 0.
+    min_step_pct : float
+        Smallest MPS move (points, >= 0).
+    pinned_periods : int
+        Periods pinned at a sleep bound before acting early (>= 1).
+    horizon_periods : int, optional
+        Periods over which a move's gain is counted (default ``10 * every``, at least 100).
+    restart_margin : float
+        A move must gain this many times the restart's cost (>= 0).
+    iteration_exponent : float
+        Prior ``beta`` of ``t(m) ~ m ** -beta`` (in [0, 4]); learnt online.
+    safety_margin : float
+        Relative headroom kept under the SLO when a move raises the latency (in [0, 0.5)).
+    max_up_pct, max_down_pct : float
+        Trust region of one optimising move (points, > 0): the local model is not
+        extrapolated further.
+    explore : bool
+        While no restart has taught the slope, make one downward probe of ``max_up_pct``
+        points at the first window (one restart) instead of trusting the prior.
+    sleep_bounds_s : (float, float)
+        The inner loop's sleep limits: a move is taken only if the predicted sleep stays
+        within the lower 80 % of the range (room for the load to rise).
+    """
+
+    def __init__(self, slo_ms: float, *, every: int = 25,
+                 mps_bounds_pct: tuple[float, float] = (1.0, 100.0),
+                 initial_mps_pct: float = 100.0, mps_gain_ms_per_pct: float | None = None,
+                 restart_s: float = 15.0, period_s: float = 4.0, min_step_pct: float = 2.0,
+                 pinned_periods: int = 3, horizon_periods: int | None = None,
+                 restart_margin: float = 1.5, iteration_exponent: float = 1.0,
+                 safety_margin: float = 0.03, max_up_pct: float = 8.0,
+                 max_down_pct: float = 16.0, explore: bool = True,
+                 sleep_bounds_s: tuple[float, float] = (0.0, 1.0)) -> None:
+        self.strategy = "throughput"
+        self.slo_ms = positive("slo_ms", slo_ms)
+        self.every = int_at_least("outer_every", every, 1)
+        self.lo, self.hi = bounds("mps_bounds_pct", mps_bounds_pct, 1.0, 100.0)
+        self.mps_pct = in_range("initial_mps_pct", initial_mps_pct, self.lo, self.hi)
+        prior = self.slo_ms / 200.0 if mps_gain_ms_per_pct is None else positive(
+            "mps_gain_ms_per_pct", mps_gain_ms_per_pct)
+        self.mps_gain = prior
+        self._slope_bounds = (prior / 100.0, prior * 100.0)
+        self.restart_s = in_range("restart_s", restart_s, 0.0, 3600.0)
+        self.period_s = positive("period_s", period_s)
+        self.min_step_pct = in_range("min_step_pct", min_step_pct, 0.0, 100.0)
+        self.pinned_periods = int_at_least("pinned_periods", pinned_periods, 1)
+        self.horizon_periods = max(100, 10 * self.every) if horizon_periods is None else \
+            int_at_least("horizon_periods", horizon_periods, 1)
+        self.restart_margin = in_range("restart_margin", restart_margin, 0.0, 1e3)
+        self.beta = in_range("iteration_exponent", iteration_exponent, 0.0, 4.0)
+        self.safety_margin = in_range("safety_margin", safety_margin, 0.0, 0.5, hi_open=True)
+        self.max_up_pct = positive("max_up_pct", max_up_pct)
+        self.max_down_pct = positive("max_down_pct", max_down_pct)
+        self.explore = bool(explore)
+        self.sleep_lo, self.sleep_hi = bounds("sleep_bounds_s", sleep_bounds_s, 0.0, 3600.0)
+        self.learnt = 0
+        self.count = 0
+        self.moves = 0
+        self._win: list[tuple[float, float, float]] = []
+        self._recent: deque[tuple[float, float, float]] = deque(maxlen=3)
+        self._high = 0
+        self._low = 0
+        self._escalate = 1.0
+        self._last_excess = math.inf
+        self._probe: tuple[float, float, float, float] | None = None
+        self._a_probe: tuple[float, float] | None = None   # (latency, duty) right after a move
+        self._sleep_now = self._move_sleep = 0.0
+        self._beta_probe: tuple[float, float] | None = None
+        # realised / predicted training gain of the last optimising move, per direction:
+        # the local model under-predicts along a curved landscape, and this corrects it
+        self.gain_calibration = {-1.0: 1.0, 1.0: 1.0}
+        self._gain_probe: tuple[float, float, float] | None = None   # (dir, predicted, rate0)
+        self.duty_scale = 1.0          # learnt correction of the inner model's duty gain
+        self._ceiling = math.inf        # an MPS level where the sleep could not hold the SLO
+        self._since_move = 0
+        self._ceiling_left = 0
+        self._last_dir = 0.0
+
+    def restart_count(self) -> None:
+        self.count = 0
+        self._win.clear()
+
+    # ---- learning ------------------------------------------------------------------------------
+    def _learn_duty(self, lat: float, sleep: float, t: float, duty_gain: float) -> None:
+        """At the first window after a move: the inner loop moved the duty to bring the
+        latency from its post-restart reading back to the set point; their ratio is the local
+        latency per unit duty, which corrects the inner model's."""
+        if self._a_probe is None or not (t > 0 and duty_gain > 0):
+            return
+        l1, d1 = self._a_probe
+        self._a_probe = None
+        d = t / (t + sleep)
+        if abs(d - d1) < 0.02 or abs(l1 - lat) < 0.005 * self.slo_ms:
+            return
+        sample = (l1 - lat) / (d - d1) / duty_gain
+        if sample > 0 and math.isfinite(sample):
+            new = math.exp(0.5 * math.log(self.duty_scale) + 0.5 * math.log(sample))
+            self.duty_scale = min(max(new, 0.2), 5.0)
+
+    def _learn(self, latency_ms: float, iteration_s: float, sleep_s: float) -> None:
+        """The first reading after a restart, at the old sleep: slope and beta samples."""
+        if self._probe is None:
+            return
+        if iteration_s > 0:
+            self._a_probe = (latency_ms, iteration_s / (iteration_s + sleep_s))
+        m0, l0, t0, dm = self._probe
+        self._probe = None
+        sample = (latency_ms - l0) / dm
+        if sample > 0 and math.isfinite(sample):
+            lo, hi = self._slope_bounds
+            w = 0.7 if self.learnt == 0 else 0.5     # the prior is weak: trust the first sample
+            new = math.exp((1 - w) * math.log(self.mps_gain) + w * math.log(sample))
+            self.mps_gain = min(max(new, lo), hi)
+            self.learnt += 1
+        if t0 > 0 and self.mps_pct != m0:
+            self._beta_probe = (m0, t0)     # learnt at the next window, on its median time
+
+    # ---- decisions -----------------------------------------------------------------------------
+    def _move(self, delta: float, why: str, latency_ms: float, iteration_s: float
+              ) -> tuple[float | None, str]:
+        new = float(min(max(round(self.mps_pct + delta), self.lo), self.hi))
+        if new == self.mps_pct:
+            return None, f"outer: {why}, at MPS bound"
+        l0 = sum(r[0] for r in self._recent) / len(self._recent) if self._recent else latency_ms
+        ts = sorted(w[2] for w in self._win if math.isfinite(w[2]) and w[2] > 0)
+        t0 = ts[len(ts) // 2] if len(ts) >= 3 else iteration_s
+        self._probe = (self.mps_pct, l0, t0, new - self.mps_pct)
+        self._move_sleep = self._sleep_now     # held through the restart
+        old, self.mps_pct = self.mps_pct, new
+        self._last_dir = math.copysign(1.0, new - old)
+        self._since_move = 0
+        self.moves += 1
+        self._win.clear()
+        self._recent.clear()
+        self.count = 0
+        self._high = self._low = 0
+        return new, f"outer throughput: {why}, MPS {old:g} -> {new:g}"
+
+    def _best_move(self, lat: float, sleep: float, t: float, duty_gain: float
+                   ) -> tuple[float, float]:
+        """(delta, predicted relative gain) of the best candidate move (0, 0 if none)."""
+        d0 = t / (t + sleep)
+        rate0 = d0 / t
+        best, best_gain = 0.0, 0.0
+        for step in (2, 4, 8, 16, 32, 64):
+            for sign in (-1.0, 1.0):
+                if step > (self.max_up_pct if sign > 0 else self.max_down_pct):
+                    continue
+                dm = sign * step
+                m1 = min(max(self.mps_pct + dm, self.lo), self.hi)
+                if dm > 0 and m1 >= self._ceiling:
+                    continue
+                dm = m1 - self.mps_pct
+                if abs(dm) < max(self.min_step_pct, 1.0):
+                    continue
+                delta_l = self.mps_gain * dm
+                t1 = t * (m1 / self.mps_pct) ** -self.beta
+                target = self.slo_ms * (1.0 - self.safety_margin) if dm > 0 else self.slo_ms
+                d1 = d0 + (target - lat - delta_l) / duty_gain if duty_gain > 0 else (
+                    d0 if lat + delta_l <= target else -1.0)
+                d1 = min(d1, 1.0)
+                if d1 <= 0 or t1 * (1.0 - d1) / d1 > self.sleep_lo + 0.8 * (
+                        self.sleep_hi - self.sleep_lo):
+                    continue
+                gain = (d1 / t1) / rate0 - 1.0
+                if gain > best_gain:
+                    best, best_gain = dm, gain
+        return best, best_gain
+
+    def update(self, latency_ms: float, sleep_s: float, saturated: str | None,
+               duty_gain: float, iteration_s: float) -> tuple[float | None, str]:
+        """One valid (unheld) period: latency, sleep after the inner update, its saturation,
+        ``A`` (latency per unit duty, ms) and the iteration time (s; NaN: unknown).
+
+        Returns
+        -------
+        (float or None, str)
+            The new MPS percentage (None: unchanged) and the reason.
+        """
+        t = iteration_s
+        self._sleep_now = sleep_s
+        if math.isfinite(latency_ms):
+            self._learn(latency_ms, t, self._move_sleep)
+            self._recent.append((latency_ms, sleep_s, t))
+            self._win.append((latency_ms, sleep_s, t))
+        if self._ceiling_left > 0:
+            self._ceiling_left -= 1
+            if self._ceiling_left == 0:
+                self._ceiling = math.inf
+        self._high = self._high + 1 if saturated == "high" and latency_ms > self.slo_ms else 0
+        self._low = self._low + 1 if saturated == "low" and latency_ms < self.slo_ms else 0
+        self.count += 1
+        self._since_move += 1
+        pinned = list(self._recent)[-self.pinned_periods:]
+        if self._high >= self.pinned_periods and sum(r[0] for r in pinned) / len(pinned) > \
+                1.005 * self.slo_ms:
+            # act early: the sleep cannot hold the SLO; cut MPS by the learnt slope, doubling
+            # only if the last cut did not shrink the excess
+            excess = sum(r[0] for r in pinned) / len(pinned) - self.slo_ms * (
+                1.0 - self.safety_margin)
+            if excess >= self._last_excess:
+                self._escalate = min(self._escalate * 2.0, 8.0)
+            self._last_excess = excess
+            step = max(self.min_step_pct, excess / self.mps_gain) * self._escalate
+            step = min(step, 0.3 * self.mps_pct)
+            # an upward move that failed: its level is a ceiling for a horizon (no optimising
+            # move returns there); a load rise is not the level's fault
+            if self._last_dir > 0 and self._since_move <= 2 * self.every:
+                self._ceiling, self._ceiling_left = self.mps_pct, self.horizon_periods
+            return self._move(-step, "sleep pinned high", latency_ms, t)
+        if self._high == 0 and self.count > self.pinned_periods + 2:
+            self._escalate, self._last_excess = 1.0, math.inf
+        early = self._low >= 2 * self.pinned_periods and self.count >= 2 * self.pinned_periods
+        if self.count < self.every and not early:
+            return None, ""
+        win = self._win[-self.every:]
+        self.count = 0
+        self._win.clear()
+        if len(win) < max(1, self.every // 2) and not early:
+            return None, "outer: hold, too few readings in the window"
+        if not win:
+            return None, "outer: hold, no readings"
+        n = len(win)
+        lat = sum(w[0] for w in win) / n
+        sleep = sum(w[1] for w in win) / n
+        ts = sorted(w[2] for w in win if math.isfinite(w[2]) and w[2] > 0)
+        tw = ts[len(ts) // 2] if ts else (t if math.isfinite(t) and t > 0 else math.nan)
+        if not math.isfinite(tw):
+            return None, "outer: hold, no iteration time"
+        if not any(w[1] <= self.sleep_lo + 1e-9 or w[1] >= self.sleep_hi - 1e-9
+                   for w in win[-3:]):
+            self._learn_duty(lat, sleep, tw, duty_gain)
+        else:
+            self._a_probe = None
+        duty_gain *= self.duty_scale
+        if self._gain_probe is not None and not self._high:
+            direction, predicted, rate0 = self._gain_probe
+            self._gain_probe = None
+            realised = (tw / (tw + sleep)) / tw / rate0 - 1.0
+            if predicted > 0:
+                c = min(max(realised / predicted, 0.25), 4.0)
+                self.gain_calibration[direction] = min(max(
+                    math.sqrt(self.gain_calibration[direction] * c), 0.25), 4.0)
+        if self._beta_probe is not None and len(ts) >= 3:
+            m0, t0 = self._beta_probe
+            self._beta_probe = None
+            b = math.log(tw / t0) / math.log(m0 / self.mps_pct)
+            if math.isfinite(b):
+                self.beta = min(max(0.5 * self.beta + 0.5 * b, 0.0), 4.0)
+        if self.explore and self.learnt == 0 and self.moves == 0:
+            return self._move(-self.max_up_pct, "probe to learn the MPS slope", lat, tw)
+        dm, gain = self._best_move(lat, sleep, tw, duty_gain)
+        if dm:
+            gain *= self.gain_calibration[math.copysign(1.0, dm)]
+        cost = self.restart_margin * self.restart_s / (self.horizon_periods * self.period_s)
+        if dm and self._last_dir and math.copysign(1.0, dm) != self._last_dir:
+            cost *= 2.0          # hysteresis: reversing the last move needs twice the gain
+        if dm == 0.0 or gain <= cost:
+            self._low = 0
+            return None, f"outer: stay (best predicted gain {100 * gain:.1f} % <= cost " \
+                         f"{100 * cost:.1f} %)"
+        self._gain_probe = (math.copysign(1.0, dm), gain, 1.0 / (tw + sleep))
+        return self._move(dm, f"predicted training +{100 * gain:.1f} %", lat, tw)

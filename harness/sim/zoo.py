@@ -1,0 +1,527 @@
+"""A zoo of co-location plants with physics other than :mod:`harness.sim.simulated`.
+
+The controller must hold its SLO on plants it was not built on. Every plant here implements the
+:class:`~harness.sim.protocol.Plant` protocol (``step``/``set_load``), so :func:`~harness.sim.
+protocol.run_loop` drives it, and offers noise-free views (``expected_latency_ms``,
+``expected_training_throughput``) from which :func:`oracle_rate` computes the per-period static
+oracle (the best training rate whose expected latency meets the SLO, resizes free).
+
+Plants (:func:`make_plant` builds each by name):
+
+* ``"ours"`` — :class:`~harness.sim.simulated.SimulatedColocation` (Fig 8 preset); the load
+  factor scales the inference batch (105 images at factor 1).
+* ``"hyperbolic"`` — :class:`HyperbolicPlant`: mean latency linear in the training's duty
+  cycle ``d = t/(t + s)`` (hyperbolic in the sleep ``s``), training share set by *relative* MPS
+  caps ``a = m/(m + w)``, interference ``kappa a**gamma``; per-period log-normal noise.
+* ``"mixture"`` — :class:`BatchMixturePlant`: short inference batches (a few ms), a fraction
+  ``d`` of them run beside training on a measured-style latency-vs-GPU% curve ``l(c) = a + b/c``
+  and the rest alone. The period's p99 is the latency of the batches that ran beside
+  training, whatever the duty — the sleep barely moves it, MPS does.
+* ``"delayed"`` — :class:`DelayedPlant` around ``"hyperbolic"``: every latency field reports the
+  previous period (a one-period reporting delay the controller is not told about).
+
+Wrappers: :class:`DelayedPlant` (any plant), :class:`GlitchPlant` (replace chosen periods'
+readings, e.g. one 1e12 ms value). Every plant reports the training's iteration time
+(``iteration_s``) the way a node measures it (:class:`ZooResult`).
+
+Load: no per-second QPS trace is vendored in ``harness/data`` (its files are the Alibaba
+cluster trace), so :func:`load_trace` makes a synthetic production-like load (slow diurnal-style
+swing, AR(1) jitter, optional steps); :func:`load_scenario` turns it into a
+:class:`~harness.sim.protocol.Scenario` of ``set_load(load=...)`` events.
+
+>>> plant = make_plant("hyperbolic", seed=0)
+>>> from gpucontrol import Actuation
+>>> r = plant.step(Actuation(sleep_s=0.0, mps_pct=100.0), 4.0)
+>>> r.count > 0 and r.mean_ms > 0 and r.iteration_s > 0
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from harness.sim.protocol import LoadEvent, PeriodResult, Scenario
+from harness.sim.simulated import SimulatedColocation
+
+__all__ = ["PLANTS", "BatchMixturePlant", "DelayedPlant", "GlitchPlant", "HyperbolicPlant",
+           "ZooResult", "load_scenario", "load_trace", "make_plant", "oracle_rate",
+           "white_noise_record"]
+
+
+@dataclass(frozen=True)
+class ZooResult(PeriodResult):
+    """A :class:`~harness.sim.protocol.PeriodResult` that also reports the training's mean
+    iteration time in the period (what a node measures with its iteration hook).
+
+    Parameters
+    ----------
+    iteration_s : float
+        Mean compute time of one training iteration (s, sleep excluded); NaN when unknown.
+    """
+
+    iteration_s: float = math.nan
+
+
+def _knobs(act: Any, sleep: float, mps: float) -> tuple[float, float]:
+    def f(v: Any, d: float) -> float:
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            return d
+        return x if math.isfinite(x) else d
+    s = max(0.0, f(getattr(act, "sleep_s", sleep), sleep))
+    m = min(max(f(getattr(act, "mps_pct", mps), mps), 1.0), 100.0)
+    return s, m
+
+
+class _AnalyticPlant:
+    """Shared machinery: knobs, restart downtime, load factor, throughput accounting."""
+
+    name = "analytic"
+
+    def __init__(self, *, seed: int = 0, restart_s: float = 10.0, load: float = 1.0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.seed = int(seed)
+        self.restart_s = float(restart_s)
+        self.load = float(load)
+        self.sleep_s = 0.0
+        self.mps_pct: float | None = None
+        self._restart_left = 0.0
+        self.t = 0.0
+
+    # subclasses provide these (vectorised over s, m)
+    def iteration_s(self, m: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def _period(self, s: float, m: float, busy_frac: float, T: float
+                ) -> tuple[float, float, int]:
+        raise NotImplementedError
+
+    def set_load(self, **changes: Any) -> None:
+        """Change the inference load factor (``load=1.2``: 20 % more traffic)."""
+        bad = set(changes) - {"load"}
+        if bad:
+            raise ValueError(f"set_load accepts load; got {', '.join(sorted(bad))}")
+        q = float(changes["load"])
+        if not (math.isfinite(q) and 0.05 <= q <= 20):
+            raise ValueError(f"load must be in [0.05, 20], got {changes['load']!r}")
+        self.load = q
+
+    def expected_duty(self, s: Any, m: Any) -> np.ndarray:
+        t = self.iteration_s(m)
+        return t / (t + np.asarray(s, float))
+
+    def expected_training_throughput(self, s: Any, m: Any, load: float | None = None
+                                     ) -> np.ndarray:
+        """Training iterations per second at a static point (no restarts)."""
+        return 1.0 / (self.iteration_s(m) + np.asarray(s, float))
+
+    def step(self, actuation: Any, period_s: float) -> ZooResult:
+        """Apply the actuation, run ``period_s`` seconds, report the period."""
+        T = float(period_s)
+        s, m = _knobs(actuation, self.sleep_s, self.mps_pct or 100.0)
+        if self.mps_pct is None:
+            self.mps_pct = m
+        elif m != self.mps_pct:
+            self.mps_pct = m
+            self._restart_left = self.restart_s
+        self.sleep_s = s
+        down = min(self._restart_left, T)
+        restarting = self._restart_left > 0
+        self._restart_left -= down
+        up = (T - down) / T
+        duty = float(self.expected_duty(s, m)) * up
+        t_it = float(self.iteration_s(m)) * float(self.rng.lognormal(0.0, 0.03))
+        iters = (T - down) / (t_it + s)
+        mean, p99, n = self._period(s, m, duty, T)
+        self.t += T
+        return ZooResult(mean_ms=mean, p99_ms=p99, count=n, t_end_s=self.t, period_s=T,
+                         inference_batches=n, inference_images=n, training_iterations=iters,
+                         training_sm_share=duty, restarting=restarting, sleep_s=s,
+                         mps_pct=m, inference_mps_pct=100.0, batch=1, iteration_s=t_it)
+
+
+class HyperbolicPlant(_AnalyticPlant):
+    """Duty-cycle law with relative MPS caps (see the module docstring).
+
+    Parameters
+    ----------
+    seed : int
+        Random seed.
+    idle_ms : float
+        Inference latency alone at load factor 1 (ms).
+    kappa, gamma : float
+        Interference ``kappa * a**gamma`` while training computes with share ``a``.
+    weight : float
+        Relative cap weight of the inference: ``a = (m/100) / (m/100 + weight)``.
+    work_s : float
+        Training work per iteration on the whole GPU (s); iteration ``t = work_s / a``.
+    noise : float
+        Per-period log-normal noise of the mean (relative).
+    restart_s : float
+        Training restart downtime after an MPS change (s).
+    """
+
+    name = "hyperbolic"
+
+    def __init__(self, *, seed: int = 0, idle_ms: float = 48.0, kappa: float = 1.9,
+                 gamma: float = 1.4, weight: float = 0.6, work_s: float = 0.12,
+                 noise: float = 0.012, restart_s: float = 10.0) -> None:
+        super().__init__(seed=seed, restart_s=restart_s)
+        self.idle_ms, self.kappa, self.gamma = idle_ms, kappa, gamma
+        self.weight, self.work_s, self.noise = weight, work_s, noise
+
+    def share(self, m: Any) -> np.ndarray:
+        c = np.asarray(m, float) / 100.0
+        return c / (c + self.weight)
+
+    def iteration_s(self, m: Any) -> np.ndarray:
+        return self.work_s / self.share(m)
+
+    def expected_latency_ms(self, s: Any, m: Any, load: float | None = None,
+                            statistic: str = "mean") -> np.ndarray:
+        q = self.load if load is None else load
+        d = self.expected_duty(s, m)
+        mean = self.idle_ms * q * (1.0 + self.kappa * self.share(m) ** self.gamma * d)
+        return mean * (1.12 if statistic == "p99" else 1.0)
+
+    def _period(self, s: float, m: float, busy_frac: float, T: float
+                ) -> tuple[float, float, int]:
+        mean = self.idle_ms * self.load * (1.0 + self.kappa * float(self.share(m)) ** self.gamma
+                                           * busy_frac)
+        mean *= float(self.rng.lognormal(0.0, self.noise))
+        p99 = mean * 1.12 * float(self.rng.lognormal(0.0, 2 * self.noise))
+        return mean, p99, max(1, int(T * 1000.0 / mean))
+
+
+class BatchMixturePlant(_AnalyticPlant):
+    """Short batches, some beside training, on a latency-vs-GPU% curve ``a + b/c``.
+
+    Parameters
+    ----------
+    seed : int
+        Random seed.
+    fixed_ms, per_share_ms : float
+        The inference's latency with a GPU share ``c``: ``fixed_ms + per_share_ms / c``
+        (at load factor 1).
+    cap : float
+        SM fraction the training holds at MPS 100 % while it computes (``a = cap * m/100``).
+    work_s, rate_exponent : float
+        Iteration time ``work_s / (m/100)**rate_exponent`` (s).
+    sigma : float
+        Per-batch log-normal latency noise.
+    restart_s : float
+        Training restart downtime after an MPS change (s).
+    """
+
+    name = "mixture"
+
+    def __init__(self, *, seed: int = 0, fixed_ms: float = 2.2, per_share_ms: float = 2.6,
+                 cap: float = 0.8, work_s: float = 0.25, rate_exponent: float = 0.6,
+                 sigma: float = 0.06, restart_s: float = 10.0) -> None:
+        super().__init__(seed=seed, restart_s=restart_s)
+        self.fixed_ms, self.per_share_ms, self.cap = fixed_ms, per_share_ms, cap
+        self.work_s, self.rate_exponent, self.sigma = work_s, rate_exponent, sigma
+
+    def iteration_s(self, m: Any) -> np.ndarray:
+        return self.work_s / (np.asarray(m, float) / 100.0) ** self.rate_exponent
+
+    def busy_ms(self, m: Any, load: float | None = None) -> np.ndarray:
+        q = self.load if load is None else load
+        c = 1.0 - self.cap * np.asarray(m, float) / 100.0
+        return q * (self.fixed_ms + self.per_share_ms / c)
+
+    def idle_ms(self, load: float | None = None) -> float:
+        q = self.load if load is None else load
+        return q * (self.fixed_ms + self.per_share_ms)
+
+    def expected_latency_ms(self, s: Any, m: Any, load: float | None = None,
+                            statistic: str = "mean") -> np.ndarray:
+        from scipy.stats import norm
+
+        d = self.expected_duty(s, m)
+        lb, li = self.busy_ms(m, load), self.idle_ms(load)
+        if statistic == "mean":
+            return 1.0 / (d / lb + (1.0 - d) / li)     # count-weighted mix of back-to-back batches
+        frac = d * li / (d * li + (1.0 - d) * lb)        # fraction of batches run beside training
+        z = norm.ppf(np.clip(1.0 - 0.01 / np.maximum(frac, 1e-9), 0.5, 1.0 - 1e-9))
+        return np.where(frac > 0.01, lb * np.exp(self.sigma * z),
+                        li * np.exp(self.sigma * norm.ppf(0.99)))
+
+    def _period(self, s: float, m: float, busy_frac: float, T: float
+                ) -> tuple[float, float, int]:
+        lb, li = float(self.busy_ms(m)), self.idle_ms()
+        n_busy = int(busy_frac * T * 1000.0 / lb)
+        n_idle = int((1.0 - busy_frac) * T * 1000.0 / li)
+        lat = np.r_[np.full(n_busy, lb), np.full(n_idle, li)]
+        lat = lat * self.rng.lognormal(0.0, self.sigma, lat.size)
+        if lat.size == 0:
+            return math.nan, math.nan, 0
+        return float(lat.mean()), float(np.percentile(lat, 99)), int(lat.size)
+
+
+class _Ours:
+    """:class:`SimulatedColocation` with a load factor (batch 105 at factor 1) and the
+    iteration time reported."""
+
+    name = "ours"
+
+    def __init__(self, *, seed: int = 0, **overrides: Any) -> None:
+        self.sim = SimulatedColocation.preset("fig8", seed=seed, **overrides)
+        self.restart_s = self.sim.params.restart_s
+        self.load = 1.0
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self.sim, item)
+
+    def _batch(self, load: float | None) -> int:
+        return max(1, round(105 * (self.load if load is None else load)))
+
+    def set_load(self, **changes: Any) -> None:
+        self.load = float(changes.pop("load", self.load))
+        self.sim.set_load(batch=self._batch(None), **changes)
+
+    def iteration_s(self, m: Any) -> np.ndarray:
+        return np.asarray(self.sim.expected_iteration_s(m))
+
+    def expected_latency_ms(self, s: Any, m: Any, load: float | None = None,
+                            statistic: str = "mean") -> np.ndarray:
+        mean = np.asarray(self.sim.expected_latency_ms(s, m, self._batch(load)))
+        return mean * (1.1 if statistic == "p99" else 1.0)
+
+    def expected_training_throughput(self, s: Any, m: Any, load: float | None = None
+                                     ) -> np.ndarray:
+        return np.asarray(self.sim.expected_training_throughput(s, m, self._batch(load)))
+
+    def step(self, actuation: Any, period_s: float) -> ZooResult:
+        r = self.sim.step(actuation, period_s)
+        it = float(self.sim.expected_iteration_s(self.sim.mps_pct or 100.0))
+        fields = {k: getattr(r, k) for k in r.__dataclass_fields__}
+        return ZooResult(**fields, iteration_s=it)
+
+
+class _Wrapper:
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = getattr(inner, "name", "plant")
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self.inner, item)
+
+    def set_load(self, **changes: Any) -> None:
+        self.inner.set_load(**changes)
+
+
+class DelayedPlant(_Wrapper):
+    """Reports every latency field one period late (throughput fields stay current).
+
+    Parameters
+    ----------
+    inner : Plant
+        The plant to wrap.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.name = f"{self.name}+delay"
+        self._prev: tuple[float, float, int] = (math.nan, math.nan, 0)
+
+    def step(self, actuation: Any, period_s: float) -> Any:
+        r = self.inner.step(actuation, period_s)
+        shown, self._prev = self._prev, (r.mean_ms, r.p99_ms, r.count)
+        return replace(r, mean_ms=shown[0], p99_ms=shown[1], count=shown[2])
+
+
+class GlitchPlant(_Wrapper):
+    """Replaces the readings of chosen periods (0-based) with ``value_ms`` (a sensor glitch).
+
+    Parameters
+    ----------
+    inner : Plant
+        The plant to wrap.
+    periods : iterable of int
+        The periods whose mean and p99 are replaced.
+    value_ms : float
+        The reported value (default 1e12 ms).
+    """
+
+    def __init__(self, inner: Any, periods: Any, value_ms: float = 1e12) -> None:
+        super().__init__(inner)
+        self.periods = {int(k) for k in periods}
+        self.value_ms = float(value_ms)
+        self._k = 0
+
+    def step(self, actuation: Any, period_s: float) -> Any:
+        r = self.inner.step(actuation, period_s)
+        k, self._k = self._k, self._k + 1
+        if k in self.periods:
+            r = replace(r, mean_ms=self.value_ms, p99_ms=self.value_ms)
+        return r
+
+
+#: The zoo's plant names.
+PLANTS = ("ours", "hyperbolic", "mixture", "delayed")
+
+
+def make_plant(name: str, *, seed: int = 0) -> Any:
+    """A fresh zoo plant by name (one of :data:`PLANTS`).
+
+    Parameters
+    ----------
+    name : str
+        ``"ours"``, ``"hyperbolic"``, ``"mixture"`` or ``"delayed"``.
+    seed : int
+        Random seed.
+
+    Returns
+    -------
+    Plant
+        The plant, with ``expected_latency_ms``/``expected_training_throughput`` views.
+    """
+    if name == "ours":
+        return _Ours(seed=seed)
+    if name == "hyperbolic":
+        return HyperbolicPlant(seed=seed)
+    if name == "mixture":
+        return BatchMixturePlant(seed=seed)
+    if name == "delayed":
+        return DelayedPlant(HyperbolicPlant(seed=seed))
+    raise ValueError(f"plant must be one of {', '.join(PLANTS)}, got {name!r}")
+
+
+def load_trace(periods: int, *, seed: int = 0, swing: float = 0.12, jitter: float = 0.02,
+               steps: tuple[tuple[int, float], ...] = ()) -> np.ndarray:
+    """A synthetic production-like load factor per period (1 = nominal).
+
+    Parameters
+    ----------
+    periods : int
+        Number of periods.
+    seed : int
+        Random seed.
+    swing : float
+        Amplitude of the slow (one cycle per run) swing.
+    jitter : float
+        Standard deviation of the AR(1) (coefficient 0.9) fast component.
+    steps : tuple of (int, float)
+        ``(period, factor)``: from that period on the load is multiplied by ``factor``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The load factor of each period.
+    """
+    rng = np.random.default_rng(seed)
+    k = np.arange(periods)
+    slow = 1.0 + swing * np.sin(2 * np.pi * k / max(periods, 1) - np.pi / 2)
+    e = np.zeros(periods)
+    for i in range(1, periods):
+        e[i] = 0.9 * e[i - 1] + jitter * math.sqrt(1 - 0.81) * rng.standard_normal()
+    q = slow + e
+    for at, f in steps:
+        q[at:] *= f
+    return np.clip(q, 0.3, 5.0)
+
+
+def load_scenario(loads: Any, period_s: float = 4.0) -> Scenario:
+    """The load factors as ``set_load(load=...)`` events, one per period where it changes.
+
+    Parameters
+    ----------
+    loads : array_like
+        Load factor of each period.
+    period_s : float
+        Control period (s).
+
+    Returns
+    -------
+    Scenario
+        Events at ``k * period_s``.
+    """
+    ev, last = [], None
+    for k, q in enumerate(np.asarray(loads, float)):
+        v = round(float(q), 4)
+        if v != last:
+            ev.append(LoadEvent.at(k * period_s, load=v))
+            last = v
+    return Scenario.of(*ev)
+
+
+_ORACLE_CACHE: dict[tuple[int, float, float, str], float] = {}
+
+
+def oracle_rate(plant: Any, slo_ms: float, load: float, statistic: str = "mean") -> float:
+    """The per-period static oracle: the best training rate (iterations/s) on a sleep x MPS
+    grid whose noise-free ``statistic`` latency at ``load`` meets ``slo_ms`` (0 if none).
+
+    Parameters
+    ----------
+    plant : zoo plant
+        Any plant of :func:`make_plant`.
+    slo_ms : float
+        The SLO (ms).
+    load : float
+        Load factor.
+    statistic : {"mean", "p99"}
+        Which latency the SLO bounds.
+
+    Returns
+    -------
+    float
+        Iterations per second.
+    """
+    key = (id(plant), round(float(load), 3), float(slo_ms), statistic)
+    if key not in _ORACLE_CACHE:
+        S, M = np.meshgrid(np.linspace(0.0, 1.0, 201), np.arange(1.0, 101.0))
+        lat = np.asarray(plant.expected_latency_ms(S, M, key[1], statistic))
+        tp = np.asarray(plant.expected_training_throughput(S, M, key[1]))
+        ok = lat <= slo_ms
+        _ORACLE_CACHE[key] = float(tp[ok].max()) if ok.any() else 0.0
+    return _ORACLE_CACHE[key]
+
+
+def white_noise_record(plant: Any, periods: int = 60, *, seed: int = 0, mps_pct: float = 100.0,
+                       sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
+                       statistic: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+    """What a user records to identify the sleep model: ``periods`` periods of white-noise
+    sleep within ``sleep_bounds_s`` at a fixed MPS (one warm-up period first).
+
+    Parameters
+    ----------
+    plant : Plant
+        The plant (stepped in place).
+    periods : int
+        Periods recorded.
+    seed : int
+        Seed of the excitation.
+    mps_pct : float
+        Training MPS held.
+    sleep_bounds_s : (float, float)
+        Excitation range.
+    statistic : {"mean", "p99"}
+        Which reading is recorded.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Sleep applied and latency measured, periods with no reading dropped. A
+        :class:`DelayedPlant` is identified through its inner plant: the reporting delay is in
+        the runtime path, not in the identification log.
+    """
+    from gpucontrol import Actuation
+
+    if isinstance(plant, DelayedPlant):
+        plant = plant.inner      # the delay is in the runtime reporting path, not the log
+    rng = np.random.default_rng(seed + 7919)
+    u = rng.uniform(*sleep_bounds_s, periods)
+    plant.step(Actuation(float(u[0]), mps_pct), 4.0)
+    y = np.empty(periods)
+    for k in range(periods):
+        r = plant.step(Actuation(float(u[k]), mps_pct), 4.0)
+        y[k] = r.mean_ms if statistic == "mean" else r.p99_ms
+    ok = np.isfinite(y)
+    return u[ok], y[ok]

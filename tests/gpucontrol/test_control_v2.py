@@ -1,0 +1,180 @@
+"""Control v2: robust inputs, delay-aware design, restart hold, gain scheduling and the
+throughput-seeking outer loop (unit level; closed loops on the plant zoo are in
+tests/harness/test_zoo_control.py)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from gpucontrol import (
+    ConfigurationError,
+    GainEstimator,
+    InnerSleepController,
+    LinearLatencyModel,
+    Measurement,
+    TwoTierController,
+    design_p,
+    stable_gain_range,
+)
+from gpucontrol.outer import ThroughputOuter
+
+MODEL = LinearLatencyModel(-12.0, 95.0)
+
+
+def test_measurement_accepts_the_readme_names():
+    a = Measurement(mean=92.0, p99=110.0, count=40)
+    b = Measurement(mean_ms=92.0, p99_ms=110.0, count=40)
+    assert a == b and a.mean_ms == 92.0 and a.p99_ms == 110.0
+    assert math.isnan(Measurement(92.0).p99_ms)
+    with pytest.raises(TypeError, match="mean"):
+        Measurement(mean=1.0, mean_ms=2.0)
+    with pytest.raises(TypeError, match="mean"):
+        Measurement(p99=3.0)
+    ctl = TwoTierController(MODEL, 90.0, mode="p99")
+    assert not ctl.update(Measurement(mean=80.0, p99=95.0, count=10)).reason.startswith("hold")
+
+
+@pytest.mark.parametrize("bad", ["abc", b"95", [95, 96], (95.0,), np.array([95.0, 96.0])])
+def test_update_rejects_what_is_not_one_measurement(bad):
+    ctl = TwoTierController(MODEL, 90.0)
+    with pytest.raises(TypeError, match="measurement"):
+        ctl.update(bad)
+
+
+def test_update_accepts_numpy_scalars():
+    ctl = TwoTierController(MODEL, 90.0)
+    assert ctl.update(np.float32(95.0)).sleep_s > 0
+    assert ctl.update(np.array(95.0)).sleep_s > 0
+
+
+@pytest.mark.parametrize("g", [-1.0, 0.0, math.nan])
+def test_closed_loop_rejects_non_positive_gain_ratio(g):
+    with pytest.raises(ConfigurationError, match="gain_ratio"):
+        design_p(MODEL).closed_loop(gain_ratio=g)
+    with pytest.raises(ConfigurationError, match="gain_ratio"):
+        design_p(MODEL).loop_tf(gain_ratio=g)
+
+
+def test_delay_aware_design_and_analyses():
+    p0 = design_p(MODEL)
+    assert p0.detune == 1.0 and stable_gain_range(p0, MODEL) == (0.0, 2.0)
+    assert stable_gain_range(p0, MODEL, delay_periods=1) == pytest.approx((0.0, 1.0))
+    p1 = design_p(MODEL, delay_periods=1)
+    assert p1.detune == 0.5 and p1.delay_periods == 1
+    assert stable_gain_range(p1, MODEL) == pytest.approx((0.0, 2.0))   # defaults to its delay
+    assert np.all(np.abs(p1.poles()) < 1)
+    assert p1.settling_periods() == design_p(MODEL, 0.5).settling_periods(delay_periods=1)
+
+
+def _loop(ctl, gain_ratio, delay, n=80, slo=90.0, offset=100.0):
+    g = MODEL.gain * gain_ratio
+    seen = [math.nan] * delay
+    lat = []
+    act = ctl.initial_actuation()
+    for _ in range(n):
+        true = offset + g * act.sleep_s
+        lat.append(true)
+        seen.append(true)
+        act = ctl.update(seen.pop(0))
+    return np.array(lat)
+
+
+def test_default_is_stable_under_an_unknown_one_period_delay():
+    for ratio in (0.5, 1.0, 1.5):
+        lat = _loop(TwoTierController(MODEL, 90.0, sleep_bounds_s=(0, 5)), ratio, 1, n=120)
+        assert np.abs(lat[-10:] - 90.0).max() < 0.05
+    # the paper's deadbeat design is on the stability boundary there
+    lat = _loop(TwoTierController(MODEL, 90.0, outer="none", detune=1.0,
+                                  sleep_bounds_s=(0, 5)), 1.0, 1)
+    assert np.abs(lat[-10:] - 90.0).max() > 1.0
+
+
+def test_glitch_is_held_and_never_moves_mps_or_the_estimator():
+    ctl = TwoTierController(MODEL, 90.0, adaptive=True, outer_every=7)
+    for _ in range(6):
+        ctl.update(91.0)
+    var = ctl.inner.estimator.noise_var
+    s = ctl.sleep_s
+    act = ctl.update(1e12)
+    assert act.reason.startswith("hold") and "glitch" in act.reason
+    assert act.sleep_s == s and not act.mps_changed and act.mps_pct == 100.0
+    assert ctl.inner.estimator.noise_var == var
+
+
+def test_huber_update_bounds_a_wild_pair():
+    est = GainEstimator(-10.0, min_effect_ms=0.1)
+    est.update(0.1, 1e9)      # wrong sign and absurd: clipped
+    assert -10.0 * 10 <= est.gain <= -10.0 * 0.1
+    assert est.noise_var < 1e3
+
+
+def test_pi_anti_windup_freezes_only_outward():
+    pi = InnerSleepController(-0.01, 90.0, (0.0, 1.0), ki=-0.01, initial_sleep_s=1.0)
+    pi.update(120.0)                     # pinned high, pushing outward: frozen
+    assert pi.integral == 0.0
+    pi.update(80.0)                      # error pulls inward: integrated at once
+    assert pi.integral == pytest.approx(10.0)
+
+
+def test_estimator_pairs_with_the_increment_delay_periods_earlier():
+    est = GainEstimator(MODEL.gain, min_effect_ms=0.05, noise_kappa=0.0)
+    ctl = InnerSleepController(1.0 / MODEL.gain, 90.0, (0.0, 5.0), estimator=est,
+                               detune=0.4, delay_periods=1)
+    g = 2.0 * MODEL.gain
+    s_hist = [0.0, 0.0]
+    for k in range(60):
+        true = 100.0 + g * s_hist[-2]
+        r = ctl.update(true if k % 20 else true + 5.0)
+        s_hist.append(r.sleep_s)
+    assert est.updates >= 5
+    assert est.ratio == pytest.approx(2.0, rel=0.25)
+
+
+def test_hold_follows_the_restart_duration():
+    assert TwoTierController(MODEL, 90.0).hold_periods_after_mps == 4       # 15 s default
+    ctl = TwoTierController(MODEL, 90.0, restart_s=10.0)
+    assert ctl.hold_periods_after_mps == 3
+    ctl.set_restart_duration(5.0)
+    assert ctl.hold_periods_after_mps == 2 and ctl.outer.restart_s == 5.0
+    assert TwoTierController(MODEL, 90.0, restart_s=0.0,
+                             hold_periods_after_mps=0).hold_periods_after_mps == 0
+    assert TwoTierController(MODEL, 90.0, outer="paper").hold_periods_after_mps == 2
+
+
+def test_gain_schedule_on_the_operating_point():
+    ctl = TwoTierController(MODEL, 90.0, outer="none", iteration_time_s=0.2)
+    # latency linear in the duty: the local slope at sleep 0 is (0.2 * 1.2) / 0.2**2 = 6x
+    assert ctl._slope_ratio(0.0) == pytest.approx(6.0)
+    assert ctl._slope_ratio(1.0) == pytest.approx(0.2 * 1.2 / 1.44)
+    plain = TwoTierController(MODEL, 90.0, outer="none")
+    assert plain._slope_ratio(0.0) == 1.0       # no iteration time known: no schedule
+
+
+def test_throughput_outer_cuts_early_when_pinned_and_learns_the_slope():
+    out = ThroughputOuter(90.0, every=25, initial_mps_pct=100.0, explore=False)
+    res = [out.update(95.0, 1.0, "high", 50.0, 0.5) for _ in range(3)]
+    assert res[0][0] is None and res[1][0] is None and res[2][0] is not None
+    assert "pinned high" in res[2][1] and out.mps_pct < 100.0
+    dm = out.mps_pct - 100.0
+    out.update(95.0 + 0.3 * dm, 1.0, "high", 50.0, 0.5)     # first reading after the restart
+    assert out.mps_gain == pytest.approx(0.3, rel=0.5)
+
+
+def test_throughput_outer_stays_when_a_move_does_not_pay():
+    out = ThroughputOuter(90.0, every=5, initial_mps_pct=80.0, mps_gain_ms_per_pct=0.3,
+                          explore=False)
+    moves = [out.update(90.0 + 0.1 * (-1) ** k, 0.3, None, 50.0, 0.5)[0] for k in range(50)]
+    assert all(m is None for m in moves)
+
+
+def test_restart_free_backend_may_decide_every_period():
+    with pytest.raises(ConfigurationError, match="outer_every"):
+        TwoTierController(MODEL, 90.0, outer_every=1)
+    ctl = TwoTierController(MODEL, 90.0, restart_s=0.0, outer_every=1, hold_periods_after_mps=0)
+    assert ctl.hold_periods_after_mps == 0
+    changed = 0
+    for _ in range(40):      # latency falls 0.2 ms per MPS point given up
+        act = ctl.update(95.0 + MODEL.gain * ctl.sleep_s - 0.2 * (100.0 - ctl.mps_pct))
+        changed += act.mps_changed
+    assert changed >= 1 and ctl.outer.restart_s == 0.0

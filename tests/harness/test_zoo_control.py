@@ -1,0 +1,77 @@
+"""The default controller on plants it was not built on (short zoo runs, seconds each).
+
+Each plant is identified the way a user would (60 periods of white-noise sleep, a static fit)
+and then controlled under a synthetic production-like load. The bounds are looser than the
+benchmark targets (benchmarks/control_quality.py reports those) because these runs are short.
+"""
+
+import numpy as np
+import pytest
+
+from gpucontrol import LinearLatencyModel, TwoTierController
+from harness.sim import zoo
+from harness.sim.protocol import run_loop
+from sysid import fit_static
+
+SLO = {"ours": 90.0, "hyperbolic": 80.0, "mixture": 8.0, "delayed": 80.0}
+
+
+def _model(name, seed, statistic="mean"):
+    u, y = zoo.white_noise_record(zoo.make_plant(name, seed=seed + 100), 60, seed=seed,
+                                  statistic=statistic)
+    f = fit_static(u, y)
+    return LinearLatencyModel(f.gain, f.offset)
+
+
+def _run(name, periods, *, seed=0, mode="mean", loads=None, plant=None, **kw):
+    slo = SLO[name] * (1.15 if mode == "p99" else 1.0)
+    ctl = TwoTierController(_model(name, seed, mode), slo, mode=mode, **kw)
+    plant = plant if plant is not None else zoo.make_plant(name, seed=seed)
+    loads = zoo.load_trace(periods, seed=seed) if loads is None else loads
+    rec = run_loop(ctl, plant, periods, zoo.load_scenario(loads))
+    lat = rec.col("latency_ms" if mode == "mean" else "p99_ms")
+    if name == "delayed":
+        lat = np.r_[lat[1:], np.nan]
+    ok = np.isfinite(lat) & (lat < 1e6)
+    base = plant.inner if isinstance(plant, (zoo.DelayedPlant, zoo.GlitchPlant)) else plant
+    base = base.inner if isinstance(base, zoo.DelayedPlant) else base
+    oracle = sum(zoo.oracle_rate(base, slo, q, mode) * 4.0 for q in loads)
+    return {"over": float(np.mean(lat[ok] > 1.05 * slo)),
+            "efficiency": float(rec.col("training_iterations").sum() / oracle),
+            "changes": int(rec.col("mps_changed").sum()), "rec": rec}
+
+
+@pytest.mark.parametrize("name", zoo.PLANTS)
+def test_default_controller_holds_the_slo_and_trains_on_every_zoo_plant(name):
+    r = _run(name, 300)
+    assert r["over"] <= 0.04
+    assert r["efficiency"] >= 0.82
+    assert r["changes"] <= 12     # the short trace swings ±12 % in 300 periods: moves track it
+
+
+@pytest.mark.parametrize("name", ["hyperbolic", "mixture"])
+def test_default_controller_does_not_churn_at_steady_load(name):
+    r = _run(name, 350, loads=np.ones(350))
+    late = r["rec"].col("mps_changed")[100:].sum()
+    assert late <= 1          # 250 periods = 10 outer evaluations
+
+
+def test_a_glitch_never_moves_mps():
+    plant = zoo.GlitchPlant(zoo.make_plant("hyperbolic", seed=0), periods=[60, 140])
+    r = _run("hyperbolic", 200, plant=plant, loads=np.ones(200))
+    rec = r["rec"]
+    for k in (60, 140):
+        assert rec[k]["reason"].startswith("hold") and not rec[k]["mps_changed"]
+        assert rec[k]["next_mps_pct"] == rec[k]["mps_pct"]
+
+
+def test_p99_mode_holds_a_tail_the_sleep_cannot_move():
+    r = _run("mixture", 300, mode="p99")
+    assert r["over"] <= 0.04
+    assert r["efficiency"] >= 0.75
+
+
+def test_paper_mode_is_kept_and_worse_on_the_hyperbolic_plant():
+    paper = _run("hyperbolic", 300, outer="paper")
+    default = _run("hyperbolic", 300)
+    assert paper["over"] > default["over"]
