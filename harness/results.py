@@ -107,12 +107,29 @@ def write_csv(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike,
 
 
 def read_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read a CSV written by :func:`write_csv` (numbers become floats, empty cells NaN)."""
+    """Read a CSV written by :func:`write_csv` (numbers become floats, empty cells NaN).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+
+    Returns
+    -------
+    list[dict]
+        One dict per row; a row with more or fewer fields than the header raises
+        ``ValueError`` naming the file and line.
+    """
     out = []
     with open(path, newline="", encoding="utf-8") as f:
-        for r in csv.DictReader(f):
+        reader = csv.reader(f)
+        header = next(reader, None) or []
+        for vals in reader:
+            if len(vals) != len(header):
+                raise ValueError(f"{path}: line {reader.line_num} has {len(vals)} fields, "
+                                 f"the header {len(header)}")
             row: dict[str, Any] = {}
-            for k, v in r.items():
+            for k, v in zip(header, vals):
                 if v == "":
                     row[k] = math.nan
                     continue

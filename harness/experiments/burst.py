@@ -20,6 +20,7 @@ from harness.experiments.common import (
     params_meta,
     plant_mps_enabled,
     resolve_names,
+    slo_floor_ms,
     slo_meta,
 )
 from harness.progress import Progress
@@ -122,6 +123,13 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
     ref = make_plant("sim", preset, seed=seed, **{**overrides, "batch": batches[0]})
     slo_info = slo_meta(slo_ms, ref, batches[0], relative_slo)
     slo_ms = slo_info["slo_ms"]
+    floors = {b: slo_floor_ms(ref, b) for b in dict.fromkeys(batches)}
+    if slo_ms < floors[batches[0]]:
+        raise ValueError(
+            f"the SLO (slo_ms) {slo_ms:.1f} ms is infeasible: the least latency any sleep in "
+            f"[0, 1] s and MPS in [1, 100] % reaches at batch {batches[0]} is "
+            f"{floors[batches[0]]:.1f} ms on the {preset} preset; choose an SLO above it")
+    slo_info["slo_feasible"] = {str(b): bool(slo_ms >= f) for b, f in floors.items()}
     ctls = build_controllers(names, plant=ref, slo_ms=slo_ms, scenario=scenario,
                              duration_s=periods * period_s, period_s=period_s)
     runs: list[Records] = []
@@ -147,7 +155,9 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
         for key, ref_name in (("training_vs_oracle", "Oracle"),
                               ("training_vs_gslice", "GSLICE-extended")):
             base = by.get(ref_name, {}).get("training_throughput", math.nan)
-            row[key] = row["training_throughput"] / base if base and base > 0 else math.nan
+            # a reference that (almost) does not train makes the ratio meaningless
+            ok = base and base > 1e-3 * max(r["training_throughput"] for r in summary)
+            row[key] = row["training_throughput"] / base if ok else math.nan
     meta = {"experiment": "burst", "plant": plant, "preset": str(preset), "seed": seed,
             "duration_s": periods * period_s, "period_s": period_s, **slo_info,
             "burst_s": list(burst_s), "batches": list(batches), "tolerance": tolerance,

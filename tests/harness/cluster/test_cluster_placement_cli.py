@@ -75,7 +75,7 @@ def test_cli_cluster_pai_file_and_errors(tmp_path, capsys):
                         100, 4 + i % 20, [25, 50, 100, 150][i % 4], "V100"])
         w.writerow(["bad", "worker", 1, "Terminated", "x", 5, 1, 1, 1, "T4"])
     rc = main(["cluster", "--trace", "pai", str(path), "--policy", "gslice,gpucolo",
-               "--out", str(tmp_path / "o"), "--no-progress"])
+               "--out", str(tmp_path / "o"), "--no-progress", "--no-burst"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "MALFORMED 1" in text
