@@ -14,7 +14,9 @@ import io
 import json
 import math
 import os
+import stat
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,12 +40,33 @@ __all__ = [
 ]
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def _file_mode(p: Path) -> int:
+    """The mode ``open(p, "w")`` would leave: an existing file's, else 0o666 less the umask
+    (``mkstemp`` alone would make every result file 0600)."""
+    try:
+        return stat.S_IMODE(p.stat().st_mode)
+    except OSError:
+        with _UMASK_LOCK:  # os.umask can only be read by setting it
+            mask = os.umask(0o022)
+            os.umask(mask)
+        return 0o666 & ~mask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically; create parent folders. Returns the path."""
+    """Write ``data`` to ``path`` atomically; create parent folders. Returns the path.
+
+    The file gets the permissions a plain write would give it: an existing file keeps its
+    mode, a new one is 0o666 less the process umask.
+    """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    mode = _file_mode(p)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
