@@ -1,6 +1,7 @@
 """The ``gpucontrol demo | knobs | burst | sweep`` subcommands (short durations)."""
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -124,7 +125,7 @@ def test_missing_trace_file_is_one_line(tmp_path, capsys):
 def test_header_only_trace_is_refused(tmp_path, capsys):
     from harness.cluster.traces import OPENB_PODS
 
-    head = open(OPENB_PODS).readline()
+    head = Path(OPENB_PODS).read_text().splitlines()[0] + "\n"
     f = tmp_path / "pods.csv"
     f.write_text(head)
     assert _rc(["cluster", "--trace", "openb", str(f), "--out", str(tmp_path / "o")]) == 2
