@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 
 from harness.cli.args import UsageError, check_out_dir, number, seed
@@ -203,12 +204,28 @@ def _ratio_sweep(trace: Trace, ratios: list[float], placement: str, base: dict, 
     return rrows
 
 
+#: GPU-days of the synthetic benchmark (57 days at scale 3000) and the wall time of its
+#: slowest policy run, GPUColo, in BENCHMARKS.md.
+BENCH_GPU_DAYS, BENCH_WALL_S = 57 * 3000.0, 54.0
+
+
+def _warn_if_long(gpu_days: float, runs: int) -> None:
+    """Say up front when a synthetic run will take minutes (estimated from the benchmark)."""
+    est = BENCH_WALL_S * gpu_days / BENCH_GPU_DAYS * runs
+    if est > 60.0:
+        print(f"gpucontrol cluster: note: {gpu_days:.3g} GPU-days x {runs} policy runs; "
+              f"expect up to about {est / 60:.0f} min (the 57-day, scale-3000 benchmark takes "
+              f"up to {BENCH_WALL_S:.0f} s per run)", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     policies = _list(args.policy, POLICIES, "policy")
     placements = _list(args.placement, PLACEMENTS, "placement")
     ratios = list(args.ratios)
     show: bool | None = False if args.no_progress else None  # None: bar or lines
     out = check_out_dir(args.out)
+    if args.trace[0] == "synthetic":
+        _warn_if_long(args.days * args.scale, len(policies) * len(placements))
     trace, burst = _prepare(args)
     base = {"plant": PlantParams(max_speedup=args.max_speedup, interference=args.interference),
             "control": ControlParams(gain=args.gain), "slo_factor": args.slo_factor,

@@ -176,6 +176,8 @@ def _cmd_knobs(args: argparse.Namespace) -> int:
     from harness.experiments.knobs import knobs
     from harness.results import markdown_table
 
+    if args.change is None:  # the documented default: the Fig 4 steps scaled to the run
+        args.change = (args.duration / 3.0, 2.0 * args.duration / 3.0)
     if args.change[1] >= args.duration:
         raise UsageError(f"--change {args.change[0]:g},{args.change[1]:g}: both steps must "
                          f"come before the end of --duration ({args.duration:g} s)")
@@ -231,9 +233,9 @@ def register(sub: Any) -> None:
     _common(p, duration=60.0, period=1.0)
     add_preset(p, "fig4")
     p.add_argument("--change", type=_pair(float, 0.0, None, increasing=True),
-                   default=(20.0, 40.0),
+                   default=None,
                    help="times of the reduce and restore steps, s, 0 <= A < B < --duration "
-                        "(default 20,40)")
+                        "(default a third and two thirds of --duration: 20,40 for 60 s)")
     p.set_defaults(func=_guard(_cmd_knobs))
 
     p = sub.add_parser("burst", help="inference burst under every controller "

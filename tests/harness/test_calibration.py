@@ -268,3 +268,20 @@ def test_relative_slo_lands_at_the_same_place_in_a_faster_gpus_range(tmp_path, c
     assert main(["burst", "--preset", str(f), "--relative-slo", "--duration", "8",
                  "--controllers", "two-tier", "--out", str(tmp_path), "--no-progress"]) == 0
     assert f"-> {slo:.1f} ms on {f}" in capsys.readouterr().out
+
+
+def test_constants_the_data_cannot_pin_are_flagged(tmp_path, capsys):
+    from harness.experiments.calibrate import unpinned
+
+    doc = {"fitted": {"a": {"value": 0.0388, "stderr": 0.3184}, "b": {"value": 2.0,
+                                                                      "stderr": 0.1},
+                      "c": {"value": 1.0, "stderr": float("nan")}}}
+    assert unpinned(doc) == ["a"]
+    # the knobs records alone (one batch size) leave the saturation constant loose
+    assert main(["knobs", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert main(["calibrate", "--from", str(tmp_path / "knobs"),
+                 "--out", str(tmp_path / "cal")]) == 0
+    err = capsys.readouterr().err
+    assert "is not pinned by these data" in err
+    md = (tmp_path / "cal" / "calibration.md").read_text()
+    assert "**Warning**: the data cannot pin" in md and "not pinned by these data |" in md

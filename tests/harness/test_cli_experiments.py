@@ -176,3 +176,19 @@ def test_plant_gpu_without_the_harness_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "harness.hil", None)
     assert main(["demo", "--plant", "gpu", "--duration", "8", "--out", str(tmp_path)]) == 3
     assert "needs the GPU harness" in capsys.readouterr().err
+
+
+def test_nonexistent_training_cmd_is_one_line(tmp_path, capsys):
+    assert _rc(["daemon", "--training-cmd", "no-such-program-xyz --epochs 3",
+                "--fixed-sleep", "0.1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("gpucontrol daemon: error: --training-cmd: program 'no-such-program-xyz' "
+                   "not found or not executable on PATH")
+
+
+def test_knobs_default_steps_follow_the_duration(tmp_path, capsys):
+    assert main(["knobs", "--duration", "30", "--out", str(tmp_path), "--no-progress"]) == 0
+    import json
+
+    meta = json.loads((tmp_path / "knobs" / "knobs_meta.json").read_text())
+    assert meta["change_s"] == [10.0, 20.0]
