@@ -139,6 +139,11 @@ def test_garbage_calibrate_rows_are_one_line(tmp_path, capsys):
                 "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"gpucontrol calibrate: error: {f}: line 2 has 2 fields, the header 4"
+    f.write_text("t_start_s,latency_ms,mps_pct,sleep_s\n0,90,80,0.5\nfoo,bar,baz,qux\n")
+    assert _rc(["calibrate", "--from", str(f), "--preset", "fig8",
+                "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("line 3: latency_ms is 'bar', not a number") and "\n" not in err
 
 
 def test_version(capsys):
