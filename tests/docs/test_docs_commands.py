@@ -92,3 +92,49 @@ def test_make_help_lists_the_targets():
     assert p.returncode == 0
     targets = {line.split("\t")[0] for line in p.stdout.splitlines()}
     assert {"help", "demo", "test", "lint", "clean"} <= targets
+
+
+def _doc_commands() -> list[tuple[str, str]]:
+    """Every concrete ``gpucontrol ...`` command in the Markdown docs (code blocks and inline
+    code), placeholders (DIR, FILE, PID, ``|``, ``...``, ``<...>``) left out."""
+    import shlex
+
+    out = []
+    docs = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for doc in docs:
+        text = doc.read_text(encoding="utf-8").replace("\\\n", " ")
+        cands = re.findall(r"`(gpucontrol [^`]+)`", text)
+        cands += [ln.strip() for ln in text.splitlines() if ln.strip().startswith("gpucontrol ")]
+        for c in cands:
+            c = c.split(" #")[0].strip()
+            if re.search(r"\b(DIR|FILE|PID|ARGS|CMD)\b|\||\.\.\.|<|…", c):
+                continue
+            try:
+                shlex.split(c)
+            except ValueError:
+                continue
+            out.append((doc.name, c))
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("doc,command", _doc_commands())
+def test_every_documented_command_parses(doc, command):
+    """Flags and values of every documented command are accepted by the parser as written."""
+    import shlex
+
+    from harness.cli import build_parser
+
+    argv = shlex.split(command)[1:]
+    parser = build_parser()
+    if len(argv) == 1 and not argv[0].startswith("-"):  # a command named in prose
+        assert argv[0] in parser._subparsers._group_actions[0].choices, command
+        return
+    for i, a in enumerate(argv[:-1]):  # a calibration the guide's earlier steps write
+        if a == "--preset" and argv[i + 1].endswith(".json") and \
+                not (ROOT / argv[i + 1]).exists():
+            argv[i + 1] = "fig8"
+    try:
+        parser.parse_args(argv)
+    except SystemExit as exc:
+        if exc.code:
+            pytest.fail(f"{doc}: {command!r} is refused by the parser (exit {exc.code})")
