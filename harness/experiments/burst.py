@@ -204,18 +204,29 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
     names = [r["controller"] for r in res.summary]
     cmap = plt.get_cmap("tab10")
     colour = {n: cmap(i % 10) for i, n in enumerate(names)}
-    fig = plt.figure(figsize=(13, 11))
-    gs = fig.add_gridspec(3, 2, height_ratios=[1.1, 1.0, 1.0], hspace=0.45, wspace=0.18)
+    fig = plt.figure(figsize=(13, 11.5))
+    gs = fig.add_gridspec(3, 2, height_ratios=[1.1, 1.0, 1.0], hspace=0.55, wspace=0.18)
     a_lat = fig.add_subplot(gs[0, :])
     a_sleep = fig.add_subplot(gs[1, 0], sharex=a_lat)
     a_mps = fig.add_subplot(gs[1, 1], sharex=a_lat)
     a_tp = fig.add_subplot(gs[2, :])
+    series: dict[str, dict[str, tuple[float, ...]]] = {"sleep_s": {}, "mps_pct": {}}
     for n in names:
         r = Records(x for x in res.records if x["controller"] == n)
         t = r.col("t_end_s")
         a_lat.plot(t, r.col("latency_ms"), label=n, lw=1.1, color=colour[n])
         a_sleep.step(t, r.col("sleep_s"), where="pre", lw=1.1, color=colour[n])
         a_mps.step(t, r.col("mps_pct"), where="pre", lw=1.1, color=colour[n])
+        for key in series:
+            series[key][n] = tuple(np.round(r.col(key), 6))
+    for a, key in ((a_sleep, "sleep_s"), (a_mps, "mps_pct")):  # name lines drawn over others
+        same: dict[tuple[float, ...], list[str]] = {}
+        for n, v in series[key].items():
+            same.setdefault(v, []).append(n)
+        text = "; ".join(" = ".join(g) for g in same.values() if len(g) > 1)
+        if text:
+            a.text(0.0, -0.25, f"drawn as one line (identical): {text}",
+                   transform=a.transAxes, fontsize=7, va="top", color="0.25")
     a_lat.axhline(slo, color="k", ls="--", lw=1, label=f"SLO {slo:g} ms")
     for a in (a_lat, a_sleep, a_mps):
         a.axvspan(b0, b1, color="0.92", zorder=0)
@@ -232,8 +243,11 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
     handles.append(Patch(color="0.92", label="inference burst"))
     a_lat.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0),
                  borderaxespad=0.0)
-    a_sleep.set(ylabel="sleep interval (s)", title="(b) training sleep (colours as in (a))")
-    a_mps.set(ylabel="training MPS (%)", title="(c) training MPS (colours as in (a))")
+    a_sleep.set(ylabel="sleep interval (s)", title="(b) training sleep")
+    a_mps.set(ylabel="training MPS (%)", title="(c) training MPS")
+    a_mps.legend(handles=[h for h in handles if not h.get_label().startswith("SLO")],
+                 fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                 title="(b) and (c)", title_fontsize=8)
     x = np.arange(len(names))
     inf = [r["inference_throughput"] for r in res.summary]
     tr = [r["training_throughput"] for r in res.summary]
