@@ -239,13 +239,13 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
                        color="0.25")
     a_lat.set_ylabel("mean batch latency (ms)")
     a_lat.set_title("(a) latency, every controller", loc="left", pad=14)
-    handles = a_lat.get_legend_handles_labels()[0]
+    handles: list[Any] = list(a_lat.get_legend_handles_labels()[0])
     handles.append(Patch(color="0.92", label="inference burst"))
     a_lat.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0),
                  borderaxespad=0.0)
     a_sleep.set(ylabel="sleep interval (s)", title="(b) training sleep")
     a_mps.set(ylabel="training MPS (%)", title="(c) training MPS")
-    a_mps.legend(handles=[h for h in handles if not h.get_label().startswith("SLO")],
+    a_mps.legend(handles=[h for h in handles if not str(h.get_label()).startswith("SLO")],
                  fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
                  title="(b) and (c)", title_fontsize=8)
     x = np.arange(len(names))
