@@ -8,6 +8,7 @@ the launcher."""
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import shutil
@@ -51,7 +52,9 @@ def check_training_cmd(cmd: str | None) -> None:
                          + ("" if os.sep in prog else " on PATH"))
 
 
+@functools.wraps(run_from_args)
 def _run(args: argparse.Namespace) -> int:
+    """:func:`check_training_cmd`, then the node's ``run_from_args``."""
     check_training_cmd(args.training_cmd)
     return run_from_args(args)
 
