@@ -197,3 +197,19 @@ def test_knobs_default_steps_follow_the_duration(tmp_path, capsys):
 
     meta = json.loads((tmp_path / "knobs" / "knobs_meta.json").read_text())
     assert meta["change_s"] == [10.0, 20.0]
+
+
+def test_the_gpu_campaign_commands_pass_the_checks(tmp_path):
+    from harness.hil.campaign import STEPS
+
+    parser = build_parser()
+    n = 0
+    for step in STEPS.values():
+        for cmd in step.commands:
+            argv = list(cmd.argv)
+            if argv[:2] != ["-m", "harness.cli"]:
+                continue
+            args = parser.parse_args([a.replace("{out}", str(tmp_path)) for a in argv[2:]])
+            assert args.func
+            n += 1
+    assert n >= 4
