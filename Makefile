@@ -1,18 +1,30 @@
 # Two entry points for a fresh machine; each builds its own virtual environment.
+# Every step writes its stamp file only after it succeeded, so a failed or interrupted
+# install is redone on the next run; a .venv whose python no longer runs (a moved or
+# upgraded system python) is rebuilt from scratch.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+
+ifneq ($(wildcard $(VENV)/.created),)
+ifneq ($(shell $(BIN)/python -c "import pip" >/dev/null 2>&1 && echo ok),ok)
+$(info $(VENV) is broken (its python or pip does not run): rebuilding it)
+$(shell rm -f $(VENV)/.created $(VENV)/.base $(VENV)/.dev)
+endif
+endif
 
 .PHONY: help demo test lint typecheck contracts clean
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-$(BIN)/python:
+$(VENV)/.created:
+	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	touch $@
 
-$(VENV)/.base: $(BIN)/python pyproject.toml
+$(VENV)/.base: $(VENV)/.created pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 

@@ -14,7 +14,9 @@ import io
 import json
 import math
 import os
+import stat
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,12 +40,33 @@ __all__ = [
 ]
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def _file_mode(p: Path) -> int:
+    """The mode ``open(p, "w")`` would leave: an existing file's, else 0o666 less the umask
+    (``mkstemp`` alone would make every result file 0600)."""
+    try:
+        return stat.S_IMODE(p.stat().st_mode)
+    except OSError:
+        with _UMASK_LOCK:  # os.umask can only be read by setting it
+            mask = os.umask(0o022)
+            os.umask(mask)
+        return 0o666 & ~mask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically; create parent folders. Returns the path."""
+    """Write ``data`` to ``path`` atomically; create parent folders. Returns the path.
+
+    The file gets the permissions a plain write would give it: an existing file keeps its
+    mode, a new one is 0o666 less the process umask.
+    """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    mode = _file_mode(p)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -107,12 +130,29 @@ def write_csv(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike,
 
 
 def read_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read a CSV written by :func:`write_csv` (numbers become floats, empty cells NaN)."""
+    """Read a CSV written by :func:`write_csv` (numbers become floats, empty cells NaN).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+
+    Returns
+    -------
+    list[dict]
+        One dict per row; a row with more or fewer fields than the header raises
+        ``ValueError`` naming the file and line.
+    """
     out = []
     with open(path, newline="", encoding="utf-8") as f:
-        for r in csv.DictReader(f):
+        reader = csv.reader(f)
+        header = next(reader, None) or []
+        for vals in reader:
+            if len(vals) != len(header):
+                raise ValueError(f"{path}: line {reader.line_num} has {len(vals)} fields, "
+                                 f"the header {len(header)}")
             row: dict[str, Any] = {}
-            for k, v in r.items():
+            for k, v in zip(header, vals):
                 if v == "":
                     row[k] = math.nan
                     continue

@@ -23,9 +23,13 @@ COMMAND_MODULES: list[str] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from gpucontrol import __version__
+    from harness.cli.args import OneLineParser
+
+    parser = OneLineParser(
         prog="gpucontrol",
         description="Latency-guaranteed co-location of ML inference and training on one GPU.")
+    parser.add_argument("--version", action="version", version=f"gpucontrol {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -44,7 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except ValueError as exc:  # configuration errors: say what is wrong, no traceback
-        print(f"gpucontrol: error: {exc}", file=sys.stderr)
+        print(f"gpucontrol {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file that is missing or cannot be read or written
+        if exc.filename is None:
+            raise
+        print(f"gpucontrol {args.command}: error: {exc.filename}: {exc.strerror or exc}",
+              file=sys.stderr)
         return 2
 
 

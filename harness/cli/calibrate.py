@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness.cli.args import check_out_dir, integer, number, warn
 from harness.cli.experiments import preset_arg
-from harness.experiments.calibrate import format_report, run_calibration
+from harness.experiments.calibrate import format_report, run_calibration, unpinned
 from harness.sim.calibration import CALIBRATE_FIELDS, FIT_BOUNDS
 
 
@@ -22,10 +23,15 @@ def _fields(text: str) -> list[str]:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    check_out_dir(args.out)
     doc, files = run_calibration(args.sources, args.out, args.preset, fields=args.fit,
                                  settle_periods=args.settle, sleep_bin_s=args.sleep_bin,
                                  min_periods=args.min_periods, sm_weight=args.sm_weight)
     print(format_report(doc, args.out))
+    for n in unpinned(doc):
+        f = doc["fitted"][n]
+        warn(f"calibrate: {n} = {f['value']:.4g} ± {f['stderr']:.4g} is not pinned by these "
+             "data (see the warning in calibration.md)")
     print("Results: " + ", ".join(str(f) for f in files))
     return 0
 
@@ -49,13 +55,16 @@ def register(sub: Any) -> None:
                    help="output folder (default ./results/calibration)")
     p.add_argument("--fit", type=_fields, default=list(CALIBRATE_FIELDS),
                    help=f"comma-separated fields to fit (default {','.join(CALIBRATE_FIELDS)})")
-    p.add_argument("--settle", type=int, default=2,
-                   help="periods skipped after a run start, knob change or restart (default 2)")
-    p.add_argument("--sleep-bin", type=float, default=0.1,
-                   help="bin width (s) of sleeps that change every period (default 0.1)")
-    p.add_argument("--min-periods", type=int, default=3,
-                   help="steady periods an operating point needs to count (default 3)")
-    p.add_argument("--sm-weight", type=float, default=1.0,
-                   help="weight of the SM-share errors against the latency errors; 0 ignores "
-                        "them (default 1)")
+    p.add_argument("--settle", type=integer(0, 1000), default=2,
+                   help="periods skipped after a run start, knob change or restart, [0, 1000] "
+                        "(default 2)")
+    p.add_argument("--sleep-bin", type=number(0, 10, lo_open=True, unit="s"), default=0.1,
+                   help="bin width (s) of sleeps that change every period, (0, 10] "
+                        "(default 0.1)")
+    p.add_argument("--min-periods", type=integer(1, 100000), default=3,
+                   help="steady periods an operating point needs to count, [1, 100000] "
+                        "(default 3)")
+    p.add_argument("--sm-weight", type=number(0, 1000), default=1.0,
+                   help="weight of the SM-share errors against the latency errors, [0, 1000]; "
+                        "0 ignores them (default 1)")
     p.set_defaults(func=_cmd_calibrate)

@@ -13,8 +13,8 @@ import argparse
 import math
 import sys
 import time
-from pathlib import Path
 
+from harness.cli.args import UsageError, check_out_dir, number, seed
 from harness.cluster.engine import GpuType, SimConfig, Simulation
 from harness.cluster.figures import (
     daily_rows,
@@ -47,6 +47,11 @@ OPENB_GPU_SPECS = {"P100": (0.65, 16.0), "T4": (0.6, 16.0), "V100M16": (1.0, 16.
                    "G3": (1.0, 32.0)}
 
 
+def _ratios(text: str) -> list[float]:
+    one = number(0, 100, lo_open=True)
+    return [one(x) for x in text.replace(",", " ").split()]
+
+
 def register(sub) -> None:
     p = sub.add_parser("cluster", help="trace-driven cluster simulation (Fig 12/13)",
                        description=__doc__.split("\n\n")[0],
@@ -59,20 +64,28 @@ def register(sub) -> None:
                    help=f"comma list of {', '.join(PLACEMENTS)}, or 'all'")
     p.add_argument("--no-burst", action="store_true",
                    help="do not duplicate the inference tasks of days 20-40")
-    p.add_argument("--burst-days", type=float, nargs=2, default=(20.0, 40.0),
-                   metavar=("START", "END"))
-    p.add_argument("--window", type=float, nargs=2, default=None, metavar=("START_DAY", "DAYS"),
-                   help="simulate only tasks arriving in this window (re-based to day 0)")
-    p.add_argument("--days", type=float, default=57.0, help="synthetic: trace length")
-    p.add_argument("--scale", type=float, default=3000.0,
-                   help="synthetic: mean busy GPUs under No Co-location")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ratios", default="",
-                   help="comma list of inference:training ratios for Fig 13b (GSLICE, GPUColo)")
-    p.add_argument("--slo-factor", type=float, default=0.96)
+    p.add_argument("--burst-days", type=number(0, 3650), nargs=2, default=(20.0, 40.0),
+                   metavar=("START", "END"),
+                   help="days of the inference burst, 0 <= START < END, START inside the trace")
+    p.add_argument("--window", type=number(0, 3650), nargs=2, default=None,
+                   metavar=("START_DAY", "DAYS"),
+                   help="simulate only tasks arriving in this window (re-based to day 0); "
+                        "DAYS > 0 and the window must hold tasks")
+    p.add_argument("--days", type=number(0, 3650, lo_open=True), default=57.0,
+                   help="synthetic: trace length in days, (0, 3650]")
+    p.add_argument("--scale", type=number(0, 100000, lo_open=True), default=3000.0,
+                   help="synthetic: mean busy GPUs under No Co-location, (0, 100000]")
+    p.add_argument("--seed", type=seed, default=0, help="random seed, 0..2^32-1")
+    p.add_argument("--ratios", type=_ratios, default=[],
+                   help="comma list of inference:training ratios for Fig 13b (GSLICE, "
+                        "GPUColo), each in (0, 100]")
+    p.add_argument("--slo-factor", type=number(0, 2, lo_open=True), default=0.96,
+                   help="SLO as a multiple of the task's solo time, (0, 2]")
     p.add_argument("--slo-mode", choices=("rate", "deadline"), default="rate")
-    p.add_argument("--max-speedup", type=float, default=PlantParams.max_speedup)
-    p.add_argument("--interference", type=float, default=PlantParams.interference)
+    p.add_argument("--max-speedup", type=number(1, 10), default=PlantParams.max_speedup,
+                   help="[1, 10]")
+    p.add_argument("--interference", type=number(0, 10), default=PlantParams.interference,
+                   help="[0, 10]")
     p.add_argument("--gain", choices=("scheduled", "fixed"), default="scheduled")
     p.add_argument("--gpus", choices=("homogeneous", "openb"), default="homogeneous",
                    help="GPU pool: one type (speed 1, 32 GB) or the openb node list's mix")
@@ -118,7 +131,7 @@ def gpu_pool(name: str) -> tuple[GpuType, ...]:
     return tuple(out)
 
 
-def _simulate(trace: Trace, cfg: SimConfig, label: str, show: bool):
+def _simulate(trace: Trace, cfg: SimConfig, label: str, show: bool | None):
     with Progress(1000, label, enabled=show) as bar:
         def cb(frac: float) -> None:
             bar.advance(int(frac * 1000) - bar.done)
@@ -131,10 +144,28 @@ def _prepare(args: argparse.Namespace) -> tuple[Trace, tuple[float, float] | Non
     trace = load_trace(args.trace, args)
     if trace.report is not None:
         print(trace.report.summary())
+    if not len(trace):
+        raise UsageError(f"--trace {' '.join(args.trace)}: the trace holds no tasks")
     if args.window:
-        trace = trace.window(*args.window)
+        start, days = args.window
+        if days <= 0:
+            raise UsageError(f"--window {start:g} {days:g}: DAYS must be > 0")
+        full = trace.days
+        trace = trace.window(start, days)
+        if not len(trace):
+            raise UsageError(f"--window {start:g} {days:g} holds no tasks: the trace spans "
+                             f"days 0..{full:.1f}")
     burst = None if args.no_burst else (float(args.burst_days[0]), float(args.burst_days[1]))
     if burst:
+        if not burst[0] < burst[1]:
+            raise UsageError(f"--burst-days {burst[0]:g} {burst[1]:g}: START must be before "
+                             "END")
+        # the trace's nominal length: the window, the synthetic --days, else the last arrival
+        span = (args.window[1] if args.window else
+                args.days if args.trace[0] == "synthetic" else trace.days)
+        if burst[0] >= span:
+            raise UsageError(f"--burst-days {burst[0]:g} {burst[1]:g} start after the trace's "
+                             f"{span:.3g} days: give START in [0, {span:.3g}) or --no-burst")
         trace = inference_burst(trace, *burst)
     c = trace.counts()
     print(f"trace {trace.name}: {len(trace)} per-GPU tasks ({c['inference']} inference, "
@@ -158,7 +189,7 @@ def _gpucolo_line(r: dict) -> str:
 
 
 def _ratio_sweep(trace: Trace, ratios: list[float], placement: str, base: dict, seed: int,
-                 show: bool) -> list[dict]:
+                 show: bool | None) -> list[dict]:
     """Fig. 13b: GSLICE and GPUColo at each inference:training ratio."""
     rrows = []
     for ratio in ratios:
@@ -173,11 +204,28 @@ def _ratio_sweep(trace: Trace, ratios: list[float], placement: str, base: dict, 
     return rrows
 
 
+#: GPU-days of the synthetic benchmark (57 days at scale 3000) and the wall time of its
+#: slowest policy run, GPUColo, in BENCHMARKS.md.
+BENCH_GPU_DAYS, BENCH_WALL_S = 57 * 3000.0, 54.0
+
+
+def _warn_if_long(gpu_days: float, runs: int) -> None:
+    """Say up front when a synthetic run will take minutes (estimated from the benchmark)."""
+    est = BENCH_WALL_S * gpu_days / BENCH_GPU_DAYS * runs
+    if est > 60.0:
+        print(f"gpucontrol cluster: note: {gpu_days:.3g} GPU-days x {runs} policy runs; "
+              f"expect up to about {est / 60:.0f} min (the 57-day, scale-3000 benchmark takes "
+              f"up to {BENCH_WALL_S:.0f} s per run)", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     policies = _list(args.policy, POLICIES, "policy")
     placements = _list(args.placement, PLACEMENTS, "placement")
-    ratios = [float(x) for x in args.ratios.split(",") if x.strip()] if args.ratios else []
-    show = not args.no_progress and sys.stderr.isatty()
+    ratios = list(args.ratios)
+    show: bool | None = False if args.no_progress else None  # None: bar or lines
+    out = check_out_dir(args.out)
+    if args.trace[0] == "synthetic":
+        _warn_if_long(args.days * args.scale, len(policies) * len(placements))
     trace, burst = _prepare(args)
     base = {"plant": PlantParams(max_speedup=args.max_speedup, interference=args.interference),
             "control": ControlParams(gain=args.gain), "slo_factor": args.slo_factor,
@@ -189,7 +237,6 @@ def run(args: argparse.Namespace) -> int:
                 continue  # nothing to place: one job per GPU
             cfg = SimConfig(policy=pol, placement=placement, **base)
             results.append(_simulate(trace, cfg, f"{pol}/{placement}", show))
-    out = Path(args.out)
     rows = summary_rows(results, burst)
     print(format_table(rows))
     for r in rows:

@@ -8,23 +8,37 @@ metadata.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.cli.args import UsageError, check_out_dir, integer, number, seed, whole_periods
+
 __all__ = ["register"]
 
+#: Allowed ranges of the shared flags (the messages quote them).
+DURATION = number(0, 86400, lo_open=True, unit="s")
+PERIOD = number(0.1, 60, unit="s")
+SLO = number(0, 10000, lo_open=True, unit="ms")
+BATCH = (1, 4096)
 
-def _common(p: argparse.ArgumentParser, *, duration: float, out: str = "results") -> None:
+
+def _common(p: argparse.ArgumentParser, *, duration: float, period: float,
+            out: str = "results") -> None:
     p.add_argument("--plant", choices=("sim", "gpu"), default="sim",
                    help="simulated plant (default) or the real GPU (needs the GPU harness)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the plant (default 0)")
+    p.add_argument("--seed", type=seed, default=0,
+                   help="random seed of the plant, 0..2^32-1 (default 0)")
     p.add_argument("--out", default=out, help=f"output folder (default ./{out})")
-    p.add_argument("--duration", type=float, default=duration,
-                   help=f"seconds per run (default {duration:g})")
-    p.add_argument("--period", type=float, default=None, help="control period in s")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--duration", type=DURATION, default=duration,
+                   help=f"seconds per run, a whole number of periods, (0, 86400] "
+                        f"(default {duration:g})")
+    p.add_argument("--period", type=PERIOD, default=period,
+                   help=f"control period in s, [0.1, 60] (default {period:g})")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar or progress lines")
 
 
 def preset_arg(text: str) -> str:
@@ -45,27 +59,68 @@ def add_preset(p: argparse.ArgumentParser, default: str) -> None:
                         f"hardware is set up by the named preset (a calibration's base)")
 
 
-def _pair(kind: type) -> Callable[[str], tuple[Any, Any]]:
+def _pair(kind: type, lo: float | None = None, hi: float | None = None,
+          increasing: bool = False) -> Callable[[str], tuple[Any, Any]]:
+    """argparse type of 'A,B': two ``kind`` values in ``[lo, hi]`` (and ``A < B`` when
+    ``increasing``)."""
+    what = "whole numbers" if kind is int else "numbers"
+    rng = f" in [{'-inf' if lo is None else f'{lo:g}'}, {'inf' if hi is None else f'{hi:g}'}]"
+    order = " with A < B" if increasing else ""
+
     def parse(text: str) -> tuple[Any, Any]:
         parts = [x for x in text.replace(",", " ").split() if x]
         if len(parts) != 2:
-            raise argparse.ArgumentTypeError(f"expected two values 'A,B', got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected two {what} 'A,B'{rng}{order}, "
+                                             f"got {text!r}")
         try:
-            return kind(parts[0]), kind(parts[1])
+            a, b = kind(parts[0]), kind(parts[1])
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not two {kind.__name__}s: {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected two {what} 'A,B'{rng}{order}, "
+                                             f"got {text!r}") from None
+        for v in (a, b):
+            if not math.isfinite(v) or (lo is not None and v < lo) or \
+                    (hi is not None and v > hi):
+                raise argparse.ArgumentTypeError(f"both values must be{rng}, got {text!r}")
+        if increasing and not a < b:
+            raise argparse.ArgumentTypeError(f"expected A < B, got {text!r}")
+        return a, b
     return parse
 
 
-def _floats(text: str) -> list[float]:
+def _floats_in(lo: float, hi: float, *, lo_open: bool = False, unit: str = ""
+               ) -> Callable[[str], list[float]]:
+    """argparse type of a comma list of numbers, each in the range (see :func:`number`)."""
+    one = number(lo, hi, lo_open=lo_open, unit=unit)
+
+    def parse(text: str) -> list[float]:
+        parts = [x for x in text.replace(",", " ").split() if x]
+        if not parts:
+            raise argparse.ArgumentTypeError("expected at least one number, e.g. 75,80,85")
+        return [one(x) for x in parts]
+    return parse
+
+
+#: Any list of numbers (kept for callers of the old name).
+_floats = _floats_in(-math.inf, math.inf)
+
+
+def controllers_arg(text: str) -> list[str]:
+    """argparse type of ``--controllers``: a non-empty comma list of known names/aliases."""
+    from harness.experiments.common import resolve_names
+
+    if not [x for x in text.split(",") if x.strip()]:
+        raise argparse.ArgumentTypeError("expected at least one controller, e.g. "
+                                         "'gslice,two-tier,ours,oracle'")
     try:
-        vals = [float(x) for x in text.replace(",", " ").split() if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers like 75,80,85, got {text!r}") \
-            from None
-    if not vals:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return vals
+        return resolve_names(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _prepare_run(args: argparse.Namespace, sub: str) -> Path:
+    """Checks every run makes before it starts: whole periods, a writable output folder."""
+    whole_periods(args.duration, args.period)
+    return check_out_dir(Path(args.out) / sub)
 
 
 def _progress(args: argparse.Namespace) -> bool | None:
@@ -87,9 +142,9 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
 def _cmd_demo(args: argparse.Namespace) -> int:
     from harness.experiments.demo import demo
 
-    kw = {"period_s": args.period} if args.period else {}
+    _prepare_run(args, "burst")
     demo(out_dir=args.out, seed=args.seed, duration_s=args.duration, plant=args.plant,
-         preset=args.preset, progress=_progress(args), **kw)
+         preset=args.preset, progress=_progress(args), period_s=args.period)
     return 0
 
 
@@ -97,12 +152,17 @@ def _cmd_burst(args: argparse.Namespace) -> int:
     from harness.experiments.burst import burst
     from harness.experiments.demo import format_table
 
-    kw = {"period_s": args.period} if args.period else {}
+    if args.burst is None:  # the documented default: the Fig 8 burst scaled to the run
+        args.burst = (0.225 * args.duration, 0.725 * args.duration)
+    if args.burst[1] > args.duration:
+        raise UsageError(f"--burst {args.burst[0]:g},{args.burst[1]:g}: the burst must end "
+                         f"within --duration ({args.duration:g} s)")
+    out = _prepare_run(args, "burst")
     res = burst(plant=args.plant, preset=args.preset, seed=args.seed,
                 duration_s=args.duration, slo_ms=args.slo,
                 burst_s=args.burst, batches=args.batch, controllers=args.controllers,
-                out_dir=Path(args.out) / "burst", progress=_progress(args),
-                relative_slo=args.relative_slo, **kw)
+                out_dir=out, progress=_progress(args),
+                relative_slo=args.relative_slo, period_s=args.period)
     if args.relative_slo:
         print(f"SLO {args.slo:g} ms on the RTX 3090 preset -> {res.meta['slo_ms']:.1f} ms on "
               f"{args.preset} (latency range {res.meta['latency_range_ms'][0]:.1f}.."
@@ -116,9 +176,15 @@ def _cmd_knobs(args: argparse.Namespace) -> int:
     from harness.experiments.knobs import knobs
     from harness.results import markdown_table
 
+    if args.change is None:  # the documented default: the Fig 4 steps scaled to the run
+        args.change = (args.duration / 3.0, 2.0 * args.duration / 3.0)
+    if args.change[1] >= args.duration:
+        raise UsageError(f"--change {args.change[0]:g},{args.change[1]:g}: both steps must "
+                         f"come before the end of --duration ({args.duration:g} s)")
+    out = _prepare_run(args, "knobs")
     res = knobs(plant=args.plant, preset=args.preset, seed=args.seed, duration_s=args.duration,
-                change_s=args.change, period_s=args.period or 1.0,
-                out_dir=Path(args.out) / "knobs", progress=_progress(args))
+                change_s=args.change, period_s=args.period,
+                out_dir=out, progress=_progress(args))
     print(markdown_table(res.summary, ("run", "phase", "latency_ms", "paper_latency_ms",
                                        "sm_pct", "paper_sm_pct"), digits=2))
     print("Results: " + ", ".join(str(f) for f in res.files))
@@ -129,14 +195,25 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from harness.experiments.slo_sweep import DEFAULT_SWEEP_CONTROLLERS, SUMMARY_COLUMNS, slo_sweep
     from harness.results import markdown_table
 
-    kw = {"period_s": args.period} if args.period else {}
+    warmup = args.warmup
+    if warmup is None:  # the documented default
+        warmup = min(100.0, 0.5 * args.duration)
+    elif warmup >= args.duration:
+        raise UsageError(f"--warmup {warmup:g} s must be less than --duration "
+                         f"({args.duration:g} s), so some periods are scored")
+    out = _prepare_run(args, "slo_sweep")
     res = slo_sweep(plant=args.plant, preset=args.preset, seed=args.seed, slos=args.slos,
                     duration_s=args.duration,
-                    batch=args.batch, warmup_s=min(args.warmup, 0.5 * args.duration),
+                    batch=args.batch, warmup_s=warmup,
                     controllers=args.controllers or DEFAULT_SWEEP_CONTROLLERS,
-                    out_dir=Path(args.out) / "slo_sweep", progress=_progress(args),
-                    relative_slo=args.relative_slo, **kw)
+                    out_dir=out, progress=_progress(args),
+                    relative_slo=args.relative_slo, period_s=args.period)
     print(markdown_table(res.summary, SUMMARY_COLUMNS, digits=2))
+    bad = sorted({r["slo_ms"] for r in res.summary if r["slo_ms"] < res.meta["slo_floor_ms"]})
+    if bad:
+        print(f"Infeasible SLO(s) {', '.join(f'{x:g}' for x in bad)} ms: no sleep in [0, 1] s "
+              f"and MPS in [1, 100] % gets below {res.meta['slo_floor_ms']:.1f} ms at batch "
+              f"{args.batch} (feasible: False in the table)")
     print("Results: " + ", ".join(str(f) for f in res.files))
     return 0
 
@@ -148,45 +225,56 @@ def register(sub: Any) -> None:
                        "simulated "
                                    "plant and print, per controller, latency, SLO violations and "
                                    "throughputs. Results go to ./results/burst/.")
-    _common(p, duration=400.0)
+    _common(p, duration=400.0, period=4.0)
     add_preset(p, "fig8")
     p.set_defaults(func=_guard(_cmd_demo))
 
     p = sub.add_parser("knobs", help="MPS vs Sleep vs Sleep+MPS (GPUColo paper, Fig. 4)")
-    _common(p, duration=60.0)
+    _common(p, duration=60.0, period=1.0)
     add_preset(p, "fig4")
-    p.add_argument("--change", type=_pair(float), default=(20.0, 40.0),
-                   help="times of the reduce and restore steps, s (default 20,40)")
+    p.add_argument("--change", type=_pair(float, 0.0, None, increasing=True),
+                   default=None,
+                   help="times of the reduce and restore steps, s, 0 <= A < B < --duration "
+                        "(default a third and two thirds of --duration: 20,40 for 60 s)")
     p.set_defaults(func=_guard(_cmd_knobs))
 
     p = sub.add_parser("burst", help="inference burst under every controller "
                                       "(GPUColo paper, Fig. 8)")
-    _common(p, duration=400.0)
+    _common(p, duration=400.0, period=4.0)
     add_preset(p, "fig8")
-    p.add_argument("--slo", type=float, default=90.0, help="latency SLO in ms (default 90)")
+    p.add_argument("--slo", type=SLO, default=90.0,
+                   help="latency SLO in ms, (0, 10000]; one no setting of the knobs can meet is "
+                        "refused (default 90)")
     p.add_argument("--relative-slo", action="store_true",
                    help="read the SLO as one stated for the paper's RTX 3090 (the fig8 preset) and "
                         "move it to the same place in --preset's latency range (for a preset "
                         "calibrated on another GPU)")
-    p.add_argument("--burst", type=_pair(float), default=(90.0, 290.0),
-                   help="burst start,end in s (default 90,290)")
-    p.add_argument("--batch", type=_pair(int), default=(105, 115),
-                   help="normal,burst batch size (default 105,115)")
-    p.add_argument("--controllers", default=None,
+    p.add_argument("--burst", type=_pair(float, 0.0, None, increasing=True),
+                   default=None,
+                   help="burst start,end in s, 0 <= start < end <= --duration (default "
+                        "22.5 %%..72.5 %% of --duration: 90,290 for the 400 s run)")
+    p.add_argument("--batch", type=_pair(int, *BATCH), default=(105, 115),
+                   help="normal,burst batch size, each in [1, 4096] (default 105,115)")
+    p.add_argument("--controllers", type=controllers_arg, default=None,
                    help="comma-separated subset, e.g. 'gslice,two-tier,ours,oracle'")
     p.set_defaults(func=_guard(_cmd_burst))
 
     p = sub.add_parser("sweep", help="SLO sweep 75..95 ms (GPUColo paper, Fig. 9)")
-    _common(p, duration=400.0)
+    _common(p, duration=400.0, period=4.0)
     add_preset(p, "fig8")
-    p.add_argument("--slos", type=_floats, default=[75, 80, 85, 90, 95],
-                   help="SLOs in ms (default 75,80,85,90,95)")
+    p.add_argument("--slos", type=_floats_in(0, 10000, lo_open=True, unit="ms"),
+                   default=[75, 80, 85, 90, 95],
+                   help="SLOs in ms, each in (0, 10000] (default 75,80,85,90,95); the table "
+                        "marks the ones no setting of the knobs can meet as not feasible")
     p.add_argument("--relative-slo", action="store_true",
                    help="read the SLOs as stated for the paper's RTX 3090 (the fig8 preset) and "
                         "move them to the same place in --preset's latency range (for a preset "
                         "calibrated on another GPU)")
-    p.add_argument("--batch", type=int, default=105, help="inference batch (default 105)")
-    p.add_argument("--warmup", type=float, default=100.0,
-                   help="seconds excluded as the start-up transient (default 100)")
-    p.add_argument("--controllers", default=None, help="comma-separated subset")
+    p.add_argument("--batch", type=integer(*BATCH), default=105,
+                   help="inference batch, [1, 4096] (default 105)")
+    p.add_argument("--warmup", type=number(0, None), default=None,
+                   help="seconds excluded as the start-up transient, 0 <= W < --duration "
+                        "(default 100, or half of --duration when that is shorter)")
+    p.add_argument("--controllers", type=controllers_arg, default=None,
+                   help="comma-separated subset")
     p.set_defaults(func=_guard(_cmd_sweep))

@@ -8,12 +8,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.experiments import _floats, _pair, add_preset
+from harness.cli.args import UsageError, check_out_dir, integer, number, seed
+from harness.cli.experiments import _floats_in, _pair, add_preset
 from harness.experiments.common import PlantUnavailable
 from harness.experiments.identify import format_summary, identify
 
 
 def _cmd_identify(args: argparse.Namespace) -> int:
+    n_fit = int(args.train * args.periods)
+    if n_fit < 3 or args.periods - n_fit < 3:
+        raise UsageError(f"--train {args.train:g} of --periods {args.periods} leaves {n_fit} "
+                         f"periods to fit and {args.periods - n_fit} to hold out; each needs "
+                         "at least 3")
+    check_out_dir(Path(args.out) / "identify")
     try:
         res = identify(plant=args.plant, preset=args.preset, seed=args.seed,
                        mps_levels=args.mps, sleep_range=args.sleep, periods=args.periods,
@@ -42,16 +49,18 @@ def register(sub: Any) -> None:
     p.add_argument("--plant", choices=("sim", "gpu"), default="sim",
                    help="simulated plant (default) or the real GPU (needs the GPU harness)")
     add_preset(p, "fig8")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed, 0..2^32-1 (default 0)")
     p.add_argument("--out", default="results", help="output folder (default ./results)")
-    p.add_argument("--mps", type=_floats, default=[40.0, 60.0, 80.0, 100.0],
-                   help="training MPS levels in %% (default 40,60,80,100)")
-    p.add_argument("--sleep", type=_pair(float), default=(0.1, 0.7),
-                   help="sleep range of the excitation in s (default 0.1,0.7)")
-    p.add_argument("--periods", type=int, default=100,
-                   help="recorded periods per MPS level (default 100)")
-    p.add_argument("--train", type=float, default=0.6,
-                   help="fraction of each record used for fitting (default 0.6)")
-    p.add_argument("--period", type=float, default=4.0, help="control period in s (default 4)")
+    p.add_argument("--mps", type=_floats_in(1, 100, unit="%"), default=[40.0, 60.0, 80.0, 100.0],
+                   help="training MPS levels in %%, each in [1, 100] (default 40,60,80,100)")
+    p.add_argument("--sleep", type=_pair(float, 0.0, 10.0, increasing=True), default=(0.1, 0.7),
+                   help="sleep range of the excitation in s, 0 <= lo < hi <= 10 "
+                        "(default 0.1,0.7)")
+    p.add_argument("--periods", type=integer(10, 100000), default=100,
+                   help="recorded periods per MPS level, [10, 100000] (default 100)")
+    p.add_argument("--train", type=number(0, 1, lo_open=True, hi_open=True), default=0.6,
+                   help="fraction of each record used for fitting, (0, 1) (default 0.6)")
+    p.add_argument("--period", type=number(0.1, 60, unit="s"), default=4.0,
+                   help="control period in s, [0.1, 60] (default 4)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_identify)

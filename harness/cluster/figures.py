@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.cluster.engine import SimResult
-from harness.cluster.policies import LABELS
+from harness.cluster.placement import PLACEMENTS
+from harness.cluster.policies import LABELS, POLICIES
 from harness.cluster.traces import DAY, INFERENCE
 from harness.results import save_figure, write_csv
 
@@ -85,6 +86,25 @@ def daily_rows(results: Sequence[SimResult]) -> list[dict]:
     return rows
 
 
+#: One colour per policy in every cluster figure; the placement sets the line style.
+POLICY_COLORS = {p: f"C{i}" for i, p in enumerate(POLICIES)}
+PLACEMENT_STYLES = dict(zip(PLACEMENTS, ("-", "--", ":")))
+
+
+def _style(policy: str, placement: str) -> dict:
+    return {"color": POLICY_COLORS.get(policy, "k"),
+            "ls": PLACEMENT_STYLES.get(placement, "-.")}
+
+
+def _days_axis(ax, results: Sequence[SimResult], burst: tuple[float, float] | None) -> None:
+    """x axis over the simulated days only; the burst shaded where it overlaps them."""
+    days = max(r.days for r in results)
+    ax.set_xlim(-0.5, max(days - 0.5, 0.5))
+    if burst and burst[0] < days:
+        ax.axvspan(burst[0], min(burst[1], days - 0.5), color="0.9", zorder=0,
+                   label=f"inference burst (days {burst[0]:g}-{burst[1]:g})")
+
+
 def plot_fig12(results: Sequence[SimResult], path: Path,
                burst: tuple[float, float] | None = (20, 40)) -> Path:
     """Daily average GPUs per policy.
@@ -93,16 +113,15 @@ def plot_fig12(results: Sequence[SimResult], path: Path,
     """
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = plt.subplots(figsize=(11, 4.4))
     for r in results:
-        ax.plot(np.arange(r.days), r.daily_gpus, marker=".",
+        ax.plot(np.arange(r.days), r.daily_gpus, marker=".", **_style(r.policy, r.placement),
                 label=f"{LABELS[r.policy]} ({r.placement}): {r.mean_gpus:.0f}")
-    if burst:
-        ax.axvspan(*burst, color="0.9", zorder=0, label="inference burst")
+    _days_axis(ax, results, burst)
     ax.set_xlabel("day")
     ax.set_ylabel("GPUs (daily average)")
     ax.set_title(f"GPUs used per day — {results[0].trace}")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return save_figure(fig, path, dpi=120)
@@ -116,18 +135,18 @@ def plot_fig13a(results: Sequence[SimResult], path: Path,
     """
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = plt.subplots(figsize=(11, 4.4))
     for r in results:
         if r.policy == "nocolo":
             continue
         ax.plot(np.arange(r.days), 100 * r.daily_violation(), marker=".",
+                **_style(r.policy, r.placement),
                 label=f"{LABELS[r.policy]} ({r.placement}): {100 * r.violation_rate:.1f} %")
-    if burst:
-        ax.axvspan(*burst, color="0.9", zorder=0, label="inference burst")
+    _days_axis(ax, results, burst)
     ax.set_xlabel("day (of arrival)")
     ax.set_ylabel("SLO violation rate (%)")
     ax.set_title("Inference tasks missing their SLO")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return save_figure(fig, path, dpi=120)
@@ -143,7 +162,8 @@ def plot_fig13b(rows: Sequence[dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     for pol in dict.fromkeys(r["policy"] for r in rows):
         pts = sorted((r["ratio"], r["violation_rate"]) for r in rows if r["policy"] == pol)
-        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", label=LABELS[pol])
+        ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", label=LABELS[pol],
+                color=POLICY_COLORS.get(pol, "k"))
     ax.set_xlabel("inference : training (tasks)")
     ax.set_ylabel("SLO violation rate (%)")
     ax.set_title("Violation vs inference share")

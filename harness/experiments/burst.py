@@ -20,6 +20,7 @@ from harness.experiments.common import (
     params_meta,
     plant_mps_enabled,
     resolve_names,
+    slo_floor_ms,
     slo_meta,
 )
 from harness.progress import Progress
@@ -122,6 +123,13 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
     ref = make_plant("sim", preset, seed=seed, **{**overrides, "batch": batches[0]})
     slo_info = slo_meta(slo_ms, ref, batches[0], relative_slo)
     slo_ms = slo_info["slo_ms"]
+    floors = {b: slo_floor_ms(ref, b) for b in dict.fromkeys(batches)}
+    if slo_ms < floors[batches[0]]:
+        raise ValueError(
+            f"the SLO (slo_ms) {slo_ms:.1f} ms is infeasible: the least latency any sleep in "
+            f"[0, 1] s and MPS in [1, 100] % reaches at batch {batches[0]} is "
+            f"{floors[batches[0]]:.1f} ms on the {preset} preset; choose an SLO above it")
+    slo_info["slo_feasible"] = {str(b): bool(slo_ms >= f) for b, f in floors.items()}
     ctls = build_controllers(names, plant=ref, slo_ms=slo_ms, scenario=scenario,
                              duration_s=periods * period_s, period_s=period_s)
     runs: list[Records] = []
@@ -147,7 +155,9 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
         for key, ref_name in (("training_vs_oracle", "Oracle"),
                               ("training_vs_gslice", "GSLICE-extended")):
             base = by.get(ref_name, {}).get("training_throughput", math.nan)
-            row[key] = row["training_throughput"] / base if base and base > 0 else math.nan
+            # a reference that (almost) does not train makes the ratio meaningless
+            ok = base and base > 1e-3 * max(r["training_throughput"] for r in summary)
+            row[key] = row["training_throughput"] / base if ok else math.nan
     meta = {"experiment": "burst", "plant": plant, "preset": str(preset), "seed": seed,
             "duration_s": periods * period_s, "period_s": period_s, **slo_info,
             "burst_s": list(burst_s), "batches": list(batches), "tolerance": tolerance,
@@ -169,44 +179,89 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
 
 
 def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
-    """Fig 8 layout: (a) latency, (b) throughputs, (c) sleep, (d) training MPS."""
+    """Fig 8 layout: (a) latency, (b) training sleep, (c) training MPS over time for every
+    controller (one colour each, one shared legend), the burst shaded and its start and end
+    labelled; (d) mean throughputs per controller.
+
+    Parameters
+    ----------
+    res : ExperimentResult
+        What :func:`burst` returned.
+    path : str or Path
+        The PNG to write.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     slo = res.meta["slo_ms"]
-    fig, ax = plt.subplots(2, 2, figsize=(12, 7))
+    b0, b1 = res.meta["burst_s"]
+    batches = res.meta["batches"]
     names = [r["controller"] for r in res.summary]
-    show = [n for n in names if n not in ("Simple", "Conservative")]
-    for n in show:
+    cmap = plt.get_cmap("tab10")
+    colour = {n: cmap(i % 10) for i, n in enumerate(names)}
+    fig = plt.figure(figsize=(13, 11.5))
+    gs = fig.add_gridspec(3, 2, height_ratios=[1.1, 1.0, 1.0], hspace=0.55, wspace=0.18)
+    a_lat = fig.add_subplot(gs[0, :])
+    a_sleep = fig.add_subplot(gs[1, 0], sharex=a_lat)
+    a_mps = fig.add_subplot(gs[1, 1], sharex=a_lat)
+    a_tp = fig.add_subplot(gs[2, :])
+    series: dict[str, dict[str, tuple[float, ...]]] = {"sleep_s": {}, "mps_pct": {}}
+    for n in names:
         r = Records(x for x in res.records if x["controller"] == n)
         t = r.col("t_end_s")
-        ax[0, 0].plot(t, r.col("latency_ms"), label=n, lw=1.2)
-        ax[1, 0].step(t, r.col("sleep_s"), where="pre", label=n, lw=1.2)
-        ax[1, 1].step(t, r.col("mps_pct"), where="pre", label=n, lw=1.2)
-    ax[0, 0].axhline(slo, color="k", ls="--", lw=1, label="SLO")
-    ax[0, 0].set(ylabel="mean batch latency (ms)", xlabel="time (s)", title="(a) latency")
-    lo, hi = ax[0, 0].get_ylim()
-    ax[0, 0].set_ylim(max(lo, 0.6 * slo), min(hi, 1.5 * slo))
-    ax[0, 0].legend(fontsize=7, ncol=2)
+        a_lat.plot(t, r.col("latency_ms"), label=n, lw=1.1, color=colour[n])
+        a_sleep.step(t, r.col("sleep_s"), where="pre", lw=1.1, color=colour[n])
+        a_mps.step(t, r.col("mps_pct"), where="pre", lw=1.1, color=colour[n])
+        for key in series:
+            series[key][n] = tuple(np.round(r.col(key), 6))
+    for a, key in ((a_sleep, "sleep_s"), (a_mps, "mps_pct")):  # name lines drawn over others
+        same: dict[tuple[float, ...], list[str]] = {}
+        for n, v in series[key].items():
+            same.setdefault(v, []).append(n)
+        text = "; ".join(" = ".join(g) for g in same.values() if len(g) > 1)
+        if text:
+            a.text(0.0, -0.25, f"drawn as one line (identical): {text}",
+                   transform=a.transAxes, fontsize=7, va="top", color="0.25")
+    a_lat.axhline(slo, color="k", ls="--", lw=1, label=f"SLO {slo:g} ms")
+    for a in (a_lat, a_sleep, a_mps):
+        a.axvspan(b0, b1, color="0.92", zorder=0)
+        a.set_xlabel("time (s)")
+        a.grid(alpha=0.3)
+    for x, text in ((b0, f"burst starts ({b0:g} s): batch {batches[0]} -> {batches[1]}"),
+                    (b1, f"burst ends ({b1:g} s): batch {batches[1]} -> {batches[0]}")):
+        a_lat.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 3),
+                       textcoords="offset points", fontsize=8, ha="center", va="bottom",
+                       color="0.25")
+    a_lat.set_ylabel("mean batch latency (ms)")
+    a_lat.set_title("(a) latency, every controller", loc="left", pad=14)
+    handles: list[Any] = list(a_lat.get_legend_handles_labels()[0])
+    handles.append(Patch(color="0.92", label="inference burst"))
+    a_lat.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0),
+                 borderaxespad=0.0)
+    a_sleep.set(ylabel="sleep interval (s)", title="(b) training sleep")
+    a_mps.set(ylabel="training MPS (%)", title="(c) training MPS")
+    a_mps.legend(handles=[h for h in handles if not str(h.get_label()).startswith("SLO")],
+                 fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                 title="(b) and (c)", title_fontsize=8)
     x = np.arange(len(names))
     inf = [r["inference_throughput"] for r in res.summary]
     tr = [r["training_throughput"] for r in res.summary]
-    a2 = ax[0, 1]
-    a2.bar(x - 0.2, inf, 0.4, label="inference (img/s)")
-    a3 = a2.twinx()
-    a3.bar(x + 0.2, tr, 0.4, color="tab:orange", label="training (it/s)")
-    a2.set_xticks(x, [n.replace("GPUColo ", "GPUColo\n") for n in names], rotation=60,
-                  fontsize=7, ha="right")
-    a2.set(ylabel="inference images/s", title="(b) mean throughput")
+    a_tp.bar(x - 0.2, inf, 0.4, color="tab:blue", label="inference (images/s, left axis)")
+    a3 = a_tp.twinx()
+    a3.bar(x + 0.2, tr, 0.4, color="tab:orange", label="training (iterations/s, right axis)")
+    a_tp.set_xticks(x, names, rotation=20, fontsize=8, ha="right")
+    a_tp.set(ylabel="inference images/s", title="(d) mean throughput over the run")
     a3.set_ylabel("training iterations/s")
-    h1, l1 = a2.get_legend_handles_labels()
+    h1, l1 = a_tp.get_legend_handles_labels()
     h2, l2 = a3.get_legend_handles_labels()
-    a2.legend(h1 + h2, l1 + l2, fontsize=7)
-    ax[1, 0].set(ylabel="sleep interval (s)", xlabel="time (s)", title="(c) training sleep")
-    ax[1, 1].set(ylabel="training MPS (%)", xlabel="time (s)", title="(d) training MPS")
-    for a in (ax[0, 0], ax[1, 0], ax[1, 1]):
-        for b in res.meta["burst_s"]:
-            a.axvline(b, color="grey", lw=0.8, ls=":")
-    fig.suptitle(f"Burst: batch {res.meta['batches'][0]} -> {res.meta['batches'][1]} "
+    a_tp.legend(h1 + h2, l1 + l2, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.08),
+                ncol=2, frameon=False)
+    fig.suptitle(f"Burst: batch {batches[0]} -> {batches[1]} from {b0:g} s to {b1:g} s "
                  f"({res.meta['plant']} plant, seed {res.meta['seed']})")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.06, right=0.80, top=0.93, bottom=0.08)
     return save_figure(fig, path)

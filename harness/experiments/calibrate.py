@@ -58,6 +58,35 @@ def run_calibration(sources: Sequence[str | Path], out_dir: str | Path,
     return doc, files
 
 
+#: A fitted constant whose standard error exceeds this fraction of its value is reported as
+#: not pinned by the data.
+UNPINNED_REL = 0.5
+
+
+def unpinned(doc: Mapping[str, Any]) -> list[str]:
+    """The fitted constants the data cannot pin: standard error above
+    :data:`UNPINNED_REL` of the value (or infinite).
+
+    Parameters
+    ----------
+    doc : Mapping
+        The calibration document (``calibration.json``).
+
+    Returns
+    -------
+    list[str]
+        Field names, in the document's order.
+    """
+    out = []
+    for n, f in doc["fitted"].items():
+        err, v = f.get("stderr"), f.get("value")
+        if err is None or v is None or (isinstance(err, float) and math.isnan(err)):
+            continue
+        if not math.isfinite(err) or err > UNPINNED_REL * abs(v):
+            out.append(n)
+    return out
+
+
 def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> str:
     """calibration.md: sources, fitted constants, per-fact table, how to use the result."""
     s = doc["summary"]
@@ -75,15 +104,26 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
                f"sleeps binned by {doc['options']['sleep_bin_s']:g} s; SM weight "
                f"{doc['options']['sm_weight']:g}."), "",
               "## Fitted constants", ""]
+    loose = unpinned(doc)
     rows = [{"field": n, "base": f["start"], "fitted": f["value"], "stderr": f["stderr"],
              "change_pct": f"{f['change_pct']:+.1f}" if f["change_pct"] is not None
              and math.isfinite(f["change_pct"]) else "—",
-             "note": f"at bound {f['bounds']}" if f["at_bound"] else ""}
+             "note": "; ".join(x for x in (f"at bound {f['bounds']}" if f["at_bound"] else "",
+                                           "not pinned by these data" if n in loose else "")
+                               if x)}
             for n, f in doc["fitted"].items()]
     lines.append(markdown_table(rows, ("field", "base", "fitted", "stderr", "change_pct",
                                        "note"),
                                 ("field", "base", "fitted", "± std. error", "change %", "note"),
                                 digits=4))
+    if loose:
+        lines += [("**Warning**: the data cannot pin "
+                   + ", ".join(f"{n} ({doc['fitted'][n]['value']:.4g} ± "
+                               f"{doc['fitted'][n]['stderr']:.4g})" for n in loose)
+                   + f": the standard error exceeds {100 * UNPINNED_REL:g} % of the value, so "
+                   "the fitted number is one of many that fit equally well. Record operating "
+                   "points that move it (other MPS levels, sleeps or batches) or leave it out "
+                   "of --fit."), ""]
     if doc["undetermined"]:
         lines += [(f"Not determined by these facts (left at the base): "
                    f"{', '.join(doc['undetermined'])}."), ""]

@@ -31,6 +31,7 @@ __all__ = [
     "params_meta",
     "plant_mps_enabled",
     "scale_slo",
+    "slo_floor_ms",
     "slo_meta",
     "steady_mask",
 ]
@@ -87,6 +88,26 @@ def scale_slo(slo_ms: float, reference: Any, batch: int) -> float:
     if not hi0 > lo0:
         raise ValueError(f"batch {batch}: the fig8 preset has no latency range to scale from")
     return lo + (slo_ms - lo0) / (hi0 - lo0) * (hi - lo)
+
+
+def slo_floor_ms(reference: Any, batch: int) -> float:
+    """The least latency the knobs (sleep in [0, 1] s, MPS in [1, 100] %) reach on the
+    noise-free ``reference`` at ``batch``: an SLO below it is infeasible for every controller
+    (the Oracle's grid, :func:`harness.sim.baselines.best_static_point`).
+
+    Parameters
+    ----------
+    reference : Any
+        A plant with ``expected_latency_ms`` and ``expected_training_throughput``.
+    batch : int
+        Inference batch size.
+
+    Returns
+    -------
+    float
+        The floor, ms.
+    """
+    return float(B.best_static_point(reference, -math.inf, batch=batch)[2])
 
 
 def slo_meta(slo_ms: float, reference: Any, batch: int, relative: bool) -> dict[str, Any]:

@@ -5,7 +5,9 @@ For each SLO and controller the summary gives the steady-state latency (transien
 the first ``warmup_s`` and the periods of and right after any restart or MPS change), its
 error against the SLO, the throughputs (averaged over everything after the warm-up, restart
 losses included, since they are part of a controller's cost), and how often the controller
-was saturated — saturation is reported, not hidden.
+was saturated — saturation is reported, not hidden. ``feasible`` says whether any setting
+of the knobs meets the SLO on the noise-free plant (the SLO is at least
+:func:`~harness.experiments.common.slo_floor_ms`; for the Oracle, also at its own points).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from harness.experiments.common import (
     params_meta,
     plant_mps_enabled,
     resolve_names,
+    slo_floor_ms,
     slo_meta,
     steady_mask,
 )
@@ -93,11 +96,14 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
         raise ValueError(f"slos must be positive numbers, got {slos!r}")
     given = list(slos)
     periods = math.ceil(duration_s / period_s)
+    if not (math.isfinite(warmup_s) and warmup_s >= 0):
+        raise ValueError(f"warmup_s must be >= 0, got {warmup_s!r}")
     if periods * period_s <= warmup_s:
         raise ValueError(f"duration_s ({duration_s}) must exceed warmup_s ({warmup_s})")
     overrides = {**(plant_overrides or {}), "batch": int(batch)}
     ref = make_plant("sim", preset, seed=seed, **overrides)
     slos = [slo_meta(x, ref, int(batch), relative_slo)["slo_ms"] for x in given]
+    floor = slo_floor_ms(ref, int(batch))
     runs: list[Records] = []
     mps_on: list[bool | None] = []
     summary: list[dict[str, Any]] = []
@@ -114,13 +120,14 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
                 finally:
                     close_plant(p)
                 runs.append(r)
-                summary.append(_point(r, c, slo, warmup_s))
+                summary.append(_point(r, c, slo, warmup_s, slo >= floor))
     rec = concat(runs)
     meta = {"experiment": "slo_sweep", "plant": plant, "preset": str(preset), "seed": seed,
             "slos": slos, "slos_given": given, "relative_slo": bool(relative_slo),
             "latency_range_ms": list(latency_range_ms(ref, int(batch))),
             "duration_s": periods * period_s, "period_s": period_s,
-            "warmup_s": warmup_s, "batch": batch, **params_meta(plant, ref),
+            "warmup_s": warmup_s, "batch": batch, "slo_floor_ms": floor,
+            **params_meta(plant, ref),
             "mps_enabled": all(mps_on) if None not in mps_on else None}
     res = ExperimentResult("slo_sweep", rec, summary, meta=meta)
     if out_dir is not None:
@@ -135,7 +142,8 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
     return res
 
 
-def _point(r: Records, ctl: Any, slo: float, warmup_s: float) -> dict[str, Any]:
+def _point(r: Records, ctl: Any, slo: float, warmup_s: float, feasible: bool
+           ) -> dict[str, Any]:
     steady = steady_mask(r, warmup_s=warmup_s)
     lat = r.col("latency_ms")
     cnt = r.col("count")
@@ -143,9 +151,8 @@ def _point(r: Records, ctl: Any, slo: float, warmup_s: float) -> dict[str, Any]:
     after = r.col("t_start_s") >= warmup_s
     w = cnt[ok]
     mean = float(np.sum(lat[ok] * w) / w.sum()) if ok.any() and w.sum() > 0 else math.nan
-    feasible = True
     if getattr(ctl, "points", None):
-        feasible = all(p.feasible for p in ctl.points)
+        feasible = feasible and all(p.feasible for p in ctl.points)
     return {
         "slo_ms": slo, "controller": ctl.name, "steady_latency_ms": mean,
         "steady_error_ms": mean - slo,

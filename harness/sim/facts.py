@@ -302,6 +302,12 @@ def facts_from_source(src: RecordSource, *, label: str | None = None, settle_per
     if rows and missing:
         raise ValueError(f"source {str(src.csv)!r}: column(s) {', '.join(missing)} missing; "
                          f"per-period records need latency_ms, sleep_s and mps_pct")
+    for i, row in enumerate(rows):  # a number column holding text: a damaged/foreign file
+        bad = [c for c in ("latency_ms", "sleep_s", "mps_pct", "t_start_s")
+               if isinstance(row.get(c), str)]
+        if bad:
+            raise ValueError(f"source {str(src.csv)!r}: line {i + 2}: {bad[0]} is "
+                             f"{row[bad[0]]!r}, not a number")
     defaults = _source_defaults(src.meta)
     count = {"periods": len(rows), "restarting": 0, "settling": 0, "no_latency": 0,
              "thin": 0, "used": 0}

@@ -29,4 +29,10 @@ def test_controller_design_notebook_runs(tmp_path, monkeypatch):
     assert not [o for o in outputs if o.get("output_type") == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
     assert "held-out: R²" in text and "STABLE" in text
+    # margins: python-control's discrete gain-margin miss next to the exact range
+    assert "P: python-control margin: gain margin inf, phase margin 60.0 deg" in text
+    assert "gain ratios (0.00, 2.00) -> gain margin 2.00 (6.0 dB)" in text
+    # the P design on the identified ARX model: the complex poles, and detuning removes them
+    assert "-0.25+0.43j" in text and "minimises the largest |pole|" in text
+    assert "peak" in text and "MPS levels visited: [100.0, 95.0" in text
     assert f"KERNEL {sys.prefix}" in text  # the kernel ran in this environment

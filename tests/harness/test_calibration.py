@@ -193,17 +193,24 @@ def test_calibrate_names_what_is_wrong(perturbed_knobs, tmp_path, capsys):
     out = str(tmp_path / "out")
 
     def error(argv):
-        assert main(["calibrate", *argv, "--out", out]) == 2
-        return capsys.readouterr().err
+        try:
+            rc = main(["calibrate", *argv, "--out", out])
+        except SystemExit as exc:  # refused by the parser
+            rc = exc.code
+        assert rc == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        return err
 
     assert "no such file or folder" in error(["--from", str(tmp_path / "missing")])
     (tmp_path / "empty").mkdir()
     assert "no experiment records found" in error(["--from", str(tmp_path / "empty")])
     err = error(["--from", results, "--settle", "60"])
     assert "no usable periods" in err and "settle_periods=60" in err
-    assert "min_periods must be an integer >= 1" in error(["--from", results,
-                                                          "--min-periods", "0"])
-    assert "sleep_bin_s must be a number > 0" in error(["--from", results, "--sleep-bin", "0"])
+    assert "--min-periods: must be in [1, 100000], got 0" in error(["--from", results,
+                                                                    "--min-periods", "0"])
+    assert "--sleep-bin: must be in (0, 10] s, got 0" in error(["--from", results,
+                                                                "--sleep-bin", "0"])
     bad = tmp_path / "bad.csv"
     bad.write_text("latency_ms\n5.0\n")
     assert "no recorded preset" in error(["--from", str(bad)])
@@ -261,3 +268,20 @@ def test_relative_slo_lands_at_the_same_place_in_a_faster_gpus_range(tmp_path, c
     assert main(["burst", "--preset", str(f), "--relative-slo", "--duration", "8",
                  "--controllers", "two-tier", "--out", str(tmp_path), "--no-progress"]) == 0
     assert f"-> {slo:.1f} ms on {f}" in capsys.readouterr().out
+
+
+def test_constants_the_data_cannot_pin_are_flagged(tmp_path, capsys):
+    from harness.experiments.calibrate import unpinned
+
+    doc = {"fitted": {"a": {"value": 0.0388, "stderr": 0.3184}, "b": {"value": 2.0,
+                                                                      "stderr": 0.1},
+                      "c": {"value": 1.0, "stderr": float("nan")}}}
+    assert unpinned(doc) == ["a"]
+    # the knobs records alone (one batch size) leave the saturation constant loose
+    assert main(["knobs", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert main(["calibrate", "--from", str(tmp_path / "knobs"),
+                 "--out", str(tmp_path / "cal")]) == 0
+    err = capsys.readouterr().err
+    assert "is not pinned by these data" in err
+    md = (tmp_path / "cal" / "calibration.md").read_text()
+    assert "**Warning**: the data cannot pin" in md and "not pinned by these data |" in md

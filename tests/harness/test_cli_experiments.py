@@ -1,6 +1,7 @@
 """The ``gpucontrol demo | knobs | burst | sweep`` subcommands (short durations)."""
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,11 +42,129 @@ def test_sweep_runs(tmp_path, capsys):
     assert "85.00" in capsys.readouterr().out
 
 
+def _rc(argv):
+    """Exit status of ``gpucontrol ARGV`` (argparse errors exit through SystemExit)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
 def test_bad_arguments_are_reported(capsys):
-    with pytest.raises(SystemExit):
-        main(["burst", "--burst", "10"])
-    assert main(["burst", "--controllers", "pid", "--duration", "8", "--no-progress"]) == 2
+    assert _rc(["burst", "--burst", "10"]) == 2
+    assert _rc(["burst", "--controllers", "pid", "--duration", "8", "--no-progress"]) == 2
     assert "unknown controller" in capsys.readouterr().err
+
+
+# argv, text the one-line message must hold (the field and its allowed range)
+BAD = [
+    (["burst", "--period", "0"], "--period: must be in [0.1, 60] s, got 0"),
+    (["burst", "--period", "1000"], "--period: must be in [0.1, 60] s"),
+    (["burst", "--period", "-4"], "--period: must be in [0.1, 60] s, got -4"),
+    (["demo", "--duration", "30"], "--duration 30 s is not a whole number of 4 s periods"),
+    (["burst", "--duration", "0"], "--duration: must be in (0, 86400] s"),
+    (["burst", "--duration", "1e9"], "--duration: must be in (0, 86400] s"),
+    (["burst", "--duration", "nan"], "--duration: must be in (0, 86400] s"),
+    (["burst", "--seed", "-1"], "--seed: must be in [0, 4294967295], got -1"),
+    (["burst", "--controllers", ""], "--controllers: expected at least one controller"),
+    (["burst", "--slo", "0"], "--slo: must be in (0, 10000] ms"),
+    (["burst", "--slo", "10", "--duration", "40", "--burst", "8,20"], "infeasible"),
+    (["burst", "--burst", "290,90"], "--burst: expected A < B"),
+    (["burst", "--burst", "90,500"], "the burst must end within --duration (400 s)"),
+    (["burst", "--batch", "0,115"], "--batch: both values must be in [1, 4096]"),
+    (["knobs", "--change", "20,70"], "--change 20,70: both steps must come before"),
+    (["sweep", "--warmup", "500"], "--warmup 500 s must be less than --duration (400 s)"),
+    (["sweep", "--warmup", "-1"], "--warmup: must be in [0, inf), got -1"),
+    (["sweep", "--slos", "90,-5"], "--slos: must be in (0, 10000] ms, got -5"),
+    (["sweep", "--slos", ""], "--slos: expected at least one number"),
+    (["identify", "--train", "1"], "--train: must be in (0, 1), got 1"),
+    (["identify", "--train", "0.02"], "--train 0.02 of --periods 100 leaves 2 periods"),
+    (["identify", "--periods", "5"], "--periods: must be in [10, 100000], got 5"),
+    (["identify", "--mps", "0,50"], "--mps: must be in [1, 100] %, got 0"),
+    (["identify", "--sleep", "0.7,0.1"], "--sleep: expected A < B"),
+    (["calibrate", "--from", "x", "--settle", "-1"], "--settle: must be in [0, 1000]"),
+    (["cluster", "--scale", "0"], "--scale: must be in (0, 100000], got 0"),
+    (["cluster", "--days", "-3"], "--days: must be in (0, 3650], got -3"),
+    (["cluster", "--seed", "-1"], "--seed: must be in [0, 4294967295]"),
+    (["cluster", "--ratios", "1,0"], "--ratios: must be in (0, 100], got 0"),
+    (["cluster", "--burst-days", "40", "20"], "--burst-days 40 20: START must be before END"),
+    (["cluster", "--window", "0", "0"], "--window 0 0: DAYS must be > 0"),
+    (["cluster", "--window", "900", "10"], "--window 900 10 holds no tasks"),
+    (["cluster", "--trace", "synthetic", "--days", "2", "--scale", "10"],
+     "--burst-days 20 40 start after the trace's 2 days"),
+]
+
+
+@pytest.mark.parametrize("argv,text", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, text, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _rc([*argv, "--out", str(out), "--no-progress"] if argv[0] != "calibrate" else
+               [*argv, "--out", str(out)]) == 2
+    cap = capsys.readouterr()
+    lines = cap.err.strip().splitlines()
+    assert len(lines) == 1 and text in lines[0], cap.err
+    assert "Traceback" not in cap.err
+    assert not out.exists()
+
+
+def test_unwritable_out_is_refused_before_running(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("")
+    assert _rc(["burst", "--out", str(f / "sub"), "--duration", "8", "--burst", "1,4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "is not a folder" in err and "--out" in err
+
+
+def test_missing_trace_file_is_one_line(tmp_path, capsys):
+    assert _rc(["cluster", "--trace", "pai", str(tmp_path / "none.csv"),
+                "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "none.csv" in err and "No such file" in err
+
+
+def test_header_only_trace_is_refused(tmp_path, capsys):
+    from harness.cluster.traces import OPENB_PODS
+
+    head = Path(OPENB_PODS).read_text().splitlines()[0] + "\n"
+    f = tmp_path / "pods.csv"
+    f.write_text(head)
+    assert _rc(["cluster", "--trace", "openb", str(f), "--out", str(tmp_path / "o")]) == 2
+    assert "holds no tasks" in capsys.readouterr().err
+
+
+def test_garbage_calibrate_rows_are_one_line(tmp_path, capsys):
+    f = tmp_path / "x.csv"
+    f.write_text("t_start_s,latency_ms,mps_pct,sleep_s\n1,2\n")
+    assert _rc(["calibrate", "--from", str(f), "--preset", "fig8",
+                "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"gpucontrol calibrate: error: {f}: line 2 has 2 fields, the header 4"
+    f.write_text("t_start_s,latency_ms,mps_pct,sleep_s\n0,90,80,0.5\nfoo,bar,baz,qux\n")
+    assert _rc(["calibrate", "--from", str(f), "--preset", "fig8",
+                "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("line 3: latency_ms is 'bar', not a number") and "\n" not in err
+
+
+def test_version(capsys):
+    from gpucontrol import __version__
+
+    assert _rc(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"gpucontrol {__version__}"
+
+
+def test_sweep_reports_infeasible_slo_honestly(tmp_path, capsys):
+    assert main(["sweep", "--duration", "40", "--slos", "10,90", "--controllers",
+                 "gslice,two-tier", "--out", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "Infeasible SLO(s) 10 ms" in out
+    from harness.results import read_csv
+
+    rows = read_csv(tmp_path / "slo_sweep" / "slo_sweep_summary.csv")
+    feas = {(r["slo_ms"], r["controller"]): r["feasible"] for r in rows}
+    assert feas[(10.0, "GSLICE-extended")] in ("False", 0.0, False)
+    assert feas[(10.0, "GPUColo two-tier")] in ("False", 0.0, False)
+    assert feas[(90.0, "GPUColo two-tier")] in ("True", 1.0, True)
 
 
 def test_plant_gpu_without_a_gpu_says_so(tmp_path, monkeypatch, capsys):
@@ -62,3 +181,35 @@ def test_plant_gpu_without_the_harness_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "harness.hil", None)
     assert main(["demo", "--plant", "gpu", "--duration", "8", "--out", str(tmp_path)]) == 3
     assert "needs the GPU harness" in capsys.readouterr().err
+
+
+def test_nonexistent_training_cmd_is_one_line(tmp_path, capsys):
+    assert _rc(["daemon", "--training-cmd", "no-such-program-xyz --epochs 3",
+                "--fixed-sleep", "0.1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("gpucontrol daemon: error: --training-cmd: program 'no-such-program-xyz' "
+                   "not found or not executable on PATH")
+
+
+def test_knobs_default_steps_follow_the_duration(tmp_path, capsys):
+    assert main(["knobs", "--duration", "30", "--out", str(tmp_path), "--no-progress"]) == 0
+    import json
+
+    meta = json.loads((tmp_path / "knobs" / "knobs_meta.json").read_text())
+    assert meta["change_s"] == [10.0, 20.0]
+
+
+def test_the_gpu_campaign_commands_pass_the_checks(tmp_path):
+    from harness.hil.campaign import STEPS
+
+    parser = build_parser()
+    n = 0
+    for step in STEPS.values():
+        for cmd in step.commands:
+            argv = list(cmd.argv)
+            if argv[:2] != ["-m", "harness.cli"]:
+                continue
+            args = parser.parse_args([a.replace("{out}", str(tmp_path)) for a in argv[2:]])
+            assert args.func
+            n += 1
+    assert n >= 4

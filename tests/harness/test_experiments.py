@@ -124,3 +124,33 @@ def test_params_meta_names_the_reference_for_what_it_is():
     assert params_meta("sim", ref) == {"plant_params": ref.describe()}
     # on the GPU the simulated plant is only where the controllers' model came from
     assert params_meta("gpu", ref) == {"model_plant_params": ref.describe()}
+
+
+def test_burst_figure_shows_every_controller_unclipped(monkeypatch):
+    import sys
+
+    mod = sys.modules["harness.experiments.burst"]
+    figs = []
+    monkeypatch.setattr(mod, "save_figure", lambda fig, path: figs.append(fig) or path)
+    res = burst(duration_s=48, burst_s=(16, 32), controllers="simple,conservative,two-tier",
+                progress=False)
+    mod.plot_burst(res, "unused.png")
+    fig = figs[0]
+    lat_ax, sleep_ax, mps_ax = fig.axes[:3]
+    names = [r["controller"] for r in res.summary]
+    for ax in (lat_ax, sleep_ax, mps_ax):  # one line per controller in every time panel
+        lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("SLO")]
+        assert len({ln.get_color() for ln in lines}) == len(names) == 3
+    lat = res.records.col("latency_ms")
+    lo, hi = lat_ax.get_ylim()
+    assert lo <= np.nanmin(lat) and hi >= np.nanmax(lat)  # nothing clipped
+    labels = [t.get_text() for t in lat_ax.texts]
+    assert any("burst starts" in t for t in labels) and any("burst ends" in t for t in labels)
+
+
+def test_training_vs_oracle_is_nan_when_the_oracle_does_not_train():
+    res = burst(duration_s=48, burst_s=(16, 32), controllers="two-tier,oracle", progress=False,
+                slo_ms=200.0)
+    assert all(math.isfinite(r["training_vs_oracle"]) for r in res.summary)
+    with pytest.raises(ValueError, match="infeasible"):
+        burst(duration_s=48, burst_s=(16, 32), controllers="oracle", slo_ms=10.0)

@@ -79,3 +79,11 @@ def test_unavailable_plant_exits_3(monkeypatch, tmp_path, capsys):
 def test_bad_arguments(kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         ident.identify(**kwargs)
+
+
+def test_r2_below_the_bar_never_prints_as_the_bar():
+    from harness.experiments.identify import R2_BAR, _below
+
+    assert _below(0.7899) == "0.7899" and float(_below(0.7899)) < R2_BAR
+    assert _below(0.737) == "0.74"
+    assert _below(0.78999999) != "0.79"

@@ -94,3 +94,35 @@ def test_markdown_file_and_png(tmp_path):
     ax.plot([0, 1], [0, 1])
     png = save_figure(fig, tmp_path / "f.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_result_files_honour_the_umask(tmp_path):
+    import os
+    import stat
+
+    from harness.results import atomic_write_text
+
+    old = os.umask(0o027)
+    try:
+        p = atomic_write_text(tmp_path / "a.txt", "x")
+        assert stat.S_IMODE(p.stat().st_mode) == 0o640
+        os.umask(0o002)
+        assert stat.S_IMODE(atomic_write_text(tmp_path / "b.txt", "x").stat().st_mode) == 0o664
+        os.chmod(p, 0o600)  # an existing file keeps its mode
+        assert stat.S_IMODE(atomic_write_text(p, "y").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
+
+
+def test_read_csv_names_a_row_with_the_wrong_field_count(tmp_path):
+    import pytest
+
+    from harness.results import read_csv
+
+    f = tmp_path / "x.csv"
+    f.write_text("a,b\n1,2\n3\n")
+    with pytest.raises(ValueError, match=r"x.csv: line 3 has 1 fields, the header 2"):
+        read_csv(f)
+    f.write_text("a,b\n1,2,3\n")
+    with pytest.raises(ValueError, match="line 2 has 3 fields"):
+        read_csv(f)

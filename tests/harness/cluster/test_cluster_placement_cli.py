@@ -75,7 +75,7 @@ def test_cli_cluster_pai_file_and_errors(tmp_path, capsys):
                         100, 4 + i % 20, [25, 50, 100, 150][i % 4], "V100"])
         w.writerow(["bad", "worker", 1, "Terminated", "x", 5, 1, 1, 1, "T4"])
     rc = main(["cluster", "--trace", "pai", str(path), "--policy", "gslice,gpucolo",
-               "--out", str(tmp_path / "o"), "--no-progress"])
+               "--out", str(tmp_path / "o"), "--no-progress", "--no-burst"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "MALFORMED 1" in text
@@ -86,3 +86,34 @@ def test_cli_cluster_pai_file_and_errors(tmp_path, capsys):
     assert "missing column(s): task_name" in err and "unknown column(s): task" in err
     assert main(["cluster", "--trace", "pai"]) == 2
     assert main(["cluster", "--trace", "synthetic", "--policy", "best"]) == 2
+
+
+def test_cluster_figures_one_colour_per_policy_and_only_the_simulated_days(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import harness.cluster.figures as figs
+    from harness.cluster.engine import SimConfig, Simulation
+
+    t = synthetic(days=3, target_gpus=20, seed=0)
+    res = [Simulation(t, SimConfig(policy=p, placement=pl)).run()
+           for p in ("nocolo", "gslice", "gpucolo") for pl in ("first-fit", "mudi")
+           if not (p == "nocolo" and pl == "mudi")]
+    drawn = []
+    orig = figs.save_figure
+    figs.save_figure = lambda fig, path, **kw: drawn.append(fig) or path
+    try:
+        figs.plot_fig12(res, tmp_path / "a.png", burst=(20, 40))
+        figs.plot_fig13a(res, tmp_path / "b.png", burst=(20, 40))
+    finally:
+        figs.save_figure = orig
+    for fig in drawn:
+        ax = fig.axes[0]
+        colour = {}
+        for line in ax.get_lines():
+            pol = line.get_label().split(" (")[0]
+            assert colour.setdefault(pol, line.get_color()) == line.get_color()
+        assert ax.get_xlim()[1] <= 3  # a 3-day run plots 3 days, not the day-40 burst
+    c12 = {ln.get_label().split(" (")[0]: ln.get_color() for ln in drawn[0].axes[0].get_lines()}
+    c13 = {ln.get_label().split(" (")[0]: ln.get_color() for ln in drawn[1].axes[0].get_lines()}
+    assert all(c12[k] == v for k, v in c13.items())

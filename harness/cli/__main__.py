@@ -1,0 +1,7 @@
+"""``python -m harness.cli``: the ``gpucontrol`` console script without installing it."""
+
+import sys
+
+from harness.cli import main
+
+sys.exit(main())

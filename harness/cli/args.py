@@ -1,0 +1,201 @@
+"""Argument checks shared by the ``gpucontrol`` subcommands.
+
+Every bad value is refused, never changed: an ``argparse`` type says which range the value
+must lie in (argparse prefixes the flag's name), :class:`OneLineParser` prints that as one
+line with exit status 2, and :func:`check_out_dir` refuses an output folder that cannot be
+written before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+__all__ = ["OneLineParser", "UsageError", "check_out_dir", "integer", "number", "seed", "warn",
+           "whole_periods"]
+
+#: Largest seed numpy's generators take.
+SEED_MAX = 2**32 - 1
+
+
+class UsageError(ValueError):
+    """A bad command-line value found after parsing (a combination of flags, a file): the
+    console script prints it as one line and exits with status 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (``PROG: error: MESSAGE (see PROG
+    -h)``) with exit status 2, instead of the usage block followed by the message."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``message`` as one line on stderr and exit with status 2.
+
+        Parameters
+        ----------
+        message : str
+            What argparse found wrong.
+
+        Returns
+        -------
+        NoReturn
+            It exits.
+        """
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} -h')\n")
+
+
+def _interval(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
+    left = "(" if lo_open or lo is None else "["
+    right = ")" if hi_open or hi is None else "]"
+    a = "-inf" if lo is None else (f"{lo:d}" if isinstance(lo, int) else f"{lo:g}")
+    b = "inf" if hi is None else (f"{hi:d}" if isinstance(hi, int) else f"{hi:g}")
+    return f"{left}{a}, {b}{right}"
+
+
+def _in(x: float, lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> bool:
+    if not math.isfinite(x):
+        return False
+    if lo is not None and (x < lo or (lo_open and x == lo)):
+        return False
+    return not (hi is not None and (x > hi or (hi_open and x == hi)))
+
+
+def number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+           hi_open: bool = False, unit: str = "") -> Callable[[str], float]:
+    """An argparse ``type`` for a finite float in a range.
+
+    Parameters
+    ----------
+    lo, hi : float or None
+        The bounds (None: unbounded on that side).
+    lo_open, hi_open : bool
+        Whether the bound itself is excluded.
+    unit : str
+        Shown after the range in the message (e.g. ``"s"``).
+
+    Returns
+    -------
+    Callable[[str], float]
+        Parses the text or raises ``argparse.ArgumentTypeError`` naming the range.
+    """
+    rng = _interval(lo, hi, lo_open, hi_open) + (f" {unit}" if unit else "")
+
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number in {rng}, got {text!r}") \
+                from None
+        if not _in(x, lo, hi, lo_open, hi_open):
+            raise argparse.ArgumentTypeError(f"must be in {rng}, got {text}")
+        return x
+    return parse
+
+
+def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for an integer in ``[lo, hi]``.
+
+    Parameters
+    ----------
+    lo, hi : int or None
+        The inclusive bounds (None: unbounded on that side).
+
+    Returns
+    -------
+    Callable[[str], int]
+        Parses the text or raises ``argparse.ArgumentTypeError`` naming the range.
+    """
+    rng = _interval(lo, hi, False, False)
+
+    def parse(text: str) -> int:
+        try:
+            x = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number in {rng}, got {text!r}") \
+                from None
+        if not _in(float(x), lo, hi, False, False):
+            raise argparse.ArgumentTypeError(f"must be in {rng}, got {text}")
+        return x
+    return parse
+
+
+#: The argparse type of every ``--seed``.
+seed = integer(0, SEED_MAX)
+
+
+def check_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
+    """Refuse an output folder that could not be created or written, before anything runs;
+    nothing is created here (the writers create the folder when they write).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The folder.
+    flag : str
+        The option's name, for the message.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    p = Path(path)
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{flag} {str(p)!r}: {str(probe)!r} is not a folder")
+    try:  # os.access says yes to root everywhere: try a file (removed at once)
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {str(p)!r}: {str(probe)!r} is not writable "
+                         f"({exc.strerror or exc})") from None
+    return p
+
+
+def whole_periods(duration_s: float, period_s: float) -> None:
+    """Refuse a ``--duration`` that is not a whole number of ``--period`` periods (the run
+    would silently be lengthened to the next whole period).
+
+    Parameters
+    ----------
+    duration_s : float
+        The run's length, s.
+    period_s : float
+        The control period, s.
+
+    Returns
+    -------
+    None
+        It raises :class:`UsageError` or returns.
+    """
+    n = duration_s / period_s
+    if n < 1 - 1e-9:
+        raise UsageError(f"--duration {duration_s:g} s is shorter than one --period "
+                         f"({period_s:g} s); it must be at least {period_s:g} s")
+    if abs(n - round(n)) > 1e-6 * max(1.0, n):
+        lo, hi = math.floor(n) * period_s, math.ceil(n) * period_s
+        raise UsageError(f"--duration {duration_s:g} s is not a whole number of "
+                         f"{period_s:g} s periods; use {lo:g} or {hi:g}")
+
+
+def warn(text: str) -> None:
+    """One ``gpucontrol: note:`` line on stderr.
+
+    Parameters
+    ----------
+    text : str
+        The note.
+
+    Returns
+    -------
+    None
+        Nothing.
+    """
+    print(f"gpucontrol: note: {text}", file=sys.stderr)
