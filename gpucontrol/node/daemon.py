@@ -59,7 +59,7 @@ from typing import Any, TextIO
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 from gpucontrol.node._runtime import ensure_private_dir, unlink_quietly
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
-from gpucontrol.node.actuators.procs import ProcessHandle
+from gpucontrol.node.actuators.procs import ProcessHandle, TargetRefused
 from gpucontrol.node.actuators.sleep import CgroupFreezer, DutyCycler, choose_sleep_actuator
 from gpucontrol.node.config import DaemonConfig
 from gpucontrol.node.guardian import (
@@ -70,8 +70,10 @@ from gpucontrol.node.guardian import (
     write_state,
 )
 from gpucontrol.node.hooks import HookWriter
+from gpucontrol.node.locks import FileLock, LockHeld, TargetLocks, target_lock_name
 from gpucontrol.node.metrics import DaemonMetrics
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
+from gpucontrol.node.records import cleanup_owned
 from gpucontrol.two_tier import Actuation, TwoTierController
 
 __all__ = ["Daemon", "load_model"]
@@ -170,6 +172,9 @@ class Daemon:
         self._made_cgroup: str | None = None
         self._actuator_error = ""
         self.periods = 0
+        self._owner: FileLock | None = None  # the state file is ours while this is held
+        self._locks: TargetLocks | None = None
+        self._records: dict[str, Any] = {}  # owned training, MPS daemon, made cgroup
 
     # ------------------------------------------------------------------ output
     def emit(self, **rec: Any) -> None:
@@ -191,16 +196,50 @@ class Daemon:
             if targets is None:
                 targets = self.cycler.identities() if self.cycler is not None else []
             write_state(self.cfg.state, targets, hook=self.cfg.hook,
-                        extra={"socket": self.cfg.socket})
+                        extra={"socket": self.cfg.socket, **self._records})
+
+    def _record(self, **recs: Any) -> None:
+        """Update the owned-resource records and write them to the state file at once."""
+        self._records.update(recs)
+        self.write_state()
+
+    def _take_ownership(self) -> None:
+        """The owner lock of the state file: a second daemon is refused before it touches
+        anything (it neither resumes nor removes the first one's file)."""
+        try:
+            self._owner = FileLock(self.cfg.state + ".lock").acquire()
+        except LockHeld as exc:
+            who = f"pid {exc.holder}" if exc.holder else "pid unknown"
+            raise ValueError(f"another daemon ({who}) uses {self.cfg.state}") from None
+        self._locks = TargetLocks(Path(self.cfg.state).parent)
+        self._locks.prune_stale()
+
+    def _claim_targets(self, handles: list[ProcessHandle]) -> None:
+        """One daemon per training process, whatever its --gpu (raises TargetRefused)."""
+        assert self._locks is not None
+        names = set()
+        for h in handles:
+            name = target_lock_name(h.pid, h.start_ticks)
+            try:
+                self._locks.claim(name, f"training pid {h.pid}")
+            except LockHeld as exc:
+                raise TargetRefused(str(exc)) from None
+            names.add(name)
+        self._locks.keep_only(names)
 
     def _resume_leftovers(self) -> None:
         doc = read_state(self.cfg.state)  # ValueError for a file that is not ours
         if doc is None:
             return
-        if state_owner_alive(doc):
+        if state_owner_alive(doc):  # a daemon of an older version, without the lock
+            if self._owner is not None:
+                self._owner.release()
+                self._owner = None
             raise ValueError(f"another daemon (pid {doc['daemon_pid']}) uses {self.cfg.state}")
         out = resume_targets(doc["targets"], doc.get("hook"))
         self.emit(event="leftovers_resumed", previous_pid=doc.get("daemon_pid"), **out)
+        # what its guardian did not get to: a launched training, a private MPS daemon
+        self.emit(event="leftovers_cleaned", **cleanup_owned(doc))
         unlink_quietly(self.cfg.state)
 
     # ------------------------------------------------------------------ setup
@@ -223,6 +262,7 @@ class Daemon:
         self.controller = self._make_controller(mps_possible)
         for p in (cfg.socket, cfg.state, cfg.hook):
             ensure_private_dir(Path(p).parent)
+        self._take_ownership()
         self._resume_leftovers()
         self.guardian = Guardian(cfg.state).start()
         self.monitor = LatencyMonitor(cfg.socket).start()
@@ -251,6 +291,8 @@ class Daemon:
                     elif not self.mps_ctl.health():
                         raise MPSError(f"no MPS control daemon answers in {cfg.mps_pipe_dir}")
                     mps_ok = True
+                    if cfg.mps_pipe_dir is None:  # ours: the guardian quits it if we die
+                        self._record(mps=self.mps_ctl.record())
                     self.emit(event="mps_ready", pipe_dir=self.mps_ctl.pipe_dir)
                 except MPSError as exc:
                     self.say(f"MPS unavailable ({exc}); running sleep-only")
@@ -267,6 +309,7 @@ class Daemon:
             pids = list(cfg.training_pids)
         self.roots = [ProcessHandle.open(p, allow_other_users=cfg.allow_other_users)
                       for p in pids]
+        self._claim_targets(self.roots)
 
         quantum = 0.2 if cfg.run_quantum_s == "auto" else float(cfg.run_quantum_s)
         if cfg.sleep_method != "hook":
@@ -300,6 +343,13 @@ class Daemon:
         return "cgroup" if isinstance(self.cycler, CgroupFreezer) else "signal"
 
     def _on_spawn(self, pid: int) -> None:
+        # listed at once: if we die, the guardian (or the next daemon) ends it
+        owned = [i for i in self._records.get("owned", [])]
+        with contextlib.suppress(ProcessLookupError, OSError):
+            h = ProcessHandle.open(pid, check=False)
+            owned.append(h.identity())
+            h.close()
+        self._record(owned=owned)
         if self.cfg.cgroup:
             with open(os.path.join(self.cfg.cgroup, "cgroup.procs"), "w") as f:
                 f.write(str(pid))
@@ -334,6 +384,8 @@ class Daemon:
                 for h in self.roots:
                     h.close()
                 self.roots = [new]
+                self._records["owned"] = [new.identity()]
+                self._claim_targets(self.roots)
                 if self.cycler is not None and hasattr(self.cycler, "set_targets"):
                     self.cycler.set_targets([new.pid])
         except Exception as exc:
@@ -475,9 +527,14 @@ class Daemon:
             steps.append(self.monitor.close)
         if self.metrics is not None:
             steps.append(self.metrics.close)
-        steps.append(lambda: unlink_quietly(cfg.state))
+        if self._owner is not None:  # never a file another daemon owns
+            steps.append(lambda: unlink_quietly(cfg.state))
         if self.guardian is not None:
             steps.append(self.guardian.stop)
+        if self._locks is not None:
+            steps.append(self._locks.release_all)
+        if self._owner is not None:
+            steps.append(self._owner.release)
         return steps
 
     def shutdown(self) -> None:

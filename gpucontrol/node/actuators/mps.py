@@ -134,6 +134,12 @@ class MPSControl:
             time.sleep(0.05)
         return self
 
+    def record(self) -> dict[str, str | None]:
+        """What :func:`gpucontrol.node.records.quit_mps` needs to quit this daemon and
+        remove its private directories (for the state file)."""
+        return {"binary": self.path(), "pipe_dir": self.pipe_dir, "log_dir": self.log_dir,
+                "root": self._private_root}
+
     def command(self, line: str) -> str:
         """Send one command to the control daemon; returns its output (stripped)."""
         binary = self._require()

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 from actuators._children import (
     SLEEPER,
     daemon_argv,
@@ -108,5 +107,108 @@ def test_new_training_after_an_mps_restart_is_written_ahead(children, tmp_path):
         d.wait()
         # ...and the guardian resumes it
         assert wait_for(lambda: not stopped_pids([new]), timeout=1.0)
+    finally:
+        kill_tree_leftovers(launched(pidfile))
+
+
+# ------------------------------------------------------------------------------ B2, B15
+def test_refused_second_daemon_leaves_the_first_protected(children, tmp_path):
+    """B2: a second daemon on the same state file is refused before it touches anything:
+    the first keeps its state file, and a SIGKILL of the first still resumes the training."""
+    t = children.spawn("while True: pass")
+    args = ["--training-pid", str(t.pid), "--fixed-sleep", "0.5", "--run-quantum-s", "0.001",
+            "--period-s", "0.2"]
+    d = children.popen(daemon_argv(tmp_path, "s", *args), stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, text=True)
+    read_events(d.stdout, "started")
+    argv2 = daemon_argv(tmp_path, "s", *args)
+    argv2[argv2.index("--socket") + 1] = str(tmp_path / "other.sock")
+    r = subprocess.run(argv2, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and f"another daemon (pid {d.pid})" in r.stderr
+    assert (tmp_path / "s.state.json").exists()
+    assert wait_state(t.pid, {"T"}, timeout=3.0)
+    d.kill()
+    d.wait()
+    assert wait_for(lambda: not stopped_pids([t.pid]), timeout=1.0)
+
+
+def test_two_daemons_with_different_gpus_cannot_share_a_training(children, tmp_path):
+    """B15: the per-target lock refuses a second daemon (another --gpu, other files) on the
+    same training process; once the first is gone the process may be taken again."""
+    t = children.spawn(SLEEPER)
+    d = children.popen(daemon_argv(tmp_path, "g0", "--training-pid", str(t.pid),
+                                   "--fixed-sleep", "0", "--gpu", "0"),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    read_events(d.stdout, "started")
+    argv2 = daemon_argv(tmp_path, "g1", "--training-pid", str(t.pid), "--fixed-sleep", "0",
+                        "--gpu", "1", "--duration-s", "0.5")
+    r = subprocess.run(argv2, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and "already controlled by another daemon" in r.stderr
+    assert (tmp_path / "g0.state.json").exists()
+    d.kill()  # its lock dies with it
+    d.wait()
+    r = subprocess.run(argv2, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+
+
+# ------------------------------------------------------------------------------ B3
+def test_sigkill_ends_the_launched_training_and_the_private_mps(children, tmp_path):
+    """B3: a training the daemon launched does not outlive it unthrottled, the private MPS
+    daemon is quit and its directory removed, and a restarted daemon runs one copy."""
+    pidfile = tmp_path / "train.pids"
+    args = daemon_argv(tmp_path, "b3", *mps_daemon_args(tmp_path, pidfile, "--ready", "spawn"))
+    try:
+        d = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        ev = read_events(d.stdout, "started")
+        pipe_dir = next(e for e in ev if e.get("event") == "mps_ready")["pipe_dir"]
+        root = os.path.dirname(pipe_dir)
+        first = wait_for(lambda: launched(pidfile))[0]
+        doc = json.loads((tmp_path / "b3.state.json").read_text())
+        assert [o["pid"] for o in doc["owned"]] == [first] and doc["mps"]["root"] == root
+        d.kill()
+        d.wait()
+        assert wait_for(lambda: not alive(first), timeout=5.0)
+        assert wait_for(lambda: not os.path.exists(root), timeout=5.0)
+        d2 = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+        read_events(d2.stdout, "started")
+        running = wait_for(lambda: [p for p in launched(pidfile)[1:] if alive(p)])
+        running = [p for p in launched(pidfile) if alive(p)]
+        assert len(running) == 1 and running[0] != first
+        d2.terminate()
+        assert d2.wait(15) == 0
+        assert not [p for p in launched(pidfile) if alive(p)]
+    finally:
+        kill_tree_leftovers(launched(pidfile))
+
+
+def test_total_crash_with_a_launched_training_is_cleaned_by_the_next_daemon(children,
+                                                                            tmp_path):
+    """B3: daemon and guardian killed together: the next daemon ends the old training and
+    quits the old MPS daemon before it launches its own."""
+    pidfile = tmp_path / "train.pids"
+    args = daemon_argv(tmp_path, "tc", *mps_daemon_args(tmp_path, pidfile, "--ready", "spawn"))
+    try:
+        d = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        ev = read_events(d.stdout, "started")
+        root = os.path.dirname(next(e for e in ev if e.get("event") == "mps_ready")["pipe_dir"])
+        first = wait_for(lambda: launched(pidfile))[0]
+        from gpucontrol.node.actuators.procs import descendants
+
+        for pid in descendants([d.pid]):
+            if pid != first:
+                os.kill(pid, signal.SIGKILL)  # the guardian (and helpers) first
+        d.kill()
+        d.wait()
+        time.sleep(0.2)
+        assert alive(first) and os.path.exists(root)  # nobody cleaned up...
+        d2 = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+        ev = read_events(d2.stdout, "started")
+        cleaned = next(e for e in ev if e.get("event") == "leftovers_cleaned")
+        assert cleaned["terminated"] == 1 and cleaned["mps_quit"] == 1  # ...until now
+        assert not alive(first) and not os.path.exists(root)
+        d2.terminate()
+        assert d2.wait(15) == 0
     finally:
         kill_tree_leftovers(launched(pidfile))
