@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        0 after a clean stop, 2 for a configuration error, 130 on Ctrl-C.
+        0 after a clean stop, 2 for a configuration error, 1 for an operating-system error
+        at set-up (one line, no traceback), 130 on Ctrl-C.
     """
     args = build_parser().parse_args(argv)
     _configure_logging()
@@ -145,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the machine refused (no space, no permission...): one line
+        print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -183,6 +183,9 @@ class DaemonConfig:
         choice("--sleep-method", self.sleep_method, SLEEP_METHODS)
         choice("--ready", self.ready, READY_MODES)
         in_range("--initial-mps", self.initial_mps, 1, 100)
+        if self.sleep_method == "hook" and self.max_sleep_s > 60.0:
+            in_range("--max-sleep-s (with --sleep-method hook, whose hard cap is 60 s)",
+                     self.max_sleep_s, 0, 60.0)
         if self.fixed_sleep is not None:
             in_range("--fixed-sleep", self.fixed_sleep, 0, self.max_sleep_s)
         if self.fixed_mps is not None and not self.training_cmd:

@@ -302,8 +302,10 @@ class Daemon:
             self.trainer = MPSActuator(
                 shlex.split(cfg.training_cmd), env=env, mps=self.mps_ctl, shadow=cfg.shadow,
                 ready=cfg.ready, ready_timeout_s=cfg.ready_timeout_s,
-                on_spawn=self._on_spawn, before_terminate=self._before_terminate)
-            pids = [self.trainer.start(initial_mps)]
+                on_spawn=self._on_spawn, before_terminate=self._before_terminate,
+                cancel_fd=self._stop_r)
+            # no old process to hand over from: the first launch does not wait to be ready
+            pids = [self.trainer.start(initial_mps, wait_ready=False)]
             self.emit(event="training_started", pid=pids[0], mps_pct=initial_mps)
         else:
             pids = list(cfg.training_pids)
@@ -344,7 +346,7 @@ class Daemon:
 
     def _on_spawn(self, pid: int) -> None:
         # listed at once: if we die, the guardian (or the next daemon) ends it
-        owned = [i for i in self._records.get("owned", [])]
+        owned = list(self._records.get("owned", []))
         with contextlib.suppress(ProcessLookupError, OSError):
             h = ProcessHandle.open(pid, check=False)
             owned.append(h.identity())
@@ -363,8 +365,8 @@ class Daemon:
         use_hook = self.cycler is None
         if self.cycler is not None:
             self.cycler.set_sleep(sleep_s)
-        if self.hook is not None:
-            self.hook.set_sleep(sleep_s if use_hook else 0.0)
+        if self.hook is not None:  # never above the hook's own cap (60 s)
+            self.hook.set_sleep(min(sleep_s, self.hook.max_sleep_s) if use_hook else 0.0)
 
     def _apply(self, act: Actuation) -> None:
         self._apply_sleep(act.sleep_s)
@@ -423,10 +425,7 @@ class Daemon:
         if self.guardian is not None and not self.guardian.alive():
             ok = self.guardian.ensure()
             self.emit(event="guardian_restarted", ok=ok)
-        if self.cycler is not None and self.cycler.error and not self._actuator_error:
-            self._actuator_error = self.cycler.error  # it resumed the training and stopped
-            self.say(f"sleep actuator stopped: {self.cycler.error}")
-            self.emit(event="actuator_error", error=self.cycler.error)
+        self._check_actuator()
         duty = self.cycler.stats() if self.cycler is not None else None
         rec = dict(period=self.periods, **st.as_dict(), sleep_s=act.sleep_s,
                    mps_pct=act.mps_pct, mps_changed=act.mps_changed, saturated=act.saturated,
@@ -446,6 +445,19 @@ class Daemon:
                                 samples_total=self.monitor.total_count,
                                 malformed_total=self.monitor.total_malformed)
         self.emit(**rec)
+
+    def _check_actuator(self) -> None:
+        """Report the sleep actuator's errors when they change: a held cycler (failed
+        write-ahead, retried every refresh) or a stopped one (a refused target)."""
+        err = (self.cycler.error or "") if self.cycler is not None else ""
+        if err == self._actuator_error:
+            return
+        if err:
+            self.say(f"sleep actuator {'held' if self.cycler.held else 'stopped'}: {err}")
+            self.emit(event="actuator_error", error=err, held=self.cycler.held)
+        else:
+            self.emit(event="actuator_recovered", previous=self._actuator_error)
+        self._actuator_error = err
 
     def request_stop(self) -> None:
         """Ask the loop to stop (safe from a signal handler or another thread)."""
@@ -483,7 +495,13 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 handlers[sig] = signal.signal(sig, lambda *_: self.request_stop())
         try:
-            self.setup()
+            try:
+                self.setup()
+            except Exception as exc:
+                if not self._stopping:
+                    raise
+                self.emit(event="start_cancelled", error=str(exc))  # SIGTERM during set-up
+                return 0
             t0 = time.monotonic()
             deadline = t0 + self.cfg.duration_s if self.cfg.duration_s else math.inf
             nxt = t0 + self.cfg.period_s

@@ -212,3 +212,49 @@ def test_total_crash_with_a_launched_training_is_cleaned_by_the_next_daemon(chil
         assert d2.wait(15) == 0
     finally:
         kill_tree_leftovers(launched(pidfile))
+
+
+# ------------------------------------------------------------------------------ B9
+def test_hook_method_refuses_a_max_sleep_above_the_hook_cap(tmp_path):
+    """B9: with the hook a sleep above 60 s could never be published: refused up front
+    (exit 2, the flag and its range named) instead of killing the daemon mid-run."""
+    r = subprocess.run(daemon_argv(tmp_path, "h", "--training-cmd", "true", "--sleep-method",
+                                   "hook", "--slo-ms", "50", "--model", model_file(tmp_path),
+                                   "--max-sleep-s", "90"),
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2
+    assert "--max-sleep-s" in r.stderr and "60" in r.stderr and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------------------ B10
+SILENT = TRAINING.replace("notify_ready()\n", "")  # a plain loop: never signals ready
+
+
+def test_first_launch_does_not_wait_for_a_ready_signal_and_sigterm_ends_a_restart(children,
+                                                                                  tmp_path):
+    """B10: the first launch starts cycling at once (no 120 s wait for a ready byte a plain
+    loop never sends); SIGTERM while a shadow restart waits for the new process to be ready
+    ends the daemon within seconds (not the 120 s ready timeout) and leaves no training."""
+    pidfile = tmp_path / "train.pids"
+    cmd = shlex.join([sys.executable, "-c", SILENT, str(pidfile)])
+    args = mps_daemon_args(tmp_path, pidfile, "--shadow", "--ready-timeout-s", "120")
+    args[args.index("--training-cmd") + 1] = cmd
+    try:
+        t0 = time.monotonic()
+        d = children.popen(daemon_argv(tmp_path, "b10", *args), stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+        read_events(d.stdout, "started", timeout=20)
+        assert time.monotonic() - t0 < 15
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # until the restart waits for the new process
+            rec = json.loads(d.stdout.readline())
+            if rec.get("restarting"):
+                break
+        assert len(wait_for(lambda: launched(pidfile)[1:], timeout=5.0)) >= 1
+        t1 = time.monotonic()
+        d.send_signal(signal.SIGTERM)
+        assert d.wait(10) == 0
+        assert time.monotonic() - t1 < 8
+        assert wait_for(lambda: not [p for p in launched(pidfile) if alive(p)], timeout=5.0)
+    finally:
+        kill_tree_leftovers(launched(pidfile))
