@@ -58,6 +58,7 @@ from typing import Any, TextIO
 
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 from gpucontrol.node._runtime import ensure_private_dir, unlink_quietly
+from gpucontrol.node.actuators.cgroup import check_cgroup_holds
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
 from gpucontrol.node.actuators.procs import ProcessHandle, TargetRefused
 from gpucontrol.node.actuators.sleep import CgroupFreezer, DutyCycler, choose_sleep_actuator
@@ -273,9 +274,10 @@ class Daemon:
                                 else self.controller.initial_actuation().sleep_s)
         self.write_state([])
 
-        if cfg.cgroup and not os.path.isdir(cfg.cgroup):  # a group of our own for the training
-            os.mkdir(cfg.cgroup)
-            self._made_cgroup = cfg.cgroup
+        if cfg.cgroup and cfg.training_cmd and not os.path.isdir(cfg.cgroup):
+            os.mkdir(cfg.cgroup)  # a group of our own for the training we launch
+            self._made_cgroup = os.path.realpath(cfg.cgroup)
+            self._record(made_cgroup=self._made_cgroup)
         mps_ok = False
         initial_mps = cfg.initial_mps_pct
         if cfg.training_cmd:
@@ -312,6 +314,8 @@ class Daemon:
         self.roots = [ProcessHandle.open(p, allow_other_users=cfg.allow_other_users)
                       for p in pids]
         self._claim_targets(self.roots)
+        if cfg.cgroup and cfg.sleep_method != "hook":
+            check_cgroup_holds(cfg.cgroup, pids)  # never freeze a group without the training
 
         quantum = 0.2 if cfg.run_quantum_s == "auto" else float(cfg.run_quantum_s)
         if cfg.sleep_method != "hook":
@@ -352,7 +356,7 @@ class Daemon:
             owned.append(h.identity())
             h.close()
         self._record(owned=owned)
-        if self.cfg.cgroup:
+        if self.cfg.cgroup:  # an error here stops the new process (MPSActuator._spawn)
             with open(os.path.join(self.cfg.cgroup, "cgroup.procs"), "w") as f:
                 f.write(str(pid))
 

@@ -324,7 +324,13 @@ class MPSActuator:
         finally:
             os.close(w)
         if self.on_spawn is not None:
-            self.on_spawn(p.pid)
+            try:
+                self.on_spawn(p.pid)
+            except BaseException:  # e.g. it could not be moved into its cgroup: not started
+                os.close(r)
+                p.kill()
+                p.wait()
+                raise
         return p, r
 
     def cancelled(self) -> bool:

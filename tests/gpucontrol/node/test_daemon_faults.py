@@ -258,3 +258,53 @@ def test_first_launch_does_not_wait_for_a_ready_signal_and_sigterm_ends_a_restar
         assert wait_for(lambda: not [p for p in launched(pidfile) if alive(p)], timeout=5.0)
     finally:
         kill_tree_leftovers(launched(pidfile))
+
+
+# ------------------------------------------------------------------------------ B6, B19
+def test_cgroup_without_the_training_is_refused(children, tmp_path, cgroup_dir):
+    """B6: --cgroup naming a group the training is not in (or one that does not exist) is
+    refused with exit 2 -- nothing is created, nothing reports a stopped fraction."""
+    t = children.spawn(SLEEPER)
+    base = ["--training-pid", str(t.pid), "--fixed-sleep", "0.1", "--duration-s", "1"]
+    r = subprocess.run(daemon_argv(tmp_path, "c", *base, "--cgroup", str(cgroup_dir)),
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and f"does not contain training pid {t.pid}" in r.stderr
+    missing = cgroup_dir / "nope"
+    r = subprocess.run(daemon_argv(tmp_path, "c", *base, "--cgroup", str(missing)),
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and "does not exist" in r.stderr and not missing.exists()
+    assert not (tmp_path / "c.state.json").exists()
+
+
+def test_made_cgroup_and_its_training_do_not_outlive_a_killed_daemon(children, tmp_path,
+                                                                      cgroup_dir):
+    """B19/B3: a cgroup the daemon made for its training is listed in the state file; after a
+    SIGKILL the guardian thaws it, ends the training and removes the group."""
+    group = cgroup_dir / "train"
+    pidfile = tmp_path / "train.pids"
+    cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
+    doc = None
+    d = children.popen(daemon_argv(tmp_path, "mc", "--training-cmd", cmd, "--cgroup",
+                                   str(group), "--fixed-sleep", "0.2", "--run-quantum-s",
+                                   "0.05", "--period-s", "0.2", "--mps-binary",
+                                   "/nonexistent/mps"),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ev = read_events(d.stdout, "started")
+        assert next(e for e in ev if e.get("event") == "started")["method"] == "cgroup"
+        doc = json.loads((tmp_path / "mc.state.json").read_text())
+        assert doc["made_cgroup"] == str(group)
+        pid = doc["owned"][0]["pid"]
+        assert str(pid) in (group / "cgroup.procs").read_text().split()
+        assert wait_for(lambda: "frozen 1" in (group / "cgroup.events").read_text(), 5.0)
+        d.kill()
+        d.wait()
+        assert wait_for(lambda: not alive(pid), timeout=5.0)
+        assert wait_for(lambda: not group.exists(), timeout=5.0)
+    finally:
+        kill_tree_leftovers([o["pid"] for o in doc.get("owned", [])] if doc else [])
+        if group.exists():
+            (group / "cgroup.freeze").write_text("0")
+            (group / "cgroup.kill").write_text("1")
+            wait_for(lambda: not (group / "cgroup.procs").read_text().split(), 2.0)
+            group.rmdir()
