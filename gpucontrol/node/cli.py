@@ -75,6 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--ready-timeout-s", type=float, default=120.0)
     t.add_argument("--mps-binary", default="nvidia-cuda-mps-control")
     t.add_argument("--mps-pipe-dir", help="use this existing MPS daemon instead of a private one")
+    t.add_argument("--mps-health-s", type=float, default=10.0,
+                   help="check the MPS daemon this often (back-off on failure; default 10)")
     t.add_argument("--allow-other-users", action="store_true",
                    help="root only: allow training processes of other users")
     f = p.add_argument_group("files")

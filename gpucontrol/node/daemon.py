@@ -15,6 +15,7 @@ before it is paused; SIGTERM/SIGINT resume everything and exit cleanly.
 The daemon reads only its :class:`~gpucontrol.node.config.DaemonConfig`; from Python::
 
     from gpucontrol.node.config import DaemonConfig
+from gpucontrol.node.daemon_safety import DaemonSafety
     from gpucontrol.node.daemon import Daemon
 
     Daemon(DaemonConfig(training_pids=(4242,), slo_ms=90.0, model="model.json")).run()
@@ -56,25 +57,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 from gpucontrol.node._runtime import ensure_private_dir, unlink_quietly
 from gpucontrol.node.actuators.cgroup import check_cgroup_holds
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
-from gpucontrol.node.actuators.procs import ProcessHandle, TargetRefused
+from gpucontrol.node.actuators.procs import ProcessHandle
 from gpucontrol.node.actuators.sleep import CgroupFreezer, DutyCycler, choose_sleep_actuator
 from gpucontrol.node.config import DaemonConfig
-from gpucontrol.node.guardian import (
-    Guardian,
-    read_state,
-    resume_targets,
-    state_owner_alive,
-    write_state,
-)
+from gpucontrol.node.daemon_safety import DaemonSafety
+from gpucontrol.node.guardian import Guardian, read_state
 from gpucontrol.node.hooks import HookWriter
-from gpucontrol.node.locks import FileLock, LockHeld, TargetLocks, target_lock_name
+from gpucontrol.node.locks import FileLock, TargetLocks
 from gpucontrol.node.metrics import DaemonMetrics
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
-from gpucontrol.node.records import cleanup_owned
+from gpucontrol.node.mps_health import MPSHealthWatch
+from gpucontrol.node.persist import restorable
 from gpucontrol.two_tier import Actuation, TwoTierController
 
 __all__ = ["Daemon", "load_model"]
@@ -125,7 +123,7 @@ def _clean(x: Any) -> Any:
     return x
 
 
-class Daemon:
+class Daemon(DaemonSafety):
     """One GPU's daemon, built from its :class:`~gpucontrol.node.config.DaemonConfig`.
 
     Building it runs the configuration's environment checks
@@ -176,6 +174,8 @@ class Daemon:
         self._owner: FileLock | None = None  # the state file is ours while this is held
         self._locks: TargetLocks | None = None
         self._records: dict[str, Any] = {}  # owned training, MPS daemon, made cgroup
+        self._restored: dict[str, float] | None = None  # a fresh controller record
+        self.mps_watch: MPSHealthWatch | None = None
 
     # ------------------------------------------------------------------ output
     def emit(self, **rec: Any) -> None:
@@ -191,58 +191,6 @@ class Daemon:
         """A message for the operator (a warning on the module logger)."""
         logger.warning("%s", msg)
 
-    # ------------------------------------------------------------------ state
-    def write_state(self, targets: list[dict] | None = None) -> None:
-        with self._state_lock:
-            if targets is None:
-                targets = self.cycler.identities() if self.cycler is not None else []
-            write_state(self.cfg.state, targets, hook=self.cfg.hook,
-                        extra={"socket": self.cfg.socket, **self._records})
-
-    def _record(self, **recs: Any) -> None:
-        """Update the owned-resource records and write them to the state file at once."""
-        self._records.update(recs)
-        self.write_state()
-
-    def _take_ownership(self) -> None:
-        """The owner lock of the state file: a second daemon is refused before it touches
-        anything (it neither resumes nor removes the first one's file)."""
-        try:
-            self._owner = FileLock(self.cfg.state + ".lock").acquire()
-        except LockHeld as exc:
-            who = f"pid {exc.holder}" if exc.holder else "pid unknown"
-            raise ValueError(f"another daemon ({who}) uses {self.cfg.state}") from None
-        self._locks = TargetLocks(Path(self.cfg.state).parent)
-        self._locks.prune_stale()
-
-    def _claim_targets(self, handles: list[ProcessHandle]) -> None:
-        """One daemon per training process, whatever its --gpu (raises TargetRefused)."""
-        assert self._locks is not None
-        names = set()
-        for h in handles:
-            name = target_lock_name(h.pid, h.start_ticks)
-            try:
-                self._locks.claim(name, f"training pid {h.pid}")
-            except LockHeld as exc:
-                raise TargetRefused(str(exc)) from None
-            names.add(name)
-        self._locks.keep_only(names)
-
-    def _resume_leftovers(self) -> None:
-        doc = read_state(self.cfg.state)  # ValueError for a file that is not ours
-        if doc is None:
-            return
-        if state_owner_alive(doc):  # a daemon of an older version, without the lock
-            if self._owner is not None:
-                self._owner.release()
-                self._owner = None
-            raise ValueError(f"another daemon (pid {doc['daemon_pid']}) uses {self.cfg.state}")
-        out = resume_targets(doc["targets"], doc.get("hook"))
-        self.emit(event="leftovers_resumed", previous_pid=doc.get("daemon_pid"), **out)
-        # what its guardian did not get to: a launched training, a private MPS daemon
-        self.emit(event="leftovers_cleaned", **cleanup_owned(doc))
-        unlink_quietly(self.cfg.state)
-
     # ------------------------------------------------------------------ setup
     def _make_controller(self, mps_ok: bool) -> TwoTierController | None:
         cfg = self.cfg
@@ -254,12 +202,16 @@ class Daemon:
             outer_every=cfg.outer_every,
             sleep_bounds_s=(0.0, cfg.max_sleep_s), mode=cfg.mode,
             outer=cfg.outer if mps_ok and cfg.fixed_mps is None else "none",
-            initial_mps_pct=cfg.initial_mps_pct)
+            initial_mps_pct=(self._restored["mps_pct"] if self._restored and mps_ok
+                             else cfg.initial_mps_pct),
+            initial_sleep_s=self._restored["sleep_s"] if self._restored else None)
 
     def setup(self) -> None:
         cfg = self.cfg
         # the controller first: a bad model or setting fails before anything is touched
         mps_possible = bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available()
+        with contextlib.suppress(ValueError, OSError):  # a bad file is refused further down
+            self._restored = restorable(read_state(cfg.state), cfg)
         self.controller = self._make_controller(mps_possible)
         for p in (cfg.socket, cfg.state, cfg.hook):
             ensure_private_dir(Path(p).parent)
@@ -293,6 +245,8 @@ class Daemon:
                     elif not self.mps_ctl.health():
                         raise MPSError(f"no MPS control daemon answers in {cfg.mps_pipe_dir}")
                     mps_ok = True
+                    self.mps_watch = MPSHealthWatch(self.mps_ctl, interval_s=cfg.mps_health_s,
+                                                    restart=cfg.mps_pipe_dir is None).start()
                     if cfg.mps_pipe_dir is None:  # ours: the guardian quits it if we die
                         self._record(mps=self.mps_ctl.record())
                     self.emit(event="mps_ready", pipe_dir=self.mps_ctl.pipe_dir)
@@ -300,6 +254,11 @@ class Daemon:
                     self.say(f"MPS unavailable ({exc}); running sleep-only")
                     self.emit(event="mps_unavailable", error=str(exc))
                     self.mps_ctl = None
+            if cfg.fixed_mps is not None and not mps_ok:  # never silently at 100 %
+                raise ConfigurationError(f"--fixed-mps {cfg.fixed_mps:g} needs MPS, which is "
+                                         "unavailable here (see the message above)")
+            if self._restored is not None and mps_ok and cfg.fixed_mps is None:
+                initial_mps = self._restored["mps_pct"]
             env = {"GPUCONTROL_HOOK_FILE": cfg.hook, "GPUCONTROL_SOCKET": cfg.socket}
             self.trainer = MPSActuator(
                 shlex.split(cfg.training_cmd), env=env, mps=self.mps_ctl, shadow=cfg.shadow,
@@ -331,6 +290,8 @@ class Daemon:
 
         if self.controller is not None and mps_ok != mps_possible:
             self.controller = self._make_controller(mps_ok)
+        if self.controller is not None and self._restored is not None:
+            self.emit(event="controller_resumed", **self._restored)
         if self.controller is not None:
             self._apply(self.controller.initial_actuation())
         else:
@@ -376,6 +337,10 @@ class Daemon:
         self._apply_sleep(act.sleep_s)
         if act.mps_changed and self.trainer is not None:
             if self._restart_thread is not None and self._restart_thread.is_alive():
+                return
+            if self.mps_watch is not None and not self.mps_watch.healthy:
+                self.emit(event="mps_restart", ok=False, new_pct=act.mps_pct,
+                          error="the MPS control daemon is unhealthy: change skipped")
                 return
             self._restart_thread = threading.Thread(target=self._restart, args=(act.mps_pct,),
                                                     name="gpucontrol-mps", daemon=True)
@@ -430,6 +395,11 @@ class Daemon:
             ok = self.guardian.ensure()
             self.emit(event="guardian_restarted", ok=ok)
         self._check_actuator()
+        if self.mps_watch is not None:
+            for ev in self.mps_watch.take_events():
+                self.emit(**ev)
+        if self.controller is not None:
+            self._persist(act)
         duty = self.cycler.stats() if self.cycler is not None else None
         rec = dict(period=self.periods, **st.as_dict(), sleep_s=act.sleep_s,
                    mps_pct=act.mps_pct, mps_changed=act.mps_changed, saturated=act.saturated,
@@ -449,19 +419,6 @@ class Daemon:
                                 samples_total=self.monitor.total_count,
                                 malformed_total=self.monitor.total_malformed)
         self.emit(**rec)
-
-    def _check_actuator(self) -> None:
-        """Report the sleep actuator's errors when they change: a held cycler (failed
-        write-ahead, retried every refresh) or a stopped one (a refused target)."""
-        err = (self.cycler.error or "") if self.cycler is not None else ""
-        if err == self._actuator_error:
-            return
-        if err:
-            self.say(f"sleep actuator {'held' if self.cycler.held else 'stopped'}: {err}")
-            self.emit(event="actuator_error", error=err, held=self.cycler.held)
-        else:
-            self.emit(event="actuator_recovered", previous=self._actuator_error)
-        self._actuator_error = err
 
     def request_stop(self) -> None:
         """Ask the loop to stop (safe from a signal handler or another thread)."""
@@ -543,6 +500,8 @@ class Daemon:
         if self._made_cgroup:
             made = self._made_cgroup
             steps.append(lambda: os.rmdir(made))
+        if self.mps_watch is not None:
+            steps.append(self.mps_watch.close)
         if self.mps_ctl is not None and cfg.mps_pipe_dir is None:
             steps.append(self.mps_ctl.quit)
         if self.monitor is not None:

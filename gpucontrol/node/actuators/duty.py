@@ -153,6 +153,12 @@ class DutyCycler:
         return self._sleep / (self._quantum + self._sleep)
 
     @property
+    def lock(self) -> threading.Condition:
+        """The cycler's lock: while it is held the target set cannot change and nothing is
+        paused or resumed (a caller writing the state file takes it first)."""
+        return self._cond
+
+    @property
     def paused(self) -> bool:
         return self._paused
 
