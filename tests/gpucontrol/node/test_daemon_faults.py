@@ -308,3 +308,106 @@ def test_made_cgroup_and_its_training_do_not_outlive_a_killed_daemon(children, t
             (group / "cgroup.kill").write_text("1")
             wait_for(lambda: not (group / "cgroup.procs").read_text().split(), 2.0)
             group.rmdir()
+
+
+# ------------------------------------------------------------------------------ B16, B17
+def test_fixed_mps_without_mps_is_refused(children, tmp_path):
+    """B17: --fixed-mps where MPS is unavailable exits 2 instead of running at 100 %."""
+    pidfile = tmp_path / "train.pids"
+    cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
+    r = subprocess.run(daemon_argv(tmp_path, "f", "--training-cmd", cmd, "--fixed-sleep", "0",
+                                   "--fixed-mps", "50", "--mps-binary", "/nonexistent/mps"),
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and "--fixed-mps 50 needs MPS" in r.stderr
+    assert not launched(pidfile)  # the training was never started
+
+
+def test_mps_health_watch_restarts_a_dead_control_daemon_with_back_off(tmp_path):
+    """B16: the watch notices a control daemon that went away, restarts it, and backs off
+    (doubling, capped) while a restart keeps failing."""
+    from gpucontrol.node.actuators.mps import MPSControl
+    from gpucontrol.node.mps_health import MPSHealthWatch
+
+    ctl = MPSControl(fake_mps(tmp_path)).start()
+    try:
+        w = MPSHealthWatch(ctl, interval_s=0.5, max_interval_s=2.0)
+        assert w.check_once() and w.take_events() == []
+        os.unlink(os.path.join(ctl.pipe_dir, "control.json"))  # the daemon "died"
+        assert not ctl.health()
+        assert w.check_once() and ctl.health()
+        assert [e["event"] for e in w.take_events()] == ["mps_restarted_daemon"]
+        os.unlink(os.path.join(ctl.pipe_dir, "control.json"))
+        os.chmod(ctl.pipe_dir, 0o500)  # it cannot come back
+        if os.geteuid() == 0:  # root ignores the mode: take the directory away instead
+            os.rename(ctl.pipe_dir, ctl.pipe_dir + ".gone")
+        waits = []
+        for _ in range(4):
+            assert not w.check_once()
+            waits.append(w.next_wait_s)
+        assert waits == [1.0, 2.0, 2.0, 2.0] and not w.healthy
+        assert "mps_unhealthy" in [e["event"] for e in w.take_events()]
+        if os.path.exists(ctl.pipe_dir + ".gone"):
+            os.rename(ctl.pipe_dir + ".gone", ctl.pipe_dir)
+        os.chmod(ctl.pipe_dir, 0o700)
+        assert w.check_once() and w.next_wait_s == 0.5
+        assert "mps_recovered" in [e["event"] for e in w.take_events()]
+    finally:
+        ctl.quit()
+
+
+def test_daemon_logs_and_repairs_a_dead_mps_daemon(children, tmp_path):
+    """B16 in the daemon: periodic checks (--mps-health-s) bring a private MPS control daemon
+    back and log it."""
+    pidfile = tmp_path / "train.pids"
+    cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
+    d = children.popen(daemon_argv(tmp_path, "mh", "--training-cmd", cmd, "--fixed-sleep", "0",
+                                   "--period-s", "0.2", "--mps-binary", fake_mps(tmp_path),
+                                   "--mps-health-s", "0.3"),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ev = read_events(d.stdout, "started")
+        pipe = next(e for e in ev if e.get("event") == "mps_ready")["pipe_dir"]
+        os.unlink(os.path.join(pipe, "control.json"))
+        read_events(d.stdout, "mps_restarted_daemon", timeout=10)
+        assert os.path.exists(os.path.join(pipe, "control.json"))
+        d.terminate()
+        assert d.wait(15) == 0
+    finally:
+        kill_tree_leftovers(launched(pidfile))
+
+
+# ------------------------------------------------------------------------------ B18
+def test_a_restarted_daemon_resumes_a_fresh_controller_state(children, tmp_path):
+    """B18: the controller's actuation is in the state file every period; a daemon restarted
+    after a SIGKILL starts from it (not from zero sleep), one started long after does not."""
+    env = {**os.environ, "GPUCONTROL_SOCKET": str(tmp_path / "r.sock")}
+    t = children.spawn(TRAINING.replace("notify_ready()\n", ""), str(tmp_path / "t.pids"),
+                       env=env)
+    args = daemon_argv(tmp_path, "r", "--training-pid", str(t.pid), "--slo-ms", "60",
+                       "--model", model_file(tmp_path), "--period-s", "0.2",
+                       "--run-quantum-s", "0.05", "--max-sleep-s", "0.03",
+                       "--sleep-method", "signal")
+    d = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # until the sleep saturates at its bound
+        rec = json.loads(d.stdout.readline())
+        if rec.get("sleep_s") == 0.03:
+            break
+    doc = json.loads((tmp_path / "r.state.json").read_text())
+    assert doc["controller"]["sleep_s"] == 0.03
+    d.kill()
+    d.wait()
+    d2 = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    resumed = read_events(d2.stdout, "controller_resumed")[-1]
+    assert resumed["sleep_s"] == 0.03 and resumed["age_s"] < 30
+    d2.kill()
+    d2.wait()
+    doc = json.loads((tmp_path / "r.state.json").read_text())
+    doc["controller"]["at"] -= 3600  # an hour old: stale
+    (tmp_path / "r.state.json").write_text(json.dumps(doc))
+    d3 = children.popen([*args, "--duration-s", "0.5"], stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL, text=True)
+    ev = read_events(d3.stdout, "stopped")
+    assert not any(e.get("event") == "controller_resumed" for e in ev)
+    assert d3.wait(15) == 0
+    assert not stopped_pids([t.pid])
