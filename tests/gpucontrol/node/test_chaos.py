@@ -113,7 +113,7 @@ def test_chaos_never_leaves_a_process_stopped_or_orphaned(children, tmp_path):
             log.append((i, phase, fault, "shadow" if shadow else "cold", rc))
             pids = [static.pid, *launched(pidfile)]
             # nothing stopped within 0.5 s of the daemon's end
-            assert wait_for(lambda: not stopped_pids(pids), 0.5), (log, stopped_pids(pids))
+            assert wait_for(lambda p=pids: not stopped_pids(p), 0.5), (log, stopped_pids(pids))
             # no launched training, guardian or private MPS directory outlives the daemon
             assert wait_for(lambda: not [p for p in launched(pidfile) if alive(p)], 5.0), log
             assert wait_for(lambda: not _procs_naming(state_path), 5.0), log
