@@ -15,7 +15,6 @@ before it is paused; SIGTERM/SIGINT resume everything and exit cleanly.
 The daemon reads only its :class:`~gpucontrol.node.config.DaemonConfig`; from Python::
 
     from gpucontrol.node.config import DaemonConfig
-from gpucontrol.node.daemon_safety import DaemonSafety
     from gpucontrol.node.daemon import Daemon
 
     Daemon(DaemonConfig(training_pids=(4242,), slo_ms=90.0, model="model.json")).run()

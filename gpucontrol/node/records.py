@@ -31,6 +31,8 @@ import subprocess
 import time
 from collections.abc import Iterable
 
+__all__ = ["cleanup_owned", "open_identity", "quit_mps", "remove_cgroup", "terminate_identity"]
+
 MPS_ROOT_PREFIX = "gpucontrol-mps-"
 
 

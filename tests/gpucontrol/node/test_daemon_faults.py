@@ -411,3 +411,64 @@ def test_a_restarted_daemon_resumes_a_fresh_controller_state(children, tmp_path)
     assert not any(e.get("event") == "controller_resumed" for e in ev)
     assert d3.wait(15) == 0
     assert not stopped_pids([t.pid])
+
+
+# ------------------------------------------------------------------------------ B7
+def test_failed_write_ahead_holds_the_daemon_and_recovers(children, tmp_path):
+    """B7: the state file cannot be written (its directory is gone) when a new descendant
+    appears: the daemon holds (nothing paused, commanded 0, actuator_error) instead of
+    stopping actuation for good, and cycles again once the write succeeds."""
+    import shutil
+
+    code = ("import os, subprocess, sys\n"
+            "while not os.path.exists(sys.argv[1]): pass\n"  # a new child on demand
+            "subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+            "while True: pass\n")
+    flag = tmp_path / "fork-now"
+    t = children.spawn(code, str(flag))
+    st = tmp_path / "st"
+    st.mkdir(mode=0o700)
+    argv = daemon_argv(tmp_path, "w", "--training-pid", str(t.pid), "--fixed-sleep", "0.05",
+                       "--run-quantum-s", "0.01", "--period-s", "0.2")
+    argv[argv.index("--state") + 1] = str(st / "w.state.json")
+    d = children.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        read_events(d.stdout, "started")
+        shutil.rmtree(st)  # every write of the state file fails from now on
+        flag.touch()  # a new descendant: it must be written ahead of its first pause
+        err = read_events(d.stdout, "actuator_error", timeout=10)[-1]
+        assert err["held"] and "write-ahead failed" in err["error"]
+        from gpucontrol.node.actuators.procs import descendants
+
+        pids = [t.pid, *descendants([t.pid])]
+        assert len(pids) == 2
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:  # held: nothing is paused
+            assert not stopped_pids(pids)
+            time.sleep(0.005)
+        st.mkdir(mode=0o700)
+        recs = read_events(d.stdout, "actuator_recovered", timeout=10)
+        assert any(r.get("commanded_fraction") == 0.0 for r in recs if "period" in r)
+        doc = json.loads((st / "w.state.json").read_text())
+        assert sorted(x["pid"] for x in doc["targets"]) == sorted(pids)
+        assert wait_for(lambda: stopped_pids(pids), 3.0)  # cycling again
+        d.terminate()
+        assert d.wait(10) == 0
+    finally:
+        kill_tree_leftovers(descendants_of(t.pid))
+
+
+def descendants_of(pid):
+    from gpucontrol.node.actuators.procs import descendants
+
+    return descendants([pid])
+
+
+def test_an_os_error_at_set_up_is_one_line_exit_1(children, tmp_path):
+    """B7: an operating-system error at set-up ends with one line and exit 1, no traceback."""
+    t = children.spawn(SLEEPER)
+    argv = daemon_argv(tmp_path, "o", "--training-pid", str(t.pid), "--fixed-sleep", "0")
+    argv[argv.index("--state") + 1] = "/proc/self/no/such/dir/o.state.json"
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("gpucontrol-daemon: error:") and "Traceback" not in r.stderr
