@@ -282,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"guardian": "resumed", "daemon_pid": args.daemon_pid,
                           "ms": round(1e3 * (time.monotonic() - t0), 3), **result}),
               file=sys.stderr, flush=True)
-    if doc is not None:  # then end what the daemon owned (a launched training, its MPS)
+    # then end what a *dead* daemon owned (a launched training, its MPS daemon); a guardian
+    # told to stop while its daemon lives (a failed start, a replacement) leaves them alone
+    if doc is not None and not state_owner_alive(doc):
         cleaned = _sibling("records.py").cleanup_owned(doc)
         if any(cleaned.values()):
             print(json.dumps({"guardian": "cleaned", **cleaned}), file=sys.stderr, flush=True)

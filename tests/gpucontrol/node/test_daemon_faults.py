@@ -472,3 +472,20 @@ def test_an_os_error_at_set_up_is_one_line_exit_1(children, tmp_path):
     r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 1, r.stderr
     assert r.stderr.startswith("gpucontrol-daemon: error:") and "Traceback" not in r.stderr
+
+
+def test_a_guardian_stopped_while_its_daemon_lives_ends_nothing(children, tmp_path):
+    """The records are ended only when the daemon is dead: a guardian told to stop (a failed
+    start, a replacement) leaves the launched training running."""
+    from gpucontrol.node.actuators.procs import ProcessHandle
+    from gpucontrol.node.guardian import Guardian, write_state
+
+    t = children.spawn(SLEEPER)
+    h = ProcessHandle.open(t.pid)
+    path = tmp_path / "g.state.json"
+    write_state(path, [], extra={"owned": [h.identity()]})  # "we" are the live daemon
+    h.close()
+    g = Guardian(path).start()
+    g.stop()
+    time.sleep(0.2)
+    assert alive(t.pid)
