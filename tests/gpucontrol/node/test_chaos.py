@@ -18,7 +18,7 @@ from actuators._children import BUSY, daemon_argv, stopped_pids
 from test_daemon_faults import TRAINING, alive, fake_mps, launched, model_file, wait_for
 
 ROUNDS = 12
-SEED = 20261124
+SEED = int(os.environ.get("GPUCONTROL_CHAOS_SEED", "20261124"))  # replay or vary
 PHASES = ("startup", "cycling", "mps_restart", "shutdown")
 FAULTS = ("kill", "stop_kill", "stop_cont_kill", "term")
 
@@ -73,10 +73,12 @@ def test_chaos_never_leaves_a_process_stopped_or_orphaned(children, tmp_path):
     try:
         for i in range(ROUNDS):
             phase = PHASES[i % len(PHASES)]
-            fault = rng.choice(FAULTS)
+            fault = FAULTS[(i + i // len(PHASES)) % len(FAULTS)]  # each phase meets 3 kinds
             shadow = rng.random() < 0.5
             args = pid_args if phase != "mps_restart" and rng.random() < 0.25 else (
                 mps_args + (["--shadow"] if shadow else []))
+            if phase == "mps_restart":  # a fresh controller (not resumed at a low MPS share)
+                args = [*args, "--slo-ms", f"{60 + 0.001 * i:g}"]
             d = children.popen(daemon_argv(tmp_path, "c", *args), stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True, env=env)
             if phase == "startup":
@@ -119,8 +121,6 @@ def test_chaos_never_leaves_a_process_stopped_or_orphaned(children, tmp_path):
             assert wait_for(lambda: not _procs_naming(state_path), 5.0), log
             assert wait_for(lambda: not os.listdir(tmpdir), 5.0), (log, os.listdir(tmpdir))
             assert alive(static.pid)
-        kills = sum(1 for x in log if x[2] != "term")
-        assert kills >= ROUNDS // 2, log
         # the MPS-restart rounds did land during a restart (the new training launched)
         assert saw_restart == ROUNDS // len(PHASES), log
         assert len(launched(pidfile)) >= 2 * saw_restart, log

@@ -27,10 +27,10 @@ from test_mps_actuator import FAKE  # noqa: E402
 # lowers the MPS share, which the daemon applies by restarting it.
 TRAINING = r"""
 import os, sys, time
+with open(sys.argv[1], "a") as f:  # first: every launch is on record at once
+    f.write(f"{os.getpid()} {os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE')}\n")
 from gpucontrol.node.client import report_latency
 from gpucontrol.node.hooks import notify_ready
-with open(sys.argv[1], "a") as f:
-    f.write(f"{os.getpid()} {os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE')}\n")
 notify_ready()
 while True:
     report_latency(200.0)
