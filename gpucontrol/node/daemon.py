@@ -282,6 +282,8 @@ class Daemon(DaemonSafety):
                 allow_other_users=cfg.allow_other_users, run_quantum_s=quantum,
                 max_sleep_s=cfg.max_sleep_s, gate=self.guardian.alive,
                 on_targets_changed=self.write_state)
+            if isinstance(self.cycler, CgroupFreezer):
+                self._claim_cgroup(self.cycler.path)
             self.write_state()  # write-ahead: listed before the first pause
             self.cycler.start()
         self.emit(event="started", pid=os.getpid(), socket=cfg.socket, state=cfg.state,

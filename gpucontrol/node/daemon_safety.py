@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,13 @@ from gpucontrol.node.actuators.procs import ProcessHandle, TargetRefused
 from gpucontrol.node.actuators.sleep import DutyCycler
 from gpucontrol.node.config import DaemonConfig
 from gpucontrol.node.guardian import read_state, resume_targets, state_owner_alive, write_state
-from gpucontrol.node.locks import FileLock, LockHeld, TargetLocks, target_lock_name
+from gpucontrol.node.locks import (
+    FileLock,
+    LockHeld,
+    TargetLocks,
+    cgroup_lock_name,
+    target_lock_name,
+)
 from gpucontrol.node.persist import controller_record
 from gpucontrol.node.records import cleanup_owned
 from gpucontrol.two_tier import Actuation
@@ -86,7 +93,15 @@ class DaemonSafety:
             except LockHeld as exc:
                 raise TargetRefused(str(exc)) from None
             names.add(name)
-        self._locks.keep_only(names)
+        self._locks.keep_only(names | {n for n in self._locks.held if n.startswith("cgroup-")})
+
+    def _claim_cgroup(self, path: str | os.PathLike[str]) -> None:
+        """One daemon per cgroup, too (raises TargetRefused)."""
+        assert self._locks is not None
+        try:
+            self._locks.claim(cgroup_lock_name(path), f"cgroup {path}")
+        except LockHeld as exc:
+            raise TargetRefused(str(exc)) from None
 
     def _resume_leftovers(self) -> None:
         doc = read_state(self.cfg.state)  # ValueError for a file that is not ours

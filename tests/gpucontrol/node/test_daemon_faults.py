@@ -489,3 +489,26 @@ def test_a_guardian_stopped_while_its_daemon_lives_ends_nothing(children, tmp_pa
     g.stop()
     time.sleep(0.2)
     assert alive(t.pid)
+
+
+def test_two_daemons_cannot_freeze_the_same_cgroup(children, tmp_path, cgroup_dir):
+    """B15 for the freezer: one daemon per cgroup, even for different training processes."""
+    a, b = children.spawn(SLEEPER), children.spawn(SLEEPER)
+    for p in (a, b):
+        (cgroup_dir / "cgroup.procs").write_text(str(p.pid))
+    d = children.popen(daemon_argv(tmp_path, "ca", "--training-pid", str(a.pid), "--cgroup",
+                                   str(cgroup_dir), "--fixed-sleep", "0.05"),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ev = read_events(d.stdout, "started")
+        assert ev[-1]["method"] == "cgroup"
+        r = subprocess.run(daemon_argv(tmp_path, "cb", "--training-pid", str(b.pid),
+                                       "--cgroup", str(cgroup_dir), "--fixed-sleep", "0.05",
+                                       "--gpu", "1"),
+                           capture_output=True, text=True, timeout=30, check=False)
+        assert r.returncode == 2 and "already controlled by another daemon" in r.stderr
+        assert f"cgroup {cgroup_dir}" in r.stderr
+    finally:
+        d.terminate()
+        assert d.wait(10) == 0
+    assert "frozen 0" in (cgroup_dir / "cgroup.events").read_text()
