@@ -112,7 +112,14 @@ class SignalDutyCycler(DutyCycler):
             # new roots themselves must be listed before their first pause (a failed write
             # holds the cycler until a refresh writes it)
             self._unwritten = True
-            self._maybe_refresh(time.monotonic(), force=True)
+            try:
+                self._refresh(force_notify=True)
+            except OSError as exc:
+                self._set_held(f"write-ahead failed, holding: {type(exc).__name__}: {exc}")
+            else:
+                if self._held:
+                    self._set_held(None)
+            self._next_refresh = time.monotonic() + self.refresh_s
             self._cond.notify_all()
 
     @property
