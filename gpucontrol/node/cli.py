@@ -67,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--sleep-method", choices=SLEEP_METHODS,
                    default="auto", help="auto: cgroup freezer when possible, else signals")
     t.add_argument("--cgroup", help="cgroup v2 directory holding the training (with "
-                   "--training-cmd it is created if missing and the training started in it)")
+                   "--training-pid it must hold every training process; with --training-cmd "
+                   "it is created if missing and the training started in it)")
     t.add_argument("--run-quantum-s", type=_quantum, default=0.2,
                    help="run time between pauses (about one iteration), or 'auto'")
     t.add_argument("--shadow", action="store_true", help="MPS change: pre-start the new one")
