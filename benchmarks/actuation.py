@@ -159,11 +159,13 @@ def daemon_argv(tmp: str, name: str, *args: str) -> list[str]:
 
 
 def wait_started(p: subprocess.Popen, timeout: float = 30.0) -> None:
+    out = p.stdout
+    assert out is not None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        r, _, _ = select.select([p.stdout], [], [], 1.0)
+        r, _, _ = select.select([out], [], [], 1.0)
         if r:
-            line = p.stdout.readline()
+            line = out.readline()
             if not line:
                 break
             if json.loads(line).get("event") == "started":
@@ -242,7 +244,8 @@ def fault_trials(procs: Procs, tmp: str, kind: str, n: int,
                     os.kill(pid, signal.SIGKILL)
                 d.kill()
                 d.wait()
-                d.stdout.close()
+                if d.stdout is not None:
+                    d.stdout.close()
                 d = procs.spawn(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True)
                 out.append(_wait_resumed(t.pid, 30.0))
@@ -256,7 +259,8 @@ def fault_trials(procs: Procs, tmp: str, kind: str, n: int,
                 d.send_signal(signal.SIGKILL if kind == "sigkill" else signal.SIGTERM)
                 out.append(_wait_resumed(t.pid, 30.0))
             d.wait()
-            d.stdout.close()
+            if d.stdout is not None:
+                d.stdout.close()
             time.sleep(0.05)
             if state(t.pid) == "T":  # never leave it stopped (a stall without a watch)
                 os.kill(t.pid, signal.SIGCONT)
