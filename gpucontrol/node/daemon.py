@@ -210,7 +210,10 @@ class Daemon(DaemonSafety):
         # the controller first: a bad model or setting fails before anything is touched
         mps_possible = bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available()
         with contextlib.suppress(ValueError, OSError):  # a bad file is refused further down
-            self._restored = restorable(read_state(cfg.state), cfg)
+            prev = read_state(cfg.state)
+            self._restored = restorable(prev, cfg)
+            if self._restored is not None and prev is not None:  # kept until our first period
+                self._records["controller"] = prev["controller"]
         self.controller = self._make_controller(mps_possible)
         for p in (cfg.socket, cfg.state, cfg.hook):
             ensure_private_dir(Path(p).parent)
@@ -240,18 +243,23 @@ class Daemon(DaemonSafety):
             else:
                 try:
                     if cfg.mps_pipe_dir is None:
+                        # recorded before `-d`: if we die from here on, it is quit and removed
+                        self.mps_ctl.make_private_dirs()
+                        self._record(mps=self.mps_ctl.record())
                         self.mps_ctl.start()
                     elif not self.mps_ctl.health():
                         raise MPSError(f"no MPS control daemon answers in {cfg.mps_pipe_dir}")
                     mps_ok = True
                     self.mps_watch = MPSHealthWatch(self.mps_ctl, interval_s=cfg.mps_health_s,
                                                     restart=cfg.mps_pipe_dir is None).start()
-                    if cfg.mps_pipe_dir is None:  # ours: the guardian quits it if we die
-                        self._record(mps=self.mps_ctl.record())
                     self.emit(event="mps_ready", pipe_dir=self.mps_ctl.pipe_dir)
                 except MPSError as exc:
                     self.say(f"MPS unavailable ({exc}); running sleep-only")
                     self.emit(event="mps_unavailable", error=str(exc))
+                    if cfg.mps_pipe_dir is None:  # our private directories: gone, unlisted
+                        with contextlib.suppress(MPSError, OSError):
+                            self.mps_ctl.quit()
+                        self._records.pop("mps", None)
                     self.mps_ctl = None
             if cfg.fixed_mps is not None and not mps_ok:  # never silently at 100 %
                 raise ConfigurationError(f"--fixed-mps {cfg.fixed_mps:g} needs MPS, which is "

@@ -111,13 +111,7 @@ class MPSControl:
     def start(self) -> Self:
         """Start a control daemon (``-d``) in private directories, and wait until it answers."""
         binary = self._require()
-        if self.pipe_dir is None:
-            self._private_root = tempfile.mkdtemp(prefix="gpucontrol-mps-")
-            os.chmod(self._private_root, 0o700)
-            self.pipe_dir = os.path.join(self._private_root, "pipe")
-            self.log_dir = os.path.join(self._private_root, "log")
-            os.mkdir(self.pipe_dir, 0o700)
-            os.mkdir(self.log_dir, 0o700)
+        self.make_private_dirs()
         env = {**os.environ, **self.env()}
         try:
             r = subprocess.run([binary, "-d"], env=env, capture_output=True, text=True,
@@ -133,6 +127,18 @@ class MPSControl:
                 raise MPSError("the MPS control daemon did not come up")
             time.sleep(0.05)
         return self
+
+    def make_private_dirs(self) -> None:
+        """Create the private pipe and log directories (mode 0700) when no ``pipe_dir`` was
+        given; :meth:`start` does it, a caller that records them first may call it before."""
+        if self.pipe_dir is not None:
+            return
+        self._private_root = tempfile.mkdtemp(prefix="gpucontrol-mps-")
+        os.chmod(self._private_root, 0o700)
+        self.pipe_dir = os.path.join(self._private_root, "pipe")
+        self.log_dir = os.path.join(self._private_root, "log")
+        os.mkdir(self.pipe_dir, 0o700)
+        os.mkdir(self.log_dir, 0o700)
 
     def record(self) -> dict[str, str | None]:
         """What :func:`gpucontrol.node.records.quit_mps` needs to quit this daemon and
