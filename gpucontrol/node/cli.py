@@ -67,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--sleep-method", choices=SLEEP_METHODS,
                    default="auto", help="auto: cgroup freezer when possible, else signals")
     t.add_argument("--cgroup", help="cgroup v2 directory holding the training (with "
-                   "--training-cmd it is created if missing and the training started in it)")
+                   "--training-pid it must hold every training process; with --training-cmd "
+                   "it is created if missing and the training started in it)")
     t.add_argument("--run-quantum-s", type=_quantum, default=0.2,
                    help="run time between pauses (about one iteration), or 'auto'")
     t.add_argument("--shadow", action="store_true", help="MPS change: pre-start the new one")
@@ -75,6 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--ready-timeout-s", type=float, default=120.0)
     t.add_argument("--mps-binary", default="nvidia-cuda-mps-control")
     t.add_argument("--mps-pipe-dir", help="use this existing MPS daemon instead of a private one")
+    t.add_argument("--mps-health-s", type=float, default=10.0,
+                   help="check the MPS daemon this often (back-off on failure; default 10)")
     t.add_argument("--allow-other-users", action="store_true",
                    help="root only: allow training processes of other users")
     f = p.add_argument_group("files")
@@ -136,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        0 after a clean stop, 2 for a configuration error, 130 on Ctrl-C.
+        0 after a clean stop, 2 for a configuration error, 1 for an operating-system error
+        at set-up (one line, no traceback), 130 on Ctrl-C.
     """
     args = build_parser().parse_args(argv)
     _configure_logging()
@@ -145,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the machine refused (no space, no permission...): one line
+        print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -100,6 +100,9 @@ class DaemonConfig:
         The ``nvidia-cuda-mps-control`` executable [``--mps-binary``].
     mps_pipe_dir : str or None
         Use this running MPS control daemon instead of a private one [``--mps-pipe-dir``].
+    mps_health_s : float
+        Check the MPS control daemon this often, seconds, > 0 (doubling after each failure,
+        up to 300 s); a private one that died is restarted [``--mps-health-s``].
     allow_other_users : bool
         Root only: accept training processes of other users [``--allow-other-users``].
     gpu : int
@@ -146,6 +149,7 @@ class DaemonConfig:
     ready_timeout_s: float = 120.0
     mps_binary: str = "nvidia-cuda-mps-control"
     mps_pipe_dir: str | None = None
+    mps_health_s: float = 10.0
     allow_other_users: bool = False
     gpu: int = 0
     socket: str = ""
@@ -183,6 +187,9 @@ class DaemonConfig:
         choice("--sleep-method", self.sleep_method, SLEEP_METHODS)
         choice("--ready", self.ready, READY_MODES)
         in_range("--initial-mps", self.initial_mps, 1, 100)
+        if self.sleep_method == "hook" and self.max_sleep_s > 60.0:
+            in_range("--max-sleep-s (with --sleep-method hook, whose hard cap is 60 s)",
+                     self.max_sleep_s, 0, 60.0)
         if self.fixed_sleep is not None:
             in_range("--fixed-sleep", self.fixed_sleep, 0, self.max_sleep_s)
         if self.fixed_mps is not None and not self.training_cmd:
@@ -198,6 +205,7 @@ class DaemonConfig:
                                          f"{self.run_quantum_s!r}")
             positive("--run-quantum-s", self.run_quantum_s)
         positive("--ready-timeout-s", self.ready_timeout_s)
+        positive("--mps-health-s", self.mps_health_s)
         int_at_least("--gpu", self.gpu, 0)
         if self.metrics_port is not None:
             int_at_least("--metrics-port", self.metrics_port, 0)

@@ -56,22 +56,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 from gpucontrol.node._runtime import ensure_private_dir, unlink_quietly
+from gpucontrol.node.actuators.cgroup import check_cgroup_holds
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
 from gpucontrol.node.actuators.procs import ProcessHandle
 from gpucontrol.node.actuators.sleep import CgroupFreezer, DutyCycler, choose_sleep_actuator
 from gpucontrol.node.config import DaemonConfig
-from gpucontrol.node.guardian import (
-    Guardian,
-    read_state,
-    resume_targets,
-    state_owner_alive,
-    write_state,
-)
+from gpucontrol.node.daemon_safety import DaemonSafety
+from gpucontrol.node.guardian import Guardian, read_state
 from gpucontrol.node.hooks import HookWriter
+from gpucontrol.node.locks import FileLock, TargetLocks
 from gpucontrol.node.metrics import DaemonMetrics
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
+from gpucontrol.node.mps_health import MPSHealthWatch
+from gpucontrol.node.persist import restorable
 from gpucontrol.two_tier import Actuation, TwoTierController
 
 __all__ = ["Daemon", "load_model"]
@@ -122,7 +122,7 @@ def _clean(x: Any) -> Any:
     return x
 
 
-class Daemon:
+class Daemon(DaemonSafety):
     """One GPU's daemon, built from its :class:`~gpucontrol.node.config.DaemonConfig`.
 
     Building it runs the configuration's environment checks
@@ -170,6 +170,11 @@ class Daemon:
         self._made_cgroup: str | None = None
         self._actuator_error = ""
         self.periods = 0
+        self._owner: FileLock | None = None  # the state file is ours while this is held
+        self._locks: TargetLocks | None = None
+        self._records: dict[str, Any] = {}  # owned training, MPS daemon, made cgroup
+        self._restored: dict[str, float] | None = None  # a fresh controller record
+        self.mps_watch: MPSHealthWatch | None = None
 
     # ------------------------------------------------------------------ output
     def emit(self, **rec: Any) -> None:
@@ -185,24 +190,6 @@ class Daemon:
         """A message for the operator (a warning on the module logger)."""
         logger.warning("%s", msg)
 
-    # ------------------------------------------------------------------ state
-    def write_state(self, targets: list[dict] | None = None) -> None:
-        with self._state_lock:
-            if targets is None:
-                targets = self.cycler.identities() if self.cycler is not None else []
-            write_state(self.cfg.state, targets, hook=self.cfg.hook,
-                        extra={"socket": self.cfg.socket})
-
-    def _resume_leftovers(self) -> None:
-        doc = read_state(self.cfg.state)  # ValueError for a file that is not ours
-        if doc is None:
-            return
-        if state_owner_alive(doc):
-            raise ValueError(f"another daemon (pid {doc['daemon_pid']}) uses {self.cfg.state}")
-        out = resume_targets(doc["targets"], doc.get("hook"))
-        self.emit(event="leftovers_resumed", previous_pid=doc.get("daemon_pid"), **out)
-        unlink_quietly(self.cfg.state)
-
     # ------------------------------------------------------------------ setup
     def _make_controller(self, mps_ok: bool) -> TwoTierController | None:
         cfg = self.cfg
@@ -214,15 +201,23 @@ class Daemon:
             outer_every=cfg.outer_every,
             sleep_bounds_s=(0.0, cfg.max_sleep_s), mode=cfg.mode,
             outer=cfg.outer if mps_ok and cfg.fixed_mps is None else "none",
-            initial_mps_pct=cfg.initial_mps_pct)
+            initial_mps_pct=(self._restored["mps_pct"] if self._restored and mps_ok
+                             else cfg.initial_mps_pct),
+            initial_sleep_s=self._restored["sleep_s"] if self._restored else None)
 
     def setup(self) -> None:
         cfg = self.cfg
         # the controller first: a bad model or setting fails before anything is touched
         mps_possible = bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available()
+        with contextlib.suppress(ValueError, OSError):  # a bad file is refused further down
+            prev = read_state(cfg.state)
+            self._restored = restorable(prev, cfg)
+            if self._restored is not None and prev is not None:  # kept until our first period
+                self._records["controller"] = prev["controller"]
         self.controller = self._make_controller(mps_possible)
         for p in (cfg.socket, cfg.state, cfg.hook):
             ensure_private_dir(Path(p).parent)
+        self._take_ownership()
         self._resume_leftovers()
         self.guardian = Guardian(cfg.state).start()
         self.monitor = LatencyMonitor(cfg.socket).start()
@@ -233,9 +228,10 @@ class Daemon:
                                 else self.controller.initial_actuation().sleep_s)
         self.write_state([])
 
-        if cfg.cgroup and not os.path.isdir(cfg.cgroup):  # a group of our own for the training
-            os.mkdir(cfg.cgroup)
-            self._made_cgroup = cfg.cgroup
+        if cfg.cgroup and cfg.training_cmd and not os.path.isdir(cfg.cgroup):
+            os.mkdir(cfg.cgroup)  # a group of our own for the training we launch
+            self._made_cgroup = os.path.realpath(cfg.cgroup)
+            self._record(made_cgroup=self._made_cgroup)
         mps_ok = False
         initial_mps = cfg.initial_mps_pct
         if cfg.training_cmd:
@@ -247,26 +243,45 @@ class Daemon:
             else:
                 try:
                     if cfg.mps_pipe_dir is None:
+                        # recorded before `-d`: if we die from here on, it is quit and removed
+                        self.mps_ctl.make_private_dirs()
+                        self._record(mps=self.mps_ctl.record())
                         self.mps_ctl.start()
                     elif not self.mps_ctl.health():
                         raise MPSError(f"no MPS control daemon answers in {cfg.mps_pipe_dir}")
                     mps_ok = True
+                    self.mps_watch = MPSHealthWatch(self.mps_ctl, interval_s=cfg.mps_health_s,
+                                                    restart=cfg.mps_pipe_dir is None).start()
                     self.emit(event="mps_ready", pipe_dir=self.mps_ctl.pipe_dir)
                 except MPSError as exc:
                     self.say(f"MPS unavailable ({exc}); running sleep-only")
                     self.emit(event="mps_unavailable", error=str(exc))
+                    if cfg.mps_pipe_dir is None:  # our private directories: gone, unlisted
+                        with contextlib.suppress(MPSError, OSError):
+                            self.mps_ctl.quit()
+                        self._records.pop("mps", None)
                     self.mps_ctl = None
+            if cfg.fixed_mps is not None and not mps_ok:  # never silently at 100 %
+                raise ConfigurationError(f"--fixed-mps {cfg.fixed_mps:g} needs MPS, which is "
+                                         "unavailable here (see the message above)")
+            if self._restored is not None and mps_ok and cfg.fixed_mps is None:
+                initial_mps = self._restored["mps_pct"]
             env = {"GPUCONTROL_HOOK_FILE": cfg.hook, "GPUCONTROL_SOCKET": cfg.socket}
             self.trainer = MPSActuator(
                 shlex.split(cfg.training_cmd), env=env, mps=self.mps_ctl, shadow=cfg.shadow,
                 ready=cfg.ready, ready_timeout_s=cfg.ready_timeout_s,
-                on_spawn=self._on_spawn, before_terminate=self._before_terminate)
-            pids = [self.trainer.start(initial_mps)]
+                on_spawn=self._on_spawn, before_terminate=self._before_terminate,
+                cancel_fd=self._stop_r)
+            # no old process to hand over from: the first launch does not wait to be ready
+            pids = [self.trainer.start(initial_mps, wait_ready=False)]
             self.emit(event="training_started", pid=pids[0], mps_pct=initial_mps)
         else:
             pids = list(cfg.training_pids)
         self.roots = [ProcessHandle.open(p, allow_other_users=cfg.allow_other_users)
                       for p in pids]
+        self._claim_targets(self.roots)
+        if cfg.cgroup and cfg.sleep_method != "hook":
+            check_cgroup_holds(cfg.cgroup, pids)  # never freeze a group without the training
 
         quantum = 0.2 if cfg.run_quantum_s == "auto" else float(cfg.run_quantum_s)
         if cfg.sleep_method != "hook":
@@ -275,6 +290,8 @@ class Daemon:
                 allow_other_users=cfg.allow_other_users, run_quantum_s=quantum,
                 max_sleep_s=cfg.max_sleep_s, gate=self.guardian.alive,
                 on_targets_changed=self.write_state)
+            if isinstance(self.cycler, CgroupFreezer):
+                self._claim_cgroup(self.cycler.path)
             self.write_state()  # write-ahead: listed before the first pause
             self.cycler.start()
         self.emit(event="started", pid=os.getpid(), socket=cfg.socket, state=cfg.state,
@@ -282,6 +299,8 @@ class Daemon:
 
         if self.controller is not None and mps_ok != mps_possible:
             self.controller = self._make_controller(mps_ok)
+        if self.controller is not None and self._restored is not None:
+            self.emit(event="controller_resumed", **self._restored)
         if self.controller is not None:
             self._apply(self.controller.initial_actuation())
         else:
@@ -300,7 +319,14 @@ class Daemon:
         return "cgroup" if isinstance(self.cycler, CgroupFreezer) else "signal"
 
     def _on_spawn(self, pid: int) -> None:
-        if self.cfg.cgroup:
+        # listed at once: if we die, the guardian (or the next daemon) ends it
+        owned = list(self._records.get("owned", []))
+        with contextlib.suppress(ProcessLookupError, OSError):
+            h = ProcessHandle.open(pid, check=False)
+            owned.append(h.identity())
+            h.close()
+        self._record(owned=owned)
+        if self.cfg.cgroup:  # an error here stops the new process (MPSActuator._spawn)
             with open(os.path.join(self.cfg.cgroup, "cgroup.procs"), "w") as f:
                 f.write(str(pid))
 
@@ -313,13 +339,17 @@ class Daemon:
         use_hook = self.cycler is None
         if self.cycler is not None:
             self.cycler.set_sleep(sleep_s)
-        if self.hook is not None:
-            self.hook.set_sleep(sleep_s if use_hook else 0.0)
+        if self.hook is not None:  # never above the hook's own cap (60 s)
+            self.hook.set_sleep(min(sleep_s, self.hook.max_sleep_s) if use_hook else 0.0)
 
     def _apply(self, act: Actuation) -> None:
         self._apply_sleep(act.sleep_s)
         if act.mps_changed and self.trainer is not None:
             if self._restart_thread is not None and self._restart_thread.is_alive():
+                return
+            if self.mps_watch is not None and not self.mps_watch.healthy:
+                self.emit(event="mps_restart", ok=False, new_pct=act.mps_pct,
+                          error="the MPS control daemon is unhealthy: change skipped")
                 return
             self._restart_thread = threading.Thread(target=self._restart, args=(act.mps_pct,),
                                                     name="gpucontrol-mps", daemon=True)
@@ -334,6 +364,8 @@ class Daemon:
                 for h in self.roots:
                     h.close()
                 self.roots = [new]
+                self._records["owned"] = [new.identity()]
+                self._claim_targets(self.roots)
                 if self.cycler is not None and hasattr(self.cycler, "set_targets"):
                     self.cycler.set_targets([new.pid])
         except Exception as exc:
@@ -371,10 +403,12 @@ class Daemon:
         if self.guardian is not None and not self.guardian.alive():
             ok = self.guardian.ensure()
             self.emit(event="guardian_restarted", ok=ok)
-        if self.cycler is not None and self.cycler.error and not self._actuator_error:
-            self._actuator_error = self.cycler.error  # it resumed the training and stopped
-            self.say(f"sleep actuator stopped: {self.cycler.error}")
-            self.emit(event="actuator_error", error=self.cycler.error)
+        self._check_actuator()
+        if self.mps_watch is not None:
+            for ev in self.mps_watch.take_events():
+                self.emit(**ev)
+        if self.controller is not None:
+            self._persist(act)
         duty = self.cycler.stats() if self.cycler is not None else None
         rec = dict(period=self.periods, **st.as_dict(), sleep_s=act.sleep_s,
                    mps_pct=act.mps_pct, mps_changed=act.mps_changed, saturated=act.saturated,
@@ -431,7 +465,13 @@ class Daemon:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 handlers[sig] = signal.signal(sig, lambda *_: self.request_stop())
         try:
-            self.setup()
+            try:
+                self.setup()
+            except Exception as exc:
+                if not self._stopping:
+                    raise
+                self.emit(event="start_cancelled", error=str(exc))  # SIGTERM during set-up
+                return 0
             t0 = time.monotonic()
             deadline = t0 + self.cfg.duration_s if self.cfg.duration_s else math.inf
             nxt = t0 + self.cfg.period_s
@@ -469,15 +509,22 @@ class Daemon:
         if self._made_cgroup:
             made = self._made_cgroup
             steps.append(lambda: os.rmdir(made))
+        if self.mps_watch is not None:
+            steps.append(self.mps_watch.close)
         if self.mps_ctl is not None and cfg.mps_pipe_dir is None:
             steps.append(self.mps_ctl.quit)
         if self.monitor is not None:
             steps.append(self.monitor.close)
         if self.metrics is not None:
             steps.append(self.metrics.close)
-        steps.append(lambda: unlink_quietly(cfg.state))
+        if self._owner is not None:  # never a file another daemon owns
+            steps.append(lambda: unlink_quietly(cfg.state))
         if self.guardian is not None:
             steps.append(self.guardian.stop)
+        if self._locks is not None:
+            steps.append(self._locks.release_all)
+        if self._owner is not None:
+            steps.append(self._owner.release)
         return steps
 
     def shutdown(self) -> None:

@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, wake)
 
     # load everything the resume needs now, so that it costs no imports when it matters
-    for mod in ("_runtime.py", "hooks.py", "actuators/procs.py"):
+    for mod in ("_runtime.py", "hooks.py", "actuators/procs.py", "records.py"):
         _sibling(mod)
     _sibling("actuators/procs.py").pidfs_unique_inodes()
 
@@ -273,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
     t0 = time.monotonic()
     try:
-        result = resume_state(args.state)
+        doc = read_state(args.state)
+        result = None if doc is None else resume_targets(doc["targets"], doc.get("hook"))
     except (ValueError, OSError) as exc:
         print(f"gpucontrol-guardian: cannot resume from {args.state}: {exc}", file=sys.stderr)
         return 1
@@ -281,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"guardian": "resumed", "daemon_pid": args.daemon_pid,
                           "ms": round(1e3 * (time.monotonic() - t0), 3), **result}),
               file=sys.stderr, flush=True)
+    # then end what a *dead* daemon owned (a launched training, its MPS daemon); a guardian
+    # told to stop while its daemon lives (a failed start, a replacement) leaves them alone
+    if doc is not None and not state_owner_alive(doc):
+        cleaned = _sibling("records.py").cleanup_owned(doc)
+        if any(cleaned.values()):
+            print(json.dumps({"guardian": "cleaned", **cleaned}), file=sys.stderr, flush=True)
     return 0
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from gpucontrol.node.actuators.duty import DutyCycler
 from gpucontrol.node.actuators.procs import TargetRefused, check_target, descendants, read_stat
 
-__all__ = ["CgroupFreezer", "cgroup2_mounts", "cgroup_of", "freezable_cgroup_for"]
+__all__ = ["CgroupFreezer", "cgroup2_mounts", "cgroup_of", "check_cgroup_holds",
+           "freezable_cgroup_for"]
 
 
 def cgroup2_mounts() -> list[Path]:
@@ -64,6 +65,33 @@ def _cgroup_members(path: Path) -> list[int]:
             except (OSError, ValueError):
                 pass
     return pids
+
+
+def check_cgroup_holds(group: str | os.PathLike[str], pids: Iterable[int]) -> None:
+    """Make sure every training process sits in ``group`` (or a sub-group of it).
+
+    Parameters
+    ----------
+    group : str or os.PathLike
+        The cgroup directory given to the daemon.
+    pids : iterable of int
+        The training processes.
+
+    Raises
+    ------
+    TargetRefused
+        The directory is missing, or a process is outside it (freezing it would throttle
+        nothing while reporting a stopped fraction).
+    """
+    if not os.path.isdir(group):
+        raise TargetRefused(f"--cgroup {group} does not exist (it is created only for a "
+                            "training the daemon launches with --training-cmd)")
+    root = Path(os.path.realpath(group))
+    for pid in pids:
+        where = cgroup_of(pid)
+        if where is None or not Path(os.path.realpath(where)).is_relative_to(root):
+            raise TargetRefused(f"--cgroup {group} does not contain training pid {pid} "
+                                f"(it is in {where or 'the root group'}); move it there first")
 
 
 def freezable_cgroup_for(pids: Iterable[int], *, allow_other_users: bool = False) -> Path | None:
@@ -139,6 +167,7 @@ class CgroupFreezer(DutyCycler):
         if not self._freeze.exists() or not self._events.exists():
             raise TargetRefused(f"{self.path} has no cgroup.freeze/cgroup.events (not cgroup v2?)")
         self._check_members()
+        self._populated = bool(_cgroup_members(self.path))
         self._fd: int | None = os.open(self._freeze, os.O_WRONLY | os.O_CLOEXEC)
 
     def _check_members(self) -> None:
@@ -158,6 +187,11 @@ class CgroupFreezer(DutyCycler):
 
     def _refresh(self) -> None:
         self._check_members()
+        self._populated = bool(_cgroup_members(self.path))
+
+    def _has_targets(self) -> bool:
+        # an empty group is never "paused": its achieved stopped fraction stays an honest 0
+        return self._populated
 
     def _write(self, value: bytes) -> None:
         if self._fd is None:

@@ -118,6 +118,7 @@ class DutyCycler:
         self._next_pause: float | None = None
         self._next_refresh = 0.0
         self._suspended = False
+        self._held = False
         self.error: str | None = None
         self._reset_window(time.monotonic())
 
@@ -150,6 +151,12 @@ class DutyCycler:
     @property
     def commanded_fraction(self) -> float:
         return self._sleep / (self._quantum + self._sleep)
+
+    @property
+    def lock(self) -> threading.Condition:
+        """The cycler's lock: while it is held the target set cannot change and nothing is
+        paused or resumed (a caller writing the state file takes it first)."""
+        return self._cond
 
     @property
     def paused(self) -> bool:
@@ -223,7 +230,9 @@ class DutyCycler:
             self._paused_at = now
 
     def _account_command(self, now: float) -> None:
-        self._cmd_integral += self.commanded_fraction * (now - self._cmd_since)
+        # while held (nothing may be paused) the cycler commands nothing: report 0
+        cmd = 0.0 if self._held else self.commanded_fraction
+        self._cmd_integral += cmd * (now - self._cmd_since)
         self._cmd_since = now
 
     def stats(self, reset: bool = True) -> DutyStats:
@@ -281,16 +290,37 @@ class DutyCycler:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _maybe_refresh(self, now: float) -> None:
-        if now >= self._next_refresh:
+    def _maybe_refresh(self, now: float, force: bool = False) -> None:
+        if force or now >= self._next_refresh:
             self._next_refresh = now + self.refresh_s
             try:
                 self._refresh()
+            except OSError as exc:
+                # the state file could not be written ahead of a new target's first pause
+                # (ENOSPC, EACCES...): hold every target running, retry at every refresh
+                self._set_held(f"write-ahead failed, holding: {type(exc).__name__}: {exc}")
             except Exception as exc:
-                # a refused member, or a state file that could not be written ahead of a
-                # new target's first pause: pausing on would break a guarantee
+                # a refused member: pausing on would break a guarantee
                 self.error = f"{type(exc).__name__}: {exc}"
                 self._stop_req = True
+            else:
+                if self._held:
+                    self._set_held(None)
+
+    @property
+    def held(self) -> bool:
+        """True while a failed write-ahead keeps the targets running (retried every
+        ``refresh_s``; ``error`` says why)."""
+        return self._held
+
+    def _set_held(self, why: str | None) -> None:
+        with self._cond:
+            self._account_command(time.monotonic())
+            self._held = why is not None
+            self.error = why
+            if self._held and self._paused:
+                self.resume_now()
+            self._cond.notify_all()
 
     def _loop(self) -> None:
         try:
@@ -310,7 +340,8 @@ class DutyCycler:
         with c:
             while not self._stop_req:
                 now = time.monotonic()
-                if self._sleep <= 0.0 or self._suspended or not self._has_targets():
+                if (self._sleep <= 0.0 or self._suspended or self._held
+                        or not self._has_targets()):
                     if self._paused:
                         self.resume_now()
                     self._next_pause = None
@@ -333,10 +364,12 @@ class DutyCycler:
                     self._maybe_refresh(now)
                     if self._stop_req:
                         break
+                    if self._held:
+                        continue
                 self.pause_now()
                 pause_sched = self._next_pause
                 resume_at = pause_sched + self._sleep
-                while not (self._stop_req or self._suspended):
+                while not (self._stop_req or self._suspended or self._held):
                     resume_at = pause_sched + self._sleep
                     left = resume_at - time.monotonic()
                     if left <= 0:

@@ -111,13 +111,7 @@ class MPSControl:
     def start(self) -> Self:
         """Start a control daemon (``-d``) in private directories, and wait until it answers."""
         binary = self._require()
-        if self.pipe_dir is None:
-            self._private_root = tempfile.mkdtemp(prefix="gpucontrol-mps-")
-            os.chmod(self._private_root, 0o700)
-            self.pipe_dir = os.path.join(self._private_root, "pipe")
-            self.log_dir = os.path.join(self._private_root, "log")
-            os.mkdir(self.pipe_dir, 0o700)
-            os.mkdir(self.log_dir, 0o700)
+        self.make_private_dirs()
         env = {**os.environ, **self.env()}
         try:
             r = subprocess.run([binary, "-d"], env=env, capture_output=True, text=True,
@@ -133,6 +127,24 @@ class MPSControl:
                 raise MPSError("the MPS control daemon did not come up")
             time.sleep(0.05)
         return self
+
+    def make_private_dirs(self) -> None:
+        """Create the private pipe and log directories (mode 0700) when no ``pipe_dir`` was
+        given; :meth:`start` does it, a caller that records them first may call it before."""
+        if self.pipe_dir is not None:
+            return
+        self._private_root = tempfile.mkdtemp(prefix="gpucontrol-mps-")
+        os.chmod(self._private_root, 0o700)
+        self.pipe_dir = os.path.join(self._private_root, "pipe")
+        self.log_dir = os.path.join(self._private_root, "log")
+        os.mkdir(self.pipe_dir, 0o700)
+        os.mkdir(self.log_dir, 0o700)
+
+    def record(self) -> dict[str, str | None]:
+        """What :func:`gpucontrol.node.records.quit_mps` needs to quit this daemon and
+        remove its private directories (for the state file)."""
+        return {"binary": self.path(), "pipe_dir": self.pipe_dir, "log_dir": self.log_dir,
+                "root": self._private_root}
 
     def command(self, line: str) -> str:
         """Send one command to the control daemon; returns its output (stripped)."""
@@ -264,13 +276,17 @@ class MPSActuator:
     before_terminate : callable, optional
         Called with the old PID just before it is stopped (e.g. to stop pausing it: a paused
         process cannot handle SIGTERM).
+    cancel_fd : int or None
+        A descriptor that becomes readable when the owner stops (the daemon's stop pipe):
+        every wait for a ready signal ends at once, and the process being started is stopped.
     """
 
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                  mps: MPSControl | None = None, shadow: bool = False, ready: str = "notify",
                  ready_timeout_s: float = 120.0, stop_timeout_s: float = 30.0,
                  cwd: str | None = None, on_spawn: Callable[[int], None] | None = None,
-                 before_terminate: Callable[[int], None] | None = None) -> None:
+                 before_terminate: Callable[[int], None] | None = None,
+                 cancel_fd: int | None = None) -> None:
         if not argv:
             raise ValueError("argv must name the training command")
         if ready not in ("notify", "spawn"):
@@ -285,6 +301,7 @@ class MPSActuator:
         self.cwd = cwd
         self.on_spawn = on_spawn
         self.before_terminate = before_terminate
+        self.cancel_fd = cancel_fd
         self.proc: subprocess.Popen | None = None
         self.mps_pct: float | None = None
         self.history: list[RestartResult] = []
@@ -313,20 +330,39 @@ class MPSActuator:
         finally:
             os.close(w)
         if self.on_spawn is not None:
-            self.on_spawn(p.pid)
+            try:
+                self.on_spawn(p.pid)
+            except BaseException:  # e.g. it could not be moved into its cgroup: not started
+                os.close(r)
+                p.kill()
+                p.wait()
+                raise
         return p, r
 
+    def cancelled(self) -> bool:
+        """Whether ``cancel_fd`` says the owner is stopping."""
+        if self.cancel_fd is None or self.cancel_fd < 0:
+            return False
+        try:
+            return bool(select.select([self.cancel_fd], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
+
     def _wait_ready(self, p: subprocess.Popen, r: int) -> bool:
-        """Wait for the ready byte (or readiness by policy); False if the process died."""
+        """Wait for the ready byte (or readiness by policy); False if the process died or
+        the wait was cancelled (the process then still runs: the caller stops it)."""
         try:
             if self.ready == "spawn":
                 return p.poll() is None
             deadline = time.monotonic() + self.ready_timeout_s
+            fds = [r] if self.cancel_fd is None or self.cancel_fd < 0 else [r, self.cancel_fd]
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return p.poll() is None  # no notification: ready by timeout
-                ok, _, _ = select.select([r], [], [], min(left, 0.1))
+                ok, _, _ = select.select(fds, [], [], min(left, 0.1))
+                if self.cancelled():
+                    return False
                 if ok:
                     if os.read(r, 1):
                         return True
@@ -357,14 +393,21 @@ class MPSActuator:
         except ProcessLookupError:
             pass
 
-    def start(self, pct: float) -> int:
-        """Launch the training at ``pct`` (1..100) and wait until it is ready; its PID."""
+    def start(self, pct: float, wait_ready: bool = True) -> int:
+        """Launch the training at ``pct`` (1..100) and (unless ``wait_ready`` is false) wait
+        until it is ready; its PID."""
         pct = in_range("mps_pct", pct, 1.0, 100.0)
         with self._lock:
             if self.running():
                 raise RuntimeError("training already running; use apply()")
             p, r = self._spawn(pct)
-            if not self._wait_ready(p, r):
+            if not wait_ready:
+                os.close(r)
+                r = -1
+            if r >= 0 and not self._wait_ready(p, r):
+                if p.poll() is None:  # cancelled: the owner is stopping
+                    self._terminate(p)
+                    raise RuntimeError("training start-up cancelled")
                 raise RuntimeError(f"training exited during start-up (code {p.returncode})")
             self.proc, self.mps_pct = p, pct
             return p.pid
@@ -423,8 +466,12 @@ class MPSActuator:
                 self.proc, self.mps_pct = p, attempt_pct
                 return RestartResult(old_pct, attempt_pct, old_pid, p.pid, False, t - t_gone,
                                      0.0, t - t0, attempt_pct == pct, err)
-            err = f"new process exited (code {p.returncode})"
             self.proc = None
+            if p.poll() is None:  # cancelled: the owner is stopping
+                self._terminate(p)
+                err = "cancelled"
+                break
+            err = f"new process exited (code {p.returncode})"
         t = time.monotonic()
         return RestartResult(old_pct, pct, old_pid, None, False, t - t_gone, 0.0, t - t0,
                              False, err)

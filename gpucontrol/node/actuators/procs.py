@@ -126,9 +126,15 @@ def _children_map() -> dict[int, list[int]]:
 
 def descendants(pids: Iterable[int]) -> list[int]:
     """All descendants of the given PIDs (breadth first, the PIDs themselves excluded)."""
+    return [c for c, _p in descendant_edges(pids)]
+
+
+def descendant_edges(pids: Iterable[int]) -> list[tuple[int, int]]:
+    """``(child, parent)`` for every descendant of the given PIDs, breadth first (a parent
+    always comes before its children), as one scan of /proc saw them."""
     roots = list(pids)
     tree = _children_map()
-    out: list[int] = []
+    out: list[tuple[int, int]] = []
     seen = set(roots)
     frontier = roots
     while frontier:
@@ -137,7 +143,7 @@ def descendants(pids: Iterable[int]) -> list[int]:
             for c in tree.get(p, ()):
                 if c not in seen:
                     seen.add(c)
-                    out.append(c)
+                    out.append((c, p))
                     nxt.append(c)
         frontier = nxt
     return out

@@ -31,7 +31,12 @@ from gpucontrol.node.actuators.cgroup import (
     freezable_cgroup_for,
 )
 from gpucontrol.node.actuators.duty import DutyCycler, DutyStats
-from gpucontrol.node.actuators.procs import ProcessHandle, TargetRefused, descendants
+from gpucontrol.node.actuators.procs import (
+    ProcessHandle,
+    TargetRefused,
+    descendant_edges,
+    read_stat,
+)
 
 __all__ = ["CgroupFreezer", "DutyCycler", "DutyStats", "SignalDutyCycler", "cgroup2_mounts",
            "cgroup_of", "choose_sleep_actuator", "freezable_cgroup_for"]
@@ -78,7 +83,8 @@ class SignalDutyCycler(DutyCycler):
         self.on_targets_changed = on_targets_changed
         self._roots: list[ProcessHandle] = []
         self._desc: dict[int, ProcessHandle] = {}
-        self._refused: set[int] = set()
+        self._refused: dict[tuple[int, int], None] = {}  # (pid, start ticks) refused
+        self._unwritten = False
         self.set_targets(pids)
 
     def _open_roots(self, pids: Iterable[int]) -> list[ProcessHandle]:
@@ -100,9 +106,19 @@ class SignalDutyCycler(DutyCycler):
                 self.resume_now()
             for h in self._roots + list(self._desc.values()):
                 h.close()
-            self._roots, self._desc, self._refused = new, {}, set()
+            self._roots, self._desc, self._refused = new, {}, {}
             self._next_pause = None
-            self._refresh()
+            # write-ahead of the new set, whether or not the scan finds anything new: the
+            # new roots themselves must be listed before their first pause (a failed write
+            # holds the cycler until a refresh writes it)
+            self._unwritten = True
+            try:
+                self._refresh(force_notify=True)
+            except OSError as exc:
+                self._set_held(f"write-ahead failed, holding: {type(exc).__name__}: {exc}")
+            else:
+                if self._held:
+                    self._set_held(None)
             self._next_refresh = time.monotonic() + self.refresh_s
             self._cond.notify_all()
 
@@ -119,8 +135,8 @@ class SignalDutyCycler(DutyCycler):
     def _has_targets(self) -> bool:
         return any(not h.closed for h in self._roots)
 
-    def _refresh(self) -> None:
-        changed = False
+    def _refresh(self, force_notify: bool = False) -> None:
+        changed = force_notify or self._unwritten
         for h in list(self._roots):
             if not h.alive():
                 self._roots.remove(h)
@@ -132,20 +148,52 @@ class SignalDutyCycler(DutyCycler):
                 h.close()
                 changed = True
         if self.include_descendants and self._roots:
-            known = {h.pid for h in self._roots} | set(self._desc)
-            for pid in descendants(h.pid for h in self._roots):
-                if pid in known or pid in self._refused:
-                    continue
-                try:
-                    self._desc[pid] = ProcessHandle.open(
-                        pid, allow_other_users=self.allow_other_users)
-                    changed = True
-                except TargetRefused:
-                    self._refused.add(pid)
-                except (ProcessLookupError, OSError):
-                    pass
+            changed |= self._adopt_descendants()
         if changed and self.on_targets_changed is not None:
+            self._unwritten = True  # until the callback (the write-ahead) succeeds
             self.on_targets_changed(self.identities())
+        self._unwritten = False
+
+    def _adopt_descendants(self) -> bool:
+        """Open handles on new descendants; True when one was added.
+
+        A PID seen in the /proc scan may exit and be recycled before ``pidfd_open``; the
+        parent is therefore checked again *after* the pidfd pins the process: it must still
+        be the child of a target we hold (alive, so its own PID cannot have been recycled).
+        Refusals are remembered by (pid, start time) and forgotten once that process is gone.
+        """
+        held = {h.pid: h for h in self._roots} | self._desc
+        added = False
+        seen: set[tuple[int, int]] = set()
+        for pid, parent in descendant_edges([h.pid for h in self._roots]):
+            if pid in held:
+                continue
+            st = read_stat(pid)
+            if st is None:
+                continue
+            key = (pid, st.start_ticks)
+            seen.add(key)
+            if key in self._refused:
+                continue
+            try:
+                h = ProcessHandle.open(pid, allow_other_users=self.allow_other_users)
+            except TargetRefused:
+                self._refused[key] = None
+                continue
+            except (ProcessLookupError, OSError):
+                continue
+            now = h.stat()
+            parent_h = held.get(parent)
+            if (now is None or now.ppid != parent or parent_h is None
+                    or not parent_h.alive()):
+                h.close()  # recycled or re-parented since the scan: not ours
+                continue
+            self._desc[pid] = held[pid] = h
+            added = True
+        for key in list(self._refused):  # forget refusals of processes that are gone
+            if key not in seen:
+                del self._refused[key]
+        return added
 
     def _do_pause(self) -> None:
         # roots first, so they cannot fork new children while the rest is being stopped

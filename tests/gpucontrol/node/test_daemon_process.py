@@ -320,6 +320,9 @@ def test_two_tier_restarts_training_with_a_new_mps_share(children, tmp_path):
                        stdout=subprocess.PIPE, text=True)
     ev = read_events(d.stdout, "started")
     assert any(e.get("event") == "mps_ready" for e in ev)
+    deadline = time.monotonic() + 10  # the first launch does not wait for the ready signal
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
     first = int(pidfile.read_text().split()[0])
     children.spawn(INFERENCE, sock, str(pidfile), os.path.join(os.path.dirname(__file__),
                                                                "actuators"))

@@ -1,0 +1,194 @@
+"""What a daemon owns besides paused targets, recorded in its state file, and its clean-up.
+
+The state file (:mod:`gpucontrol.node.guardian`) carries, next to the targets to resume:
+
+* ``owned``: identities ``{"pid", "start"[, "ino"]}`` of the training processes the daemon
+  launched (``--training-cmd``), written the moment each is spawned;
+* ``mps``: the private MPS control daemon it started (binary, pipe and log directories, the
+  private root directory to remove);
+* ``made_cgroup``: a cgroup directory it created for the training;
+* ``controller``: the controller's last actuation (see :mod:`gpucontrol.node.persist`).
+
+:func:`cleanup_owned` ends what the records list: it stops every owned training (SIGCONT,
+SIGTERM, SIGKILL after a grace period, through pidfds so a recycled PID is never touched), quits
+the MPS daemon and removes its directory, and removes the made cgroup. The guardian runs it
+right after resuming the targets when the daemon dies by any means, and a restarted daemon runs
+it on the leftovers of a run whose guardian died too -- so a launched training never outlives
+its daemon unthrottled and no private MPS daemon or temporary directory leaks.
+
+Stdlib only: the guardian loads this module by path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from collections.abc import Iterable
+
+__all__ = ["cleanup_owned", "open_identity", "quit_mps", "remove_cgroup", "terminate_identity"]
+
+MPS_ROOT_PREFIX = "gpucontrol-mps-"
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            raw = f.read()
+        return int(raw[raw.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def open_identity(ident: dict) -> int | None:
+    """A pidfd on the process ``{"pid", "start"[, "ino"]}`` names, or None when that process
+    is gone (its PID free or recycled). Never PID <= 1 or ourselves."""
+    try:
+        pid, start = int(ident["pid"]), int(ident["start"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if pid <= 1 or pid == os.getpid():
+        return None
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        signal.pidfd_send_signal(fd, 0)  # alive now, so the stat below is the pidfd's process
+        ino = ident.get("ino")
+        if _start_ticks(pid) != start or (ino is not None and os.fstat(fd).st_ino != int(ino)
+                                          and _pidfs()):
+            raise ProcessLookupError(pid)
+    except (OSError, ValueError, TypeError):
+        os.close(fd)
+        return None
+    return fd
+
+
+_PIDFS: bool | None = None
+
+
+def _pidfs() -> bool:
+    global _PIDFS
+    if _PIDFS is None:
+        a = b = -1
+        try:
+            a, b = os.pidfd_open(os.getpid()), os.pidfd_open(os.getppid() or 1)
+            _PIDFS = os.fstat(a).st_ino != os.fstat(b).st_ino
+        except OSError:
+            _PIDFS = False
+        finally:
+            for fd in (a, b):
+                if fd >= 0:
+                    os.close(fd)
+    return _PIDFS
+
+
+def _exited(fd: int, timeout: float) -> bool:
+    try:
+        return bool(select.select([fd], [], [], max(0.0, timeout))[0])
+    except (OSError, ValueError):
+        return True
+
+
+def terminate_identity(ident: dict, grace_s: float = 10.0) -> bool:
+    """SIGCONT + SIGTERM the process, SIGKILL after ``grace_s``; True when one was ended."""
+    fd = open_identity(ident)
+    if fd is None:
+        return False
+    try:
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(fd, sig)
+        if not _exited(fd, grace_s):
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            _exited(fd, 5.0)
+        return True
+    finally:
+        os.close(fd)
+
+
+def _private_mps_root(path: object) -> str | None:
+    """``path`` when it is a real directory of ours made by MPSControl.start, else None."""
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return None
+    if not os.path.basename(path).startswith(MPS_ROOT_PREFIX):
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return None
+    return path
+
+
+def quit_mps(rec: dict, timeout_s: float = 10.0) -> bool:
+    """Quit a private MPS control daemon a state file lists and remove its directory."""
+    root = _private_mps_root(rec.get("root"))
+    binary, pipe, log = rec.get("binary"), rec.get("pipe_dir"), rec.get("log_dir")
+    quit_ok = False
+    if isinstance(binary, str) and isinstance(pipe, str) and os.access(binary, os.X_OK) and (
+            root is None or pipe.startswith(root + os.sep)):
+        env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": pipe}
+        if isinstance(log, str):
+            env["CUDA_MPS_LOG_DIRECTORY"] = log
+        try:
+            r = subprocess.run([binary], input="quit\n", env=env, capture_output=True,
+                               text=True, timeout=timeout_s, check=False)
+            quit_ok = r.returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            pass
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+    return quit_ok or root is not None
+
+
+def remove_cgroup(path: object, timeout_s: float = 2.0) -> bool:
+    """rmdir a cgroup the daemon made (once its members are gone); True when removed."""
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return False
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+
+def cleanup_owned(doc: dict, grace_s: float = 10.0) -> dict[str, int]:
+    """End whatever a state document's records list; returns counts (terminated, mps, cgroup).
+
+    Parameters
+    ----------
+    doc : dict
+        A state document (:func:`gpucontrol.node.guardian.read_state`).
+    grace_s : float
+        SIGTERM to SIGKILL, s.
+
+    Returns
+    -------
+    dict
+        ``{"terminated": n, "mps_quit": 0/1, "cgroup_removed": 0/1}``.
+    """
+    owned = doc.get("owned")
+    idents: Iterable[dict] = owned if isinstance(owned, list) else []
+    out = {"terminated": sum(terminate_identity(i, grace_s) for i in idents
+                             if isinstance(i, dict)),
+           "mps_quit": 0, "cgroup_removed": 0}
+    mps = doc.get("mps")
+    if isinstance(mps, dict):
+        out["mps_quit"] = int(quit_mps(mps))
+    out["cgroup_removed"] = int(remove_cgroup(doc.get("made_cgroup")))
+    return out

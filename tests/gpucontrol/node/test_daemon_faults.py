@@ -1,0 +1,514 @@
+"""Fault paths of the daemon as a real process (issue "node agent safety"): every test uses
+real processes, is bounded in seconds and leaves nothing stopped (the ``children`` fixture)."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+from actuators._children import (
+    SLEEPER,
+    daemon_argv,
+    read_events,
+    state,
+    stopped_pids,
+    wait_state,
+)
+
+HERE = os.path.dirname(__file__)
+sys.path.insert(0, os.path.join(HERE, "actuators"))
+from test_mps_actuator import FAKE  # noqa: E402
+
+# A training that drives the closed loop to an MPS change by itself: it reports a latency far
+# above the SLO (it inherits GPUCONTROL_SOCKET), so the sleep saturates and the outer loop
+# lowers the MPS share, which the daemon applies by restarting it.
+TRAINING = r"""
+import os, sys, time
+with open(sys.argv[1], "a") as f:  # first: every launch is on record at once
+    f.write(f"{os.getpid()} {os.environ.get('CUDA_MPS_ACTIVE_THREAD_PERCENTAGE')}\n")
+from gpucontrol.node.client import report_latency
+from gpucontrol.node.hooks import notify_ready
+notify_ready()
+while True:
+    report_latency(200.0)
+    time.sleep(0.005)
+"""
+
+
+def fake_mps(tmp_path):
+    fake = tmp_path / "nvidia-cuda-mps-control"
+    fake.write_text(f"#!{sys.executable}\n{FAKE}")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def model_file(tmp_path):
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps({"gain": -600.0, "offset": 100.0}))
+    return str(model)
+
+
+def mps_daemon_args(tmp_path, pidfile, *extra):
+    cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
+    return ["--training-cmd", cmd, "--slo-ms", "60", "--model", model_file(tmp_path),
+            "--period-s", "0.2", "--run-quantum-s", "0.01", "--max-sleep-s", "0.03",
+            "--outer-every", "4", "--mps-binary", fake_mps(tmp_path), "--sleep-method",
+            "signal", *extra]
+
+
+def launched(pidfile):
+    try:
+        return [int(line.split()[0]) for line in open(pidfile).read().splitlines()]
+    except FileNotFoundError:
+        return []
+
+
+def alive(pid):
+    return state(pid) not in (None, "Z", "X")
+
+
+def wait_for(pred, timeout=10.0, step=0.005):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return pred()
+
+
+def kill_tree_leftovers(pids):
+    for p in pids:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+
+
+# ------------------------------------------------------------------------------ B1
+def test_new_training_after_an_mps_restart_is_written_ahead(children, tmp_path):
+    """B1: after an MPS restart the new training is in the state file before its first
+    pause, so a SIGKILL of the daemon leaves it running."""
+    pidfile = tmp_path / "train.pids"
+    d = children.popen(daemon_argv(tmp_path, "b1", *mps_daemon_args(tmp_path, pidfile)),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ev = read_events(d.stdout, "mps_restart", timeout=30)
+        assert ev[-1]["ok"], ev[-1]
+        new = ev[-1]["new_pid"]
+        doc = json.loads((tmp_path / "b1.state.json").read_text())
+        assert new in [t.get("pid") for t in doc["targets"]]
+        assert wait_state(new, {"T"}, timeout=5.0)  # it is being cycled...
+        d.kill()
+        d.wait()
+        # ...and the guardian resumes it
+        assert wait_for(lambda: not stopped_pids([new]), timeout=1.0)
+    finally:
+        kill_tree_leftovers(launched(pidfile))
+
+
+# ------------------------------------------------------------------------------ B2, B15
+def test_refused_second_daemon_leaves_the_first_protected(children, tmp_path):
+    """B2: a second daemon on the same state file is refused before it touches anything:
+    the first keeps its state file, and a SIGKILL of the first still resumes the training."""
+    t = children.spawn("while True: pass")
+    args = ["--training-pid", str(t.pid), "--fixed-sleep", "0.5", "--run-quantum-s", "0.001",
+            "--period-s", "0.2"]
+    d = children.popen(daemon_argv(tmp_path, "s", *args), stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, text=True)
+    read_events(d.stdout, "started")
+    argv2 = daemon_argv(tmp_path, "s", *args)
+    argv2[argv2.index("--socket") + 1] = str(tmp_path / "other.sock")
+    r = subprocess.run(argv2, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and f"another daemon (pid {d.pid})" in r.stderr
+    assert (tmp_path / "s.state.json").exists()
+    assert wait_state(t.pid, {"T"}, timeout=3.0)
+    d.kill()
+    d.wait()
+    assert wait_for(lambda: not stopped_pids([t.pid]), timeout=1.0)
+
+
+def test_two_daemons_with_different_gpus_cannot_share_a_training(children, tmp_path):
+    """B15: the per-target lock refuses a second daemon (another --gpu, other files) on the
+    same training process; once the first is gone the process may be taken again."""
+    t = children.spawn(SLEEPER)
+    d = children.popen(daemon_argv(tmp_path, "g0", "--training-pid", str(t.pid),
+                                   "--fixed-sleep", "0", "--gpu", "0"),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    read_events(d.stdout, "started")
+    argv2 = daemon_argv(tmp_path, "g1", "--training-pid", str(t.pid), "--fixed-sleep", "0",
+                        "--gpu", "1", "--duration-s", "0.5")
+    r = subprocess.run(argv2, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and "already controlled by another daemon" in r.stderr
+    assert (tmp_path / "g0.state.json").exists()
+    d.kill()  # its lock dies with it
+    d.wait()
+    r = subprocess.run(argv2, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+
+
+# ------------------------------------------------------------------------------ B3
+def test_sigkill_ends_the_launched_training_and_the_private_mps(children, tmp_path):
+    """B3: a training the daemon launched does not outlive it unthrottled, the private MPS
+    daemon is quit and its directory removed, and a restarted daemon runs one copy."""
+    pidfile = tmp_path / "train.pids"
+    args = daemon_argv(tmp_path, "b3", *mps_daemon_args(tmp_path, pidfile, "--ready", "spawn"))
+    try:
+        d = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        ev = read_events(d.stdout, "started")
+        pipe_dir = next(e for e in ev if e.get("event") == "mps_ready")["pipe_dir"]
+        root = os.path.dirname(pipe_dir)
+        first = wait_for(lambda: launched(pidfile))[0]
+        doc = json.loads((tmp_path / "b3.state.json").read_text())
+        assert [o["pid"] for o in doc["owned"]] == [first] and doc["mps"]["root"] == root
+        d.kill()
+        d.wait()
+        assert wait_for(lambda: not alive(first), timeout=5.0)
+        assert wait_for(lambda: not os.path.exists(root), timeout=5.0)
+        d2 = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+        read_events(d2.stdout, "started")
+        running = wait_for(lambda: [p for p in launched(pidfile)[1:] if alive(p)])
+        running = [p for p in launched(pidfile) if alive(p)]
+        assert len(running) == 1 and running[0] != first
+        d2.terminate()
+        assert d2.wait(15) == 0
+        assert not [p for p in launched(pidfile) if alive(p)]
+    finally:
+        kill_tree_leftovers(launched(pidfile))
+
+
+def test_total_crash_with_a_launched_training_is_cleaned_by_the_next_daemon(children,
+                                                                            tmp_path):
+    """B3: daemon and guardian killed together: the next daemon ends the old training and
+    quits the old MPS daemon before it launches its own."""
+    pidfile = tmp_path / "train.pids"
+    args = daemon_argv(tmp_path, "tc", *mps_daemon_args(tmp_path, pidfile, "--ready", "spawn"))
+    try:
+        d = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        ev = read_events(d.stdout, "started")
+        root = os.path.dirname(next(e for e in ev if e.get("event") == "mps_ready")["pipe_dir"])
+        first = wait_for(lambda: launched(pidfile))[0]
+        from gpucontrol.node.actuators.procs import descendants
+
+        for pid in descendants([d.pid]):
+            if pid != first:
+                os.kill(pid, signal.SIGKILL)  # the guardian (and helpers) first
+        d.kill()
+        d.wait()
+        time.sleep(0.2)
+        assert alive(first) and os.path.exists(root)  # nobody cleaned up...
+        d2 = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+        ev = read_events(d2.stdout, "started")
+        cleaned = next(e for e in ev if e.get("event") == "leftovers_cleaned")
+        assert cleaned["terminated"] == 1 and cleaned["mps_quit"] == 1  # ...until now
+        assert not alive(first) and not os.path.exists(root)
+        d2.terminate()
+        assert d2.wait(15) == 0
+    finally:
+        kill_tree_leftovers(launched(pidfile))
+
+
+# ------------------------------------------------------------------------------ B9
+def test_hook_method_refuses_a_max_sleep_above_the_hook_cap(tmp_path):
+    """B9: with the hook a sleep above 60 s could never be published: refused up front
+    (exit 2, the flag and its range named) instead of killing the daemon mid-run."""
+    r = subprocess.run(daemon_argv(tmp_path, "h", "--training-cmd", "true", "--sleep-method",
+                                   "hook", "--slo-ms", "50", "--model", model_file(tmp_path),
+                                   "--max-sleep-s", "90"),
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2
+    assert "--max-sleep-s" in r.stderr and "60" in r.stderr and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------------------ B10
+SILENT = TRAINING.replace("notify_ready()\n", "")  # a plain loop: never signals ready
+
+
+def test_first_launch_does_not_wait_for_a_ready_signal_and_sigterm_ends_a_restart(children,
+                                                                                  tmp_path):
+    """B10: the first launch starts cycling at once (no 120 s wait for a ready byte a plain
+    loop never sends); SIGTERM while a shadow restart waits for the new process to be ready
+    ends the daemon within seconds (not the 120 s ready timeout) and leaves no training."""
+    pidfile = tmp_path / "train.pids"
+    cmd = shlex.join([sys.executable, "-c", SILENT, str(pidfile)])
+    args = mps_daemon_args(tmp_path, pidfile, "--shadow", "--ready-timeout-s", "120")
+    args[args.index("--training-cmd") + 1] = cmd
+    try:
+        t0 = time.monotonic()
+        d = children.popen(daemon_argv(tmp_path, "b10", *args), stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+        read_events(d.stdout, "started", timeout=20)
+        assert time.monotonic() - t0 < 15
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # until the restart waits for the new process
+            rec = json.loads(d.stdout.readline())
+            if rec.get("restarting"):
+                break
+        assert len(wait_for(lambda: launched(pidfile)[1:], timeout=5.0)) >= 1
+        t1 = time.monotonic()
+        d.send_signal(signal.SIGTERM)
+        assert d.wait(10) == 0
+        assert time.monotonic() - t1 < 8
+        assert wait_for(lambda: not [p for p in launched(pidfile) if alive(p)], timeout=5.0)
+    finally:
+        kill_tree_leftovers(launched(pidfile))
+
+
+# ------------------------------------------------------------------------------ B6, B19
+def test_cgroup_without_the_training_is_refused(children, tmp_path, cgroup_dir):
+    """B6: --cgroup naming a group the training is not in (or one that does not exist) is
+    refused with exit 2 -- nothing is created, nothing reports a stopped fraction."""
+    t = children.spawn(SLEEPER)
+    base = ["--training-pid", str(t.pid), "--fixed-sleep", "0.1", "--duration-s", "1"]
+    r = subprocess.run(daemon_argv(tmp_path, "c", *base, "--cgroup", str(cgroup_dir)),
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and f"does not contain training pid {t.pid}" in r.stderr
+    missing = cgroup_dir / "nope"
+    r = subprocess.run(daemon_argv(tmp_path, "c", *base, "--cgroup", str(missing)),
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and "does not exist" in r.stderr and not missing.exists()
+    assert not (tmp_path / "c.state.json").exists()
+
+
+def test_made_cgroup_and_its_training_do_not_outlive_a_killed_daemon(children, tmp_path,
+                                                                      cgroup_dir):
+    """B19/B3: a cgroup the daemon made for its training is listed in the state file; after a
+    SIGKILL the guardian thaws it, ends the training and removes the group."""
+    group = cgroup_dir / "train"
+    pidfile = tmp_path / "train.pids"
+    cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
+    doc = None
+    d = children.popen(daemon_argv(tmp_path, "mc", "--training-cmd", cmd, "--cgroup",
+                                   str(group), "--fixed-sleep", "0.2", "--run-quantum-s",
+                                   "0.05", "--period-s", "0.2", "--mps-binary",
+                                   "/nonexistent/mps"),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ev = read_events(d.stdout, "started")
+        assert next(e for e in ev if e.get("event") == "started")["method"] == "cgroup"
+        doc = json.loads((tmp_path / "mc.state.json").read_text())
+        assert doc["made_cgroup"] == str(group)
+        pid = doc["owned"][0]["pid"]
+        assert str(pid) in (group / "cgroup.procs").read_text().split()
+        assert wait_for(lambda: "frozen 1" in (group / "cgroup.events").read_text(), 5.0)
+        d.kill()
+        d.wait()
+        assert wait_for(lambda: not alive(pid), timeout=5.0)
+        assert wait_for(lambda: not group.exists(), timeout=5.0)
+    finally:
+        kill_tree_leftovers([o["pid"] for o in doc.get("owned", [])] if doc else [])
+        if group.exists():
+            (group / "cgroup.freeze").write_text("0")
+            (group / "cgroup.kill").write_text("1")
+            wait_for(lambda: not (group / "cgroup.procs").read_text().split(), 2.0)
+            group.rmdir()
+
+
+# ------------------------------------------------------------------------------ B16, B17
+def test_fixed_mps_without_mps_is_refused(children, tmp_path):
+    """B17: --fixed-mps where MPS is unavailable exits 2 instead of running at 100 %."""
+    pidfile = tmp_path / "train.pids"
+    cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
+    r = subprocess.run(daemon_argv(tmp_path, "f", "--training-cmd", cmd, "--fixed-sleep", "0",
+                                   "--fixed-mps", "50", "--mps-binary", "/nonexistent/mps"),
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and "--fixed-mps 50 needs MPS" in r.stderr
+    assert not launched(pidfile)  # the training was never started
+
+
+def test_mps_health_watch_restarts_a_dead_control_daemon_with_back_off(tmp_path):
+    """B16: the watch notices a control daemon that went away, restarts it, and backs off
+    (doubling, capped) while a restart keeps failing."""
+    from gpucontrol.node.actuators.mps import MPSControl
+    from gpucontrol.node.mps_health import MPSHealthWatch
+
+    ctl = MPSControl(fake_mps(tmp_path)).start()
+    try:
+        w = MPSHealthWatch(ctl, interval_s=0.5, max_interval_s=2.0)
+        assert w.check_once() and w.take_events() == []
+        os.unlink(os.path.join(ctl.pipe_dir, "control.json"))  # the daemon "died"
+        assert not ctl.health()
+        assert w.check_once() and ctl.health()
+        assert [e["event"] for e in w.take_events()] == ["mps_restarted_daemon"]
+        os.unlink(os.path.join(ctl.pipe_dir, "control.json"))
+        os.chmod(ctl.pipe_dir, 0o500)  # it cannot come back
+        if os.geteuid() == 0:  # root ignores the mode: take the directory away instead
+            os.rename(ctl.pipe_dir, ctl.pipe_dir + ".gone")
+        waits = []
+        for _ in range(4):
+            assert not w.check_once()
+            waits.append(w.next_wait_s)
+        assert waits == [1.0, 2.0, 2.0, 2.0] and not w.healthy
+        assert "mps_unhealthy" in [e["event"] for e in w.take_events()]
+        if os.path.exists(ctl.pipe_dir + ".gone"):
+            os.rename(ctl.pipe_dir + ".gone", ctl.pipe_dir)
+        os.chmod(ctl.pipe_dir, 0o700)
+        assert w.check_once() and w.next_wait_s == 0.5
+        assert "mps_recovered" in [e["event"] for e in w.take_events()]
+    finally:
+        ctl.quit()
+
+
+def test_daemon_logs_and_repairs_a_dead_mps_daemon(children, tmp_path):
+    """B16 in the daemon: periodic checks (--mps-health-s) bring a private MPS control daemon
+    back and log it."""
+    pidfile = tmp_path / "train.pids"
+    cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
+    d = children.popen(daemon_argv(tmp_path, "mh", "--training-cmd", cmd, "--fixed-sleep", "0",
+                                   "--period-s", "0.2", "--mps-binary", fake_mps(tmp_path),
+                                   "--mps-health-s", "0.3"),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ev = read_events(d.stdout, "started")
+        pipe = next(e for e in ev if e.get("event") == "mps_ready")["pipe_dir"]
+        os.unlink(os.path.join(pipe, "control.json"))
+        read_events(d.stdout, "mps_restarted_daemon", timeout=10)
+        assert os.path.exists(os.path.join(pipe, "control.json"))
+        d.terminate()
+        assert d.wait(15) == 0
+    finally:
+        kill_tree_leftovers(launched(pidfile))
+
+
+# ------------------------------------------------------------------------------ B18
+def test_a_restarted_daemon_resumes_a_fresh_controller_state(children, tmp_path):
+    """B18: the controller's actuation is in the state file every period; a daemon restarted
+    after a SIGKILL starts from it (not from zero sleep), one started long after does not."""
+    env = {**os.environ, "GPUCONTROL_SOCKET": str(tmp_path / "r.sock")}
+    t = children.spawn(TRAINING.replace("notify_ready()\n", ""), str(tmp_path / "t.pids"),
+                       env=env)
+    args = daemon_argv(tmp_path, "r", "--training-pid", str(t.pid), "--slo-ms", "60",
+                       "--model", model_file(tmp_path), "--period-s", "0.2",
+                       "--run-quantum-s", "0.05", "--max-sleep-s", "0.03",
+                       "--sleep-method", "signal")
+    d = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # until the sleep saturates at its bound
+        rec = json.loads(d.stdout.readline())
+        if rec.get("sleep_s") == 0.03:
+            break
+    doc = json.loads((tmp_path / "r.state.json").read_text())
+    assert doc["controller"]["sleep_s"] == 0.03
+    d.kill()
+    d.wait()
+    d2 = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    resumed = read_events(d2.stdout, "controller_resumed")[-1]
+    assert resumed["sleep_s"] == 0.03 and resumed["age_s"] < 30
+    d2.kill()
+    d2.wait()
+    doc = json.loads((tmp_path / "r.state.json").read_text())
+    doc["controller"]["at"] -= 3600  # an hour old: stale
+    (tmp_path / "r.state.json").write_text(json.dumps(doc))
+    d3 = children.popen([*args, "--duration-s", "0.5"], stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL, text=True)
+    ev = read_events(d3.stdout, "stopped")
+    assert not any(e.get("event") == "controller_resumed" for e in ev)
+    assert d3.wait(15) == 0
+    assert not stopped_pids([t.pid])
+
+
+# ------------------------------------------------------------------------------ B7
+def test_failed_write_ahead_holds_the_daemon_and_recovers(children, tmp_path):
+    """B7: the state file cannot be written (its directory is gone) when a new descendant
+    appears: the daemon holds (nothing paused, commanded 0, actuator_error) instead of
+    stopping actuation for good, and cycles again once the write succeeds."""
+    import shutil
+
+    code = ("import os, subprocess, sys\n"
+            "while not os.path.exists(sys.argv[1]): pass\n"  # a new child on demand
+            "subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
+            "while True: pass\n")
+    flag = tmp_path / "fork-now"
+    t = children.spawn(code, str(flag))
+    st = tmp_path / "st"
+    st.mkdir(mode=0o700)
+    argv = daemon_argv(tmp_path, "w", "--training-pid", str(t.pid), "--fixed-sleep", "0.05",
+                       "--run-quantum-s", "0.01", "--period-s", "0.2")
+    argv[argv.index("--state") + 1] = str(st / "w.state.json")
+    d = children.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        read_events(d.stdout, "started")
+        shutil.rmtree(st)  # every write of the state file fails from now on
+        flag.touch()  # a new descendant: it must be written ahead of its first pause
+        err = read_events(d.stdout, "actuator_error", timeout=10)[-1]
+        assert err["held"] and "write-ahead failed" in err["error"]
+        from gpucontrol.node.actuators.procs import descendants
+
+        pids = [t.pid, *descendants([t.pid])]
+        assert len(pids) == 2
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:  # held: nothing is paused
+            assert not stopped_pids(pids)
+            time.sleep(0.005)
+        st.mkdir(mode=0o700)
+        recs = read_events(d.stdout, "actuator_recovered", timeout=10)
+        assert any(r.get("commanded_fraction") == 0.0 for r in recs if "period" in r)
+        doc = json.loads((st / "w.state.json").read_text())
+        assert sorted(x["pid"] for x in doc["targets"]) == sorted(pids)
+        assert wait_for(lambda: stopped_pids(pids), 3.0)  # cycling again
+        d.terminate()
+        assert d.wait(10) == 0
+    finally:
+        kill_tree_leftovers(descendants_of(t.pid))
+
+
+def descendants_of(pid):
+    from gpucontrol.node.actuators.procs import descendants
+
+    return descendants([pid])
+
+
+def test_an_os_error_at_set_up_is_one_line_exit_1(children, tmp_path):
+    """B7: an operating-system error at set-up ends with one line and exit 1, no traceback."""
+    t = children.spawn(SLEEPER)
+    argv = daemon_argv(tmp_path, "o", "--training-pid", str(t.pid), "--fixed-sleep", "0")
+    argv[argv.index("--state") + 1] = "/proc/self/no/such/dir/o.state.json"
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("gpucontrol-daemon: error:") and "Traceback" not in r.stderr
+
+
+def test_a_guardian_stopped_while_its_daemon_lives_ends_nothing(children, tmp_path):
+    """The records are ended only when the daemon is dead: a guardian told to stop (a failed
+    start, a replacement) leaves the launched training running."""
+    from gpucontrol.node.actuators.procs import ProcessHandle
+    from gpucontrol.node.guardian import Guardian, write_state
+
+    t = children.spawn(SLEEPER)
+    h = ProcessHandle.open(t.pid)
+    path = tmp_path / "g.state.json"
+    write_state(path, [], extra={"owned": [h.identity()]})  # "we" are the live daemon
+    h.close()
+    g = Guardian(path).start()
+    g.stop()
+    time.sleep(0.2)
+    assert alive(t.pid)
+
+
+def test_two_daemons_cannot_freeze_the_same_cgroup(children, tmp_path, cgroup_dir):
+    """B15 for the freezer: one daemon per cgroup, even for different training processes."""
+    a, b = children.spawn(SLEEPER), children.spawn(SLEEPER)
+    for p in (a, b):
+        (cgroup_dir / "cgroup.procs").write_text(str(p.pid))
+    d = children.popen(daemon_argv(tmp_path, "ca", "--training-pid", str(a.pid), "--cgroup",
+                                   str(cgroup_dir), "--fixed-sleep", "0.05"),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ev = read_events(d.stdout, "started")
+        assert ev[-1]["method"] == "cgroup"
+        r = subprocess.run(daemon_argv(tmp_path, "cb", "--training-pid", str(b.pid),
+                                       "--cgroup", str(cgroup_dir), "--fixed-sleep", "0.05",
+                                       "--gpu", "1"),
+                           capture_output=True, text=True, timeout=30, check=False)
+        assert r.returncode == 2 and "already controlled by another daemon" in r.stderr
+        assert f"cgroup {cgroup_dir}" in r.stderr
+    finally:
+        d.terminate()
+        assert d.wait(10) == 0
+    assert "frozen 0" in (cgroup_dir / "cgroup.events").read_text()
