@@ -24,6 +24,7 @@ import logging
 import sys
 
 from gpucontrol.node.config import MODES, OUTER_LOOPS, READY_MODES, SLEEP_METHODS, DaemonConfig
+from gpucontrol.node.logsink import LogSink
 
 __all__ = ["add_arguments", "build_parser", "main", "run_from_args"]
 
@@ -147,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        if _sink is not None:
+            _sink.flush(timeout=1.0)  # bounded: a stalled stderr cannot hold the exit
 
 
 class _StderrHandler(logging.Handler):
@@ -154,10 +158,24 @@ class _StderrHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(self.format(record) + "\n")
+            line = self.format(record) + "\n"
+            if sys.stderr is sys.__stderr__ and sys.stderr is not None:
+                _stderr_sink().write_line(line)  # never blocks on a stalled stderr reader
+                return
+            sys.stderr.write(line)
             sys.stderr.flush()
         except Exception:
             self.handleError(record)
+
+
+_sink: LogSink | None = None
+
+
+def _stderr_sink() -> LogSink:
+    global _sink
+    if _sink is None:
+        _sink = LogSink(sys.stderr)
+    return _sink
 
 
 _handler: _StderrHandler | None = None

