@@ -73,9 +73,7 @@ def read_state(path: str | os.PathLike[str]) -> dict | None:
     mode) or not a state file -- such a file is never acted on."""
     runtime = _sibling("_runtime.py")
     try:
-        runtime.check_private_file(path)
-        with open(path, "rb") as f:
-            doc = json.loads(f.read(1 << 20))
+        doc = json.loads(runtime.read_private_file(path, 1 << 20))
     except FileNotFoundError:
         return None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

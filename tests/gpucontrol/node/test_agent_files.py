@@ -1,0 +1,86 @@
+"""The runtime directory is checked up to the root and files are handled relative to a
+checked directory descriptor (issue B11); the daemon refuses a runtime directory below a
+directory another user controls."""
+
+import os
+import subprocess
+
+import pytest
+from actuators._children import SLEEPER, daemon_argv
+
+from gpucontrol.node._runtime import (
+    ensure_private_dir,
+    open_private_dir,
+    read_private_file,
+    write_private_atomic,
+)
+
+NOBODY = 65534
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+
+
+@root_only
+def test_an_ancestor_owned_by_another_user_is_refused(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    with pytest.raises(ValueError, match=r"theirs \(an ancestor.*uid 65534"):
+        ensure_private_dir(theirs / "run" / "gpucontrol")
+    assert not (theirs / "run").exists()
+    with pytest.raises(ValueError, match="uid 65534"):
+        write_private_atomic(theirs / "x.json", b"{}")
+    assert os.listdir(theirs) == []
+
+
+def test_an_ancestor_writable_by_others_is_refused_unless_sticky(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(ValueError, match="shared is writable by group or others"):
+        ensure_private_dir(shared / "run")
+    shared.chmod(0o1777)  # like /tmp: others cannot rename or remove our entries
+    assert ensure_private_dir(shared / "run").is_dir()
+    assert (shared / "run").stat().st_mode & 0o777 == 0o700
+
+
+def test_links_on_the_way_and_as_the_last_component(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "alias").symlink_to(real)  # our own link to our own directory: followed
+    write_private_atomic(tmp_path / "alias" / "f.json", b"{}")
+    assert (real / "f.json").read_bytes() == b"{}"
+    assert read_private_file(real / "f.json") == b"{}"
+    os.close(open_private_dir(tmp_path / "alias"))
+    with pytest.raises(ValueError, match="not a link"):  # the runtime dir itself: never a link
+        ensure_private_dir(tmp_path / "alias")
+    (real / "l.json").symlink_to(real / "f.json")
+    with pytest.raises(ValueError, match="symbolic link"):
+        read_private_file(real / "l.json")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="not a directory"):
+        ensure_private_dir(tmp_path / "file" / "run")
+
+
+@root_only
+def test_a_link_planted_by_another_user_is_not_followed(tmp_path):
+    (tmp_path / "real").mkdir(mode=0o700)
+    link = tmp_path / "planted"
+    link.symlink_to(tmp_path / "real")
+    os.chown(link, NOBODY, NOBODY, follow_symlinks=False)
+    with pytest.raises(ValueError, match="link owned by uid 65534"):
+        write_private_atomic(link / "f.json", b"{}")
+
+
+@root_only
+def test_daemon_refuses_a_runtime_dir_below_another_users_directory(children, tmp_path):
+    t = children.spawn(SLEEPER)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    run = theirs / "run"
+    argv = daemon_argv(run, "g", "--training-pid", str(t.pid), "--fixed-sleep", "0",
+                       "--duration-s", "0.5")
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2, r.stderr
+    assert "uid 65534" in r.stderr and "ancestor" in r.stderr
+    assert not run.exists()
