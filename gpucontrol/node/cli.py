@@ -88,6 +88,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve Prometheus metrics on METRICS_ADDR:PORT (off by default)")
     f.add_argument("--metrics-addr", default="127.0.0.1",
                    help="address of the metrics server (default 127.0.0.1, loopback only)")
+    s = p.add_argument_group("supervision")
+    s.add_argument("--stall-timeout-s", type=float,
+                   help="guardian resumes the training and kills a daemon whose loop is "
+                   "silent this long (default 1.5 periods, at least 2 s; 0: off)")
 
 
 def run_from_args(args: argparse.Namespace) -> int:

@@ -117,6 +117,10 @@ class DaemonConfig:
         metrics) [``--metrics-port``].
     metrics_addr : str
         Address the metrics server binds [``--metrics-addr``]; loopback by default.
+    stall_timeout_s : float or None
+        Seconds without a control-loop heartbeat after which the guardian resumes the
+        training and kills the daemon, in [0, 3600]; 0 turns that off; None: 1.5 periods,
+        at least 2 s [``--stall-timeout-s``].
 
     Notes
     -----
@@ -154,6 +158,7 @@ class DaemonConfig:
     log: str | None = None
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
+    stall_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "training_pids", tuple(self.training_pids))
@@ -199,6 +204,8 @@ class DaemonConfig:
             positive("--run-quantum-s", self.run_quantum_s)
         positive("--ready-timeout-s", self.ready_timeout_s)
         int_at_least("--gpu", self.gpu, 0)
+        if self.stall_timeout_s is not None:
+            in_range("--stall-timeout-s", self.stall_timeout_s, 0, 3600)
         if self.metrics_port is not None:
             int_at_least("--metrics-port", self.metrics_port, 0)
             in_range("--metrics-port", self.metrics_port, 0, 65535)

@@ -69,6 +69,7 @@ from gpucontrol.node.guardian import (
     state_owner_alive,
     write_state,
 )
+from gpucontrol.node.health import Heartbeat
 from gpucontrol.node.hooks import HookWriter
 from gpucontrol.node.logsink import LogSink, open_log
 from gpucontrol.node.metrics import DaemonMetrics
@@ -172,6 +173,7 @@ class Daemon:
         self._made_cgroup: str | None = None
         self._actuator_error = ""
         self.periods = 0
+        self.heartbeat = Heartbeat(config.period_s, config.stall_timeout_s)
 
     # ------------------------------------------------------------------ output
     def emit(self, **rec: Any) -> None:
@@ -229,7 +231,8 @@ class Daemon:
         for p in (cfg.socket, cfg.state, cfg.hook):
             ensure_private_dir(Path(p).parent)
         self._resume_leftovers()
-        self.guardian = Guardian(cfg.state).start()
+        self.guardian = Guardian(
+            cfg.state, heartbeat_timeout_s=self.heartbeat.guardian_timeout_s).start()
         self.monitor = LatencyMonitor(cfg.socket).start()
         self.hook = HookWriter(cfg.hook, stale_after_s=max(3 * cfg.period_s, 2.0),
                                max_sleep_s=min(cfg.max_sleep_s, 60.0))
@@ -415,6 +418,15 @@ class Daemon:
         except InterruptedError:
             pass
 
+    def _wait_beating(self, until: float) -> None:
+        """Wait until ``until`` (monotonic) or a stop request, beating the heartbeat."""
+        while not self._stopping:
+            self.heartbeat.beat(self.guardian)
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            self._wait(min(left, self.heartbeat.interval_s))
+
     def run(self) -> int:
         """Set up, loop until SIGTERM/SIGINT, the duration, or the training ending.
 
@@ -442,11 +454,12 @@ class Daemon:
                 handlers[sig] = signal.signal(sig, lambda *_: self.request_stop())
         try:
             self.setup()
+            self.heartbeat.ready(f"controlling {self._method()} targets")
             t0 = time.monotonic()
             deadline = t0 + self.cfg.duration_s if self.cfg.duration_s else math.inf
             nxt = t0 + self.cfg.period_s
             while not self._stopping:
-                self._wait(max(0.0, min(nxt, deadline) - time.monotonic()))
+                self._wait_beating(min(nxt, deadline))
                 if self._stopping:
                     break
                 if time.monotonic() >= deadline:
@@ -492,6 +505,7 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Resume everything, then release resources; each step runs even if one fails."""
+        self.heartbeat.stopping(self.guardian)
         for step in self._shutdown_steps():
             try:
                 step()

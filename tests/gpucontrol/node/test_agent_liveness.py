@@ -102,3 +102,57 @@ def _messages(sock, until, timeout):
         if until(got):
             break
     return got
+
+
+def test_a_stopped_daemon_is_resumed_and_killed_by_its_guardian(children, tmp_path):
+    """SIGSTOP the daemon while it holds the training stopped (1 s sleeps, 1 ms runs): within
+    the stall timeout (0.6 s here) plus a little, the guardian SIGCONTs the training and
+    SIGKILLs the daemon; the next daemon finds and resumes nothing left behind."""
+    t = children.spawn(BUSY)
+    args = daemon_argv(tmp_path, "s", "--training-pid", str(t.pid), "--fixed-sleep", "1.0",
+                       "--run-quantum-s", "0.001", "--period-s", "0.2",
+                       "--stall-timeout-s", "0.6")
+    d = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    read_events(d.stdout, "started")
+    assert wait_state(t.pid, {"T"})
+    time.sleep(0.3)  # the loop is beating: the guardian is armed
+    os.kill(d.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    assert wait_state(t.pid, {"R", "S"}, timeout=5.0)
+    resumed_s = time.monotonic() - t0
+    assert d.wait(5) == -signal.SIGKILL
+    assert resumed_s < 0.6 + 0.5, resumed_s  # within the stall timeout (+ scheduling slack)
+    time.sleep(0.2)
+    assert state(t.pid) != "T"
+    err = d.stderr.read()
+    stalled = [json.loads(line) for line in err.splitlines() if '"stalled"' in line]
+    assert stalled and stalled[0]["killed"] and stalled[0]["resumed"] == 1, err
+
+
+def test_a_healthy_daemon_is_never_killed_for_stalling(children, tmp_path):
+    t = children.spawn(SLEEPER)
+    r = subprocess.run(daemon_argv(tmp_path, "h", "--training-pid", str(t.pid),
+                                   "--fixed-sleep", "0.01", "--period-s", "0.05",
+                                   "--stall-timeout-s", "0.5", "--duration-s", "2"),
+                       capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+    assert '"stalled"' not in r.stderr
+
+
+def test_systemd_notify_ready_watchdog_and_stopping(children, tmp_path):
+    sock, path = _notify_socket(tmp_path)
+    t = children.spawn(SLEEPER)
+    env = {**os.environ, "NOTIFY_SOCKET": path, "WATCHDOG_USEC": "600000"}
+    try:
+        d = children.popen(daemon_argv(tmp_path, "n", "--training-pid", str(t.pid),
+                                       "--fixed-sleep", "0", "--period-s", "0.1"),
+                           stdout=subprocess.DEVNULL, env=env)
+        got = _messages(sock, lambda g: sum("WATCHDOG=1" in m for m in g) >= 4, 15)
+        assert got and got[0].startswith("READY=1") and f"MAINPID={d.pid}" in got[0], got
+        assert sum(m == "WATCHDOG=1" for m in got) >= 4  # every 0.2 s (a third of 0.6 s)
+        d.send_signal(signal.SIGTERM)
+        assert d.wait(10) == 0
+        rest = _messages(sock, lambda g: "STOPPING=1" in g, 5)
+        assert "STOPPING=1" in rest
+    finally:
+        sock.close()
