@@ -89,6 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--metrics-addr", default="127.0.0.1",
                    help="address of the metrics server (default 127.0.0.1, loopback only)")
     s = p.add_argument_group("supervision")
+    s.add_argument("--resume-only", action="store_true",
+                   help="resume whatever the state file (--state, or the default of --gpu) "
+                   "lists as stopped, then exit; for systemd ExecStopPost=")
     s.add_argument("--stall-timeout-s", type=float,
                    help="guardian resumes the training and kills a daemon whose loop is "
                    "silent this long (default 1.5 periods, at least 2 s; 0: off)")
@@ -112,9 +115,32 @@ def run_from_args(args: argparse.Namespace) -> int:
     ValueError
         A bad setting (the message names the flag and the allowed range).
     """
+    if getattr(args, "resume_only", False):
+        return _resume_only(args)
     from gpucontrol.node.daemon import Daemon  # the daemon's imports (numpy) only when it runs
 
     return Daemon(DaemonConfig.from_args(args)).run()
+
+
+def _resume_only(args: argparse.Namespace) -> int:
+    """``--resume-only``: resume what the state file lists, print one JSON line, exit 0."""
+    import json
+    import os
+
+    from gpucontrol.node._runtime import default_path
+    from gpucontrol.node.guardian import resume_only
+
+    gpu = getattr(args, "gpu", 0) or 0
+    if gpu < 0:
+        raise ValueError(f"--gpu must be >= 0, got {gpu}")
+    path = os.path.abspath(args.state) if getattr(args, "state", None) else str(
+        default_path("state", gpu))
+    out = resume_only(path)
+    print(json.dumps(out), flush=True)
+    if out["owner_alive"]:
+        logger.warning("the daemon of %s (pid %s) still runs; resumed its targets anyway",
+                       path, out.get("daemon_pid"))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

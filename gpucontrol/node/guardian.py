@@ -154,6 +154,28 @@ def resume_state(path: str | os.PathLike[str]) -> dict[str, int] | None:
     return resume_targets(doc["targets"], doc.get("hook"))
 
 
+def resume_only(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``--resume-only`` mode (systemd ``ExecStopPost=``): resume whatever the state file
+    lists, zero its hook file, and remove the file unless its daemon still runs.
+
+    Returns a record: ``state``, ``found``, ``owner_alive`` and the counts of
+    :func:`resume_targets`. Raises ValueError for a file that is not ours."""
+    doc = read_state(path)
+    out: dict[str, Any] = {"event": "resume_only", "state": os.fspath(path),
+                           "found": doc is not None, "owner_alive": False}
+    if doc is None:
+        return out
+    out["owner_alive"] = state_owner_alive(doc)
+    out["daemon_pid"] = doc.get("daemon_pid")
+    out.update(resume_targets(doc["targets"], doc.get("hook")))
+    if not out["owner_alive"]:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return out
+
+
 # ------------------------------------------------------------------------------ daemon side
 class Guardian:
     """The daemon's handle on its guardian process: :meth:`start` spawns it and waits until

@@ -156,3 +156,33 @@ def test_systemd_notify_ready_watchdog_and_stopping(children, tmp_path):
         assert "STOPPING=1" in rest
     finally:
         sock.close()
+
+
+def test_resume_only_after_a_total_crash(children, tmp_path):
+    """ExecStopPost=: daemon and guardian SIGKILLed while the training is stopped; the
+    resume-only mode resumes it from the state file, removes the file and exits 0."""
+    from gpucontrol.node.actuators.procs import descendants
+
+    t = children.spawn(BUSY)
+    args = daemon_argv(tmp_path, "r", "--training-pid", str(t.pid), "--fixed-sleep", "1.0",
+                       "--run-quantum-s", "0.001", "--period-s", "0.2")
+    d = children.popen(args, stdout=subprocess.PIPE, text=True)
+    read_events(d.stdout, "started")
+    assert wait_state(t.pid, {"T"})
+    for pid in descendants([d.pid]):  # the guardian first: nobody is left to resume
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.05)
+    d.kill()
+    d.wait()
+    time.sleep(0.1)
+    assert state(t.pid) == "T"
+    resume = [args[0], "-m", "gpucontrol.node.daemon", "--resume-only", "--state",
+              str(tmp_path / "r.state.json")]
+    r = subprocess.run(resume, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["found"] and out["resumed"] == 1 and not out["owner_alive"]
+    assert wait_state(t.pid, {"R"}, timeout=1.0)
+    assert not (tmp_path / "r.state.json").exists()
+    r = subprocess.run(resume, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 0 and json.loads(r.stdout)["found"] is False
