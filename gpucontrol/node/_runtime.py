@@ -273,6 +273,44 @@ def _unlink_at(name: str, dir_fd: int) -> None:
         pass
 
 
+def resolve_group(group: str | int) -> int:
+    """The group id of ``--socket-group`` (a name or a number); ValueError when unknown."""
+    import grp
+
+    text = str(group).strip()
+    try:
+        if text.isdigit():
+            return grp.getgrgid(int(text)).gr_gid
+        return grp.getgrnam(text).gr_gid
+    except (KeyError, OverflowError):
+        raise ValueError(f"--socket-group must be an existing group name or id, got "
+                         f"{group!r}") from None
+
+
+def grant_group(gid: int, *, rw: tuple[str, ...] = (), ro: tuple[str, ...] = ()) -> None:
+    """Give group ``gid`` access to our files: ``rw`` (the latency socket) become 0660,
+    ``ro`` (the hook file) 0640, and every directory holding them gets group search
+    permission (g+x, never g+w or a listing). Links are never followed."""
+    dirs = {os.path.dirname(os.path.abspath(p)) for p in (*rw, *ro)}
+    for d in sorted(dirs):
+        fd = open_private_dir(d)
+        try:
+            st = os.fstat(fd)
+            if st.st_uid == os.geteuid():  # only a directory of ours is changed
+                if st.st_gid != gid:
+                    os.fchown(fd, -1, gid)
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o010)
+        finally:
+            os.close(fd)
+    for paths, mode in ((rw, 0o660), (ro, 0o640)):
+        for p in paths:
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
+                raise ValueError(f"{p} is a link or not ours; not granting it to a group")
+            os.chown(p, -1, gid, follow_symlinks=False)
+            os.chmod(p, mode)  # not a link (checked), inside a checked private directory
+
+
 def unlink_quietly(path: str | os.PathLike[str] | None) -> None:
     if path is None:
         return

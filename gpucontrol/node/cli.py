@@ -88,7 +88,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve Prometheus metrics on METRICS_ADDR:PORT (off by default)")
     f.add_argument("--metrics-addr", default="127.0.0.1",
                    help="address of the metrics server (default 127.0.0.1, loopback only)")
+    f.add_argument("--metrics-textfile",
+                   help="also write the metrics to this file every period (node-exporter "
+                   "text-file collector)")
+    f.add_argument("--metrics-target", help="the 'target' label of every metric (default: "
+                   "the cgroup's name, the training script or the PIDs)")
+    f.add_argument("--socket-group", help="group (name or gid) allowed to report to the "
+                   "socket and read the hook file (default: owner only)")
     s = p.add_argument_group("supervision")
+    s.add_argument("--silent-periods", type=int, default=5,
+                   help="warn after this many periods without a latency report (default 5)")
     s.add_argument("--resume-only", action="store_true",
                    help="resume whatever the state file (--state, or the default of --gpu) "
                    "lists as stopped, then exit; for systemd ExecStopPost=")

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
-from gpucontrol.node._runtime import ensure_private_dir, unlink_quietly
+from gpucontrol.node._runtime import ensure_private_dir, grant_group, unlink_quietly
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
 from gpucontrol.node.actuators.procs import ProcessHandle
 from gpucontrol.node.actuators.sleep import CgroupFreezer, DutyCycler, choose_sleep_actuator
@@ -69,10 +69,10 @@ from gpucontrol.node.guardian import (
     state_owner_alive,
     write_state,
 )
-from gpucontrol.node.health import Heartbeat
+from gpucontrol.node.health import Heartbeat, SilenceWatch
 from gpucontrol.node.hooks import HookWriter
 from gpucontrol.node.logsink import LogSink, open_log
-from gpucontrol.node.metrics import DaemonMetrics
+from gpucontrol.node.metrics import DaemonMetrics, default_target
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
 from gpucontrol.two_tier import Actuation, TwoTierController
 
@@ -174,10 +174,12 @@ class Daemon:
         self._actuator_error = ""
         self.periods = 0
         self.heartbeat = Heartbeat(config.period_s, config.stall_timeout_s)
+        self.silence = SilenceWatch(config.silent_periods)
 
     # ------------------------------------------------------------------ output
     def emit(self, **rec: Any) -> None:
         rec = {"ts": round(time.time(), 3), **{k: _clean(v) for k, v in rec.items()}}
+        self._observe(rec)  # metrics first: a reader of the line finds them updated
         if self._sink is not None:  # never blocks: a stalled reader costs lines, not periods
             self._sink.write_line(json.dumps(rec) + "\n")
             return
@@ -186,6 +188,21 @@ class Daemon:
             self.log_file.flush()
         except (OSError, ValueError):
             pass
+
+    def _observe(self, rec: dict[str, Any]) -> None:
+        if self.metrics is None:
+            return
+        try:
+            self.metrics.observe(rec)
+            if self._sink is not None:
+                self.metrics.log_dropped(self._sink.dropped)
+        except Exception as exc:  # metrics never stop the control loop
+            logger.debug("metrics update failed: %s", exc)
+
+    def _health(self) -> dict[str, Any]:
+        return self.heartbeat.health(
+            guardian_alive=self.guardian is not None and self.guardian.alive(),
+            actuator_up=not self._actuator_error)
 
     @staticmethod
     def say(msg: str) -> None:
@@ -240,6 +257,10 @@ class Daemon:
             self.hook.set_sleep(self._open_loop_sleep() if self.controller is None
                                 else self.controller.initial_actuation().sleep_s)
         self.write_state([])
+        if cfg.socket_group is not None:  # before the training starts: it opens the hook
+            from gpucontrol.node._runtime import resolve_group
+
+            grant_group(resolve_group(cfg.socket_group), rw=(cfg.socket,), ro=(cfg.hook,))
 
         if cfg.cgroup and not os.path.isdir(cfg.cgroup):  # a group of our own for the training
             os.mkdir(cfg.cgroup)
@@ -294,9 +315,16 @@ class Daemon:
             self._apply(self.controller.initial_actuation())
         else:
             self._apply_sleep(self._open_loop_sleep())
-        if cfg.metrics_port is not None:
-            self.metrics = DaemonMetrics(cfg.metrics_port, cfg.metrics_addr)
-            self.emit(event="metrics", url=self.metrics.url)
+        if cfg.metrics_port is not None or cfg.metrics_textfile:
+            target = cfg.metrics_target or default_target(
+                cgroup=cfg.cgroup, training_cmd=cfg.training_cmd, training_pids=pids)
+            self.metrics = DaemonMetrics(
+                cfg.metrics_port, cfg.metrics_addr, gpu=cfg.gpu, target=target,
+                slo_ms=cfg.slo_ms, backend="mps" if mps_ok else "none",
+                textfile=cfg.metrics_textfile, health=self._health,
+                info={"mode": cfg.mode, "outer": cfg.outer, "method": self._method(),
+                      "closed_loop": str(cfg.closed_loop).lower()})
+            self.emit(event="metrics", url=self.metrics.url, textfile=cfg.metrics_textfile)
 
     def _open_loop_sleep(self) -> float:
         assert self.cfg.fixed_sleep is not None  # no controller means open loop
@@ -384,24 +412,27 @@ class Daemon:
             self.say(f"sleep actuator stopped: {self.cycler.error}")
             self.emit(event="actuator_error", error=self.cycler.error)
         duty = self.cycler.stats() if self.cycler is not None else None
+        silent_n, silent, change = self.silence.observe(st.count)
+        if change == "silent":
+            self.say(f"no latency report for {silent_n} periods: is the inference server "
+                     f"reporting to {self.cfg.socket}?")
+            self.emit(event="inference_silent", periods=silent_n)
+        elif change == "resumed":
+            self.emit(event="inference_resumed")
+        gain = act.gain_estimate
+        if not math.isfinite(gain) and self.controller is not None:
+            gain = self.controller.model.gain
         rec = dict(period=self.periods, **st.as_dict(), sleep_s=act.sleep_s,
                    mps_pct=act.mps_pct, mps_changed=act.mps_changed, saturated=act.saturated,
-                   reason=act.reason, error_ms=act.error_ms, restarting=restarting)
+                   reason=act.reason, error_ms=act.error_ms, restarting=restarting,
+                   gain_estimate=gain, periods_without_samples=silent_n,
+                   inference_silent=silent)
         if duty is not None:
             rec.update(stopped_fraction=round(duty.achieved_fraction, 5),
                        commanded_fraction=round(duty.commanded_fraction, 5),
                        pause_p99_ms=duty.pause_p99_ms, resume_p99_ms=duty.resume_p99_ms,
                        targets=duty.targets)
-        # metrics first: whoever reads the period line finds the metrics already updated
-        if self.metrics is not None:
-            self.metrics.update(latency_mean_ms=st.mean_ms, latency_p99_ms=st.p99_ms,
-                                latency_samples=st.count, sleep_s=act.sleep_s,
-                                mps_pct=act.mps_pct, slo_ms=self.cfg.slo_ms,
-                                stopped_fraction=duty.achieved_fraction if duty else math.nan,
-                                periods_total=self.periods,
-                                samples_total=self.monitor.total_count,
-                                malformed_total=self.monitor.total_malformed)
-        self.emit(**rec)
+        self.emit(**rec)  # emit updates the metrics before it writes the line
 
     def request_stop(self) -> None:
         """Ask the loop to stop (safe from a signal handler or another thread)."""

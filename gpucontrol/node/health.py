@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from gpucontrol.node.notify import SystemdNotifier
 
-__all__ = ["Heartbeat", "default_stall_timeout"]
+__all__ = ["Heartbeat", "SilenceWatch", "default_stall_timeout"]
 
 
 class _Beatable(Protocol):
@@ -164,3 +164,51 @@ class Heartbeat:
                 "set_up": self.set_up, "guardian_alive": guardian_alive,
                 "actuator_up": actuator_up,
                 "heartbeat_age_s": None if self.last_beat is None else round(silent, 3)}
+
+
+class SilenceWatch:
+    """Counts consecutive control periods without a latency report.
+
+    A silent inference server looks like an idle one: the controller holds, the training
+    runs free, and nothing says why. After ``threshold`` silent periods the daemon warns once
+    (and the metric ``gpucontrol_inference_silent`` turns 1) until reports come back.
+
+    Parameters
+    ----------
+    threshold : int
+        Silent periods before the warning, >= 1.
+
+    Examples
+    --------
+    >>> w = SilenceWatch(2)
+    >>> [w.observe(n) for n in (5, 0, 0, 0, 3)]
+    [(0, False, None), (1, False, None), (2, True, 'silent'), (3, True, None),
+     (0, False, 'resumed')]
+    """
+
+    def __init__(self, threshold: int) -> None:
+        if int(threshold) < 1:
+            raise ValueError(f"threshold must be >= 1, got {threshold!r}")
+        self.threshold = int(threshold)
+        self.periods = 0
+
+    def observe(self, count: int) -> tuple[int, bool, str | None]:
+        """Take one period's report count.
+
+        Parameters
+        ----------
+        count : int
+            Latency reports in the period.
+
+        Returns
+        -------
+        tuple of (int, bool, str or None)
+            Consecutive silent periods, whether that reached the threshold, and the change to
+            announce: ``'silent'`` when it just did, ``'resumed'`` when reports came back
+            after it had, else None.
+        """
+        was = self.periods >= self.threshold
+        self.periods = 0 if count > 0 else self.periods + 1
+        now = self.periods >= self.threshold
+        change = "silent" if now and not was else "resumed" if was and not now else None
+        return self.periods, now, change
