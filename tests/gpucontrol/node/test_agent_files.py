@@ -4,6 +4,7 @@ directory another user controls."""
 
 import os
 import subprocess
+import time
 
 import pytest
 from actuators._children import SLEEPER, daemon_argv
@@ -84,3 +85,69 @@ def test_daemon_refuses_a_runtime_dir_below_another_users_directory(children, tm
     assert r.returncode == 2, r.stderr
     assert "uid 65534" in r.stderr and "ancestor" in r.stderr
     assert not run.exists()
+
+
+REPORTER = r"""
+import os, socket, sys
+os.setgid(65534)
+os.setgroups([65534])
+os.setuid(65534)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.sendto(b"L 42\n", sys.argv[1])
+with open(sys.argv[2], "rb") as f:
+    assert f.read(8) == b"GPUCHOOK"
+print("ok")
+"""
+
+
+@root_only
+def test_socket_group_lets_a_non_root_group_report_and_read_the_hook(children, tmp_path):
+    """A root daemon with --socket-group nogroup: a process running as nobody:nogroup
+    reports a latency the daemon counts and reads the hook file; others get nothing."""
+    import grp
+    import json
+    import shutil
+    import sys
+    import tempfile
+
+    from actuators._children import read_events
+
+    try:
+        gid = grp.getgrnam("nogroup").gr_gid
+    except KeyError:
+        pytest.skip("no 'nogroup' group here")
+    base = tempfile.mkdtemp(prefix="gpucontrol-group-", dir="/tmp")  # traversable by all
+    os.chmod(base, 0o755)
+    try:
+        run = os.path.join(base, "run")
+        t = children.spawn(SLEEPER)
+        d = children.popen(daemon_argv(run, "g", "--training-pid", str(t.pid),
+                                       "--fixed-sleep", "0", "--period-s", "0.2",
+                                       "--socket-group", "nogroup"),
+                           stdout=subprocess.PIPE, text=True)
+        started = read_events(d.stdout, "started")[-1]
+        sock, hook = started["socket"], started["hook"]
+        assert (os.stat(sock).st_gid, os.stat(sock).st_mode & 0o777) == (gid, 0o660)
+        assert (os.stat(hook).st_gid, os.stat(hook).st_mode & 0o777) == (gid, 0o640)
+        assert os.stat(run).st_mode & 0o777 == 0o710 and os.stat(run).st_gid == gid
+        assert os.stat(started["state"]).st_mode & 0o777 == 0o600  # the state stays private
+        r = subprocess.run([sys.executable, "-I", "-c", REPORTER, sock, hook],
+                           capture_output=True, text=True, timeout=30, check=False)
+        assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+        deadline, counted = time.monotonic() + 10, 0
+        while not counted and time.monotonic() < deadline:
+            rec = json.loads(d.stdout.readline())
+            counted = rec.get("count", 0)
+        assert counted == 1
+        d.terminate()
+        assert d.wait(10) == 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_socket_group_must_exist(tmp_path, capsys):
+    from gpucontrol.node.cli import main
+
+    assert main(daemon_argv(tmp_path, "x", "--training-cmd", "true", "--fixed-sleep", "0",
+                            "--socket-group", "no-such-group-xyz")[3:]) == 2
+    assert "--socket-group" in capsys.readouterr().err
