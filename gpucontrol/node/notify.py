@@ -32,11 +32,15 @@ class SystemdNotifier:
     Parameters
     ----------
     env : mapping or None
-        The environment to read (None: ``os.environ``).
+        The environment to read (None: ``os.environ``, from which the three variables are
+        then removed, as ``sd_notify(unset_environment=1)`` does, so that a training the
+        daemon launches does not inherit them).
     """
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        env = os.environ if env is None else env
+        if env is None:
+            env = {k: os.environ.pop(k) for k in ("NOTIFY_SOCKET", "WATCHDOG_USEC",
+                                                  "WATCHDOG_PID") if k in os.environ}
         addr = env.get("NOTIFY_SOCKET", "")
         self.address: str | None = None
         if addr.startswith("@"):

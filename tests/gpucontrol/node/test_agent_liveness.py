@@ -186,3 +186,19 @@ def test_resume_only_after_a_total_crash(children, tmp_path):
     assert not (tmp_path / "r.state.json").exists()
     r = subprocess.run(resume, capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 0 and json.loads(r.stdout)["found"] is False
+
+
+def test_notifier_takes_the_variables_out_of_the_environment(monkeypatch, tmp_path):
+    """A training the daemon launches must not inherit $NOTIFY_SOCKET (it would speak for
+    the unit); the abstract namespace (@name) is understood."""
+    from gpucontrol.node.notify import SystemdNotifier
+
+    monkeypatch.setenv("NOTIFY_SOCKET", "@gpucontrol-test")
+    monkeypatch.setenv("WATCHDOG_USEC", "3000000")
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    n = SystemdNotifier()
+    assert n.enabled and n.address == "\0gpucontrol-test" and n.watchdog_interval_s == 1.0
+    assert "NOTIFY_SOCKET" not in os.environ and "WATCHDOG_USEC" not in os.environ
+    monkeypatch.setenv("WATCHDOG_USEC", "3000000")
+    monkeypatch.setenv("WATCHDOG_PID", "1")  # another process's watchdog
+    assert SystemdNotifier().watchdog_interval_s is None
