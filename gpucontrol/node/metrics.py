@@ -38,7 +38,7 @@ name                                        type      meaning
 ``mps_changes_total``                       counter   MPS share changes (restarts) attempted
 ``mps_change_failures_total``               counter   MPS restarts that failed
 ``mps_restart_downtime_seconds``            summary   training downtime per MPS restart
-``mps_up``                                  gauge     1 while an MPS control daemon is in use
+``mps_up``                                  gauge     1 while the MPS control daemon is healthy
 ``latency_samples``                         gauge     latency reports in the last period
 ``periods_without_samples``                 gauge     consecutive periods with no report
 ``inference_silent``                        gauge     1 once that reached --silent-periods
@@ -297,7 +297,8 @@ class DaemonMetrics:
         self._downtime = Summary("gpucontrol_mps_restart_downtime_seconds",
                                  "Training downtime per successful MPS restart.", _LABELS,
                                  registry=r).labels(**labels)
-        self._mps_up = gauge("mps_up", "1 while an MPS control daemon is in use.")
+        self._mps_up = gauge("mps_up", "1 while an MPS control daemon is in use and answers "
+                             "its health checks.")
         self._samples = gauge("latency_samples",
                               "Latency reports received in the last control period.")
         self._silent = gauge("periods_without_samples",
@@ -458,10 +459,16 @@ class DaemonMetrics:
             self._guardian_restarts.inc()
         elif ev == "actuator_error":
             self._actuator_up.set(0)
+        elif ev == "actuator_recovered":
+            self._actuator_up.set(1)
         elif ev == "mps_unavailable":
             self.set_backend("none")
         elif ev == "mps_ready":
             self.set_backend("mps")
+        elif ev == "mps_unhealthy":  # the periodic MPS health check failed
+            self._mps_up.set(0)
+        elif ev == "mps_recovered":
+            self._mps_up.set(1)
 
     def set_backend(self, backend: str) -> None:
         """Switch the spatial-share backend label (the old series is removed).

@@ -194,3 +194,21 @@ def test_idle_connections_cannot_exhaust_the_daemon(children, tmp_path):
     assert _value(body, "gpucontrol_metrics_rejected_connections_total") > 0
     d.send_signal(signal.SIGTERM)
     assert d.wait(10) == 0
+
+
+def test_component_events_move_the_up_gauges():
+    m = DaemonMetrics(port=None, backend="mps")
+
+    def up(name):
+        return _value(m.render().decode(), f"gpucontrol_{name}")
+
+    assert up("mps_up") == 1 and up("actuator_up") == 1
+    for ev, name, want in (("mps_unhealthy", "mps_up", 0), ("mps_recovered", "mps_up", 1),
+                           ("actuator_error", "actuator_up", 0),
+                           ("actuator_recovered", "actuator_up", 1)):
+        m.observe({"event": ev})
+        assert up(name) == want, ev
+    m.observe({"event": "mps_unavailable"})
+    text = m.render().decode()
+    assert 'backend="none"' in text and 'backend="mps"' not in text and up("mps_up") == 0
+    m.close()
