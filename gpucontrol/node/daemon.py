@@ -414,8 +414,9 @@ class Daemon:
         duty = self.cycler.stats() if self.cycler is not None else None
         silent_n, silent, change = self.silence.observe(st.count)
         if change == "silent":
-            self.say(f"no latency report for {silent_n} periods: is the inference server "
-                     f"reporting to {self.cfg.socket}?")
+            if self.controller is not None:  # open loop needs no reports
+                self.say(f"no latency report for {silent_n} periods: is the inference "
+                         f"server reporting to {self.cfg.socket}?")
             self.emit(event="inference_silent", periods=silent_n)
         elif change == "resumed":
             self.emit(event="inference_resumed")

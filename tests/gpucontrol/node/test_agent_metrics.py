@@ -126,8 +126,11 @@ def test_daemon_metrics_health_textfile_and_silence(children, tmp_path):
     t = children.spawn(SLEEPER)
     textfile = tmp_path / "prom" / "gpucontrol.prom"
     textfile.parent.mkdir()
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps({"gain": -600.0, "offset": 100.0}))
     d = children.popen(daemon_argv(tmp_path, "m", "--training-pid", str(t.pid),
-                                   "--fixed-sleep", "0.01", "--period-s", "0.2",
+                                   "--slo-ms", "75", "--model", str(model),
+                                   "--max-sleep-s", "0.1", "--period-s", "0.2",
                                    "--metrics-port", "0", "--metrics-textfile", str(textfile),
                                    "--metrics-target", "train", "--silent-periods", "3"),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -142,7 +145,11 @@ def test_daemon_metrics_health_textfile_and_silence(children, tmp_path):
         counted = [r for r in recs if r.get("count")]
         assert counted and counted[0]["mean_ms"] == 20.0
         body = _scrape(url)
-        assert 'gpucontrol_sleep_seconds{gpu="0",target="train"} 0.01' in body
+        assert 'gpucontrol_slo_seconds{gpu="0",target="train"} 0.075' in body
+        assert _value(body, "gpucontrol_sleep_seconds") == 0.0  # 20 ms is far below the SLO
+        assert 'gpucontrol_control_action{gpu="0",gpucontrol_control_action="hold",' \
+            'target="train"} 1.0' in body  # silent periods: the controller holds
+        assert _value(body, "gpucontrol_model_gain") == -0.6
         assert _value(body, "gpucontrol_inference_silent") == 1.0
         assert _value(body, "gpucontrol_periods_without_samples") >= 3
         assert _value(body, "gpucontrol_samples_total") == 3.0
