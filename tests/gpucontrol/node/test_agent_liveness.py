@@ -133,7 +133,7 @@ def test_a_healthy_daemon_is_never_killed_for_stalling(children, tmp_path):
     t = children.spawn(SLEEPER)
     r = subprocess.run(daemon_argv(tmp_path, "h", "--training-pid", str(t.pid),
                                    "--fixed-sleep", "0.01", "--period-s", "0.05",
-                                   "--stall-timeout-s", "0.5", "--duration-s", "2"),
+                                   "--stall-timeout-s", "1.0", "--duration-s", "2"),
                        capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 0, r.stderr
     assert '"stalled"' not in r.stderr
