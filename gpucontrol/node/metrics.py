@@ -74,6 +74,7 @@ import logging
 import math
 import os
 import shlex
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -184,6 +185,11 @@ class _Server(ThreadingMixIn, WSGIServer):
         except BaseException:
             self.slots.release()
             raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # an idle client timing out is routine: a debug line, not a traceback on stderr
+        logger.debug("metrics connection from %s ended: %s", client_address,
+                     sys.exc_info()[1])
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
