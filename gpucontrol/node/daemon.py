@@ -72,7 +72,7 @@ from gpucontrol.node.guardian import (
 from gpucontrol.node.health import Heartbeat, SilenceWatch
 from gpucontrol.node.hooks import HookWriter
 from gpucontrol.node.logsink import LogSink, open_log
-from gpucontrol.node.metrics import DaemonMetrics, default_target
+from gpucontrol.node.metrics import DaemonMetrics
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
 from gpucontrol.two_tier import Actuation, TwoTierController
 
@@ -179,7 +179,8 @@ class Daemon:
     # ------------------------------------------------------------------ output
     def emit(self, **rec: Any) -> None:
         rec = {"ts": round(time.time(), 3), **{k: _clean(v) for k, v in rec.items()}}
-        self._observe(rec)  # metrics first: a reader of the line finds them updated
+        if self.metrics is not None:  # first: a reader of the line finds them updated
+            self.metrics.observe(rec, log_dropped=self._sink.dropped if self._sink else 0)
         if self._sink is not None:  # never blocks: a stalled reader costs lines, not periods
             self._sink.write_line(json.dumps(rec) + "\n")
             return
@@ -188,16 +189,6 @@ class Daemon:
             self.log_file.flush()
         except (OSError, ValueError):
             pass
-
-    def _observe(self, rec: dict[str, Any]) -> None:
-        if self.metrics is None:
-            return
-        try:
-            self.metrics.observe(rec)
-            if self._sink is not None:
-                self.metrics.log_dropped(self._sink.dropped)
-        except Exception as exc:  # metrics never stop the control loop
-            logger.debug("metrics update failed: %s", exc)
 
     def _health(self) -> dict[str, Any]:
         return self.heartbeat.health(
@@ -316,14 +307,8 @@ class Daemon:
         else:
             self._apply_sleep(self._open_loop_sleep())
         if cfg.metrics_port is not None or cfg.metrics_textfile:
-            target = cfg.metrics_target or default_target(
-                cgroup=cfg.cgroup, training_cmd=cfg.training_cmd, training_pids=pids)
-            self.metrics = DaemonMetrics(
-                cfg.metrics_port, cfg.metrics_addr, gpu=cfg.gpu, target=target,
-                slo_ms=cfg.slo_ms, backend="mps" if mps_ok else "none",
-                textfile=cfg.metrics_textfile, health=self._health,
-                info={"mode": cfg.mode, "outer": cfg.outer, "method": self._method(),
-                      "closed_loop": str(cfg.closed_loop).lower()})
+            self.metrics = DaemonMetrics.from_config(cfg, pids=pids, mps_ok=mps_ok,
+                                                     method=self._method(), health=self._health)
             self.emit(event="metrics", url=self.metrics.url, textfile=cfg.metrics_textfile)
 
     def _open_loop_sleep(self) -> float:

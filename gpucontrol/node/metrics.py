@@ -79,7 +79,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
@@ -92,6 +92,9 @@ from prometheus_client import (
     generate_latest,
     make_wsgi_app,
 )
+
+if TYPE_CHECKING:
+    from gpucontrol.node.config import DaemonConfig
 
 __all__ = ["ACTIONS", "DaemonMetrics", "default_target"]
 
@@ -352,6 +355,38 @@ class DaemonMetrics:
         if port is not None:
             self._serve(port, addr, max_connections, timeout_s)
 
+    @classmethod
+    def from_config(cls, cfg: DaemonConfig, *, pids: Iterable[int], mps_ok: bool,
+                    method: str, health: Callable[[], dict[str, Any]] | None = None
+                    ) -> DaemonMetrics:
+        """The daemon's metrics, as its configuration asks (server and/or text file).
+
+        Parameters
+        ----------
+        cfg : DaemonConfig
+            The daemon's settings (``metrics_*``, ``gpu``, ``slo_ms``, ``mode``, ``outer``...).
+        pids : iterable of int
+            The training processes (for the default ``target`` label).
+        mps_ok : bool
+            Whether an MPS control daemon is in use (the ``backend`` label).
+        method : str
+            The sleep method in use.
+        health : callable or None
+            The health answer of ``/healthz`` and ``/readyz``.
+
+        Returns
+        -------
+        DaemonMetrics
+            Serving when ``cfg.metrics_port`` is set.
+        """
+        target = cfg.metrics_target or default_target(
+            cgroup=cfg.cgroup, training_cmd=cfg.training_cmd, training_pids=pids)
+        return cls(cfg.metrics_port, cfg.metrics_addr, gpu=cfg.gpu, target=target,
+                   slo_ms=cfg.slo_ms, backend="mps" if mps_ok else "none",
+                   textfile=cfg.metrics_textfile, health=health,
+                   info={"mode": cfg.mode, "outer": cfg.outer, "method": method,
+                         "closed_loop": str(cfg.closed_loop).lower()})
+
     # ------------------------------------------------------------------ serving
     def _call_health(self) -> dict[str, Any]:
         try:
@@ -399,8 +434,9 @@ class DaemonMetrics:
         logger.info("serving metrics on %s", self.url)
 
     # ------------------------------------------------------------------ recording
-    def observe(self, rec: dict[str, Any]) -> None:
-        """Update the metrics from one log record (a period line or an event).
+    def observe(self, rec: dict[str, Any], log_dropped: int = 0) -> None:
+        """Update the metrics from one log record (a period line or an event); never raises
+        (metrics must not stop the control loop).
 
         Parameters
         ----------
@@ -410,16 +446,20 @@ class DaemonMetrics:
             ``commanded_fraction``, ``stopped_fraction``, ``gain_estimate``, ``malformed``,
             ``periods_without_samples``...) or an event (``mps_restart``,
             ``guardian_restarted``, ``actuator_error``, ``mps_unavailable``...).
+        log_dropped : int
+            Log lines dropped so far (the counter advances to it).
         """
-        with self._lock:
-            if "period" in rec:
-                self._period(rec)
-                period = True
-            else:
-                self._event(rec)
-                period = False
-        if period and self.textfile:
-            self.write_textfile()
+        try:
+            with self._lock:
+                if "period" in rec:
+                    self._period(rec)
+                else:
+                    self._event(rec)
+                self.log_dropped(log_dropped)
+            if "period" in rec and self.textfile:
+                self.write_textfile()
+        except Exception as exc:
+            logger.debug("metrics update failed: %s", exc)
 
     def _period(self, rec: dict[str, Any]) -> None:
         self._mean.set(_num(rec.get("mean_ms")) / 1e3)
