@@ -151,3 +151,39 @@ def test_socket_group_must_exist(tmp_path, capsys):
     assert main(daemon_argv(tmp_path, "x", "--training-cmd", "true", "--fixed-sleep", "0",
                             "--socket-group", "no-such-group-xyz")[3:]) == 2
     assert "--socket-group" in capsys.readouterr().err
+
+
+def test_log_refuses_a_fifo_without_blocking(tmp_path):
+    from gpucontrol.node.logsink import open_log
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=r"cannot open|not a regular file"):
+        open_log(fifo)
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_log_sink_drops_and_counts_instead_of_blocking():
+    """A pipe nobody reads: writes never block, the overflow is counted, close gives up
+    after its timeout."""
+    from gpucontrol.node.logsink import LogSink
+
+    r, w = os.pipe()
+    try:
+        sink = LogSink(w, max_lines=8)
+        t0 = time.monotonic()
+        line = "x" * 20000 + "\n"
+        results = []
+        for _ in range(200):  # 4 MB into a 64 kB pipe
+            results.append(sink.write_line(line))
+            time.sleep(0.001)
+        assert time.monotonic() - t0 < 1.0
+        assert sink.dropped > 0 and results.count(False) == sink.dropped
+        t0 = time.monotonic()
+        assert sink.close(timeout=0.3) is False  # the writer is stuck in write()
+        assert time.monotonic() - t0 < 1.5
+        assert sink.write_line("late\n") is False
+    finally:
+        os.close(r)  # the blocked writer gets EPIPE and ends
+        os.close(w)
