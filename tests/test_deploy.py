@@ -245,3 +245,46 @@ def test_deploy_guide_names_only_served_metrics_and_real_flags():
             continue  # other tools' flags
         assert flag in flags, flag
     assert os.path.relpath(UNIT, ROOT) in text and os.path.relpath(DAEMONSET, ROOT) in text
+
+
+def test_daemonset_entrypoint_waits_for_the_pid_file_then_runs_the_daemon(tmp_path):
+    """The container's /bin/sh entrypoint, run for real: it waits for the training's PID
+    file, then execs the daemon on that PID with the manifest's args (the model, port and
+    duration overridden for this machine; argparse keeps the last value)."""
+    import json
+    import sys
+    import time
+
+    c = next(d for d in _docs() if d["kind"] == "DaemonSet")["spec"]["template"]["spec"][
+        "containers"][0]
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    (shim / "python").chmod(0o755)  # a wrapper, not a link: a venv is found from its path
+    runtime = tmp_path / "run"
+    (runtime / "training").mkdir(parents=True, mode=0o700)
+    model = tmp_path / "model.json"
+    model.write_text('{"gain": -12.0, "offset": 95.0}')
+    train = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             start_new_session=True)
+    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}",
+           "GPUCONTROL_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(ROOT)}
+    argv = [*c["command"], *c["args"], "--model", str(model), "--metrics-port", "0",
+            "--metrics-addr", "127.0.0.1", "--mps-pipe-dir", str(tmp_path),
+            "--period-s", "0.2", "--duration-s", "1"]
+    try:
+        d = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        time.sleep(1.0)
+        assert d.poll() is None  # still waiting for the PID file
+        (runtime / "training" / "gpu0.pid").write_text(f"{train.pid}\n")
+        out, err = d.communicate(timeout=60)
+        assert d.returncode == 0, err
+        events = [json.loads(line) for line in out.splitlines()]
+        started = next(e for e in events if e.get("event") == "started")
+        assert started["training"] == [train.pid]
+        assert started["socket"] == str(runtime / "gpu0.sock")
+        assert events[-1]["event"] == "stopped"
+    finally:
+        train.kill()
+        train.wait()
