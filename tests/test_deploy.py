@@ -288,3 +288,81 @@ def test_daemonset_entrypoint_waits_for_the_pid_file_then_runs_the_daemon(tmp_pa
     finally:
         train.kill()
         train.wait()
+
+
+def _proc_state(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    return raw[raw.rindex(b")") + 2:].split()[0].decode()
+
+
+def test_systemd_unit_command_lines_run_for_real(tmp_path):
+    """The unit's ExecStart= and ExecStopPost= lines, run as systemd would (%i, ${VAR} and
+    $VAR expanded, $NOTIFY_SOCKET and $WATCHDOG_USEC set): READY=1 and WATCHDOG=1 arrive;
+    after a total crash (daemon and guardian SIGKILLed while the training is stopped, as a
+    watchdog kill of the whole unit does), ExecStopPost= resumes the training."""
+    import json
+    import signal
+    import socket
+    import sys
+    import time
+
+    from gpucontrol.node.actuators.procs import descendants
+
+    svc = _unit()["Service"]
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    notify.settimeout(0.2)
+    env = {"TRAINING_CMD": f"{sys.executable} -c 'while True: pass'",
+           "GPUCONTROL_ARGS": "--fixed-sleep 1.0 --max-sleep-s 2 --run-quantum-s 0.001 "
+                              "--period-s 0.2 --ready spawn --mps-binary /nonexistent"}
+    start = [sys.executable, *_systemd_argv(svc["ExecStart"], env)[1:]]
+    post = [sys.executable, *_systemd_argv(svc["ExecStopPost"], env)[1:]]
+    penv = {**os.environ, "GPUCONTROL_RUNTIME_DIR": str(tmp_path / "run"),
+            "NOTIFY_SOCKET": str(tmp_path / "notify.sock"), "WATCHDOG_USEC": "3000000",
+            "PYTHONPATH": str(ROOT)}
+    d = subprocess.Popen(start, env=penv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    training = None
+    try:
+        got, deadline = [], time.monotonic() + 20
+        while not any("WATCHDOG=1" in m for m in got) and time.monotonic() < deadline:
+            try:
+                got.append(notify.recv(4096).decode())
+            except TimeoutError:
+                pass
+        assert got and got[0].startswith("READY=1") and "WATCHDOG=1" in got
+        while training is None:
+            rec = json.loads(d.stdout.readline())
+            if rec.get("event") == "training_started":
+                training = rec["pid"]
+        deadline = time.monotonic() + 5
+        while _proc_state(training) != "T" and time.monotonic() < deadline:
+            time.sleep(0.001)
+        for pid in descendants([d.pid]):
+            if pid != training:
+                os.kill(pid, signal.SIGKILL)  # the guardian
+        d.kill()
+        d.wait()
+        time.sleep(0.1)
+        assert _proc_state(training) == "T"  # nobody left to resume it ...
+        r = subprocess.run(post, env=penv, capture_output=True, text=True, timeout=30,
+                           check=False)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["resumed"] == 1
+        time.sleep(0.05)
+        assert _proc_state(training) not in ("T", "t")  # ... until ExecStopPost= ran
+    finally:
+        notify.close()
+        if d.poll() is None:
+            d.kill()
+            d.wait()
+        if training is not None:
+            try:
+                os.kill(training, signal.SIGCONT)
+                os.kill(training, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
