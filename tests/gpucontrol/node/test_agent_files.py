@@ -3,6 +3,7 @@ checked directory descriptor (issue B11); the daemon refuses a runtime directory
 directory another user controls."""
 
 import os
+import stat
 import subprocess
 import time
 
@@ -187,3 +188,24 @@ def test_log_sink_drops_and_counts_instead_of_blocking():
     finally:
         os.close(r)  # the blocked writer gets EPIPE and ends
         os.close(w)
+
+
+def test_monitor_binds_through_the_checked_directory(tmp_path):
+    """The latency socket is bound relative to the held directory descriptor: 0600, where
+    asked, usable by a client; a non-socket there is never replaced."""
+    from gpucontrol.node.client import report_latency
+    from gpucontrol.node.monitor import LatencyMonitor
+
+    path = tmp_path / "run" / "g.sock"
+    with LatencyMonitor(path) as m:
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+        assert os.lstat(path).st_mode & 0o777 == 0o600
+        assert (tmp_path / "run").stat().st_mode & 0o777 == 0o700
+        report_latency(12.0, socket_path=str(path))
+        deadline = time.monotonic() + 5
+        while m.total_count == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert m.collect().count == 1
+    (tmp_path / "run" / "f.sock").write_text("")
+    with pytest.raises(ValueError, match="not a socket"):
+        LatencyMonitor(tmp_path / "run" / "f.sock")
