@@ -14,7 +14,9 @@
 
 - :mod:`gpucontrol.node.config`: :class:`DaemonConfig`, the daemon's typed settings;
   :mod:`gpucontrol.node.cli`: its command line; :mod:`gpucontrol.node.metrics`: its
-  Prometheus metrics.
+  Prometheus metrics and health endpoints.
+- :mod:`gpucontrol.node.health` (the loop's heartbeat), :mod:`gpucontrol.node.notify`
+  (systemd's ``sd_notify``), :mod:`gpucontrol.node.logsink` (the non-blocking log).
 
 The node imports the control core (:mod:`gpucontrol`) and never the harness or sysid. The names
 below are loaded on first use, so importing this package adds nothing to the control core.

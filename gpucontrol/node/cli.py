@@ -24,6 +24,7 @@ import logging
 import sys
 
 from gpucontrol.node.config import MODES, OUTER_LOOPS, READY_MODES, SLEEP_METHODS, DaemonConfig
+from gpucontrol.node.logsink import LogSink
 
 __all__ = ["add_arguments", "build_parser", "main", "run_from_args"]
 
@@ -90,6 +91,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve Prometheus metrics on METRICS_ADDR:PORT (off by default)")
     f.add_argument("--metrics-addr", default="127.0.0.1",
                    help="address of the metrics server (default 127.0.0.1, loopback only)")
+    f.add_argument("--metrics-textfile",
+                   help="also write the metrics to this file every period (node-exporter "
+                   "text-file collector)")
+    f.add_argument("--metrics-target", help="the 'target' label of every metric (default: "
+                   "the cgroup's name, the training script or the PIDs)")
+    f.add_argument("--socket-group", help="group (name or gid) allowed to report to the "
+                   "socket and read the hook file (default: owner only)")
+    s = p.add_argument_group("supervision")
+    s.add_argument("--silent-periods", type=int, default=5,
+                   help="warn after this many periods without a latency report (default 5)")
+    s.add_argument("--resume-only", action="store_true",
+                   help="resume whatever the state file (--state, or the default of --gpu) "
+                   "lists as stopped, then exit; for systemd ExecStopPost=")
+    s.add_argument("--stall-timeout-s", type=float,
+                   help="guardian resumes the training and kills a daemon whose loop is "
+                   "silent this long (default 1.5 periods, at least 2 s; 0: off)")
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -110,9 +127,32 @@ def run_from_args(args: argparse.Namespace) -> int:
     ValueError
         A bad setting (the message names the flag and the allowed range).
     """
+    if getattr(args, "resume_only", False):
+        return _resume_only(args)
     from gpucontrol.node.daemon import Daemon  # the daemon's imports (numpy) only when it runs
 
     return Daemon(DaemonConfig.from_args(args)).run()
+
+
+def _resume_only(args: argparse.Namespace) -> int:
+    """``--resume-only``: resume what the state file lists, print one JSON line, exit 0."""
+    import json
+    import os
+
+    from gpucontrol.node._runtime import default_path
+    from gpucontrol.node.guardian import resume_only
+
+    gpu = getattr(args, "gpu", 0) or 0
+    if gpu < 0:
+        raise ValueError(f"--gpu must be >= 0, got {gpu}")
+    path = os.path.abspath(args.state) if getattr(args, "state", None) else str(
+        default_path("state", gpu))
+    out = resume_only(path)
+    print(json.dumps(out), flush=True)
+    if out["owner_alive"]:
+        logger.warning("the daemon of %s (pid %s) still runs; resumed its targets anyway",
+                       path, out.get("daemon_pid"))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    finally:
+        if _sink is not None:
+            _sink.flush(timeout=1.0)  # bounded: a stalled stderr cannot hold the exit
 
 
 class _StderrHandler(logging.Handler):
@@ -161,10 +204,24 @@ class _StderrHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(self.format(record) + "\n")
+            line = self.format(record) + "\n"
+            if sys.stderr is sys.__stderr__ and sys.stderr is not None:
+                _stderr_sink().write_line(line)  # never blocks on a stalled stderr reader
+                return
+            sys.stderr.write(line)
             sys.stderr.flush()
         except Exception:
             self.handleError(record)
+
+
+_sink: LogSink | None = None
+
+
+def _stderr_sink() -> LogSink:
+    global _sink
+    if _sink is None:
+        _sink = LogSink(sys.stderr)
+    return _sink
 
 
 _handler: _StderrHandler | None = None

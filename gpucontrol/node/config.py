@@ -120,6 +120,23 @@ class DaemonConfig:
         metrics) [``--metrics-port``].
     metrics_addr : str
         Address the metrics server binds [``--metrics-addr``]; loopback by default.
+    silent_periods : int
+        Warn (event ``inference_silent``, metric ``gpucontrol_inference_silent``) after this
+        many consecutive periods without a latency report, >= 1 [``--silent-periods``].
+    metrics_textfile : str or None
+        Also write the metrics to this file every period, for node-exporter's text-file
+        collector [``--metrics-textfile``].
+    metrics_target : str or None
+        The ``target`` label of every metric; None: the cgroup's name, the training script
+        or the PIDs [``--metrics-target``].
+    socket_group : str or None
+        Group (name or number) given access to the latency socket (read-write) and the hook
+        file (read), so non-root inference and training can use a root daemon
+        [``--socket-group``].
+    stall_timeout_s : float or None
+        Seconds without a control-loop heartbeat after which the guardian resumes the
+        training and kills the daemon, in [0, 3600]; 0 turns that off; None: 1.5 periods,
+        at least 2 s [``--stall-timeout-s``].
 
     Notes
     -----
@@ -158,6 +175,11 @@ class DaemonConfig:
     log: str | None = None
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
+    silent_periods: int = 5
+    metrics_textfile: str | None = None
+    metrics_target: str | None = None
+    socket_group: str | None = None
+    stall_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "training_pids", tuple(self.training_pids))
@@ -207,6 +229,16 @@ class DaemonConfig:
         positive("--ready-timeout-s", self.ready_timeout_s)
         positive("--mps-health-s", self.mps_health_s)
         int_at_least("--gpu", self.gpu, 0)
+        int_at_least("--silent-periods", self.silent_periods, 1)
+        if self.socket_group is not None:
+            from gpucontrol.node._runtime import resolve_group
+
+            try:
+                resolve_group(self.socket_group)
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
+        if self.stall_timeout_s is not None:
+            in_range("--stall-timeout-s", self.stall_timeout_s, 0, 3600)
         if self.metrics_port is not None:
             int_at_least("--metrics-port", self.metrics_port, 0)
             in_range("--metrics-port", self.metrics_port, 0, 65535)

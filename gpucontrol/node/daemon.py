@@ -58,7 +58,7 @@ from typing import Any, TextIO
 
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
-from gpucontrol.node._runtime import ensure_private_dir, unlink_quietly
+from gpucontrol.node._runtime import ensure_private_dir, grant_group, unlink_quietly
 from gpucontrol.node.actuators.cgroup import check_cgroup_holds
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
 from gpucontrol.node.actuators.procs import ProcessHandle
@@ -66,8 +66,10 @@ from gpucontrol.node.actuators.sleep import CgroupFreezer, DutyCycler, choose_sl
 from gpucontrol.node.config import DaemonConfig
 from gpucontrol.node.daemon_safety import DaemonSafety
 from gpucontrol.node.guardian import Guardian, read_state
+from gpucontrol.node.health import Heartbeat, SilenceWatch
 from gpucontrol.node.hooks import HookWriter
 from gpucontrol.node.locks import FileLock, TargetLocks
+from gpucontrol.node.logsink import LogSink, open_log
 from gpucontrol.node.metrics import DaemonMetrics
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
 from gpucontrol.node.mps_health import MPSHealthWatch
@@ -151,6 +153,7 @@ class Daemon(DaemonSafety):
         self.cfg = config
         self.log_file: TextIO = log or sys.stdout
         self._own_log = log is None and config.log is not None
+        self._sink: LogSink | None = None  # non-blocking writer of log_file while run() runs
         # stopping: a flag and a self-pipe (made by run), no lock (a signal handler must never
         # take a lock the interrupted main thread may hold, as Event.set would)
         self._stopping = False
@@ -175,15 +178,27 @@ class Daemon(DaemonSafety):
         self._records: dict[str, Any] = {}  # owned training, MPS daemon, made cgroup
         self._restored: dict[str, float] | None = None  # a fresh controller record
         self.mps_watch: MPSHealthWatch | None = None
+        self.heartbeat = Heartbeat(config.period_s, config.stall_timeout_s)
+        self.silence = SilenceWatch(config.silent_periods)
 
     # ------------------------------------------------------------------ output
     def emit(self, **rec: Any) -> None:
         rec = {"ts": round(time.time(), 3), **{k: _clean(v) for k, v in rec.items()}}
+        if self.metrics is not None:  # first: a reader of the line finds them updated
+            self.metrics.observe(rec, log_dropped=self._sink.dropped if self._sink else 0)
+        if self._sink is not None:  # never blocks: a stalled reader costs lines, not periods
+            self._sink.write_line(json.dumps(rec) + "\n")
+            return
         try:
             self.log_file.write(json.dumps(rec) + "\n")
             self.log_file.flush()
         except (OSError, ValueError):
             pass
+
+    def _health(self) -> dict[str, Any]:
+        return self.heartbeat.health(
+            guardian_alive=self.guardian is not None and self.guardian.alive(),
+            actuator_up=not self._actuator_error)
 
     @staticmethod
     def say(msg: str) -> None:
@@ -219,7 +234,8 @@ class Daemon(DaemonSafety):
             ensure_private_dir(Path(p).parent)
         self._take_ownership()
         self._resume_leftovers()
-        self.guardian = Guardian(cfg.state).start()
+        self.guardian = Guardian(
+            cfg.state, heartbeat_timeout_s=self.heartbeat.guardian_timeout_s).start()
         self.monitor = LatencyMonitor(cfg.socket).start()
         self.hook = HookWriter(cfg.hook, stale_after_s=max(3 * cfg.period_s, 2.0),
                                max_sleep_s=min(cfg.max_sleep_s, 60.0))
@@ -227,6 +243,10 @@ class Daemon(DaemonSafety):
             self.hook.set_sleep(self._open_loop_sleep() if self.controller is None
                                 else self.controller.initial_actuation().sleep_s)
         self.write_state([])
+        if cfg.socket_group is not None:  # before the training starts: it opens the hook
+            from gpucontrol.node._runtime import resolve_group
+
+            grant_group(resolve_group(cfg.socket_group), rw=(cfg.socket,), ro=(cfg.hook,))
 
         if cfg.cgroup and cfg.training_cmd and not os.path.isdir(cfg.cgroup):
             os.mkdir(cfg.cgroup)  # a group of our own for the training we launch
@@ -305,9 +325,10 @@ class Daemon(DaemonSafety):
             self._apply(self.controller.initial_actuation())
         else:
             self._apply_sleep(self._open_loop_sleep())
-        if cfg.metrics_port is not None:
-            self.metrics = DaemonMetrics(cfg.metrics_port, cfg.metrics_addr)
-            self.emit(event="metrics", url=self.metrics.url)
+        if cfg.metrics_port is not None or cfg.metrics_textfile:
+            self.metrics = DaemonMetrics.from_config(cfg, pids=pids, mps_ok=mps_ok,
+                                                     method=self._method(), health=self._health)
+            self.emit(event="metrics", url=self.metrics.url, textfile=cfg.metrics_textfile)
 
     def _open_loop_sleep(self) -> float:
         assert self.cfg.fixed_sleep is not None  # no controller means open loop
@@ -410,24 +431,28 @@ class Daemon(DaemonSafety):
         if self.controller is not None:
             self._persist(act)
         duty = self.cycler.stats() if self.cycler is not None else None
+        silent_n, silent, change = self.silence.observe(st.count)
+        if change == "silent":
+            if self.controller is not None:  # open loop needs no reports
+                self.say(f"no latency report for {silent_n} periods: is the inference "
+                         f"server reporting to {self.cfg.socket}?")
+            self.emit(event="inference_silent", periods=silent_n)
+        elif change == "resumed":
+            self.emit(event="inference_resumed")
+        gain = act.gain_estimate
+        if not math.isfinite(gain) and self.controller is not None:
+            gain = self.controller.model.gain
         rec = dict(period=self.periods, **st.as_dict(), sleep_s=act.sleep_s,
                    mps_pct=act.mps_pct, mps_changed=act.mps_changed, saturated=act.saturated,
-                   reason=act.reason, error_ms=act.error_ms, restarting=restarting)
+                   reason=act.reason, error_ms=act.error_ms, restarting=restarting,
+                   gain_estimate=gain, periods_without_samples=silent_n,
+                   inference_silent=silent)
         if duty is not None:
             rec.update(stopped_fraction=round(duty.achieved_fraction, 5),
                        commanded_fraction=round(duty.commanded_fraction, 5),
                        pause_p99_ms=duty.pause_p99_ms, resume_p99_ms=duty.resume_p99_ms,
                        targets=duty.targets)
-        # metrics first: whoever reads the period line finds the metrics already updated
-        if self.metrics is not None:
-            self.metrics.update(latency_mean_ms=st.mean_ms, latency_p99_ms=st.p99_ms,
-                                latency_samples=st.count, sleep_s=act.sleep_s,
-                                mps_pct=act.mps_pct, slo_ms=self.cfg.slo_ms,
-                                stopped_fraction=duty.achieved_fraction if duty else math.nan,
-                                periods_total=self.periods,
-                                samples_total=self.monitor.total_count,
-                                malformed_total=self.monitor.total_malformed)
-        self.emit(**rec)
+        self.emit(**rec)  # emit updates the metrics before it writes the line
 
     def request_stop(self) -> None:
         """Ask the loop to stop (safe from a signal handler or another thread)."""
@@ -444,6 +469,15 @@ class Daemon(DaemonSafety):
         except InterruptedError:
             pass
 
+    def _wait_beating(self, until: float) -> None:
+        """Wait until ``until`` (monotonic) or a stop request, beating the heartbeat."""
+        while not self._stopping:
+            self.heartbeat.beat(self.guardian)
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            self._wait(min(left, self.heartbeat.interval_s))
+
     def run(self) -> int:
         """Set up, loop until SIGTERM/SIGINT, the duration, or the training ending.
 
@@ -455,8 +489,13 @@ class Daemon(DaemonSafety):
         with contextlib.ExitStack() as stack:
             if self._own_log:
                 assert self.cfg.log is not None
-                self.log_file = stack.enter_context(open(self.cfg.log, "a", encoding="utf-8"))
-            return self._run()
+                self.log_file = stack.enter_context(open_log(self.cfg.log))
+            self._sink = LogSink(self.log_file)
+            try:
+                return self._run()
+            finally:
+                sink, self._sink = self._sink, None
+                sink.close(timeout=1.0)
 
     def _run(self) -> int:
         self._stop_r, self._stop_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -472,11 +511,12 @@ class Daemon(DaemonSafety):
                     raise
                 self.emit(event="start_cancelled", error=str(exc))  # SIGTERM during set-up
                 return 0
+            self.heartbeat.ready(f"controlling {self._method()} targets")
             t0 = time.monotonic()
             deadline = t0 + self.cfg.duration_s if self.cfg.duration_s else math.inf
             nxt = t0 + self.cfg.period_s
             while not self._stopping:
-                self._wait(max(0.0, min(nxt, deadline) - time.monotonic()))
+                self._wait_beating(min(nxt, deadline))
                 if self._stopping:
                     break
                 if time.monotonic() >= deadline:
@@ -529,6 +569,7 @@ class Daemon(DaemonSafety):
 
     def shutdown(self) -> None:
         """Resume everything, then release resources; each step runs even if one fails."""
+        self.heartbeat.stopping(self.guardian)
         for step in self._shutdown_steps():
             try:
                 step()

@@ -13,6 +13,11 @@ Two mechanisms:
   every listed process, thaws the cgroups and zeroes the hook file, within milliseconds.
   Where pidfds are missing it falls back to ``PR_SET_PDEATHSIG``. The daemon pauses only
   while its guardian is alive (the duty cycler's gate) and starts a new one if it dies.
+* **Heartbeat** (liveness, not just exit): the daemon's control loop writes a byte into a
+  pipe to the guardian several times per period (:meth:`Guardian.beat`). A daemon that stops
+  beating for ``heartbeat_timeout_s`` -- SIGSTOPped, Ctrl-Z, a debugger, a frozen unit, a
+  D-state -- is treated as dead: the guardian resumes everything listed, then SIGKILLs the
+  daemon through its pidfd (a supervisor such as systemd restarts it).
 
 Run by the daemon as ``python -I -S .../gpucontrol/guardian.py --daemon-pid PID --state FILE``;
 it loads its few helpers by path so that it starts in about 0.1 s without importing numpy.
@@ -73,9 +78,7 @@ def read_state(path: str | os.PathLike[str]) -> dict | None:
     mode) or not a state file -- such a file is never acted on."""
     runtime = _sibling("_runtime.py")
     try:
-        runtime.check_private_file(path)
-        with open(path, "rb") as f:
-            doc = json.loads(f.read(1 << 20))
+        doc = json.loads(runtime.read_private_file(path, 1 << 20))
     except FileNotFoundError:
         return None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -151,6 +154,28 @@ def resume_state(path: str | os.PathLike[str]) -> dict[str, int] | None:
     return resume_targets(doc["targets"], doc.get("hook"))
 
 
+def resume_only(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``--resume-only`` mode (systemd ``ExecStopPost=``): resume whatever the state file
+    lists, zero its hook file, and remove the file unless its daemon still runs.
+
+    Returns a record: ``state``, ``found``, ``owner_alive`` and the counts of
+    :func:`resume_targets`. Raises ValueError for a file that is not ours."""
+    doc = read_state(path)
+    out: dict[str, Any] = {"event": "resume_only", "state": os.fspath(path),
+                           "found": doc is not None, "owner_alive": False}
+    if doc is None:
+        return out
+    out["owner_alive"] = state_owner_alive(doc)
+    out["daemon_pid"] = doc.get("daemon_pid")
+    out.update(resume_targets(doc["targets"], doc.get("hook")))
+    if not out["owner_alive"]:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return out
+
+
 # ------------------------------------------------------------------------------ daemon side
 class Guardian:
     """The daemon's handle on its guardian process: :meth:`start` spawns it and waits until
@@ -158,20 +183,32 @@ class Guardian:
     resume whatever the state file still lists and exit."""
 
     def __init__(self, state_path: str | os.PathLike[str], *,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable,
+                 heartbeat_timeout_s: float | None = None) -> None:
         self.state_path = os.fspath(state_path)
         self.python = python
+        self.heartbeat_timeout_s = heartbeat_timeout_s or None
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        self._hb_w = -1  # our end of the heartbeat pipe (None: no stall detection)
 
     def start(self, timeout: float = 10.0) -> Guardian:
         """Spawn the guardian and wait until it watches us (raises RuntimeError otherwise)."""
         r, w = os.pipe()
+        hb_r = -1
+        argv = [self.python, "-I", "-S", os.path.abspath(__file__), "--daemon-pid",
+                str(os.getpid()), "--state", self.state_path, "--ready-fd", str(w)]
+        fds = [w]
+        if self.heartbeat_timeout_s:
+            self._close_heartbeat()
+            hb_r, self._hb_w = os.pipe2(os.O_CLOEXEC)
+            os.set_blocking(self._hb_w, False)
+            argv += ["--heartbeat-fd", str(hb_r),
+                     "--heartbeat-timeout-s", repr(float(self.heartbeat_timeout_s))]
+            fds.append(hb_r)
         try:
-            self.proc = subprocess.Popen(
-                [self.python, "-I", "-S", os.path.abspath(__file__), "--daemon-pid",
-                 str(os.getpid()), "--state", self.state_path, "--ready-fd", str(w)],
-                pass_fds=(w,), stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(argv, pass_fds=fds, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
             os.close(w)
             w = -1
             ready, _, _ = select.select([r], [], [], timeout)
@@ -182,8 +219,34 @@ class Guardian:
             os.close(r)
             if w >= 0:
                 os.close(w)
+            if hb_r >= 0:
+                os.close(hb_r)
         self.starts += 1
         return self
+
+    def beat(self) -> None:
+        """Tell the guardian the daemon's control loop is live (never blocks).
+
+        The first beat arms the stall detection; after that, ``heartbeat_timeout_s`` without
+        a beat makes the guardian resume every listed target and SIGKILL the daemon."""
+        self._send(b"B")
+
+    def disarm(self) -> None:
+        """Stop the stall detection (a graceful shutdown that may take long); the guardian
+        still resumes everything when the daemon exits."""
+        self._send(b"D")
+
+    def _send(self, what: bytes) -> None:
+        if self._hb_w >= 0:
+            try:
+                os.write(self._hb_w, what)
+            except OSError:  # EAGAIN: the guardian has beats enough; EPIPE: it is gone
+                pass
+
+    def _close_heartbeat(self) -> None:
+        if self._hb_w >= 0:
+            os.close(self._hb_w)
+            self._hb_w = -1
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -201,6 +264,7 @@ class Guardian:
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the guardian to resume (from the state file) and exit."""
         p, self.proc = self.proc, None
+        self._close_heartbeat()
         if p is None:
             return
         if p.poll() is None:
@@ -223,12 +287,79 @@ def _set_pdeathsig(sig: int) -> bool:
         return False
 
 
+def _watch(args: argparse.Namespace, fds: list[int], pidfd: int) -> None:
+    """Block until the daemon exits (or we are told to stop). With a heartbeat pipe, a
+    daemon whose control loop stops beating for ``--heartbeat-timeout-s`` (SIGSTOPped, hung
+    in the kernel, held by a debugger) is treated as dead: everything listed is resumed at
+    once, then the daemon is SIGKILLed (through its pidfd: never a reused PID)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    hb = args.heartbeat_fd
+    timeout = args.heartbeat_timeout_s if hb >= 0 and args.heartbeat_timeout_s > 0 else 0.0
+    if timeout:
+        poller.register(hb, select.POLLIN)
+    armed = False
+    last = time.monotonic()
+    while True:
+        wait_ms = None
+        if armed:
+            wait_ms = max(0, int(1e3 * (last + timeout - time.monotonic())) + 1)
+        try:
+            events = poller.poll(wait_ms)
+        except InterruptedError:
+            continue
+        if any(fd != hb for fd, _ in events):
+            return  # the daemon exited, or SIGTERM/SIGUSR1 woke us
+        if events:
+            data = os.read(hb, 4096)
+            if not data:  # every write end closed: the daemon is gone
+                poller.unregister(hb)
+                armed = False
+                continue
+            if b"D" in data:
+                armed = False
+                poller.unregister(hb)
+                continue
+            armed, last = True, time.monotonic()
+            continue
+        if armed and time.monotonic() - last >= timeout:
+            _stalled(args, pidfd, time.monotonic() - last)
+            return
+
+
+def _stalled(args: argparse.Namespace, pidfd: int, silent_s: float) -> None:
+    t0 = time.monotonic()
+    try:
+        result: dict[str, int] | None = resume_state(args.state)
+    except (ValueError, OSError):
+        result = None
+    killed = False
+    try:
+        if pidfd >= 0:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            killed = True
+        elif os.getppid() == args.daemon_pid:  # no pidfd: only while it is still our parent
+            os.kill(args.daemon_pid, signal.SIGKILL)
+            killed = True
+    except (OSError, AttributeError):
+        pass
+    if pidfd >= 0:  # wait for the exit, so that the final resume sees its last state file
+        select.select([pidfd], [], [], 5.0)
+    print(json.dumps({"guardian": "stalled", "daemon_pid": args.daemon_pid,
+                      "silent_s": round(silent_s, 3), "killed": killed,
+                      "ms": round(1e3 * (time.monotonic() - t0), 3), **(result or {})}),
+          file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gpucontrol-guardian",
                                  description="Resume paused training if the daemon dies.")
     ap.add_argument("--daemon-pid", type=int, required=True)
     ap.add_argument("--state", required=True)
     ap.add_argument("--ready-fd", type=int, default=-1)
+    ap.add_argument("--heartbeat-fd", type=int, default=-1)
+    ap.add_argument("--heartbeat-timeout-s", type=float, default=0.0)
     args = ap.parse_args(argv)
 
     wake_r, wake_w = os.pipe()
@@ -251,8 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     _sibling("actuators/procs.py").pidfs_unique_inodes()
 
     fds = [wake_r]
+    pidfd = -1
     try:
-        fds.append(os.pidfd_open(args.daemon_pid))
+        pidfd = os.pidfd_open(args.daemon_pid)
+        fds.append(pidfd)
     except (AttributeError, OSError):
         _set_pdeathsig(signal.SIGUSR1)  # fallback: the kernel signals us when it dies
     if os.getppid() == args.daemon_pid:  # still its child, so the pidfd (if any) is its
@@ -262,15 +395,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.close(args.ready_fd)
             except OSError:
                 pass
-        poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
-        while True:
-            try:
-                if poller.poll():
-                    break
-            except InterruptedError:
-                continue
+        _watch(args, fds, pidfd)
     t0 = time.monotonic()
     try:
         doc = read_state(args.state)

@@ -1,58 +1,204 @@
-"""The daemon's Prometheus metrics, served with ``prometheus_client`` on loopback by default.
+"""The daemon's Prometheus metrics and health endpoints (``prometheus_client``).
 
 Each :class:`DaemonMetrics` has its own :class:`prometheus_client.CollectorRegistry` (never the
 process-global one), so two daemons, or a daemon inside a test process, do not share series.
+Every series carries the labels ``gpu`` (the ``--gpu`` index) and ``target`` (what is being
+throttled: ``--metrics-target``, else the cgroup's name, the training command or its PIDs).
 
-Series (every one prefixed ``gpucontrol_``):
+The metrics are a view of the daemon's event stream: the daemon hands every record it logs
+to :meth:`DaemonMetrics.observe` *before* writing the line, so whoever reads a period line
+finds the metrics already updated. Served over HTTP (``127.0.0.1`` by default) and/or written
+atomically to a node-exporter text file (``--metrics-textfile``) every period.
 
-=================================  =======  =================================================
-name                               type     meaning
-=================================  =======  =================================================
-``latency_mean_seconds``           gauge    mean inference batch latency of the last period
-``latency_p99_seconds``            gauge    p99 inference batch latency of the last period
-``latency_samples``                gauge    latency reports in the last period
-``slo_seconds``                    gauge    the latency set point (NaN in open loop)
-``sleep_seconds``                  gauge    commanded training sleep per run quantum
-``mps_active_thread_ratio``        gauge    training's MPS active-thread share (0..1)
-``stopped_ratio``                  gauge    achieved stopped fraction of the training
-``periods_total``                  counter  control periods run
-``samples_total``                  counter  latency reports received
-``malformed_total``                counter  malformed report lines dropped
-=================================  =======  =================================================
+HTTP endpoints: ``/metrics`` (the exposition), ``/healthz`` (liveness: 200 while the control
+loop beats, else 503) and ``/readyz`` (readiness: also set up, guardian alive, actuator up);
+both health answers are JSON. The server bounds its resources (issue B13): at most
+``max_connections`` connections are served at once (more are closed at once and counted in
+``gpucontrol_metrics_rejected_connections_total``), and a connection idle for ``timeout_s``
+is closed.
+
+Series (prefix ``gpucontrol_``; labels ``gpu``, ``target``):
+
+==========================================  ========  ========================================
+name                                        type      meaning
+==========================================  ========  ========================================
+``daemon_info``                             info      mode, outer loop, sleep method, version
+``slo_seconds``                             gauge     latency set point (NaN open loop)
+``latency_mean_seconds``                    gauge     mean batch latency, last period
+``latency_p99_seconds``                     gauge     p99 batch latency, last period
+``latency_error_seconds``                   gauge     SLO minus controlled latency (NaN held)
+``sleep_seconds``                           gauge     commanded training sleep per quantum
+``duty_commanded_ratio``                    gauge     commanded stopped fraction
+``duty_achieved_ratio``                     gauge     measured stopped fraction
+``spatial_share_ratio``                     gauge     training's spatial share, label backend
+``saturated``                               gauge     1 while the sleep is pinned at a bound
+``saturated_periods_total``                 counter   periods with a saturated sleep
+``control_action``                          enum      what the controller did last period
+``model_gain``                              gauge     latency model gain in use (s per s)
+``mps_changes_total``                       counter   MPS share changes (restarts) attempted
+``mps_change_failures_total``               counter   MPS restarts that failed
+``mps_restart_downtime_seconds``            summary   training downtime per MPS restart
+``mps_up``                                  gauge     1 while the MPS control daemon is healthy
+``latency_samples``                         gauge     latency reports in the last period
+``periods_without_samples``                 gauge     consecutive periods with no report
+``inference_silent``                        gauge     1 once that reached --silent-periods
+``samples_total``                           counter   latency reports received
+``malformed_reports_total``                 counter   malformed report lines dropped
+``periods_total``                           counter   control periods run
+``last_period_timestamp_seconds``           gauge     Unix time of the last period
+``actuator_up``                             gauge     1 while the sleep actuator works
+``guardian_up``                             gauge     1 while the guardian process runs
+``guardian_restarts_total``                 counter   guardians restarted after dying
+``heartbeat_age_seconds``                   gauge     seconds since the loop last beat
+``log_dropped_lines_total``                 counter   log lines dropped (stalled reader)
+``metrics_rejected_connections_total``      counter   scrapes refused over the cap
+==========================================  ========  ========================================
 
 Examples
 --------
 >>> from gpucontrol.node.metrics import DaemonMetrics
->>> m = DaemonMetrics(port=None)            # no server: just the registry
->>> m.update(latency_mean_ms=20.0, latency_p99_ms=31.0, latency_samples=3, sleep_s=0.01,
-...          mps_pct=50.0, slo_ms=75.0, stopped_fraction=0.05, periods_total=1,
-...          samples_total=3, malformed_total=0)
+>>> m = DaemonMetrics(port=None, gpu=0, target="train", slo_ms=75.0)   # registry only
+>>> m.observe({"period": 1, "count": 3, "mean_ms": 20.0, "p99_ms": 31.0, "sleep_s": 0.01,
+...            "mps_pct": 50.0, "reason": "inner", "error_ms": 55.0})
 >>> print(m.render().decode())
-# HELP gpucontrol_latency_mean_seconds ...
-gpucontrol_latency_mean_seconds 0.02
-...
-gpucontrol_sleep_seconds 0.01
+# HELP gpucontrol_daemon_info ...
+gpucontrol_sleep_seconds{gpu="0",target="train"} 0.01
 ...
 >>> m.close()
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
+import shlex
+import sys
 import threading
+import time
+from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, make_wsgi_app
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Enum,
+    Gauge,
+    Info,
+    Summary,
+    generate_latest,
+    make_wsgi_app,
+)
 
-__all__ = ["DaemonMetrics"]
+if TYPE_CHECKING:
+    from gpucontrol.node.config import DaemonConfig
+
+__all__ = ["ACTIONS", "DaemonMetrics", "default_target"]
 
 logger = logging.getLogger(__name__)
 
+#: States of ``gpucontrol_control_action``.
+ACTIONS = ("initial", "inner", "outer", "hold", "open_loop")
+_LABELS = ("gpu", "target")
+
+
+def default_target(*, cgroup: str | None, training_cmd: str | None,
+                   training_pids: Iterable[int]) -> str:
+    """The ``target`` label when ``--metrics-target`` is not given.
+
+    Parameters
+    ----------
+    cgroup : str or None
+        The training's cgroup (its last path component is used).
+    training_cmd : str or None
+        The training command (its script, or else its program name, is used).
+    training_pids : iterable of int
+        The training PIDs (``pid-4242-4243``).
+
+    Returns
+    -------
+    str
+        A short, stable name.
+
+    Examples
+    --------
+    >>> default_target(cgroup=None, training_cmd="python /opt/train.py --x 1",
+    ...                training_pids=())
+    'train.py'
+    >>> default_target(cgroup="/sys/fs/cgroup/train", training_cmd=None, training_pids=[7])
+    'train'
+    """
+    if cgroup:
+        return os.path.basename(os.path.normpath(cgroup)) or "cgroup"
+    if training_cmd:
+        try:
+            words = shlex.split(training_cmd)
+        except ValueError:
+            words = training_cmd.split()
+        script = next((w for w in words[1:] if w.endswith(".py")), None)
+        return os.path.basename(script or (words[0] if words else "training"))
+    pids = list(training_pids)
+    return "pid-" + "-".join(str(p) for p in pids) if pids else "training"
+
+
+def _action(reason: str, mps_changed: bool) -> str:
+    if reason == "fixed":
+        return "open_loop"
+    if reason == "initial":
+        return "initial"
+    if mps_changed:
+        return "outer"
+    if reason.startswith("hold"):
+        return "hold"
+    return "inner"
+
+
+def _num(x: Any) -> float:
+    """A record value as a float; None (NaN written as null) and junk become NaN."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
 
 class _Server(ThreadingMixIn, WSGIServer):
+    """A threading WSGI server with a cap on concurrent connections (issue B13)."""
+
     daemon_threads = True
+    request_queue_size = 16
+    max_connections = 16  # set per server by a subclass (DaemonMetrics._serve)
+    request_timeout_s = 5.0
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        self.slots = threading.BoundedSemaphore(self.max_connections)
+        self.on_reject: Callable[[], None] = lambda: None
+        super().__init__(*args, **kw)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.on_reject()
+            self.shutdown_request(request)  # over the cap: closed at once, no thread
+            return
+        try:
+            request.settimeout(self.request_timeout_s)  # an idle connection is dropped
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # an idle client timing out is routine: a debug line, not a traceback on stderr
+        logger.debug("metrics connection from %s ended: %s", client_address,
+                     sys.exc_info()[1])
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -66,9 +212,29 @@ class DaemonMetrics:
     Parameters
     ----------
     port : int or None
-        TCP port to serve ``/metrics`` on (0: any free port); None: no server.
+        TCP port to serve ``/metrics``, ``/healthz`` and ``/readyz`` on (0: any free port);
+        None: no server.
     addr : str
         Address to bind; loopback (``127.0.0.1``) by default.
+    gpu : int
+        The ``gpu`` label.
+    target : str
+        The ``target`` label.
+    slo_ms : float or None
+        The set point (None: open loop).
+    info : dict or None
+        Static facts for ``gpucontrol_daemon_info`` (mode, outer, method...).
+    backend : str
+        The spatial-sharing backend label (``mps`` or ``none``).
+    textfile : str or None
+        Also write the exposition to this file (atomically, mode 0644) after every period,
+        for node-exporter's text-file collector; removed by :meth:`close`.
+    health : callable or None
+        Returns the health dict (``live``, ``ready``, ...) the endpoints answer with.
+    max_connections : int
+        Connections served at once; more are refused.
+    timeout_s : float
+        A connection idle this long is closed.
 
     Attributes
     ----------
@@ -80,42 +246,185 @@ class DaemonMetrics:
         ``http://addr:port/metrics`` while serving.
     """
 
-    def __init__(self, port: int | None = None, addr: str = "127.0.0.1") -> None:
+    def __init__(self, port: int | None = None, addr: str = "127.0.0.1", *, gpu: int = 0,
+                 target: str = "training", slo_ms: float | None = None,
+                 info: dict[str, str] | None = None, backend: str = "none",
+                 textfile: str | None = None,
+                 health: Callable[[], dict[str, Any]] | None = None,
+                 max_connections: int = 16, timeout_s: float = 5.0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.textfile = textfile
+        self._health = health
+        self._lock = threading.Lock()
+        labels = {"gpu": str(int(gpu)), "target": str(target)}
         r = self.registry
 
         def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(f"gpucontrol_{name}", doc, registry=r)
+            return Gauge(f"gpucontrol_{name}", doc, _LABELS, registry=r).labels(**labels)
 
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(f"gpucontrol_{name}", doc, _LABELS, registry=r).labels(**labels)
+
+        Info("gpucontrol_daemon", "Static facts of the daemon (value 1).", _LABELS,
+             registry=r).labels(**labels).info(
+                 {k: str(v) for k, v in (info or {}).items()})
+        gauge("slo_seconds", "Latency set point (NaN when running open loop).").set(
+            math.nan if slo_ms is None else slo_ms / 1e3)
         self._mean = gauge("latency_mean_seconds",
                            "Mean inference batch latency over the last control period.")
         self._p99 = gauge("latency_p99_seconds",
                           "p99 inference batch latency over the last control period.")
+        self._error = gauge("latency_error_seconds",
+                            "SLO minus the controlled latency statistic (positive: headroom; "
+                            "NaN when the controller held).")
+        self._sleep = gauge("sleep_seconds", "Commanded training sleep per run quantum.")
+        self._duty_cmd = gauge("duty_commanded_ratio",
+                               "Commanded stopped fraction of the training (0..1).")
+        self._duty_got = gauge("duty_achieved_ratio",
+                               "Measured stopped fraction of the training (0..1; NaN with "
+                               "the cooperative hook).")
+        self._share_family = Gauge("gpucontrol_spatial_share_ratio",
+                                   "The training's spatial GPU share (0..1), e.g. the MPS "
+                                   "active-thread percentage / 100.", (*_LABELS, "backend"),
+                                   registry=r)
+        self._labels = labels
+        self._backend = str(backend)
+        self._share = self._share_family.labels(**labels, backend=self._backend)
+        self._saturated = gauge("saturated", "1 while the commanded sleep is pinned at a "
+                                "bound (the inner loop alone cannot reach the SLO).")
+        self._saturated_n = counter("saturated_periods",
+                                    "Control periods with a saturated sleep.")
+        self._action = Enum("gpucontrol_control_action",
+                            "What the controller did in the last period: the inner (sleep) "
+                            "tier, the outer (MPS) tier, hold, or open loop.", _LABELS,
+                            states=list(ACTIONS), registry=r).labels(**labels)
+        self._gain = gauge("model_gain", "Latency model gain in use: seconds of latency per "
+                           "second of sleep (the adaptive estimate when adaptive).")
+        self._mps_changes = counter("mps_changes", "MPS share changes (training restarts) "
+                                    "attempted.")
+        self._mps_failures = counter("mps_change_failures", "MPS restarts that failed.")
+        self._downtime = Summary("gpucontrol_mps_restart_downtime_seconds",
+                                 "Training downtime per successful MPS restart.", _LABELS,
+                                 registry=r).labels(**labels)
+        self._mps_up = gauge("mps_up", "1 while an MPS control daemon is in use and answers "
+                             "its health checks.")
         self._samples = gauge("latency_samples",
                               "Latency reports received in the last control period.")
-        self._slo = gauge("slo_seconds", "Latency set point (NaN when running open loop).")
-        self._sleep = gauge("sleep_seconds", "Commanded training sleep per run quantum.")
-        self._mps = gauge("mps_active_thread_ratio",
-                          "The training's MPS active-thread share (0..1).")
-        self._stopped = gauge("stopped_ratio",
-                              "Achieved stopped fraction of the training (NaN with the hook).")
-        self._periods = Counter("gpucontrol_periods", "Control periods run.", registry=r)
-        self._reports = Counter("gpucontrol_samples", "Latency reports received.", registry=r)
-        self._malformed = Counter("gpucontrol_malformed",
-                                  "Malformed latency report lines dropped.", registry=r)
-        self._counted = {"periods": 0.0, "samples": 0.0, "malformed": 0.0}
-        for g in (self._mean, self._p99, self._slo, self._mps, self._stopped):
+        self._silent = gauge("periods_without_samples",
+                             "Consecutive control periods without a latency report.")
+        self._silent_flag = gauge("inference_silent", "1 once --silent-periods periods "
+                                  "passed without a latency report (a silent inference "
+                                  "server looks like an idle one).")
+        self._reports = counter("samples", "Latency reports received.")
+        self._malformed = counter("malformed_reports", "Malformed latency report lines "
+                                  "dropped.")
+        self._periods = counter("periods", "Control periods run.")
+        self._last = gauge("last_period_timestamp_seconds",
+                           "Unix time at which the last control period ended (freshness).")
+        self._actuator_up = gauge("actuator_up",
+                                  "1 while the sleep actuator works, 0 after it stopped on "
+                                  "an error (the training then runs unthrottled).")
+        self._guardian_up = gauge("guardian_up", "1 while the guardian process (which "
+                                  "resumes the training if the daemon dies or stalls) runs.")
+        self._guardian_restarts = counter("guardian_restarts",
+                                          "Guardian processes restarted after dying.")
+        self._hb_age = gauge("heartbeat_age_seconds",
+                             "Seconds since the control loop last beat its heartbeat.")
+        self._log_dropped = counter("log_dropped_lines",
+                                    "Log lines dropped because the log reader stalled.")
+        self._rejected = counter("metrics_rejected_connections",
+                                 "Metrics connections refused over the connection cap.")
+        for g in (self._mean, self._p99, self._error, self._duty_got, self._duty_cmd,
+                  self._gain, self._last):
             g.set(math.nan)
+        self._share_value = math.nan
+        self._share.set(math.nan)
+        self._actuator_up.set(1)
+        self._mps_up.set(1 if self._backend == "mps" else 0)
+        self._action.state("initial")
+        if health is not None:
+            self._guardian_up.set_function(
+                lambda: float(bool(self._call_health().get("guardian_alive"))))
+            self._hb_age.set_function(
+                lambda: _num(self._call_health().get("heartbeat_age_s")))
+        self._log_seen = 0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.port: int | None = None
         self.url: str | None = None
         if port is not None:
-            self._serve(port, addr)
+            self._serve(port, addr, max_connections, timeout_s)
 
-    def _serve(self, port: int, addr: str) -> None:
-        self._server = make_server(addr, port, make_wsgi_app(self.registry),
-                                   server_class=_Server, handler_class=_QuietHandler)
+    @classmethod
+    def from_config(cls, cfg: DaemonConfig, *, pids: Iterable[int], mps_ok: bool,
+                    method: str, health: Callable[[], dict[str, Any]] | None = None
+                    ) -> DaemonMetrics:
+        """The daemon's metrics, as its configuration asks (server and/or text file).
+
+        Parameters
+        ----------
+        cfg : DaemonConfig
+            The daemon's settings (``metrics_*``, ``gpu``, ``slo_ms``, ``mode``, ``outer``...).
+        pids : iterable of int
+            The training processes (for the default ``target`` label).
+        mps_ok : bool
+            Whether an MPS control daemon is in use (the ``backend`` label).
+        method : str
+            The sleep method in use.
+        health : callable or None
+            The health answer of ``/healthz`` and ``/readyz``.
+
+        Returns
+        -------
+        DaemonMetrics
+            Serving when ``cfg.metrics_port`` is set.
+        """
+        target = cfg.metrics_target or default_target(
+            cgroup=cfg.cgroup, training_cmd=cfg.training_cmd, training_pids=pids)
+        return cls(cfg.metrics_port, cfg.metrics_addr, gpu=cfg.gpu, target=target,
+                   slo_ms=cfg.slo_ms, backend="mps" if mps_ok else "none",
+                   textfile=cfg.metrics_textfile, health=health,
+                   info={"mode": cfg.mode, "outer": cfg.outer, "method": method,
+                         "closed_loop": str(cfg.closed_loop).lower()})
+
+    # ------------------------------------------------------------------ serving
+    def _call_health(self) -> dict[str, Any]:
+        try:
+            return dict(self._health()) if self._health is not None else {}
+        except Exception as exc:  # a health probe must answer, not raise
+            return {"live": False, "ready": False, "error": str(exc)}
+
+    def _app(self) -> Callable[..., Iterable[bytes]]:
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "/")
+            if path in ("/healthz", "/readyz"):
+                h = self._call_health()
+                ok = bool(h.get("live" if path == "/healthz" else "ready"))
+                body = json.dumps(h).encode()
+                start_response("200 OK" if ok else "503 Service Unavailable",
+                               [("Content-Type", "application/json"),
+                                ("Content-Length", str(len(body)))])
+                return [body]
+            if path in ("/", "/metrics"):
+                return metrics_app(environ, start_response)
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"try /metrics, /healthz or /readyz\n"]
+
+        return app
+
+    def _serve(self, port: int, addr: str, max_connections: int, timeout_s: float) -> None:
+        class _Bound(_Server):
+            pass
+
+        _Bound.max_connections = int(max_connections)
+        _Bound.request_timeout_s = float(timeout_s)
+        server = make_server(addr, port, self._app(), server_class=_Bound,
+                             handler_class=_QuietHandler)
+        rejected = self._rejected
+        server.on_reject = lambda: rejected.inc()
+        self._server = server
         self.port = int(self._server.server_port)
         host = f"[{addr}]" if ":" in addr else addr
         self.url = f"http://{host}:{self.port}/metrics"
@@ -124,43 +433,118 @@ class DaemonMetrics:
         self._thread.start()
         logger.info("serving metrics on %s", self.url)
 
-    def update(self, *, latency_mean_ms: float, latency_p99_ms: float, latency_samples: int,
-               sleep_s: float, mps_pct: float, slo_ms: float | None, stopped_fraction: float,
-               periods_total: int, samples_total: int, malformed_total: int) -> None:
-        """Record one control period (milliseconds and percentages are converted).
+    # ------------------------------------------------------------------ recording
+    def observe(self, rec: dict[str, Any], log_dropped: int = 0) -> None:
+        """Update the metrics from one log record (a period line or an event); never raises
+        (metrics must not stop the control loop).
 
         Parameters
         ----------
-        latency_mean_ms, latency_p99_ms : float
-            The period's mean and p99 latency, ms (NaN when there were no reports).
-        latency_samples : int
-            Reports in the period.
-        sleep_s : float
-            Commanded sleep, s.
-        mps_pct : float
-            MPS active-thread percentage, 1..100.
-        slo_ms : float or None
-            Set point, ms; None in open loop.
-        stopped_fraction : float
-            Achieved stopped fraction (NaN when not measured).
-        periods_total, samples_total, malformed_total : int
-            Running totals since the daemon started; the counters advance to them.
+        rec : dict
+            What the daemon logs: a period record (``period``, ``count``, ``mean_ms``,
+            ``p99_ms``, ``sleep_s``, ``mps_pct``, ``reason``, ``error_ms``, ``saturated``,
+            ``commanded_fraction``, ``stopped_fraction``, ``gain_estimate``, ``malformed``,
+            ``periods_without_samples``...) or an event (``mps_restart``,
+            ``guardian_restarted``, ``actuator_error``, ``mps_unavailable``...).
+        log_dropped : int
+            Log lines dropped so far (the counter advances to it).
         """
-        self._mean.set(latency_mean_ms / 1e3)
-        self._p99.set(latency_p99_ms / 1e3)
-        self._samples.set(latency_samples)
-        self._sleep.set(sleep_s)
-        self._mps.set(mps_pct / 100.0)
-        self._slo.set(math.nan if slo_ms is None else slo_ms / 1e3)
-        self._stopped.set(stopped_fraction)
-        for key, counter, total in (("periods", self._periods, periods_total),
-                                    ("samples", self._reports, samples_total),
-                                    ("malformed", self._malformed, malformed_total)):
-            delta = float(total) - self._counted[key]
-            if delta > 0:
-                counter.inc(delta)
-                self._counted[key] = float(total)
+        try:
+            with self._lock:
+                if "period" in rec:
+                    self._period(rec)
+                else:
+                    self._event(rec)
+                self.log_dropped(log_dropped)
+            if "period" in rec and self.textfile:
+                self.write_textfile()
+        except Exception as exc:
+            logger.debug("metrics update failed: %s", exc)
 
+    def _period(self, rec: dict[str, Any]) -> None:
+        self._mean.set(_num(rec.get("mean_ms")) / 1e3)
+        self._p99.set(_num(rec.get("p99_ms")) / 1e3)
+        self._error.set(_num(rec.get("error_ms")) / 1e3)
+        self._sleep.set(_num(rec.get("sleep_s")))
+        self._duty_cmd.set(_num(rec.get("commanded_fraction")))
+        self._duty_got.set(_num(rec.get("stopped_fraction")))
+        self._share_value = _num(rec.get("mps_pct")) / 100.0
+        self._share.set(self._share_value)
+        sat = bool(rec.get("saturated"))
+        self._saturated.set(int(sat))
+        if sat:
+            self._saturated_n.inc()
+        self._action.state(_action(str(rec.get("reason") or ""), bool(rec.get("mps_changed"))))
+        gain = _num(rec.get("gain_estimate"))
+        if math.isfinite(gain):
+            self._gain.set(gain / 1e3)
+        n = int(_num(rec.get("count")) or 0)
+        self._samples.set(n)
+        self._reports.inc(max(n, 0))
+        bad = _num(rec.get("malformed"))
+        if math.isfinite(bad) and bad > 0:
+            self._malformed.inc(bad)
+        silent = _num(rec.get("periods_without_samples"))
+        if math.isfinite(silent):
+            self._silent.set(silent)
+            self._silent_flag.set(int(bool(rec.get("inference_silent"))))
+        self._periods.inc()
+        self._last.set(time.time())
+
+    def _event(self, rec: dict[str, Any]) -> None:
+        ev = rec.get("event")
+        if ev == "mps_restart":
+            self._mps_changes.inc()
+            if rec.get("ok", True) is False:
+                self._mps_failures.inc()
+            else:
+                dt = _num(rec.get("downtime_s"))
+                if math.isfinite(dt):
+                    self._downtime.observe(dt)
+        elif ev == "guardian_restarted":
+            self._guardian_restarts.inc()
+        elif ev == "actuator_error":
+            self._actuator_up.set(0)
+        elif ev == "actuator_recovered":
+            self._actuator_up.set(1)
+        elif ev == "mps_unavailable":
+            self.set_backend("none")
+        elif ev == "mps_ready":
+            self.set_backend("mps")
+        elif ev == "mps_unhealthy":  # the periodic MPS health check failed
+            self._mps_up.set(0)
+        elif ev == "mps_recovered":
+            self._mps_up.set(1)
+
+    def set_backend(self, backend: str) -> None:
+        """Switch the spatial-share backend label (the old series is removed).
+
+        Parameters
+        ----------
+        backend : str
+            ``mps`` or ``none`` (or another backend's name).
+        """
+        if backend == self._backend:
+            return
+        self._share_family.remove(*self._labels.values(), self._backend)
+        self._backend = backend
+        self._share = self._share_family.labels(**self._labels, backend=backend)
+        self._share.set(self._share_value)  # the last share, under the new label
+        self._mps_up.set(1 if backend == "mps" else 0)
+
+    def log_dropped(self, total: int) -> None:
+        """Advance the dropped-log-lines counter to ``total``.
+
+        Parameters
+        ----------
+        total : int
+            Lines dropped since the daemon started.
+        """
+        if total > self._log_seen:
+            self._log_dropped.inc(total - self._log_seen)
+            self._log_seen = total
+
+    # ------------------------------------------------------------------ output
     def render(self) -> bytes:
         """The current exposition (Prometheus text format), as served.
 
@@ -171,8 +555,20 @@ class DaemonMetrics:
         """
         return generate_latest(self.registry)
 
+    def write_textfile(self) -> None:
+        """Write the exposition to :attr:`textfile` atomically (mode 0644), for
+        node-exporter's text-file collector; errors are logged, never raised."""
+        if not self.textfile:
+            return
+        from gpucontrol.node._runtime import write_private_atomic
+
+        try:
+            write_private_atomic(self.textfile, self.render(), mode=0o644)
+        except (OSError, ValueError) as exc:
+            logger.warning("cannot write metrics text file %s: %s", self.textfile, exc)
+
     def close(self) -> None:
-        """Stop the HTTP server (if any) and wait for its thread; safe to call twice."""
+        """Stop the HTTP server (if any), remove the text file; safe to call twice."""
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
@@ -180,3 +576,8 @@ class DaemonMetrics:
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
+        if self.textfile:
+            try:
+                os.unlink(self.textfile)
+            except OSError:
+                pass

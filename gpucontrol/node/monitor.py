@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpucontrol.controllers import Measurement
-from gpucontrol.node._runtime import ensure_private_dir
+from gpucontrol.node._runtime import open_private_dir
 from gpucontrol.node.client import MAX_VALUE_MS
 
 if TYPE_CHECKING:
@@ -224,11 +224,23 @@ class LatencyMonitor(LatencyAggregator):
 
     @staticmethod
     def _bind(path: str, rcvbuf: int) -> socket.socket:
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            ensure_private_dir(parent)
+        # every directory up to the socket's is checked and held open; the socket is then
+        # probed, replaced and bound through that descriptor (/proc/self/fd/N/name), so a
+        # directory swapped in between cannot redirect the bind or the unlink
+        dfd = open_private_dir(os.path.dirname(os.path.abspath(path)), create=True)
         try:
-            st = os.lstat(path)
+            name = os.path.basename(path)
+            at = f"/proc/self/fd/{dfd}/{name}"
+            if len(at) > 100 or not os.path.isdir(f"/proc/self/fd/{dfd}"):
+                at = path  # no /proc (or a very long name): the checked path itself
+            return LatencyMonitor._bind_at(path, at, name, dfd, rcvbuf)
+        finally:
+            os.close(dfd)
+
+    @staticmethod
+    def _bind_at(path: str, at: str, name: str, dfd: int, rcvbuf: int) -> socket.socket:
+        try:
+            st = os.lstat(name, dir_fd=dfd)
         except FileNotFoundError:
             st = None
         if st is not None:
@@ -236,11 +248,11 @@ class LatencyMonitor(LatencyAggregator):
                 raise ValueError(f"{path} exists and is not a socket; refusing to replace it")
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             try:
-                probe.connect(path)
+                probe.connect(at)
             except OSError as exc:
                 if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
                     raise
-                os.unlink(path)  # stale: nobody is bound to it
+                os.unlink(name, dir_fd=dfd)  # stale: nobody is bound to it
             else:
                 raise ValueError(f"{path} is in use by another process (a daemon is running?)")
             finally:
@@ -252,10 +264,13 @@ class LatencyMonitor(LatencyAggregator):
             pass
         old = os.umask(0o177)  # the socket inode is created 0600 (no window of wider access)
         try:
-            sock.bind(path)
+            sock.bind(at)
+        except BaseException:
+            sock.close()
+            raise
         finally:
             os.umask(old)
-        os.chmod(path, 0o600)
+        os.chmod(name, 0o600, dir_fd=dfd)  # a socket we just made, not a link
         sock.settimeout(0.2)
         return sock
 

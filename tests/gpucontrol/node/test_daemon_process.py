@@ -199,7 +199,7 @@ def test_metrics_and_period_log(children, tmp_path):
             rec = json.loads(d.stdout.readline())
         assert rec["count"] == 3 and rec["mean_ms"] == 20.0 and rec["sleep_s"] == 0.01
         body = urllib.request.urlopen(ev[-1]["url"], timeout=5).read().decode()
-        assert "gpucontrol_sleep_seconds 0.01" in body
+        assert f'gpucontrol_sleep_seconds{{gpu="0",target="pid-{t.pid}"}} 0.01' in body
         assert "gpucontrol_periods_total" in body
     finally:
         d.terminate()

@@ -1,0 +1,211 @@
+"""The runtime directory is checked up to the root and files are handled relative to a
+checked directory descriptor (issue B11); the daemon refuses a runtime directory below a
+directory another user controls."""
+
+import os
+import stat
+import subprocess
+import time
+
+import pytest
+from actuators._children import SLEEPER, daemon_argv
+
+from gpucontrol.node._runtime import (
+    ensure_private_dir,
+    open_private_dir,
+    read_private_file,
+    write_private_atomic,
+)
+
+NOBODY = 65534
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+
+
+@root_only
+def test_an_ancestor_owned_by_another_user_is_refused(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    with pytest.raises(ValueError, match=r"theirs \(an ancestor.*uid 65534"):
+        ensure_private_dir(theirs / "run" / "gpucontrol")
+    assert not (theirs / "run").exists()
+    with pytest.raises(ValueError, match="uid 65534"):
+        write_private_atomic(theirs / "x.json", b"{}")
+    assert os.listdir(theirs) == []
+
+
+def test_an_ancestor_writable_by_others_is_refused_unless_sticky(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(ValueError, match="shared is writable by group or others"):
+        ensure_private_dir(shared / "run")
+    shared.chmod(0o1777)  # like /tmp: others cannot rename or remove our entries
+    assert ensure_private_dir(shared / "run").is_dir()
+    assert (shared / "run").stat().st_mode & 0o777 == 0o700
+
+
+def test_links_on_the_way_and_as_the_last_component(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "alias").symlink_to(real)  # our own link to our own directory: followed
+    write_private_atomic(tmp_path / "alias" / "f.json", b"{}")
+    assert (real / "f.json").read_bytes() == b"{}"
+    assert read_private_file(real / "f.json") == b"{}"
+    os.close(open_private_dir(tmp_path / "alias"))
+    with pytest.raises(ValueError, match="not a link"):  # the runtime dir itself: never a link
+        ensure_private_dir(tmp_path / "alias")
+    (real / "l.json").symlink_to(real / "f.json")
+    with pytest.raises(ValueError, match="symbolic link"):
+        read_private_file(real / "l.json")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="not a directory"):
+        ensure_private_dir(tmp_path / "file" / "run")
+
+
+@root_only
+def test_a_link_planted_by_another_user_is_not_followed(tmp_path):
+    (tmp_path / "real").mkdir(mode=0o700)
+    link = tmp_path / "planted"
+    link.symlink_to(tmp_path / "real")
+    os.chown(link, NOBODY, NOBODY, follow_symlinks=False)
+    with pytest.raises(ValueError, match="link owned by uid 65534"):
+        write_private_atomic(link / "f.json", b"{}")
+
+
+@root_only
+def test_daemon_refuses_a_runtime_dir_below_another_users_directory(children, tmp_path):
+    t = children.spawn(SLEEPER)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    run = theirs / "run"
+    argv = daemon_argv(run, "g", "--training-pid", str(t.pid), "--fixed-sleep", "0",
+                       "--duration-s", "0.5")
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 2, r.stderr
+    assert "uid 65534" in r.stderr and "ancestor" in r.stderr
+    assert not run.exists()
+
+
+REPORTER = r"""
+import os, socket, sys
+os.setgid(65534)
+os.setgroups([65534])
+os.setuid(65534)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.sendto(b"L 42\n", sys.argv[1])
+with open(sys.argv[2], "rb") as f:
+    assert f.read(8) == b"GPUCHOOK"
+print("ok")
+"""
+
+
+@root_only
+def test_socket_group_lets_a_non_root_group_report_and_read_the_hook(children, tmp_path):
+    """A root daemon with --socket-group nogroup: a process running as nobody:nogroup
+    reports a latency the daemon counts and reads the hook file; others get nothing."""
+    import grp
+    import json
+    import shutil
+    import sys
+    import tempfile
+
+    from actuators._children import read_events
+
+    try:
+        gid = grp.getgrnam("nogroup").gr_gid
+    except KeyError:
+        pytest.skip("no 'nogroup' group here")
+    base = tempfile.mkdtemp(prefix="gpucontrol-group-", dir="/tmp")  # traversable by all
+    os.chmod(base, 0o755)
+    try:
+        run = os.path.join(base, "run")
+        t = children.spawn(SLEEPER)
+        d = children.popen(daemon_argv(run, "g", "--training-pid", str(t.pid),
+                                       "--fixed-sleep", "0", "--period-s", "0.2",
+                                       "--socket-group", "nogroup"),
+                           stdout=subprocess.PIPE, text=True)
+        started = read_events(d.stdout, "started")[-1]
+        sock, hook = started["socket"], started["hook"]
+        assert (os.stat(sock).st_gid, os.stat(sock).st_mode & 0o777) == (gid, 0o660)
+        assert (os.stat(hook).st_gid, os.stat(hook).st_mode & 0o777) == (gid, 0o640)
+        assert os.stat(run).st_mode & 0o777 == 0o710 and os.stat(run).st_gid == gid
+        assert os.stat(started["state"]).st_mode & 0o777 == 0o600  # the state stays private
+        r = subprocess.run([sys.executable, "-I", "-c", REPORTER, sock, hook],
+                           capture_output=True, text=True, timeout=30, check=False)
+        assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+        deadline, counted = time.monotonic() + 10, 0
+        while not counted and time.monotonic() < deadline:
+            rec = json.loads(d.stdout.readline())
+            counted = rec.get("count", 0)
+        assert counted == 1
+        d.terminate()
+        assert d.wait(10) == 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_socket_group_must_exist(tmp_path, capsys):
+    from gpucontrol.node.cli import main
+
+    assert main(daemon_argv(tmp_path, "x", "--training-cmd", "true", "--fixed-sleep", "0",
+                            "--socket-group", "no-such-group-xyz")[3:]) == 2
+    assert "--socket-group" in capsys.readouterr().err
+
+
+def test_log_refuses_a_fifo_without_blocking(tmp_path):
+    from gpucontrol.node.logsink import open_log
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match=r"cannot open|not a regular file"):
+        open_log(fifo)
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_log_sink_drops_and_counts_instead_of_blocking():
+    """A pipe nobody reads: writes never block, the overflow is counted, close gives up
+    after its timeout."""
+    from gpucontrol.node.logsink import LogSink
+
+    r, w = os.pipe()
+    try:
+        sink = LogSink(w, max_lines=8)
+        t0 = time.monotonic()
+        line = "x" * 20000 + "\n"
+        results = []
+        for _ in range(200):  # 4 MB into a 64 kB pipe
+            results.append(sink.write_line(line))
+            time.sleep(0.001)
+        assert time.monotonic() - t0 < 1.0
+        assert sink.dropped > 0 and results.count(False) == sink.dropped
+        t0 = time.monotonic()
+        assert sink.close(timeout=0.3) is False  # the writer is stuck in write()
+        assert time.monotonic() - t0 < 1.5
+        assert sink.write_line("late\n") is False
+    finally:
+        os.close(r)  # the blocked writer gets EPIPE and ends
+        os.close(w)
+
+
+def test_monitor_binds_through_the_checked_directory(tmp_path):
+    """The latency socket is bound relative to the held directory descriptor: 0600, where
+    asked, usable by a client; a non-socket there is never replaced."""
+    from gpucontrol.node.client import report_latency
+    from gpucontrol.node.monitor import LatencyMonitor
+
+    path = tmp_path / "run" / "g.sock"
+    with LatencyMonitor(path) as m:
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+        assert os.lstat(path).st_mode & 0o777 == 0o600
+        assert (tmp_path / "run").stat().st_mode & 0o777 == 0o700
+        report_latency(12.0, socket_path=str(path))
+        deadline = time.monotonic() + 5
+        while m.total_count == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert m.collect().count == 1
+    (tmp_path / "run" / "f.sock").write_text("")
+    with pytest.raises(ValueError, match="not a socket"):
+        LatencyMonitor(tmp_path / "run" / "f.sock")
