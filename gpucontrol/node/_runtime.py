@@ -10,6 +10,7 @@ Default directory: ``$GPUCONTROL_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/gpucontr
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -80,8 +81,11 @@ def open_private_dir(path: str | os.PathLike[str], *, create: bool = False) -> i
     Raises
     ------
     ValueError
-        A directory on the way is another user's, writable by others, not a directory, or
-        the path is missing (the message names it).
+        A directory on the way is another user's, writable by others, or not a directory
+        (the message names it).
+    FileNotFoundError
+        A directory on the way is missing and ``create`` is false: an OS condition, so a
+        failed write-ahead holds the sleep actuator instead of stopping it.
     """
     todo = [c for c in os.path.abspath(os.fspath(path)).split("/") if c][::-1]
     fd = os.open("/", _DIR_FLAGS)
@@ -99,7 +103,7 @@ def open_private_dir(path: str | os.PathLike[str], *, create: bool = False) -> i
                     nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
                     if not create:
-                        raise ValueError(f"{shown} does not exist") from None
+                        raise FileNotFoundError(errno.ENOENT, f"{shown} does not exist") from None
                     try:
                         os.mkdir(name, 0o700, dir_fd=fd)
                     except FileExistsError:

@@ -437,7 +437,7 @@ def test_failed_write_ahead_holds_the_daemon_and_recovers(children, tmp_path):
         shutil.rmtree(st)  # every write of the state file fails from now on
         flag.touch()  # a new descendant: it must be written ahead of its first pause
         err = read_events(d.stdout, "actuator_error", timeout=10)[-1]
-        assert err["held"] and "write-ahead failed" in err["error"]
+        assert err["held"] and "write-ahead failed" in err["error"], err
         from gpucontrol.node.actuators.procs import descendants
 
         pids = [t.pid, *descendants([t.pid])]
