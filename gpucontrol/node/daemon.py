@@ -58,6 +58,7 @@ from typing import Any, TextIO
 
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 from gpucontrol.node._runtime import ensure_private_dir, unlink_quietly
+from gpucontrol.node.actuators.cpu_share import CpuShare
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
 from gpucontrol.node.actuators.procs import ProcessHandle
 from gpucontrol.node.actuators.sleep import CgroupFreezer, DutyCycler, choose_sleep_actuator
@@ -72,6 +73,7 @@ from gpucontrol.node.guardian import (
 from gpucontrol.node.hooks import HookWriter
 from gpucontrol.node.metrics import DaemonMetrics
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
+from gpucontrol.node.prom_source import PrometheusSource
 from gpucontrol.two_tier import Actuation, TwoTierController
 
 __all__ = ["Daemon", "load_model"]
@@ -157,7 +159,8 @@ class Daemon:
         self._stop_r = self._stop_w = -1
         self._state_lock = threading.Lock()
         self.guardian: Guardian | None = None
-        self.monitor: LatencyMonitor | None = None
+        self.monitor: LatencyMonitor | PrometheusSource | None = None
+        self.cpu_share: CpuShare | None = None
         self.hook: HookWriter | None = None
         self.cycler: DutyCycler | None = None
         self.mps_ctl: MPSControl | None = None
@@ -219,13 +222,18 @@ class Daemon:
     def setup(self) -> None:
         cfg = self.cfg
         # the controller first: a bad model or setting fails before anything is touched
-        mps_possible = bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available()
+        mps_possible = (cfg.share_backend == "cpu"
+                        or bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available())
         self.controller = self._make_controller(mps_possible)
         for p in (cfg.socket, cfg.state, cfg.hook):
             ensure_private_dir(Path(p).parent)
         self._resume_leftovers()
         self.guardian = Guardian(cfg.state).start()
-        self.monitor = LatencyMonitor(cfg.socket).start()
+        if cfg.latency_source == "prometheus":
+            assert cfg.prometheus_url is not None  # DaemonConfig checked it
+            self.monitor = PrometheusSource(cfg.prometheus_url, cfg.prometheus_metric).start()
+        else:
+            self.monitor = LatencyMonitor(cfg.socket).start()
         self.hook = HookWriter(cfg.hook, stale_after_s=max(3 * cfg.period_s, 2.0),
                                max_sleep_s=min(cfg.max_sleep_s, 60.0))
         if cfg.sleep_method == "hook":  # before the training starts: its first iteration reads it
@@ -238,7 +246,7 @@ class Daemon:
             self._made_cgroup = cfg.cgroup
         mps_ok = False
         initial_mps = cfg.initial_mps_pct
-        if cfg.training_cmd:
+        if cfg.training_cmd and cfg.share_backend == "mps":
             self.mps_ctl = MPSControl(cfg.mps_binary, pipe_dir=cfg.mps_pipe_dir)
             if not self.mps_ctl.available():
                 self.say(f"{cfg.mps_binary} not found: MPS unavailable, running sleep-only")
@@ -256,6 +264,7 @@ class Daemon:
                     self.say(f"MPS unavailable ({exc}); running sleep-only")
                     self.emit(event="mps_unavailable", error=str(exc))
                     self.mps_ctl = None
+        if cfg.training_cmd:
             env = {"GPUCONTROL_HOOK_FILE": cfg.hook, "GPUCONTROL_SOCKET": cfg.socket}
             self.trainer = MPSActuator(
                 shlex.split(cfg.training_cmd), env=env, mps=self.mps_ctl, shadow=cfg.shadow,
@@ -267,6 +276,12 @@ class Daemon:
             pids = list(cfg.training_pids)
         self.roots = [ProcessHandle.open(p, allow_other_users=cfg.allow_other_users)
                       for p in pids]
+        if cfg.share_backend == "cpu":  # restart-free share: the cgroup CPU quota
+            self.cpu_share = CpuShare(pids, name=cfg.share_cgroup, share_pct=initial_mps)
+            mps_ok = True
+            self.emit(event="cpu_share_ready", backend=self.cpu_share.backend,
+                      cgroup=str(self.cpu_share.path), share_pct=initial_mps,
+                      granularity_pct=self.cpu_share.granularity_pct)
 
         quantum = 0.2 if cfg.run_quantum_s == "auto" else float(cfg.run_quantum_s)
         if cfg.sleep_method != "hook":
@@ -318,6 +333,14 @@ class Daemon:
 
     def _apply(self, act: Actuation) -> None:
         self._apply_sleep(act.sleep_s)
+        if act.mps_changed and self.cpu_share is not None:
+            try:
+                dt = self.cpu_share.set_share_pct(act.mps_pct)
+                self.emit(event="share_change", ok=True, new_pct=act.mps_pct,
+                          latency_s=round(dt, 6))
+            except (OSError, ValueError) as exc:
+                self.emit(event="share_change", ok=False, new_pct=act.mps_pct, error=str(exc))
+            return
         if act.mps_changed and self.trainer is not None:
             if self._restart_thread is not None and self._restart_thread.is_alive():
                 return
@@ -466,6 +489,8 @@ class Daemon:
             steps.append(lambda: thread.join(60))
         if self.trainer is not None:
             steps.append(self.trainer.stop)
+        if self.cpu_share is not None:
+            steps.append(self.cpu_share.close)
         if self._made_cgroup:
             made = self._made_cgroup
             steps.append(lambda: os.rmdir(made))

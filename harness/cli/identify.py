@@ -8,12 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.experiments import _floats, _pair, add_preset
+from harness.cli.experiments import _floats, _pair, preset_arg
 from harness.experiments.common import PlantUnavailable
 from harness.experiments.identify import format_summary, identify
 
 
 def _cmd_identify(args: argparse.Namespace) -> int:
+    if args.plant != "cpu":
+        try:
+            preset_arg(args.preset)
+        except argparse.ArgumentTypeError as exc:
+            print(f"gpucontrol identify: error: --preset: {exc}", file=sys.stderr)
+            return 2
     try:
         res = identify(plant=args.plant, preset=args.preset, seed=args.seed,
                        mps_levels=args.mps, sleep_range=args.sleep, periods=args.periods,
@@ -39,9 +45,13 @@ def register(sub: Any) -> None:
                     "MPS level, fit latency = gain * sleep + offset, validate on held-out "
                     "periods and report gain, offset and R² per level (GPUColo paper, Figs. 6/7). "
                     "Results go to <out>/identify/.")
-    p.add_argument("--plant", choices=("sim", "gpu"), default="sim",
-                   help="simulated plant (default) or the real GPU (needs the GPU harness)")
-    add_preset(p, "fig8")
+    p.add_argument("--plant", choices=("sim", "gpu", "cpu"), default="sim",
+                   help="simulated plant (default), the real GPU (needs the GPU harness) or "
+                        "the CPU plant (real processes on this machine's CPUs; presets "
+                        "default, small)")
+    p.add_argument("--preset", default="fig8",
+                   help="plant preset: fig4, fig8 or a calibration.json written by "
+                        "'gpucontrol calibrate' (sim, gpu); default or small (cpu)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--out", default="results", help="output folder (default ./results)")
     p.add_argument("--mps", type=_floats, default=[40.0, 60.0, 80.0, 100.0],
