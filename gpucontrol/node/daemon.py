@@ -223,7 +223,7 @@ class Daemon:
         cfg = self.cfg
         # the controller first: a bad model or setting fails before anything is touched
         mps_possible = (cfg.share_backend == "cpu"
-                        or bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available())
+                        or (bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available()))
         self.controller = self._make_controller(mps_possible)
         for p in (cfg.socket, cfg.state, cfg.hook):
             ensure_private_dir(Path(p).parent)

@@ -238,7 +238,7 @@ class PrometheusSource:
         Histogram
             The cumulative histogram now.
         """
-        with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:  # noqa: S310
+        with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:
             text = resp.read().decode("utf-8", "replace")
         return parse_histogram(text, self.metric, self.labels)
 
@@ -284,7 +284,7 @@ class PrometheusSource:
                     bad = 1  # a counter went down: new baseline
                 self._last = new
             self.total_malformed += bad
-            n = int(round(delta.count)) if delta is not None else 0
+            n = round(delta.count) if delta is not None else 0
             if delta is None or n <= 0:
                 return PeriodStats(start, now, 0, math.nan, math.nan, math.nan, bad)
             self.total_count += n

@@ -107,8 +107,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_demo_cpu(args: argparse.Namespace) -> int:
     from harness.experiments.pipeline import run_pipeline
 
-    period = args.period or 1.0
-    closed = max(20, int(round((args.duration if args.duration != 400.0 else 120.0) / period)))
+    period = args.period or 2.0
+    closed = max(20, round((args.duration if args.duration != 400.0 else 120.0) / period))
     res = run_pipeline(args.out, preset="default" if args.preset == "fig8" else args.preset,
                        period_s=period, closed_periods=closed, slo_ms=args.slo,
                        progress=not args.no_progress)

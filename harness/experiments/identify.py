@@ -119,7 +119,8 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
     finally:
         if own:
             close_plant(p)
-    meta = {"experiment": "identify", "plant": plant if own else type(p).__name__, "preset": str(preset), "seed": seed,
+    meta = {"experiment": "identify", "plant": plant if own else type(p).__name__,
+            "preset": str(preset), "seed": seed,
             "mps_levels": levels, "sleep_range_s": [lo, hi], "periods": int(periods),
             "train_fraction": train_fraction, "period_s": period_s, "warmup": warmup,
             "mps_enabled": mps_on,

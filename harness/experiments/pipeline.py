@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from gpucontrol.node.actuators.procs import descendants
 from harness.experiments.identify import identify
 from harness.experiments.plants import make_plant
 from harness.results import save_figure, write_csv, write_json
@@ -55,8 +56,8 @@ class _Recorder:
 
 
 def choose_slo(gain: float, offset: float, sleep_range: tuple[float, float],
-               fraction: float = 1 / 3) -> tuple[float, tuple[float, float]]:
-    """An SLO ``fraction`` of the way down the identified latency range.
+               fraction: float = 0.5) -> tuple[float, tuple[float, float]]:
+    """An SLO ``fraction`` of the way down the identified latency range (the middle).
 
     Parameters
     ----------
@@ -101,9 +102,9 @@ def _sample_iterations(plant: Any, stop: threading.Event, out: list[tuple[float,
 
 
 def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
-                 preset: str = "default", period_s: float = 1.0, identify_periods: int = 60,
-                 closed_periods: int = 120, burst: tuple[float, float] = (0.35, 0.7),
-                 sleep_range: tuple[float, float] = (0.0, 0.6), slo_ms: float | None = None,
+                 preset: str = "default", period_s: float = 2.0, identify_periods: int = 40,
+                 closed_periods: int = 60, burst: tuple[float, float] = (0.35, 0.7),
+                 sleep_range: tuple[float, float] = (0.0, 1.0), slo_ms: float | None = None,
                  outer_every: int = 25, progress: bool = True,
                  **plant_overrides: Any) -> dict[str, Any]:
     """Identify, write model.json, run the daemon process through a load burst.
@@ -123,7 +124,8 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     sleep_range : tuple of float
         Sleep range of the excitation (s).
     slo_ms : float or None
-        The SLO; None chooses one a third of the way down the identified range.
+        The SLO; None chooses the middle of the identified range (the model's latency at
+        the two ends of ``sleep_range``).
     outer_every : int
         The daemon's outer (share) loop period, in inner periods.
     progress : bool
@@ -135,14 +137,16 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     -------
     dict
         The summary (also in ``summary.json``): SLO and why, R², median |l - SLO|/SLO,
-        share of periods over 1.05 SLO, training throughput, files.
+        share of periods over 1.05 SLO, training throughput, the PIDs it started (services,
+        loader worker, daemon), files.
     """
     out = Path(out_dir) / "cpu_demo"
     out.mkdir(parents=True, exist_ok=True)
 
     def say(msg: str) -> None:
         if progress:
-            print(f"[cpu demo] {msg}", file=sys.stderr, flush=True)
+            sys.stderr.write(f"[cpu demo] {msg}\n")
+            sys.stderr.flush()
 
     t_start = time.monotonic()
     log = out / "daemon.jsonl"
@@ -154,6 +158,8 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     p = make_plant(plant, preset, workdir=out / "services", **plant_overrides)
     rec = _Recorder(p)
     burst_at: list[float] = []
+    pids = [p.inference_pid, p.training_pid, *descendants([p.training_pid])]
+    rc: int | None = None
     try:
         say(f"identifying: {identify_periods} periods of {period_s:g} s, white-noise sleep in "
             f"[{sleep_range[0]:g}, {sleep_range[1]:g}] s")
@@ -169,7 +175,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
         rng_slo = choose_slo(row["gain"], row["offset"], sleep_range)
         slo = float(slo_ms) if slo_ms is not None else rng_slo[0]
         why = (f"given: {slo:.2f} ms" if slo_ms is not None else
-               f"{slo:.2f} ms, a third of the way down the identified latency range "
+               f"{slo:.2f} ms, the middle of the identified latency range "
                f"{rng_slo[1][0]:.2f}..{rng_slo[1][1]:.2f} ms (sleep {sleep_range[1]:g}..."
                f"{sleep_range[0]:g} s)")
         say(f"model: latency = {row['gain']:.2f} * sleep + {row['offset']:.2f} ms "
@@ -184,8 +190,10 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
         sampler = threading.Thread(target=_sample_iterations, args=(p, stop, samples),
                                    daemon=True)
         sampler.start()
-        daemon = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=open(out / "daemon.stderr", "wb"))
+        with open(out / "daemon.stderr", "wb") as err:
+            daemon = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=err)
+        pids.append(daemon.pid)
         t0 = time.time()
         on, off = (t0 + burst[0] * closed_periods * period_s,
                    t0 + burst[1] * closed_periods * period_s)
@@ -225,7 +233,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                    period_s=period_s, wall_s=round(time.monotonic() - t_start, 1),
                    share_backend=getattr(getattr(p, "share", None), "backend", None) or
                    "cfs_quota_us/cpu.max when writable",
-                   backend=p.config.backend)
+                   backend=p.config.backend, pids=sorted(set(pids)))
     summary.pop("model")
     files = [write_csv(rows, out / "periods.csv", PERIOD_COLUMNS),
              plot_pipeline(rows, slo, out / "pipeline.png"), log, out / "model.json"]

@@ -65,7 +65,7 @@ def quota_for(share_pct: float, *, ncpus: int | None = None,
     in_range("share_pct", share_pct, 1e-9, 100.0)
     in_range("period_us", period_us, 1000, 1_000_000)
     n = int(ncpus or os.cpu_count() or 1)
-    return max(MIN_QUOTA_US, int(round(share_pct / 100.0 * n * period_us))), int(period_us)
+    return max(MIN_QUOTA_US, round(share_pct / 100.0 * n * period_us)), int(period_us)
 
 
 def _v2_has_cpu(root: Path) -> bool:

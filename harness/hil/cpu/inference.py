@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
     a = _parser().parse_args(argv)
     if not (a.rate > 0 and a.batch >= 1 and a.burst_batch >= 1):
-        print("inference: --rate must be > 0 and batches >= 1", file=sys.stderr)
+        sys.stderr.write("inference: --rate must be > 0 and batches >= 1\n")
         return 2
     sizes = [int(x) for x in a.sizes.split(",")]
     model = make_model(a.backend, sizes, seed=1)
@@ -90,9 +91,11 @@ def main(argv: list[str] | None = None) -> int:
 
     for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_sig)
-    report = None
+    report: Callable[[float], object] | None = None
     if a.report:
-        from gpucontrol import report_latency as report
+        from gpucontrol import report_latency
+
+        report = report_latency
     rng = np.random.default_rng(0)
     pool = rng.standard_normal((max(a.batch, a.burst_batch) * 4, sizes[0])).astype(np.float32)
     model.forward(pool[:a.batch])  # warm up before announcing the port

@@ -1,8 +1,8 @@
 """``CPUPlant``: real inference and training processes sharing this machine's CPUs.
 
 The registry's ``cpu`` plant (:func:`make_cpu_plant`). It starts the inference service
-(:mod:`harness.hil.cpu.inference`, single-threaded) and the training
-(:mod:`harness.hil.cpu.training`, two BLAS threads plus a loader worker child) and exposes the
+(:mod:`harness.hil.cpu.inference`, two BLAS threads) and the training
+(:mod:`harness.hil.cpu.training`, one BLAS thread plus a loader worker child) and exposes the
 Plant protocol: ``step(actuation, period_s)`` applies the sleep with the node agent's own
 SIGSTOP/SIGCONT duty cycler (:class:`gpucontrol.node.actuators.sleep.SignalDutyCycler`) and the
 training's CPU share with :class:`gpucontrol.node.actuators.cpu_share.CpuShare` (the analogue
@@ -57,8 +57,9 @@ class CPUPlantConfig:
     sizes : str
         MLP layer widths, comma-separated.
     infer_threads, train_threads : int
-        BLAS threads of the inference and of the training (both want every core, as an
-        inference and a training kernel both want the whole GPU).
+        BLAS threads of the inference (2: it wants both cores, as an inference kernel wants
+        the whole GPU) and of the training (1, plus its loader worker: more BLAS threads on a
+        shared 2-core machine spin and slow every step).
     run_quantum_s : float
         Run time between two pauses of the sleep actuator.
     share : bool
@@ -70,13 +71,13 @@ class CPUPlantConfig:
     """
 
     backend: str = "numpy"
-    rate_hz: float = 20.0
+    rate_hz: float = 30.0
     batch: int = 256
-    burst_batch: int = 384
-    train_batch: int = 512
+    burst_batch: int = 320
+    train_batch: int = 256
     sizes: str = "512,1024,1024,10"
     infer_threads: int = 2
-    train_threads: int = 2
+    train_threads: int = 1
     run_quantum_s: float = 0.1
     share: bool = True
     weight: int = 1000
@@ -85,7 +86,7 @@ class CPUPlantConfig:
 PRESETS: dict[str, CPUPlantConfig] = {
     "default": CPUPlantConfig(),
     "fig8": CPUPlantConfig(),  # the experiments' default preset name maps to the default
-    "small": CPUPlantConfig(rate_hz=20.0, batch=128, burst_batch=192, train_batch=256,
+    "small": CPUPlantConfig(rate_hz=30.0, batch=128, burst_batch=160, train_batch=128,
                             sizes="256,512,512,10"),
 }
 
@@ -161,10 +162,9 @@ class CPUPlant:
 
     # ------------------------------------------------------------------ processes
     def _spawn(self, args: list[str], threads: int) -> subprocess.Popen[bytes]:
-        p = subprocess.Popen([sys.executable, "-m", *args], env=_env(threads),
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=open(self.workdir / f"{args[0].rsplit('.', 1)[-1]}.err",
-                                         "wb"))
+        with open(self.workdir / f"{args[0].rsplit('.', 1)[-1]}.err", "wb") as err:
+            p = subprocess.Popen([sys.executable, "-m", *args], env=_env(threads),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
         self.procs.append(p)
         return p
 
@@ -296,8 +296,6 @@ class CPUPlant:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
-            if p.stderr is not None:
-                p.stderr.close()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -21,6 +21,7 @@ True
 from __future__ import annotations
 
 import importlib.util
+import itertools
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -57,7 +58,7 @@ class NumpyMLP:
     def __init__(self, sizes: Sequence[int], seed: int = 0) -> None:
         rng = np.random.default_rng(seed)
         self.w = [(rng.standard_normal((a, b)) * np.sqrt(2.0 / a)).astype(np.float32)
-                  for a, b in zip(sizes[:-1], sizes[1:])]
+                  for a, b in itertools.pairwise(sizes)]
         self.b = [np.zeros(b, dtype=np.float32) for b in sizes[1:]]
 
     def _layers(self, x: np.ndarray) -> list[np.ndarray]:
@@ -128,7 +129,7 @@ class _TorchMLP:
             torch.set_num_threads(threads)
         torch.manual_seed(seed)
         layers: list[Any] = []
-        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        for i, (a, b) in enumerate(itertools.pairwise(sizes)):
             layers.append(torch.nn.Linear(a, b))
             if i < len(sizes) - 2:
                 layers.append(torch.nn.ReLU())
