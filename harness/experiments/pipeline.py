@@ -104,7 +104,7 @@ def _sample_iterations(plant: Any, stop: threading.Event, out: list[tuple[float,
 def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                  preset: str = "default", period_s: float = 2.0, identify_periods: int = 40,
                  closed_periods: int = 60, burst: tuple[float, float] = (0.35, 0.7),
-                 sleep_range: tuple[float, float] = (0.0, 1.0), slo_ms: float | None = None,
+                 sleep_range: tuple[float, float] = (0.0, 0.5), slo_ms: float | None = None,
                  outer_every: int = 25, progress: bool = True,
                  **plant_overrides: Any) -> dict[str, Any]:
     """Identify, write model.json, run the daemon process through a load burst.

@@ -78,7 +78,7 @@ class CPUPlantConfig:
     sizes: str = "512,1024,1024,10"
     infer_threads: int = 2
     train_threads: int = 1
-    run_quantum_s: float = 0.1
+    run_quantum_s: float = 0.2
     share: bool = True
     weight: int = 1000
 

@@ -1,6 +1,6 @@
 """End to end on the CPU plant: real services, identification -> model.json, the daemon as
 its own process (Prometheus latency, SIGSTOP/SIGCONT, cgroup CPU share), a load burst. Short
-and bounded (about 40 s); numpy workloads, the torch variant when torch is importable."""
+and bounded (about 80 s); numpy workloads, the torch variant when torch is importable."""
 
 import importlib.util
 import json
@@ -26,9 +26,10 @@ def _stopped_or_alive(pids):
 
 
 def _run(tmp_path, backend):
-    return run_pipeline(tmp_path, preset="small", period_s=0.5, identify_periods=24,
-                        closed_periods=50, sleep_range=(0.0, 1.0), burst=(0.4, 0.6),
-                        outer_every=200, progress=False, backend=backend)
+    # 1 s periods: the duty cycle (0.2 s run + up to 0.5 s stopped) must average within one
+    return run_pipeline(tmp_path, preset="default", period_s=1.0, identify_periods=30,
+                        closed_periods=36, burst=(0.4, 0.6), outer_every=200, progress=False,
+                        backend=backend)
 
 
 @pytest.mark.parametrize("backend", [
@@ -47,10 +48,12 @@ def test_latency_settles_near_the_slo_and_nothing_is_left_stopped(tmp_path, back
     rows = (out / "periods.csv").read_text().splitlines()
     assert rows[0].startswith("period,phase,t_s,slo_ms,latency_ms,p99_ms,count,sleep_s,"
                               "share_pct,training_iterations")
-    assert sum(",identify," in r for r in rows) >= 24
-    assert sum(",closed-loop," in r for r in rows) >= 40
-    # a real, noisy, shared machine: the loop holds the SLO within a band, and trains
-    assert res["median_abs_err_pct"] < 15.0, res
+    assert sum(",identify," in r for r in rows) >= 30
+    assert sum(",closed-loop," in r for r in rows) >= 30
+    # a real, noisy, shared machine (1 s periods of ~30 batches): the loop settles the
+    # latency's mean at the SLO; single periods scatter around it; the training progresses
+    assert abs(res["mean_latency_ms"] / res["slo_ms"] - 1.0) < 0.10, res
+    assert res["median_abs_err_pct"] < 25.0, res
     assert res["training_progressing"], res
     log = [json.loads(x) for x in (out / "daemon.jsonl").read_text().splitlines()]
     assert any(r.get("event") == "cpu_share_ready" for r in log)
