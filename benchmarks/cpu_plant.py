@@ -25,11 +25,18 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
+# benchmarks/sysid.py would shadow the sysid package the identification imports
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+_ROOT = str(_HERE.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
 
-from gpucontrol.errors import ConfigurationError
-from gpucontrol.node.actuators.cpu_share import CpuShare
-from harness.experiments.pipeline import run_pipeline
+import numpy as np  # noqa: E402
+
+from gpucontrol.errors import ConfigurationError  # noqa: E402
+from gpucontrol.node.actuators.cpu_share import CpuShare  # noqa: E402
+from harness.experiments.pipeline import run_pipeline  # noqa: E402
 
 
 def share_resizes(n: int) -> dict[str, object]:

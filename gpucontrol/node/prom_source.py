@@ -27,8 +27,8 @@ Examples
 >>> h = parse_histogram(text, "lat_seconds")
 >>> h.count, h.buckets[-1]
 (10.0, (inf, 10.0))
->>> round(histogram_quantile(0.5, h.buckets), 4)
-0.0137
+>>> round(histogram_quantile(0.5, h.buckets), 5)
+0.01375
 """
 
 from __future__ import annotations
