@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(s, on_sig)
     report: Callable[[float], object] | None = None
     if a.report:
-        from gpucontrol import report_latency
+        from gpucontrol.node.client import report_latency
 
         report = report_latency
     rng = np.random.default_rng(0)
