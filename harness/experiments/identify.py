@@ -53,7 +53,7 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
              mps_levels: Sequence[float] = (40.0, 60.0, 80.0, 100.0),
              sleep_range: tuple[float, float] = (0.1, 0.7), periods: int = 100,
              train_fraction: float = 0.6, period_s: float = 4.0, warmup: int = 3,
-             out_dir: str | Path | None = None, progress: bool | None = False
+             excitation: str = "white", out_dir: str | Path | None = None, progress: bool | None = False
              ) -> ExperimentResult:
     """Identify ``latency = gain * sleep + offset`` per MPS level with white-noise excitation.
 
@@ -74,6 +74,9 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
         Control period T (s).
     warmup
         Periods discarded after each MPS change (the training restarts, ~7 s).
+    excitation : {'white', 'prbs'}
+        Uniform white noise over ``sleep_range`` (the paper's), or a pseudo-random binary
+        sequence at its two ends (three times the input power, for a noisy plant).
     out_dir
         Folder for CSV/PNG/JSON (nothing written when None).
     progress
@@ -91,6 +94,8 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
         raise ValueError(f"sleep_range must satisfy 0 <= low < high, got {sleep_range!r}")
     if int(periods) != periods or periods < 10:
         raise ValueError(f"periods must be an integer >= 10, got {periods!r}")
+    if excitation not in ("white", "prbs"):
+        raise ValueError(f"excitation must be 'white' or 'prbs', got {excitation!r}")
     levels = [float(m) for m in mps_levels]
     if not levels or any(not (0 < m <= 100) for m in levels):
         raise ValueError(f"mps_levels must be percentages in (0, 100], got {list(mps_levels)!r}")
@@ -104,7 +109,9 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
         with Progress(len(levels) * (int(periods) + warmup), "identify",
                       enabled=progress) as bar:
             for i, m in enumerate(levels):
-                u = sysid.white_noise(int(periods), lo, hi, seed=seed * 1000 + i)
+                u = (sysid.white_noise(int(periods), lo, hi, seed=seed * 1000 + i)
+                     if excitation == "white" else
+                     sysid.prbs(int(periods), lo, hi, seed=seed * 1000 + i + 1))
                 for _ in range(warmup):
                     bar.advance()
                 data = sysid.run_experiment(p, u, period_s=period_s, mps_pct=m,
@@ -123,6 +130,7 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
             "preset": str(preset), "seed": seed,
             "mps_levels": levels, "sleep_range_s": [lo, hi], "periods": int(periods),
             "train_fraction": train_fraction, "period_s": period_s, "warmup": warmup,
+            "excitation": excitation,
             "mps_enabled": mps_on,
             "plant_params": p.describe() if hasattr(p, "describe") else {}}
     meta.update(_envelope(fits))

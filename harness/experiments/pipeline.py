@@ -105,7 +105,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                  preset: str = "default", period_s: float = 2.0, identify_periods: int = 40,
                  closed_periods: int = 60, burst: tuple[float, float] = (0.35, 0.7),
                  sleep_range: tuple[float, float] = (0.0, 0.5), slo_ms: float | None = None,
-                 outer_every: int = 25, progress: bool = True,
+                 outer_every: int = 25, excitation: str = "prbs", progress: bool = True,
                  **plant_overrides: Any) -> dict[str, Any]:
     """Identify, write model.json, run the daemon process through a load burst.
 
@@ -128,6 +128,10 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
         the two ends of ``sleep_range``).
     outer_every : int
         The daemon's outer (share) loop period, in inner periods.
+    excitation : {'prbs', 'white'}
+        Identification input: a pseudo-random binary sequence at the two ends of
+        ``sleep_range`` (default; the most input power against this plant's noise) or the
+        paper's uniform white noise.
     progress : bool
         Print what happens to stderr.
     **plant_overrides : Any
@@ -161,10 +165,11 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     pids = [p.inference_pid, p.training_pid, *descendants([p.training_pid])]
     rc: int | None = None
     try:
-        say(f"identifying: {identify_periods} periods of {period_s:g} s, white-noise sleep in "
+        say(f"identifying: {identify_periods} periods of {period_s:g} s, {excitation} sleep in "
             f"[{sleep_range[0]:g}, {sleep_range[1]:g}] s")
         ident = identify(plant=rec, mps_levels=(100.0,), sleep_range=sleep_range,
                          periods=identify_periods, period_s=period_s, warmup=2,
+                         excitation=excitation,
                          out_dir=out / "identify")
         row = ident.summary[0]
         model = out / "identify" / "model.json"
@@ -227,6 +232,9 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                                                            len(rec.results), rec.results)
     summary = summarize(rows, slo)
     summary.update(slo_ms=slo, slo_choice=why, daemon_exit=rc, model=row["gain"],
+                   # the plant's per-period scatter at a fixed sleep, relative to the SLO: a
+                   # controller acting on per-period means cannot get its error much below it
+                   noise_pct_of_slo=round(100 * float(row["rmse_ms"]) / slo, 2),
                    identify_r2=float(row["r2"]), identify_r2_validation=float(
                        row["r2_validation"]),
                    gain_ms_per_s=float(row["gain"]), offset_ms=float(row["offset"]),
@@ -304,7 +312,7 @@ def summarize(rows: list[dict[str, Any]], slo: float, skip: int = 5) -> dict[str
     err = np.abs(lat[ok] - slo) / slo
     it = np.array([r["training_iterations"] for r in cl], float)
     ident0 = [r["training_iterations"] for r in rows
-              if r["phase"] == "identify" and r["sleep_s"] == 0.0]
+              if r["phase"] == "identify" and r["sleep_s"] < 0.05]
     return {"closed_periods": int(ok.sum()),
             "median_abs_err_pct": round(100 * float(np.median(err)), 2) if ok.any() else None,
             "over_105_pct": round(100 * float(np.mean(lat[ok] > 1.05 * slo)), 2)
@@ -345,8 +353,7 @@ def plot_pipeline(rows: list[dict[str, Any]], slo: float, path: str | Path) -> P
     ax[0].axhline(slo, color="k", ls="--", lw=1, label=f"SLO {slo:.1f} ms")
     ax[0].axhline(1.05 * slo, color="r", ls=":", lw=0.8, label="1.05 SLO")
     ax[0].set_ylabel("ms per batch")
-    ax[0].set_ylim(0, np.nanpercentile(col("p99_ms"), 98) * 1.1 if np.isfinite(
-        col("p99_ms")).any() else None)
+    ax[0].set_ylim(0, 2.5 * slo)  # the p99 runs off the top where it exceeds 2.5 SLO
     ax[1].plot(t, col("sleep_s"), ".-", lw=0.8, ms=3)
     ax[1].set_ylabel("sleep (s)")
     ax[2].plot(t, col("share_pct"), ".-", lw=0.8, ms=3)
@@ -369,7 +376,7 @@ def plot_pipeline(rows: list[dict[str, Any]], slo: float, path: str | Path) -> P
         ax[0].text(on.min(), ax[0].get_ylim()[1] * 0.85, " load burst", color="darkorange",
                    fontsize=8, va="top")
     ax[0].legend(fontsize=7, loc="lower left", ncol=2)
-    ax[0].set_title("CPU plant: identification (white-noise sleep), then the daemon "
+    ax[0].set_title("CPU plant: identification (excited sleep), then the daemon "
                     "(Prometheus latency, SIGSTOP/SIGCONT, cgroup CPU share)", fontsize=9)
     fig.tight_layout()
     return save_figure(fig, path)
