@@ -53,8 +53,8 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
              mps_levels: Sequence[float] = (40.0, 60.0, 80.0, 100.0),
              sleep_range: tuple[float, float] = (0.1, 0.7), periods: int = 100,
              train_fraction: float = 0.6, period_s: float = 4.0, warmup: int = 3,
-             excitation: str = "white", out_dir: str | Path | None = None, progress: bool | None = False
-             ) -> ExperimentResult:
+             excitation: str = "white", out_dir: str | Path | None = None,
+             progress: bool | None = False) -> ExperimentResult:
     """Identify ``latency = gain * sleep + offset`` per MPS level with white-noise excitation.
 
     Parameters

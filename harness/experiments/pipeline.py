@@ -2,9 +2,9 @@
 
 ``gpucontrol demo --plant cpu`` runs :func:`run_pipeline` on the CPU plant
 (:mod:`harness.hil.cpu`, reached through the plant registry): it starts the inference and
-training services, identifies ``latency = gain * sleep + offset`` with white noise on the
-sleep (:func:`harness.experiments.identify.identify`, which writes ``model.json``), chooses an
-SLO inside the measured latency range, hands the knobs over and starts
+training services, identifies ``latency = gain * sleep + offset`` with a binary excitation
+on the sleep (:func:`harness.experiments.identify.identify`, which writes ``model.json``),
+chooses an SLO inside the measured latency range, hands the knobs over and starts
 ``python -m gpucontrol.daemon`` as its own process on the training -- latency scraped from the
 service's Prometheus histogram, sleep by SIGSTOP/SIGCONT, share by the cgroup CPU quota --
 applies a load burst, and stops everything cleanly.
