@@ -33,7 +33,7 @@ from harness.experiments.identify import identify
 from harness.experiments.plants import make_plant
 from harness.results import save_figure, write_csv, write_json
 
-__all__ = ["PERIOD_COLUMNS", "run_pipeline", "summarize"]
+__all__ = ["PERIOD_COLUMNS", "choose_slo", "run_pipeline", "summarize"]
 
 PERIOD_COLUMNS = ("period", "phase", "t_s", "slo_ms", "latency_ms", "p99_ms", "count",
                   "sleep_s", "share_pct", "training_iterations", "burst")
@@ -55,26 +55,38 @@ class _Recorder:
         return getattr(self._plant, name)
 
 
-def choose_slo(gain: float, offset: float, sleep_range: tuple[float, float],
-               fraction: float = 0.5) -> tuple[float, tuple[float, float]]:
-    """An SLO ``fraction`` of the way down the identified latency range (the middle).
+def choose_slo(sleep: Any, latency: Any, fraction: float = 0.5
+               ) -> tuple[float, tuple[float, float]]:
+    """An SLO ``fraction`` of the way down the measured latency range (the middle).
+
+    The range is the median latency of the periods with the least sleep (the lower half of
+    the excited sleeps) and of those with the most (the upper half): medians, because a
+    shared machine throws single periods far off.
 
     Parameters
     ----------
-    gain, offset : float
-        The identified model (ms per s of sleep, ms).
-    sleep_range : tuple of float
-        The excited sleep range (s).
+    sleep, latency : array_like
+        The identification periods' sleep (s) and mean latency (ms).
     fraction : float
         Where in the range, from its top (no sleep), in (0, 1).
 
     Returns
     -------
     tuple
-        ``(slo_ms, (low_ms, high_ms))``: the SLO and the model's latency range.
+        ``(slo_ms, (low_ms, high_ms))``: the SLO and the measured latency range.
+
+    Examples
+    --------
+    >>> choose_slo([0, 0.5, 0, 0.5, 0, 0.5], [20, 10, 22, 11, 90, 10])
+    (16.0, (10.0, 22.0))
     """
-    hi = offset + gain * sleep_range[0]
-    lo = offset + gain * sleep_range[1]
+    u = np.asarray(sleep, float)
+    y = np.asarray(latency, float)
+    ok = np.isfinite(u) & np.isfinite(y)
+    u, y = u[ok], y[ok]
+    mid = 0.5 * (u.min() + u.max())
+    hi = float(np.median(y[u <= mid]))
+    lo = float(np.median(y[u > mid]))
     lo, hi = min(lo, hi), max(lo, hi)
     return hi - fraction * (hi - lo), (lo, hi)
 
@@ -124,8 +136,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     sleep_range : tuple of float
         Sleep range of the excitation (s).
     slo_ms : float or None
-        The SLO; None chooses the middle of the identified range (the model's latency at
-        the two ends of ``sleep_range``).
+        The SLO; None chooses the middle of the measured range (:func:`choose_slo`).
     outer_every : int
         The daemon's outer (share) loop period, in inner periods.
     excitation : {'prbs', 'white'}
@@ -153,6 +164,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
             sys.stderr.flush()
 
     t_start = time.monotonic()
+    warmup = max(2, math.ceil(8.0 / period_s))  # the services' start-up transient
     log = out / "daemon.jsonl"
     log.unlink(missing_ok=True)
     samples: list[tuple[float, int]] = []
@@ -168,7 +180,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
         say(f"identifying: {identify_periods} periods of {period_s:g} s, {excitation} sleep in "
             f"[{sleep_range[0]:g}, {sleep_range[1]:g}] s")
         ident = identify(plant=rec, mps_levels=(100.0,), sleep_range=sleep_range,
-                         periods=identify_periods, period_s=period_s, warmup=2,
+                         periods=identify_periods, period_s=period_s, warmup=warmup,
                          excitation=excitation,
                          out_dir=out / "identify")
         row = ident.summary[0]
@@ -177,12 +189,13 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
             raise RuntimeError(f"identification found no significantly negative gain "
                                f"(gain {row['gain']:.3f} ms/s, R² {row['r2']:.2f}); no model")
         (out / "model.json").write_text(model.read_text())
-        rng_slo = choose_slo(row["gain"], row["offset"], sleep_range)
+        kept = rec.results[warmup:]  # what identify recorded after its warm-up
+        rng_slo = choose_slo([r.sleep_s for r in kept], [r.mean_ms for r in kept])
         slo = float(slo_ms) if slo_ms is not None else rng_slo[0]
         why = (f"given: {slo:.2f} ms" if slo_ms is not None else
-               f"{slo:.2f} ms, the middle of the identified latency range "
-               f"{rng_slo[1][0]:.2f}..{rng_slo[1][1]:.2f} ms (sleep {sleep_range[1]:g}..."
-               f"{sleep_range[0]:g} s)")
+               f"{slo:.2f} ms, the middle of the measured latency range "
+               f"{rng_slo[1][0]:.2f}..{rng_slo[1][1]:.2f} ms (median latency at the most and "
+               f"at the least sleep during identification)")
         say(f"model: latency = {row['gain']:.2f} * sleep + {row['offset']:.2f} ms "
             f"(R² {row['r2']:.2f}, held-out {row['r2_validation']:.2f}); SLO {why}")
 

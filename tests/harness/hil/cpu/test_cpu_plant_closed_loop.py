@@ -44,7 +44,7 @@ def test_latency_settles_near_the_slo_and_nothing_is_left_stopped(tmp_path, back
     model = json.loads((out / "model.json").read_text())
     assert model["gain"] < 0  # more sleep, lower latency: identified on the live plant
     lo_hi = res["slo_choice"]
-    assert "identified latency range" in lo_hi
+    assert "measured latency range" in lo_hi
     rows = (out / "periods.csv").read_text().splitlines()
     assert rows[0].startswith("period,phase,t_s,slo_ms,latency_ms,p99_ms,count,sleep_s,"
                               "share_pct,training_iterations")
