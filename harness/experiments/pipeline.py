@@ -316,6 +316,7 @@ def summarize(rows: list[dict[str, Any]], slo: float, skip: int = 5) -> dict[str
     -------
     dict
         ``median_abs_err_pct``, ``over_105_pct``, ``closed_periods``, ``mean_latency_ms``,
+        ``median_sleep_s``,
         ``training_it_per_period`` (closed loop) and ``identify_it_per_period_unslept``.
     """
     cl = [r for r in rows if r["phase"] == "closed-loop"][skip:]
@@ -324,6 +325,7 @@ def summarize(rows: list[dict[str, Any]], slo: float, skip: int = 5) -> dict[str
     ok = np.isfinite(lat)
     err = np.abs(lat[ok] - slo) / slo
     it = np.array([r["training_iterations"] for r in cl], float)
+    sl = np.array([np.nan if r["sleep_s"] is None else r["sleep_s"] for r in cl], float)
     ident0 = [r["training_iterations"] for r in rows
               if r["phase"] == "identify" and r["sleep_s"] < 0.05]
     return {"closed_periods": int(ok.sum()),
@@ -331,6 +333,7 @@ def summarize(rows: list[dict[str, Any]], slo: float, skip: int = 5) -> dict[str
             "over_105_pct": round(100 * float(np.mean(lat[ok] > 1.05 * slo)), 2)
             if ok.any() else None,
             "mean_latency_ms": round(float(np.mean(lat[ok])), 3) if ok.any() else None,
+            "median_sleep_s": round(float(np.nanmedian(sl)), 4) if len(sl) else None,
             "training_it_per_period": round(float(np.nanmean(it)), 2) if len(it) else None,
             "training_progressing": bool(len(it) and np.nansum(it) > 0),
             "identify_it_per_period_unslept": round(float(np.mean(ident0)), 2)
