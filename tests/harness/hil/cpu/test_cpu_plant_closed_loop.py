@@ -1,6 +1,6 @@
 """End to end on the CPU plant: real services, identification -> model.json, the daemon as
 its own process (Prometheus latency, SIGSTOP/SIGCONT, cgroup CPU share), a load burst. Short
-and bounded (about 80 s); numpy workloads, the torch variant when torch is importable."""
+and bounded (about 100 s); numpy workloads, the torch variant when torch is importable."""
 
 import importlib.util
 import json
@@ -27,7 +27,7 @@ def _stopped_or_alive(pids):
 
 def _run(tmp_path, backend):
     # 1 s periods: the duty cycle (0.2 s run + up to 0.5 s stopped) must average within one
-    return run_pipeline(tmp_path, preset="default", period_s=1.0, identify_periods=30,
+    return run_pipeline(tmp_path, preset="default", period_s=1.0, identify_periods=40,
                         closed_periods=36, burst=(0.4, 0.6), outer_every=200, progress=False,
                         backend=backend)
 
@@ -48,7 +48,7 @@ def test_latency_settles_near_the_slo_and_nothing_is_left_stopped(tmp_path, back
     rows = (out / "periods.csv").read_text().splitlines()
     assert rows[0].startswith("period,phase,t_s,slo_ms,latency_ms,p99_ms,count,sleep_s,"
                               "share_pct,training_iterations")
-    assert sum(",identify," in r for r in rows) >= 30
+    assert sum(",identify," in r for r in rows) >= 40
     assert sum(",closed-loop," in r for r in rows) >= 30
     # a real, noisy, shared machine (1 s periods of ~30 batches; single periods scatter by
     # 30-50 % of the SLO): the loop holds the latency's mean at the SLO, or -- when the
