@@ -23,7 +23,15 @@ import argparse
 import logging
 import sys
 
-from gpucontrol.node.config import MODES, OUTER_LOOPS, READY_MODES, SLEEP_METHODS, DaemonConfig
+from gpucontrol.node.config import (
+    LATENCY_SOURCES,
+    MODES,
+    OUTER_LOOPS,
+    READY_MODES,
+    SHARE_BACKENDS,
+    SLEEP_METHODS,
+    DaemonConfig,
+)
 from gpucontrol.node.logsink import LogSink
 
 __all__ = ["add_arguments", "build_parser", "main", "run_from_args"]
@@ -107,6 +115,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--stall-timeout-s", type=float,
                    help="guardian resumes the training and kills a daemon whose loop is "
                    "silent this long (default 1.5 periods, at least 2 s; 0: off)")
+    _add_source_arguments(p)
+
+
+def _add_source_arguments(p: argparse.ArgumentParser) -> None:
+    s = p.add_argument_group("latency source and share backend")
+    s.add_argument("--latency-source", choices=LATENCY_SOURCES, default="socket",
+                   help="socket: report_latency datagrams (default); prometheus: scrape a "
+                        "latency histogram (bucket deltas per period)")
+    s.add_argument("--prometheus-url", help="the inference server's /metrics URL")
+    s.add_argument("--prometheus-metric", default="inference_latency_seconds",
+                   help="histogram base name, in seconds (default inference_latency_seconds)")
+    s.add_argument("--share-backend", choices=SHARE_BACKENDS, default="mps",
+                   help="outer-loop knob: mps (restart with a new percentage, default) or cpu "
+                        "(the training's cgroup CPU quota, changed without a restart)")
+    s.add_argument("--share-cgroup", default="gpucontrol-training",
+                   help="CPU-share group name under the cgroup cpu controller")
 
 
 def run_from_args(args: argparse.Namespace) -> int:

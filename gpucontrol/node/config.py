@@ -46,6 +46,8 @@ OUTER_LOOPS = ("paper", "mid-range", "none")
 MODES = ("mean", "p99")
 SLEEP_METHODS = ("auto", "signal", "cgroup", "hook")
 READY_MODES = ("notify", "spawn")
+LATENCY_SOURCES = ("socket", "prometheus")
+SHARE_BACKENDS = ("mps", "cpu")
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,19 @@ class DaemonConfig:
         Seconds without a control-loop heartbeat after which the guardian resumes the
         training and kills the daemon, in [0, 3600]; 0 turns that off; None: 1.5 periods,
         at least 2 s [``--stall-timeout-s``].
+    latency_source : {'socket', 'prometheus'}
+        Where the latency comes from: the datagram socket (``report_latency``) or a scraped
+        Prometheus histogram [``--latency-source``].
+    prometheus_url : str or None
+        The inference server's ``/metrics`` URL; needed by ``prometheus`` [``--prometheus-url``].
+    prometheus_metric : str
+        Base name of its latency histogram, in seconds [``--prometheus-metric``].
+    share_backend : {'mps', 'cpu'}
+        The outer loop's knob: the MPS percentage (restart) or the training's CPU share
+        through the cgroup CPU controller (no restart) [``--share-backend``].
+    share_cgroup : str
+        The CPU-share group, relative to the CPU controller's root; made when missing
+        [``--share-cgroup``].
 
     Notes
     -----
@@ -180,6 +195,12 @@ class DaemonConfig:
     metrics_target: str | None = None
     socket_group: str | None = None
     stall_timeout_s: float | None = None
+    # --- CPU plant wiring (latency source, CPU share backend)
+    latency_source: Literal["socket", "prometheus"] = "socket"
+    prometheus_url: str | None = None
+    prometheus_metric: str = "inference_latency_seconds"
+    share_backend: Literal["mps", "cpu"] = "mps"
+    share_cgroup: str = "gpucontrol-training"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "training_pids", tuple(self.training_pids))
@@ -242,6 +263,18 @@ class DaemonConfig:
         if self.metrics_port is not None:
             int_at_least("--metrics-port", self.metrics_port, 0)
             in_range("--metrics-port", self.metrics_port, 0, 65535)
+        self._validate_sources()
+
+    def _validate_sources(self) -> None:
+        choice("--latency-source", self.latency_source, LATENCY_SOURCES)
+        choice("--share-backend", self.share_backend, SHARE_BACKENDS)
+        if self.latency_source == "prometheus" and not self.prometheus_url:
+            raise ConfigurationError("--latency-source prometheus needs --prometheus-url")
+        if self.share_backend == "cpu" and (not self.share_cgroup
+                                            or self.share_cgroup.startswith("/")
+                                            or ".." in self.share_cgroup.split("/")):
+            raise ConfigurationError(f"--share-cgroup must be a relative group name, got "
+                                     f"{self.share_cgroup!r}")
 
     # ------------------------------------------------------------------ derived
     @property

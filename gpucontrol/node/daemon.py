@@ -60,6 +60,7 @@ from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 from gpucontrol.node._runtime import ensure_private_dir, grant_group, unlink_quietly
 from gpucontrol.node.actuators.cgroup import check_cgroup_holds
+from gpucontrol.node.actuators.cpu_share import CpuShare
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
 from gpucontrol.node.actuators.procs import ProcessHandle
 from gpucontrol.node.actuators.sleep import CgroupFreezer, DutyCycler, choose_sleep_actuator
@@ -74,6 +75,7 @@ from gpucontrol.node.metrics import DaemonMetrics
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
 from gpucontrol.node.mps_health import MPSHealthWatch
 from gpucontrol.node.persist import restorable
+from gpucontrol.node.prom_source import PrometheusSource
 from gpucontrol.two_tier import Actuation, TwoTierController
 
 __all__ = ["Daemon", "load_model"]
@@ -160,7 +162,8 @@ class Daemon(DaemonSafety):
         self._stop_r = self._stop_w = -1
         self._state_lock = threading.Lock()
         self.guardian: Guardian | None = None
-        self.monitor: LatencyMonitor | None = None
+        self.monitor: LatencyMonitor | PrometheusSource | None = None
+        self.cpu_share: CpuShare | None = None
         self.hook: HookWriter | None = None
         self.cycler: DutyCycler | None = None
         self.mps_ctl: MPSControl | None = None
@@ -223,7 +226,8 @@ class Daemon(DaemonSafety):
     def setup(self) -> None:
         cfg = self.cfg
         # the controller first: a bad model or setting fails before anything is touched
-        mps_possible = bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available()
+        mps_possible = (cfg.share_backend == "cpu"
+                        or (bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available()))
         with contextlib.suppress(ValueError, OSError):  # a bad file is refused further down
             prev = read_state(cfg.state)
             self._restored = restorable(prev, cfg)
@@ -236,7 +240,11 @@ class Daemon(DaemonSafety):
         self._resume_leftovers()
         self.guardian = Guardian(
             cfg.state, heartbeat_timeout_s=self.heartbeat.guardian_timeout_s).start()
-        self.monitor = LatencyMonitor(cfg.socket).start()
+        if cfg.latency_source == "prometheus":
+            assert cfg.prometheus_url is not None  # DaemonConfig checked it
+            self.monitor = PrometheusSource(cfg.prometheus_url, cfg.prometheus_metric).start()
+        else:
+            self.monitor = LatencyMonitor(cfg.socket).start()
         self.hook = HookWriter(cfg.hook, stale_after_s=max(3 * cfg.period_s, 2.0),
                                max_sleep_s=min(cfg.max_sleep_s, 60.0))
         if cfg.sleep_method == "hook":  # before the training starts: its first iteration reads it
@@ -254,7 +262,7 @@ class Daemon(DaemonSafety):
             self._record(made_cgroup=self._made_cgroup)
         mps_ok = False
         initial_mps = cfg.initial_mps_pct
-        if cfg.training_cmd:
+        if cfg.training_cmd and cfg.share_backend == "mps":
             self.mps_ctl = MPSControl(cfg.mps_binary, pipe_dir=cfg.mps_pipe_dir)
             if not self.mps_ctl.available():
                 self.say(f"{cfg.mps_binary} not found: MPS unavailable, running sleep-only")
@@ -286,6 +294,7 @@ class Daemon(DaemonSafety):
                                          "unavailable here (see the message above)")
             if self._restored is not None and mps_ok and cfg.fixed_mps is None:
                 initial_mps = self._restored["mps_pct"]
+        if cfg.training_cmd:
             env = {"GPUCONTROL_HOOK_FILE": cfg.hook, "GPUCONTROL_SOCKET": cfg.socket}
             self.trainer = MPSActuator(
                 shlex.split(cfg.training_cmd), env=env, mps=self.mps_ctl, shadow=cfg.shadow,
@@ -302,6 +311,12 @@ class Daemon(DaemonSafety):
         self._claim_targets(self.roots)
         if cfg.cgroup and cfg.sleep_method != "hook":
             check_cgroup_holds(cfg.cgroup, pids)  # never freeze a group without the training
+        if cfg.share_backend == "cpu":  # restart-free share: the cgroup CPU quota
+            self.cpu_share = CpuShare(pids, name=cfg.share_cgroup, share_pct=initial_mps)
+            mps_ok = True
+            self.emit(event="cpu_share_ready", backend=self.cpu_share.backend,
+                      cgroup=str(self.cpu_share.path), share_pct=initial_mps,
+                      granularity_pct=self.cpu_share.granularity_pct)
 
         quantum = 0.2 if cfg.run_quantum_s == "auto" else float(cfg.run_quantum_s)
         if cfg.sleep_method != "hook":
@@ -365,6 +380,14 @@ class Daemon(DaemonSafety):
 
     def _apply(self, act: Actuation) -> None:
         self._apply_sleep(act.sleep_s)
+        if act.mps_changed and self.cpu_share is not None:
+            try:
+                dt = self.cpu_share.set_share_pct(act.mps_pct)
+                self.emit(event="share_change", ok=True, new_pct=act.mps_pct,
+                          latency_s=round(dt, 6))
+            except (OSError, ValueError) as exc:
+                self.emit(event="share_change", ok=False, new_pct=act.mps_pct, error=str(exc))
+            return
         if act.mps_changed and self.trainer is not None:
             if self._restart_thread is not None and self._restart_thread.is_alive():
                 return
@@ -546,6 +569,8 @@ class Daemon(DaemonSafety):
             steps.append(lambda: thread.join(60))
         if self.trainer is not None:
             steps.append(self.trainer.stop)
+        if self.cpu_share is not None:
+            steps.append(self.cpu_share.close)
         if self._made_cgroup:
             made = self._made_cgroup
             steps.append(lambda: os.rmdir(made))

@@ -26,9 +26,12 @@ BATCH = (1, 4096)
 
 
 def _common(p: argparse.ArgumentParser, *, duration: float, period: float,
-            out: str = "results") -> None:
-    p.add_argument("--plant", choices=("sim", "gpu"), default="sim",
-                   help="simulated plant (default) or the real GPU (needs the GPU harness)")
+            out: str = "results", plants: tuple[str, ...] = ("sim", "gpu")) -> None:
+    p.add_argument("--plant", choices=plants, default="sim",
+                   help="simulated plant (default) or the real GPU (needs the GPU harness)"
+                        + ("; cpu: the whole pipeline (identify, model.json, the daemon "
+                           "process, a load burst) on real processes sharing this machine's "
+                           "CPUs" if "cpu" in plants else ""))
     p.add_argument("--seed", type=seed, default=0,
                    help="random seed of the plant, 0..2^32-1 (default 0)")
     p.add_argument("--out", default=out, help=f"output folder (default ./{out})")
@@ -140,12 +143,39 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.plant == "cpu":
+        return _cmd_demo_cpu(args)
     from harness.experiments.demo import demo
 
+    if args.period is None:
+        args.period = 4.0
+    try:
+        preset_arg(args.preset)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--preset: {exc}") from None
     _prepare_run(args, "burst")
     demo(out_dir=args.out, seed=args.seed, duration_s=args.duration, plant=args.plant,
          preset=args.preset, progress=_progress(args), period_s=args.period)
     return 0
+
+
+def _cmd_demo_cpu(args: argparse.Namespace) -> int:
+    from harness.experiments.pipeline import run_pipeline
+
+    period = args.period or 2.0
+    check_out_dir(Path(args.out))
+    closed = max(20, round((args.duration if args.duration != 400.0 else 120.0) / period))
+    res = run_pipeline(args.out, preset="default" if args.preset == "fig8" else args.preset,
+                       period_s=period, closed_periods=closed, slo_ms=args.slo,
+                       progress=not args.no_progress)
+    print(f"SLO {res['slo_choice']}")
+    print(f"identification R² {res['identify_r2']:.2f} (held-out "
+          f"{res['identify_r2_validation']:.2f}); closed loop over {res['closed_periods']} "
+          f"periods: median |l - SLO|/SLO {res['median_abs_err_pct']} %, periods over "
+          f"1.05 SLO {res['over_105_pct']} %, training {res['training_it_per_period']} "
+          f"iterations per period; {res['wall_s']:.0f} s in all")
+    print("Results: " + ", ".join(res["files"]))
+    return 0 if res["daemon_exit"] == 0 else 1
 
 
 def _cmd_burst(args: argparse.Namespace) -> int:
@@ -225,8 +255,14 @@ def register(sub: Any) -> None:
                        "simulated "
                                    "plant and print, per controller, latency, SLO violations and "
                                    "throughputs. Results go to ./results/burst/.")
-    _common(p, duration=400.0, period=4.0)
-    add_preset(p, "fig8")
+    _common(p, duration=400.0, period=4.0, plants=("sim", "gpu", "cpu"))
+    p.set_defaults(period=None)  # 4 s on the simulated and GPU plants, 2 s on the CPU plant
+    p.add_argument("--preset", default="fig8",
+                   help="plant preset: fig4, fig8 or a calibration.json (sim, gpu); default "
+                        "or small (cpu)")
+    p.add_argument("--slo", type=number(0.0, None, lo_open=True), default=None,
+                   help="--plant cpu: the SLO in ms, > 0 (default: chosen inside the "
+                        "identified latency range)")
     p.set_defaults(func=_guard(_cmd_demo))
 
     p = sub.add_parser("knobs", help="MPS vs Sleep vs Sleep+MPS (GPUColo paper, Fig. 4)")

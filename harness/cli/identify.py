@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.args import UsageError, check_out_dir, integer, number, seed
-from harness.cli.experiments import _floats_in, _pair, add_preset
+from harness.cli.experiments import _floats_in, _pair, preset_arg
 from harness.experiments.common import PlantUnavailable
 from harness.experiments.identify import format_summary, identify
 
@@ -21,6 +21,11 @@ def _cmd_identify(args: argparse.Namespace) -> int:
                          f"periods to fit and {args.periods - n_fit} to hold out; each needs "
                          "at least 3")
     check_out_dir(Path(args.out) / "identify")
+    if args.plant != "cpu":
+        try:
+            preset_arg(args.preset)
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"--preset: {exc}") from None
     try:
         res = identify(plant=args.plant, preset=args.preset, seed=args.seed,
                        mps_levels=args.mps, sleep_range=args.sleep, periods=args.periods,
@@ -46,9 +51,13 @@ def register(sub: Any) -> None:
                     "MPS level, fit latency = gain * sleep + offset, validate on held-out "
                     "periods and report gain, offset and R² per level (GPUColo paper, Figs. 6/7). "
                     "Results go to <out>/identify/.")
-    p.add_argument("--plant", choices=("sim", "gpu"), default="sim",
-                   help="simulated plant (default) or the real GPU (needs the GPU harness)")
-    add_preset(p, "fig8")
+    p.add_argument("--plant", choices=("sim", "gpu", "cpu"), default="sim",
+                   help="simulated plant (default), the real GPU (needs the GPU harness) or "
+                        "the CPU plant (real processes on this machine's CPUs; presets "
+                        "default, small)")
+    p.add_argument("--preset", default="fig8",
+                   help="plant preset: fig4, fig8 or a calibration.json written by "
+                        "'gpucontrol calibrate' (sim, gpu); default or small (cpu)")
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0..2^32-1 (default 0)")
     p.add_argument("--out", default="results", help="output folder (default ./results)")
     p.add_argument("--mps", type=_floats_in(1, 100, unit="%"), default=[40.0, 60.0, 80.0, 100.0],

@@ -11,7 +11,8 @@ the true local slope at the middle of the sleep range, so the identified gain ca
 Written to ``<out>/identify/``: ``identify_periods.csv`` (tidy, one row per period),
 ``identify_summary.csv`` and ``.md`` (one row per MPS level), ``identify_meta.json``,
 ``identify_fig6.png`` (latency vs sleep per level with the fitted lines) and
-``identify_fig7.png`` (predicted vs measured on the held-out periods). The command prints
+``identify_fig7.png`` (predicted vs measured on the held-out periods) and ``model.json``, the
+file ``gpucontrol daemon --model`` reads (:func:`model_document`). The command prints
 gain, offset and R² per level, then the gain envelope across levels and whether the GPUColo paper's
 P controller designed on the recommended nominal gain is stable over it.
 """
@@ -37,7 +38,7 @@ from harness.progress import Progress
 from harness.results import markdown_table, save_figure, write_csv, write_json, write_markdown_table
 from harness.sim.protocol import Records
 
-__all__ = ["PERIOD_COLUMNS", "SUMMARY_COLUMNS", "identify"]
+__all__ = ["PERIOD_COLUMNS", "SUMMARY_COLUMNS", "identify", "model_document"]
 
 SUMMARY_COLUMNS = ("mps_pct", "gain", "offset", "r2", "r2_validation", "fit_pct_validation",
                    "gain_ci_low", "gain_ci_high", "true_gain", "gain_err_pct", "rmse_ms",
@@ -48,18 +49,19 @@ PERIOD_COLUMNS = ("mps_pct", "k", "t_s", "split", "sleep_s", "latency_ms", "pred
                   "expected_ms")
 
 
-def identify(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
+def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
              mps_levels: Sequence[float] = (40.0, 60.0, 80.0, 100.0),
              sleep_range: tuple[float, float] = (0.1, 0.7), periods: int = 100,
              train_fraction: float = 0.6, period_s: float = 4.0, warmup: int = 3,
-             out_dir: str | Path | None = None, progress: bool | None = False
-             ) -> ExperimentResult:
+             excitation: str = "white", out_dir: str | Path | None = None,
+             progress: bool | None = False) -> ExperimentResult:
     """Identify ``latency = gain * sleep + offset`` per MPS level with white-noise excitation.
 
     Parameters
     ----------
     plant, preset, seed
-        Which plant (``"sim"`` or ``"gpu"``), its preset and random seed.
+        Which plant (a registry name: ``"sim"``, ``"gpu"``, ``"cpu"``; or a running plant
+        object, which is used as is and left open), its preset and random seed.
     mps_levels
         Training MPS percentages, each identified in turn on the same plant.
     sleep_range
@@ -72,6 +74,9 @@ def identify(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
         Control period T (s).
     warmup
         Periods discarded after each MPS change (the training restarts, ~7 s).
+    excitation : {'white', 'prbs'}
+        Uniform white noise over ``sleep_range`` (the paper's), or a pseudo-random binary
+        sequence at its two ends (three times the input power, for a noisy plant).
     out_dir
         Folder for CSV/PNG/JSON (nothing written when None).
     progress
@@ -89,10 +94,13 @@ def identify(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
         raise ValueError(f"sleep_range must satisfy 0 <= low < high, got {sleep_range!r}")
     if int(periods) != periods or periods < 10:
         raise ValueError(f"periods must be an integer >= 10, got {periods!r}")
+    if excitation not in ("white", "prbs"):
+        raise ValueError(f"excitation must be 'white' or 'prbs', got {excitation!r}")
     levels = [float(m) for m in mps_levels]
     if not levels or any(not (0 < m <= 100) for m in levels):
         raise ValueError(f"mps_levels must be percentages in (0, 100], got {list(mps_levels)!r}")
-    p = make_plant(plant, preset, seed=seed)
+    own = isinstance(plant, str)
+    p = make_plant(plant, preset, seed=seed) if own else plant
     records = Records()
     summary: list[dict[str, Any]] = []
     fits: dict[str, sysid.StaticFit] = {}
@@ -101,7 +109,9 @@ def identify(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
         with Progress(len(levels) * (int(periods) + warmup), "identify",
                       enabled=progress) as bar:
             for i, m in enumerate(levels):
-                u = sysid.white_noise(int(periods), lo, hi, seed=seed * 1000 + i)
+                u = (sysid.white_noise(int(periods), lo, hi, seed=seed * 1000 + i)
+                     if excitation == "white" else
+                     sysid.prbs(int(periods), lo, hi, seed=seed * 1000 + i + 1))
                 for _ in range(warmup):
                     bar.advance()
                 data = sysid.run_experiment(p, u, period_s=period_s, mps_pct=m,
@@ -114,10 +124,13 @@ def identify(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
                 fits[f"{m:g}"] = fit
         mps_on = plant_mps_enabled(p)
     finally:
-        close_plant(p)
-    meta = {"experiment": "identify", "plant": plant, "preset": str(preset), "seed": seed,
+        if own:
+            close_plant(p)
+    meta = {"experiment": "identify", "plant": plant if own else type(p).__name__,
+            "preset": str(preset), "seed": seed,
             "mps_levels": levels, "sleep_range_s": [lo, hi], "periods": int(periods),
             "train_fraction": train_fraction, "period_s": period_s, "warmup": warmup,
+            "excitation": excitation,
             "mps_enabled": mps_on,
             "plant_params": p.describe() if hasattr(p, "describe") else {}}
     meta.update(_envelope(fits))
@@ -134,7 +147,37 @@ def identify(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
             plot_fig6(res, p, out / "identify_fig6.png"),
             plot_fig7(res, out / "identify_fig7.png"),
         ]
+        doc = model_document(summary)
+        if doc is not None:
+            res.files.append(write_json(doc, out / "model.json"))
     return res
+
+
+def model_document(summary: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The daemon's model file from identification rows (one per MPS level).
+
+    Parameters
+    ----------
+    summary : sequence of dict
+        Rows with ``mps_pct``, ``gain``, ``offset``, ``r2``, ``r2_validation``, ``gain_ci_high``.
+
+    Returns
+    -------
+    dict or None
+        ``{"gain", "offset", ...}`` for one usable level, ``{"points": [...]}`` (a family,
+        gain-scheduled by MPS) for several; None when no level has a significantly negative
+        gain (no model to design from). Read by :func:`gpucontrol.node.daemon.load_model`.
+    """
+    usable = [r for r in summary if r["gain"] < 0 and r["gain_ci_high"] < 0]
+    if not usable:
+        return None
+    if len(usable) == 1:
+        r = usable[0]
+        return {"gain": float(r["gain"]), "offset": float(r["offset"]),
+                "mps_pct": float(r["mps_pct"]), "r2": float(r["r2"]),
+                "r2_validation": float(r["r2_validation"])}
+    return {"points": [{"mps_pct": float(r["mps_pct"]), "gain": float(r["gain"]),
+                        "offset": float(r["offset"])} for r in usable]}
 
 
 def _identify_level(p: Any, data: sysid.IdData, mps: float, train_fraction: float,

@@ -8,7 +8,7 @@ its own plant with :func:`register_plant`. A factory is called as
 :class:`~gpucontrol.errors.PlantUnavailable` when it cannot run on this machine.
 
 >>> sorted(PLANTS)
-['gpu', 'sim']
+['cpu', 'gpu', 'sim']
 >>> make_plant("sim", "fig8").params.batch
 105
 """
@@ -27,6 +27,7 @@ __all__ = ["PLANTS", "make_plant", "plant_factory", "register_plant"]
 PLANTS: dict[str, str] = {
     "sim": "harness.sim.simulated:make_simulated_plant",
     "gpu": "harness.hil.gpu_plant:make_gpu_plant",
+    "cpu": "harness.hil.cpu.plant:make_cpu_plant",
 }
 
 _HINTS = {"gpu": "--plant gpu needs the GPU harness (harness.hil), which is not importable here"}
@@ -71,7 +72,8 @@ def make_plant(kind: str = "sim", preset: str = "fig8", *, seed: int = 0,
     Parameters
     ----------
     kind : str
-        A plant kind of the registry (``"sim"``, ``"gpu"``).
+        A plant kind of the registry (``"sim"``, ``"gpu"``, ``"cpu"``: real inference and
+        training processes on this machine's CPUs, :mod:`harness.hil.cpu`).
     preset : str
         A preset name or a calibration file.
     seed : int

@@ -10,6 +10,8 @@
   (``gpucontrol.node.actuators.mps.MPSControl``) for an experiment, always stopped with
   ``quit``; sleep-only fallback without MPS.
 - :mod:`harness.hil.gpu_plant` — :class:`GPUPlant`, the real co-location behind the Plant protocol.
+- :mod:`harness.hil.cpu` — the CPU plant: real inference and training processes sharing this
+  machine's CPUs (no GPU), the registry's ``cpu`` plant.
 
 No GPU package (cupy, torch, pynvml) is imported at module level anywhere in this package, so
 ``import harness.hil`` works on a machine without a GPU; the GPU paths import them lazily and

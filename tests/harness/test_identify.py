@@ -19,13 +19,26 @@ def test_writes_tidy_csv_png_and_meta(study):
     res, out = study
     names = {f.name for f in res.files}
     assert names == {"identify_periods.csv", "identify_summary.csv", "identify_summary.md",
-                     "identify_meta.json", "identify_fig6.png", "identify_fig7.png"}
+                     "identify_meta.json", "identify_fig6.png", "identify_fig7.png",
+                     "model.json"}
     rows = read_csv(out / "identify_periods.csv")
     assert len(rows) == 3 * 60  # one row per recorded period
     assert set(rows[0]) == set(ident.PERIOD_COLUMNS)
     assert {r["split"] for r in rows} == {"train", "validation"}
     summary = read_csv(out / "identify_summary.csv")
     assert [r["mps_pct"] for r in summary] == [60.0, 80.0, 100.0]
+
+
+def test_model_json_is_what_the_daemon_reads(study):
+    from gpucontrol.models import LatencyModelFamily
+    from gpucontrol.node.daemon import load_model
+
+    res, out = study
+    model = load_model(out / "model.json")  # three levels: a family, gain-scheduled by MPS
+    assert isinstance(model, LatencyModelFamily)
+    one = ident.model_document(res.summary[-1:])
+    assert one is not None and one["gain"] == res.summary[-1]["gain"]
+    assert ident.model_document([{**res.summary[0], "gain": 1.0, "gain_ci_high": 2.0}]) is None
 
 
 def test_identified_gains_track_the_plant(study):

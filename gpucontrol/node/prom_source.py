@@ -1,0 +1,314 @@
+"""A latency source that scrapes a Prometheus latency histogram (``/metrics``).
+
+Any inference server that exposes a latency histogram -- Triton, TorchServe, vLLM, the CPU
+plant's service (:mod:`harness.hil.cpu.inference`) -- feeds the daemon without a code change:
+once per control period :class:`PrometheusSource` scrapes the text exposition, takes the
+difference of the cumulative ``_bucket``, ``_sum`` and ``_count`` series since the previous
+scrape, and hands back the period's :class:`~gpucontrol.node.monitor.PeriodStats`:
+
+- mean = delta(sum) / delta(count) (exact, whatever the buckets);
+- p99 = the 0.99 quantile of the period's bucket deltas, interpolated linearly inside the
+  bucket that holds it (Prometheus' ``histogram_quantile`` rule); a quantile in the ``+Inf``
+  bucket reads as the largest finite bound.
+
+A counter that went down (the server restarted) starts a new baseline: that period reports
+no samples (the controller holds) and counts one malformed reading, as does a failed scrape.
+Units: the histogram is read in seconds (the Prometheus convention) unless ``unit_ms=1.0``.
+
+Examples
+--------
+>>> text = '''# TYPE lat_seconds histogram
+... lat_seconds_bucket{le="0.01"} 2
+... lat_seconds_bucket{le="0.02"} 10
+... lat_seconds_bucket{le="+Inf"} 10
+... lat_seconds_sum 0.15
+... lat_seconds_count 10
+... '''
+>>> h = parse_histogram(text, "lat_seconds")
+>>> h.count, h.buckets[-1]
+(10.0, (inf, 10.0))
+>>> round(histogram_quantile(0.5, h.buckets), 5)
+0.01375
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpucontrol._validate import positive
+from gpucontrol.errors import ConfigurationError
+from gpucontrol.node.monitor import PeriodStats
+
+__all__ = ["Histogram", "PrometheusSource", "histogram_delta", "histogram_quantile",
+           "parse_histogram"]
+
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One scrape of a cumulative histogram.
+
+    Parameters
+    ----------
+    buckets : tuple of (float, float)
+        ``(upper bound, cumulative count)`` sorted by bound, ending with ``+Inf``.
+    sum : float
+        The ``_sum`` series.
+    count : float
+        The ``_count`` series.
+    """
+
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+
+def _labels(text: str | None) -> dict[str, str]:
+    return dict(_LABEL.findall(text or ""))
+
+
+def parse_histogram(text: str, name: str, labels: Mapping[str, str] | None = None) -> Histogram:
+    """Read the histogram ``name`` from Prometheus text exposition.
+
+    Series whose labels (other than ``le``) differ from ``labels`` are skipped; with
+    ``labels`` None every series of the name is summed (all label sets pooled).
+
+    Parameters
+    ----------
+    text : str
+        The ``/metrics`` body.
+    name : str
+        Base name of the histogram (without ``_bucket``/``_sum``/``_count``).
+    labels : mapping or None
+        Label values a series must carry to count.
+
+    Returns
+    -------
+    Histogram
+        The pooled cumulative buckets, sum and count.
+
+    Raises
+    ------
+    ValueError
+        The histogram is absent, or has no ``+Inf`` bucket.
+    """
+    want = dict(labels or {})
+    buckets: dict[float, float] = {}
+    total = count = 0.0
+    seen = False
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = _LINE.match(line)
+        if not m or not m.group(1).startswith(name):
+            continue
+        series, lab, val = m.group(1), _labels(m.group(2)), m.group(3)
+        suffix = series[len(name):]
+        if suffix not in ("_bucket", "_sum", "_count"):
+            continue
+        le = lab.pop("le", None)
+        if any(lab.get(k) != v for k, v in want.items()):
+            continue
+        try:
+            v = float(val)
+        except ValueError:
+            continue
+        seen = True
+        if suffix == "_bucket" and le is not None:
+            b = math.inf if le in ("+Inf", "Inf", "inf") else float(le)
+            buckets[b] = buckets.get(b, 0.0) + v
+        elif suffix == "_sum":
+            total += v
+        elif suffix == "_count":
+            count += v
+    if not seen:
+        raise ValueError(f"histogram {name!r} not found in the scrape")
+    if math.inf not in buckets:
+        raise ValueError(f"histogram {name!r} has no +Inf bucket")
+    return Histogram(tuple(sorted(buckets.items())), total, count)
+
+
+def histogram_delta(new: Histogram, old: Histogram | None) -> Histogram | None:
+    """What happened between two scrapes (``new - old``); None when a counter went down.
+
+    Parameters
+    ----------
+    new, old : Histogram
+        The later and the earlier scrape (``old`` None: ``new`` itself).
+
+    Returns
+    -------
+    Histogram or None
+        Bucket, sum and count increments; None after a reset (a restarted server).
+    """
+    if old is None:
+        return new
+    prev = dict(old.buckets)
+    out = []
+    for b, c in new.buckets:
+        d = c - prev.get(b, 0.0)
+        if d < 0:
+            return None
+        out.append((b, d))
+    if new.count < old.count or new.sum < old.sum - 1e-12:
+        return None
+    return Histogram(tuple(out), new.sum - old.sum, new.count - old.count)
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
+    """The ``q`` quantile of cumulative buckets, linear inside the bucket (NaN when empty).
+
+    Parameters
+    ----------
+    q : float
+        Quantile in [0, 1].
+    buckets : sequence of (float, float)
+        ``(upper bound, cumulative count)`` sorted by bound, the last ``+Inf``.
+
+    Returns
+    -------
+    float
+        The estimate, in the histogram's unit; the largest finite bound when it falls in
+        ``+Inf``; the lower buckets start at 0.
+    """
+    if not buckets or buckets[-1][1] <= 0:
+        return math.nan
+    rank = q * buckets[-1][1]
+    lo_b, lo_c = 0.0, 0.0
+    for b, c in buckets:
+        if c >= rank and c > lo_c:
+            if math.isinf(b):
+                return lo_b
+            return lo_b + (b - lo_b) * (rank - lo_c) / (c - lo_c)
+        lo_b, lo_c = (b if not math.isinf(b) else lo_b), c
+    return lo_b
+
+
+class PrometheusSource:
+    """The daemon's latency source from a scraped histogram (same face as the monitor).
+
+    ``start()``, ``collect() -> PeriodStats``, ``close()``, ``total_count`` and
+    ``total_malformed`` match :class:`~gpucontrol.node.monitor.LatencyMonitor`, so the daemon
+    takes either.
+
+    Parameters
+    ----------
+    url : str
+        The ``http://host:port/metrics`` address.
+    metric : str
+        Histogram base name (default ``inference_latency_seconds``).
+    labels : mapping or None
+        Only series with these labels (None: all pooled).
+    unit_ms : float
+        Milliseconds per histogram unit (1000 for seconds), > 0.
+    timeout_s : float
+        Scrape timeout, > 0.
+    """
+
+    def __init__(self, url: str, metric: str = "inference_latency_seconds", *,
+                 labels: Mapping[str, str] | None = None, unit_ms: float = 1000.0,
+                 timeout_s: float = 1.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"--prometheus-url must be an http(s) URL, got {url!r}")
+        self.url = url
+        self.metric = metric
+        self.labels = dict(labels or {})
+        self.unit_ms = positive("unit_ms", unit_ms)
+        self.timeout_s = positive("timeout_s", timeout_s)
+        self._last: Histogram | None = None
+        self._t = time.time()
+        self._lock = threading.Lock()
+        self.total_count = 0
+        self.total_malformed = 0
+        self.last_error = ""
+
+    def scrape(self) -> Histogram:
+        """One scrape of the histogram.
+
+        Returns
+        -------
+        Histogram
+            The cumulative histogram now.
+        """
+        with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:
+            text = resp.read().decode("utf-8", "replace")
+        return parse_histogram(text, self.metric, self.labels)
+
+    def start(self) -> PrometheusSource:
+        """Take the baseline scrape (a failure is retried at the first collect).
+
+        Returns
+        -------
+        PrometheusSource
+            self.
+        """
+        with self._lock:
+            self._t = time.time()
+            try:
+                self._last = self.scrape()
+            except (OSError, ValueError) as exc:
+                self.last_error = str(exc)
+                self._last = None
+        return self
+
+    def collect(self) -> PeriodStats:
+        """The period since the previous call, from the bucket deltas.
+
+        Returns
+        -------
+        PeriodStats
+            mean (exact), p99 (bucket estimate), max (upper bound of the highest non-empty
+            finite bucket) and count; no samples when the scrape failed or a counter reset.
+        """
+        with self._lock:
+            now = time.time()
+            start, self._t = self._t, now
+            bad = 0
+            try:
+                new: Histogram | None = self.scrape()
+            except (OSError, ValueError) as exc:
+                self.last_error = str(exc)
+                new, bad = None, 1
+            delta = None
+            if new is not None:
+                delta = histogram_delta(new, self._last) if self._last is not None else None
+                if delta is None and self._last is not None:
+                    bad = 1  # a counter went down: new baseline
+                self._last = new
+            self.total_malformed += bad
+            n = round(delta.count) if delta is not None else 0
+            if delta is None or n <= 0:
+                return PeriodStats(start, now, 0, math.nan, math.nan, math.nan, bad)
+            self.total_count += n
+            mean = delta.sum / delta.count * self.unit_ms
+            p99 = histogram_quantile(0.99, _cumulative(delta.buckets)) * self.unit_ms
+            top = max((b for b, c in delta.buckets if c > 0 and not math.isinf(b)),
+                      default=math.nan)
+            return PeriodStats(start, now, n, mean, p99, top * self.unit_ms, bad)
+
+    def close(self) -> None:
+        """Nothing to release (each scrape is its own connection)."""
+
+    def __enter__(self) -> PrometheusSource:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _cumulative(buckets: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    # a delta of cumulative buckets is itself cumulative; this guards monotonicity only
+    out: list[tuple[float, float]] = []
+    run = 0.0
+    for b, c in buckets:
+        run = max(run, c)
+        out.append((b, run))
+    return out

@@ -1,0 +1,103 @@
+"""The daemon's CPU-plant wiring: the Prometheus latency source and the cgroup CPU-share
+backend, as flags and as a real daemon process on a busy loop."""
+
+import json
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from actuators._children import daemon_argv, stopped_pids
+
+from gpucontrol.errors import ConfigurationError
+from gpucontrol.node.actuators.cpu_share import detect_backend
+from gpucontrol.node.cli import build_parser
+from gpucontrol.node.cli import main as daemon_main
+from gpucontrol.node.config import DaemonConfig
+
+
+def test_flags_reach_the_config():
+    ns = build_parser().parse_args(["--training-pid", "4242", "--fixed-sleep", "0",
+                                    "--latency-source", "prometheus", "--prometheus-url",
+                                    "http://127.0.0.1:9/metrics", "--share-backend", "cpu",
+                                    "--share-cgroup", "plant/training"])
+    cfg = DaemonConfig.from_args(ns)
+    assert (cfg.latency_source, cfg.share_backend, cfg.share_cgroup) == \
+        ("prometheus", "cpu", "plant/training")
+    assert DaemonConfig(training_pids=(4242,), fixed_sleep=0).latency_source == "socket"
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"latency_source": "prometheus"}, "--prometheus-url"),
+    ({"latency_source": "carrier-pigeon"}, "--latency-source"),
+    ({"share_backend": "cpu", "share_cgroup": "/sys/fs/cgroup/x"}, "--share-cgroup"),
+    ({"share_backend": "cpu", "share_cgroup": "a/../b"}, "--share-cgroup"),
+    ({"share_backend": "tpu"}, "--share-backend"),
+])
+def test_bad_settings_name_the_flag(kw, message):
+    with pytest.raises(ConfigurationError, match=message):
+        DaemonConfig(training_pids=(4242,), fixed_sleep=0, **kw)
+
+
+def test_cli_error_exits_2(tmp_path, capsys):
+    argv = daemon_argv(tmp_path, "x", "--training-cmd", "true", "--fixed-sleep", "0",
+                       "--latency-source", "prometheus")[3:]
+    assert daemon_main(argv) == 2
+    assert "--prometheus-url" in capsys.readouterr().err
+
+
+def _writable() -> bool:
+    try:
+        detect_backend()
+    except ConfigurationError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _writable(), reason="no writable cgroup CPU controller here")
+def test_daemon_scrapes_prometheus_and_moves_the_cpu_share(tmp_path, children):
+    """Latency far above the SLO: the sleep saturates, the outer loop lowers the CPU share
+    (no restart), and at exit the cap is lifted and the training resumed."""
+    from prometheus_client import CollectorRegistry, Histogram, start_http_server
+
+    reg = CollectorRegistry()
+    hist = Histogram("inference_latency_seconds", "x", buckets=(0.01, 0.05, 0.1, 0.5),
+                     registry=reg)
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=reg)
+    stop = threading.Event()
+
+    def feed() -> None:
+        while not stop.wait(0.02):
+            hist.observe(0.2)  # 200 ms per batch whatever happens: always over the SLO
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    busy = children.spawn()
+    (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
+    group = f"gpucontrol-test-{uuid.uuid4().hex[:8]}"
+    try:
+        out = subprocess.run(daemon_argv(
+            tmp_path, "x", "--training-pid", str(busy.pid), "--slo-ms", "100", "--model",
+            str(tmp_path / "model.json"), "--period-s", "0.3", "--outer-every", "3",
+            "--duration-s", "4", "--latency-source", "prometheus", "--prometheus-url",
+            f"http://127.0.0.1:{server.server_port}/metrics", "--share-backend", "cpu",
+            "--share-cgroup", group, "--sleep-method", "signal", "--run-quantum-s", "0.05"),
+            capture_output=True, text=True, timeout=40, stdin=subprocess.DEVNULL, check=False)
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+    assert out.returncode == 0, out.stderr
+    recs = [json.loads(x) for x in out.stdout.splitlines()]
+    ready = [r for r in recs if r.get("event") == "cpu_share_ready"]
+    assert ready and ready[0]["backend"] in ("cpu.max", "cfs_quota_us")
+    periods = [r for r in recs if "period" in r and "event" not in r]
+    assert periods and all(abs(r["mean_ms"] - 200.0) < 1e-6 for r in periods if r["count"])
+    assert max(r["sleep_s"] for r in periods) == 1.0  # saturated
+    changes = [r for r in recs if r.get("event") == "share_change"]
+    assert changes and all(c["ok"] and c["latency_s"] < 0.05 for c in changes)
+    assert changes[-1]["new_pct"] < 100.0
+    assert recs[-1]["event"] == "stopped"
+    assert stopped_pids([busy.pid]) == []
+    assert not (Path(ready[0]["cgroup"])).exists()  # the group it made is gone

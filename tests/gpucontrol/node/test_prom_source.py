@@ -1,0 +1,108 @@
+"""The Prometheus histogram latency source: parsing, bucket deltas -> mean and p99, resets,
+and a real scrape of a prometheus_client server."""
+
+import math
+
+import pytest
+
+from gpucontrol.errors import ConfigurationError
+from gpucontrol.node.prom_source import (
+    Histogram,
+    PrometheusSource,
+    histogram_delta,
+    histogram_quantile,
+    parse_histogram,
+)
+
+TEXT = """# HELP lat_seconds Per-batch latency
+# TYPE lat_seconds histogram
+lat_seconds_bucket{model="a",le="0.01"} 1
+lat_seconds_bucket{model="a",le="0.02"} 5
+lat_seconds_bucket{model="a",le="0.05"} 9
+lat_seconds_bucket{model="a",le="+Inf"} 10
+lat_seconds_sum{model="a"} 0.25
+lat_seconds_count{model="a"} 10
+lat_seconds_bucket{model="b",le="0.01"} 4
+lat_seconds_bucket{model="b",le="0.02"} 4
+lat_seconds_bucket{model="b",le="0.05"} 4
+lat_seconds_bucket{model="b",le="+Inf"} 4
+lat_seconds_sum{model="b"} 0.02
+lat_seconds_count{model="b"} 4
+lat_seconds_created{model="a"} 1.7e9
+other_metric 3
+"""
+
+
+def test_parse_selects_labels_and_pools_without():
+    a = parse_histogram(TEXT, "lat_seconds", {"model": "a"})
+    assert a.buckets == ((0.01, 1.0), (0.02, 5.0), (0.05, 9.0), (math.inf, 10.0))
+    assert (a.sum, a.count) == (0.25, 10.0)
+    both = parse_histogram(TEXT, "lat_seconds")
+    assert both.count == 14.0 and both.buckets[0] == (0.01, 5.0)
+
+
+def test_parse_errors_name_the_problem():
+    with pytest.raises(ValueError, match="not found"):
+        parse_histogram(TEXT, "missing_seconds")
+    with pytest.raises(ValueError, match=r"\+Inf"):
+        parse_histogram('x_bucket{le="1"} 3\nx_sum 1\nx_count 3\n', "x")
+
+
+def test_quantile_interpolates_inside_the_bucket():
+    b = [(0.01, 1.0), (0.02, 5.0), (0.05, 9.0), (math.inf, 10.0)]
+    # rank 5 of 10 is the top of the 0.01..0.02 bucket
+    assert histogram_quantile(0.5, b) == pytest.approx(0.02)
+    # rank 3: 2 of the 4 in (0.01, 0.02] -> halfway
+    assert histogram_quantile(0.3, b) == pytest.approx(0.015)
+    # rank 9.9 falls in +Inf: the largest finite bound
+    assert histogram_quantile(0.99, b) == 0.05
+    assert math.isnan(histogram_quantile(0.99, [(math.inf, 0.0)]))
+
+
+def test_delta_gives_the_period_and_detects_a_reset():
+    old = Histogram(((0.01, 1.0), (0.02, 5.0), (math.inf, 5.0)), 0.06, 5.0)
+    new = Histogram(((0.01, 1.0), (0.02, 5.0), (math.inf, 15.0)), 0.86, 15.0)
+    d = histogram_delta(new, old)
+    assert d is not None
+    assert d.count == 10 and d.sum == pytest.approx(0.8)
+    assert d.buckets == ((0.01, 0.0), (0.02, 0.0), (math.inf, 10.0))
+    assert histogram_delta(old, new) is None  # counters went down: a restarted server
+
+
+def test_source_needs_a_url():
+    with pytest.raises(ConfigurationError, match="prometheus-url"):
+        PrometheusSource("localhost:9090/metrics")
+
+
+def test_source_scrapes_a_real_histogram_period_by_period():
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import Histogram as PH
+
+    reg = CollectorRegistry()
+    h = PH("inference_latency_seconds", "x", buckets=(0.005, 0.01, 0.02, 0.04, 0.08), registry=reg)
+    server = start_http_server(0, addr="127.0.0.1", registry=reg)
+    try:
+        port = server[0].server_port
+        src = PrometheusSource(f"http://127.0.0.1:{port}/metrics").start()
+        for _ in range(99):
+            h.observe(0.012)
+        h.observe(0.07)
+        st = src.collect()
+        assert st.count == 100
+        assert st.mean_ms == pytest.approx((99 * 12 + 70) / 100, rel=1e-6)  # exact from sums
+        assert 10.0 <= st.p99_ms <= 20.0  # rank 99 sits in the (10, 20] ms bucket
+        assert st.max_ms == 80.0
+        empty = src.collect()  # nothing new: no samples, the controller holds
+        assert empty.count == 0 and math.isnan(empty.mean_ms)
+        for _ in range(10):
+            h.observe(0.03)
+        st = src.collect()
+        assert st.count == 10 and st.mean_ms == pytest.approx(30.0)
+        assert 20.0 < st.p99_ms <= 40.0
+        assert src.total_count == 110 and src.total_malformed == 0
+    finally:
+        server[0].shutdown()
+        server[0].server_close()
+    bad = PrometheusSource(f"http://127.0.0.1:{port}/metrics", timeout_s=0.5)
+    st = bad.collect()  # server gone: a malformed period, no exception
+    assert st.count == 0 and bad.total_malformed == 1
