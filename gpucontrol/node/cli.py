@@ -63,7 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", help="model.json: {gain, offset} or a list of MPS-level rows")
     g.add_argument("--period-s", type=float, default=4.0, help="control period (default 4)")
     g.add_argument("--outer-every", type=int, default=25, help="outer loop every N periods")
-    g.add_argument("--outer", choices=OUTER_LOOPS, default="paper")
+    g.add_argument("--outer", choices=OUTER_LOOPS, default="throughput",
+                   help="outer (share) loop: throughput (default; highest training rate at "
+                   "the SLO, counting each change's measured cost) or paper (the GPUColo loop)")
     g.add_argument("--mode", choices=MODES, default="mean")
     g.add_argument("--max-sleep-s", type=float, default=1.0, help="sleep upper bound (s)")
     g.add_argument("--initial-mps", type=float, default=100.0)

@@ -42,7 +42,7 @@ from gpucontrol.errors import ConfigurationError
 
 __all__ = ["DaemonConfig"]
 
-OUTER_LOOPS = ("paper", "mid-range", "none")
+OUTER_LOOPS = ("throughput", "paper", "mid-range", "none")
 MODES = ("mean", "p99")
 SLEEP_METHODS = ("auto", "signal", "cgroup", "hook")
 READY_MODES = ("notify", "spawn")
@@ -70,8 +70,10 @@ class DaemonConfig:
         Control period in seconds, > 0 [``--period-s``].
     outer_every : int
         Run the outer (MPS) loop every this many periods, >= 1 [``--outer-every``].
-    outer : {'paper', 'mid-range', 'none'}
-        Outer-loop rule [``--outer``].
+    outer : {'throughput', 'paper', 'mid-range', 'none'}
+        Outer-loop rule [``--outer``]: ``throughput`` (default) seeks the highest training
+        rate at the SLO, counting each change's measured cost; ``paper`` reproduces the
+        GPUColo paper's loop.
     mode : {'mean', 'p99'}
         Which latency statistic the inner loop controls [``--mode``].
     max_sleep_s : float
@@ -166,7 +168,7 @@ class DaemonConfig:
     model: str | None = None
     period_s: float = 4.0
     outer_every: int = 25
-    outer: Literal["paper", "mid-range", "none"] = "paper"
+    outer: Literal["throughput", "paper", "mid-range", "none"] = "throughput"
     mode: Literal["mean", "p99"] = "mean"
     max_sleep_s: float = 1.0
     initial_mps: float = 100.0

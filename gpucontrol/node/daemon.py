@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpucontrol.errors import ConfigurationError
-from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 from gpucontrol.node._runtime import ensure_private_dir, grant_group, unlink_quietly
 from gpucontrol.node.actuators.cgroup import check_cgroup_holds
 from gpucontrol.node.actuators.cpu_share import CpuShare
@@ -72,52 +71,16 @@ from gpucontrol.node.hooks import HookWriter
 from gpucontrol.node.locks import FileLock, TargetLocks
 from gpucontrol.node.logsink import LogSink, open_log
 from gpucontrol.node.metrics import DaemonMetrics
+from gpucontrol.node.model_file import load_model
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
 from gpucontrol.node.mps_health import MPSHealthWatch
 from gpucontrol.node.persist import restorable
 from gpucontrol.node.prom_source import PrometheusSource
 from gpucontrol.two_tier import Actuation, TwoTierController
 
-__all__ = ["Daemon", "load_model"]
+__all__ = ["Daemon", "load_model"]  # load_model lives in model_file (re-exported)
 
 logger = logging.getLogger(__name__)
-
-
-def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyModelFamily:
-    """Read a latency model file.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        JSON: ``{"gain": g, "offset": n}`` (one linear model), or a list of
-        ``{"mps_pct", "gain", "offset"[, "batch"]}`` rows (a family, gain-scheduled by MPS),
-        bare or under ``"points"``.
-
-    Returns
-    -------
-    LinearLatencyModel or LatencyModelFamily
-        The model the controller designs its gains from.
-
-    Raises
-    ------
-    ValueError
-        The file cannot be read or is not one of these shapes.
-    """
-    try:
-        text = Path(path).read_text()
-        doc = json.loads(text)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read model {path}: {exc}") from None
-    if isinstance(doc, dict) and "points" in doc:
-        doc = doc["points"]
-    if isinstance(doc, list):
-        try:
-            return LatencyModelFamily.from_json(json.dumps(doc))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"model {path}: bad family row ({exc})") from None
-    if isinstance(doc, dict):
-        return LinearLatencyModel.from_dict(doc)
-    raise ValueError(f"model {path} must be a JSON object or list")
 
 
 def _clean(x: Any) -> Any:
@@ -214,11 +177,16 @@ class Daemon(DaemonSafety):
         if cfg.fixed_sleep is not None:
             return None
         assert cfg.model is not None and cfg.slo_ms is not None  # DaemonConfig checked it
+        outer = cfg.outer if mps_ok and cfg.fixed_mps is None else "none"
+        kw: dict[str, Any] = {}
+        if cfg.outer == "throughput":  # the default: delay-robust even without a share knob
+            kw["detune"] = 0.5
+            if cfg.share_backend == "cpu":  # a restart-free share: a change costs nothing
+                kw["restart_s"] = 0.0
         return TwoTierController(
             load_model(cfg.model), cfg.slo_ms, inner_period_s=cfg.period_s,
             outer_every=cfg.outer_every,
-            sleep_bounds_s=(0.0, cfg.max_sleep_s), mode=cfg.mode,
-            outer=cfg.outer if mps_ok and cfg.fixed_mps is None else "none",
+            sleep_bounds_s=(0.0, cfg.max_sleep_s), mode=cfg.mode, outer=outer, **kw,
             initial_mps_pct=(self._restored["mps_pct"] if self._restored and mps_ok
                              else cfg.initial_mps_pct),
             initial_sleep_s=self._restored["sleep_s"] if self._restored else None)
@@ -420,6 +388,8 @@ class Daemon(DaemonSafety):
                 self.cycler.suspend(False)
             self._restarted = True
         self.emit(event="mps_restart", **dataclasses.asdict(res))
+        if self.controller is not None and res.ok and math.isfinite(res.total_s):
+            self.controller.set_restart_duration(res.total_s)  # the hold and its cost
 
     # ------------------------------------------------------------------ the loop
     def training_alive(self) -> bool:

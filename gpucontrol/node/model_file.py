@@ -1,0 +1,48 @@
+"""The latency model file the daemon reads (``--model``): what ``gpucontrol identify`` writes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
+
+__all__ = ["load_model"]
+
+
+def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyModelFamily:
+    """Read a latency model file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        JSON: ``{"gain": g, "offset": n}`` (one linear model), or a list of
+        ``{"mps_pct", "gain", "offset"[, "batch"]}`` rows (a family, gain-scheduled by MPS),
+        bare or under ``"points"``.
+
+    Returns
+    -------
+    LinearLatencyModel or LatencyModelFamily
+        The model the controller designs its gains from.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be read or is not one of these shapes.
+    """
+    try:
+        text = Path(path).read_text()
+        doc = json.loads(text)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read model {path}: {exc}") from None
+    if isinstance(doc, dict) and "points" in doc:
+        doc = doc["points"]
+    if isinstance(doc, list):
+        try:
+            return LatencyModelFamily.from_json(json.dumps(doc))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"model {path}: bad family row ({exc})") from None
+    if isinstance(doc, dict):
+        return LinearLatencyModel.from_dict(doc)
+    raise ValueError(f"model {path} must be a JSON object or list")
