@@ -34,6 +34,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
+import shutil
 from dataclasses import dataclass
 from typing import Literal
 
@@ -295,7 +297,8 @@ class DaemonConfig:
         Raises
         ------
         ConfigurationError
-            ``allow_other_users`` without root.
+            ``allow_other_users`` without root; a ``training_cmd`` whose program cannot be
+            run (not found on PATH, not executable, or an empty command).
         gpucontrol.errors.TargetRefused
             A ``training_pids`` entry may not be paused (init, ourselves, an ancestor, a
             kernel thread, another user's process, or no such process).
@@ -304,6 +307,8 @@ class DaemonConfig:
 
         if self.allow_other_users and os.geteuid() != 0:
             raise ConfigurationError("--allow-other-users is for root only")
+        if self.training_cmd is not None:
+            _check_program(self.training_cmd)
         for pid in self.training_pids:
             check_target(pid, allow_other_users=self.allow_other_users)
 
@@ -331,3 +336,24 @@ class DaemonConfig:
         if pids:
             kw["training_pids"] = tuple(pids)
         return cls(**kw)
+
+
+def _check_program(cmd: str) -> None:
+    """Refuse a ``--training-cmd`` whose program cannot be run (split as the daemon splits
+    it), so a typo is one line instead of a traceback from the launcher."""
+    try:
+        argv = shlex.split(cmd)
+    except ValueError as exc:
+        raise ConfigurationError(f"--training-cmd {cmd!r}: cannot be split into arguments "
+                                 f"({exc})") from None
+    if not argv:
+        raise ConfigurationError("--training-cmd is empty; give the command that starts the "
+                                 "training")
+    prog = argv[0]
+    if os.sep in prog:
+        ok = os.path.isfile(prog) and os.access(prog, os.X_OK)
+    else:
+        ok = shutil.which(prog) is not None
+    if not ok:
+        raise ConfigurationError(f"--training-cmd: program {prog!r} not found or not "
+                                 "executable" + ("" if os.sep in prog else " on PATH"))

@@ -512,3 +512,18 @@ def test_two_daemons_cannot_freeze_the_same_cgroup(children, tmp_path, cgroup_di
         d.terminate()
         assert d.wait(10) == 0
     assert "frozen 0" in (cgroup_dir / "cgroup.events").read_text()
+
+
+def test_missing_training_program_is_one_line_from_the_node_entry_point(tmp_path):
+    """`python -m gpucontrol.daemon` refuses a --training-cmd whose program does not exist
+    with one line and exit 2 (the same check as `gpucontrol daemon`), before touching
+    anything."""
+    r = subprocess.run([sys.executable, "-m", "gpucontrol.daemon", "--fixed-sleep", "0.1",
+                        "--training-cmd", "no-such-program-xyz --epochs 3",
+                        "--state", str(tmp_path / "s.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "gpucontrol-daemon: error: --training-cmd: program 'no-such-program-xyz' not found "
+        "or not executable on PATH"]
+    assert not (tmp_path / "s.json").exists()
