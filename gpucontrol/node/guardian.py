@@ -156,10 +156,12 @@ def resume_state(path: str | os.PathLike[str]) -> dict[str, int] | None:
 
 def resume_only(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``--resume-only`` mode (systemd ``ExecStopPost=``): resume whatever the state file
-    lists, zero its hook file, and remove the file unless its daemon still runs.
+    lists, zero its hook file and, unless its daemon still runs, end what that daemon owned
+    (a launched training, a private MPS daemon, a made cgroup) and remove the file.
 
-    Returns a record: ``state``, ``found``, ``owner_alive`` and the counts of
-    :func:`resume_targets`. Raises ValueError for a file that is not ours."""
+    Returns a record: ``state``, ``found``, ``owner_alive``, the counts of
+    :func:`resume_targets` and those of ``records.cleanup_owned``. Raises ValueError for a
+    file that is not ours."""
     doc = read_state(path)
     out: dict[str, Any] = {"event": "resume_only", "state": os.fspath(path),
                            "found": doc is not None, "owner_alive": False}
@@ -168,7 +170,8 @@ def resume_only(path: str | os.PathLike[str]) -> dict[str, Any]:
     out["owner_alive"] = state_owner_alive(doc)
     out["daemon_pid"] = doc.get("daemon_pid")
     out.update(resume_targets(doc["targets"], doc.get("hook")))
-    if not out["owner_alive"]:
+    if not out["owner_alive"]:  # then end what the dead daemon owned, as its guardian would
+        out.update(_sibling("records.py").cleanup_owned(doc))
         try:
             os.unlink(path)
         except OSError:

@@ -2,6 +2,7 @@
 (issue B5), a stalled daemon is killed and its training resumed by the guardian (B4), systemd's
 notify socket hears READY=1/WATCHDOG=1, and ``--resume-only`` resumes what a state file lists."""
 
+import contextlib
 import fcntl
 import json
 import os
@@ -9,6 +10,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -202,3 +204,35 @@ def test_notifier_takes_the_variables_out_of_the_environment(monkeypatch, tmp_pa
     monkeypatch.setenv("WATCHDOG_USEC", "3000000")
     monkeypatch.setenv("WATCHDOG_PID", "1")  # another process's watchdog
     assert SystemdNotifier().watchdog_interval_s is None
+
+
+def test_resume_only_ends_a_launched_training_after_a_total_crash(children, tmp_path):
+    """ExecStopPost= after daemon and guardian were SIGKILLed: the training the daemon
+    launched (--training-cmd, recorded as owned) is resumed and then ended, not left
+    running unthrottled."""
+    from gpucontrol.node.actuators.procs import descendants
+
+    args = daemon_argv(tmp_path, "o", "--training-cmd",
+                       f"{sys.executable} -c 'while True: pass'", "--fixed-sleep", "1.0",
+                       "--run-quantum-s", "0.001", "--period-s", "0.2")
+    d = children.popen(args, stdout=subprocess.PIPE, text=True)
+    pid = read_events(d.stdout, "training_started")[-1]["pid"]
+    assert wait_state(pid, {"T"})
+    for p in descendants([d.pid]):  # the guardian first: nobody is left to clean up
+        if p != pid:
+            os.kill(p, signal.SIGKILL)
+    time.sleep(0.05)
+    d.kill()
+    d.wait()
+    resume = [args[0], "-m", "gpucontrol.node.daemon", "--resume-only", "--state",
+              str(tmp_path / "o.state.json")]
+    r = subprocess.run(resume, capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["found"] and not out["owner_alive"] and out["terminated"] == 1
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.02)
+    assert not os.path.exists(f"/proc/{pid}") or state(pid) == "Z"
