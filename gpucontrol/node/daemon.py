@@ -281,6 +281,7 @@ class Daemon(DaemonSafety):
             check_cgroup_holds(cfg.cgroup, pids)  # never freeze a group without the training
         if cfg.share_backend == "cpu":  # restart-free share: the cgroup CPU quota
             self.cpu_share = CpuShare(pids, name=cfg.share_cgroup, share_pct=initial_mps)
+            self._record(share=self.cpu_share.record())  # a crash lifts the cap
             mps_ok = True
             self.emit(event="cpu_share_ready", backend=self.cpu_share.backend,
                       cgroup=str(self.cpu_share.path), share_pct=initial_mps,

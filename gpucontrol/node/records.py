@@ -7,6 +7,8 @@ The state file (:mod:`gpucontrol.node.guardian`) carries, next to the targets to
 * ``mps``: the private MPS control daemon it started (binary, pipe and log directories, the
   private root directory to remove);
 * ``made_cgroup``: a cgroup directory it created for the training;
+* ``share``: the CPU-share group it capped (``--share-backend cpu``): its path, backend
+  (``cpu.max`` or ``cfs_quota_us``) and whether the daemon made it;
 * ``controller``: the controller's last actuation (see :mod:`gpucontrol.node.persist`).
 
 :func:`cleanup_owned` ends what the records list: it stops every owned training (SIGCONT,
@@ -31,7 +33,8 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-__all__ = ["cleanup_owned", "open_identity", "quit_mps", "remove_cgroup", "terminate_identity"]
+__all__ = ["cleanup_owned", "open_identity", "quit_mps", "release_share", "remove_cgroup",
+           "terminate_identity"]
 
 MPS_ROOT_PREFIX = "gpucontrol-mps-"
 
@@ -167,6 +170,49 @@ def remove_cgroup(path: object, timeout_s: float = 2.0) -> bool:
             time.sleep(0.02)
 
 
+def release_share(rec: object) -> bool:
+    """Lift a CPU-share cap a dead daemon left (``share`` record), move the group's members
+    back to its parent group and remove the group when the daemon made it.
+
+    Parameters
+    ----------
+    rec : dict
+        ``{"path": abs path, "backend": "cpu.max" | "cfs_quota_us", "made": bool}``.
+
+    Returns
+    -------
+    bool
+        True when the cap was lifted.
+    """
+    if not isinstance(rec, dict):
+        return False
+    path, backend = rec.get("path"), rec.get("backend")
+    if (not isinstance(path, str) or not os.path.isabs(path) or not os.path.isdir(path)
+            or backend not in ("cpu.max", "cfs_quota_us")):
+        return False
+    try:
+        if backend == "cpu.max":
+            with open(os.path.join(path, "cpu.max")) as f:
+                period = [*f.read().split(), "100000", "100000"][1]
+            with open(os.path.join(path, "cpu.max"), "w") as f:
+                f.write(f"max {period}")
+        else:
+            with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
+                f.write("-1")
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            members = f.read().split()
+        for pid in members:
+            with contextlib.suppress(OSError), \
+                    open(os.path.join(os.path.dirname(path), "cgroup.procs"), "w") as f:
+                f.write(pid)
+    if rec.get("made"):
+        remove_cgroup(path)
+    return True
+
+
 def cleanup_owned(doc: dict, grace_s: float = 10.0) -> dict[str, int]:
     """End whatever a state document's records list; returns counts (terminated, mps, cgroup).
 
@@ -180,15 +226,16 @@ def cleanup_owned(doc: dict, grace_s: float = 10.0) -> dict[str, int]:
     Returns
     -------
     dict
-        ``{"terminated": n, "mps_quit": 0/1, "cgroup_removed": 0/1}``.
+        ``{"terminated": n, "mps_quit": 0/1, "cgroup_removed": 0/1, "share_released": 0/1}``.
     """
     owned = doc.get("owned")
     idents: Iterable[dict] = owned if isinstance(owned, list) else []
     out = {"terminated": sum(terminate_identity(i, grace_s) for i in idents
                              if isinstance(i, dict)),
-           "mps_quit": 0, "cgroup_removed": 0}
+           "mps_quit": 0, "cgroup_removed": 0, "share_released": 0}
     mps = doc.get("mps")
     if isinstance(mps, dict):
         out["mps_quit"] = int(quit_mps(mps))
     out["cgroup_removed"] = int(remove_cgroup(doc.get("made_cgroup")))
+    out["share_released"] = int(release_share(doc.get("share")))
     return out

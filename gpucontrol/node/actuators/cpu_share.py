@@ -279,6 +279,11 @@ class CpuShare:
                 return int(v) / 1e9
         return float("nan")
 
+    def record(self) -> dict[str, object]:
+        """What a crash clean-up needs to lift this cap (the state file's ``share`` record,
+        :func:`gpucontrol.node.records.release_share`)."""
+        return {"path": str(self.path), "backend": self.backend, "made": self._made}
+
     def close(self) -> None:
         """Lift the cap, move the members to the parent group, remove a group we made."""
         try:

@@ -68,3 +68,29 @@ def test_caps_a_spinning_process_without_restart():
             assert not share.path.exists()
         p.kill()
         p.wait()
+
+
+@pytest.mark.skipif(not _writable(), reason="no writable cgroup CPU controller here")
+def test_crash_clean_up_lifts_the_cap_from_the_state_record():
+    """The daemon records the group it capped; after a crash the guardian (or
+    --resume-only, or the next daemon) lifts the cap, moves the training back to the parent
+    group and removes the group the daemon made."""
+    from gpucontrol.node.records import cleanup_owned
+
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    share = None
+    try:
+        share = CpuShare([p.pid], name=f"gpucontrol-test-{uuid.uuid4().hex[:8]}", ncpus=1,
+                         share_pct=10.0)
+        assert share.read_quota_us() == 10_000
+        out = cleanup_owned({"share": share.record()})  # no close(): the daemon died
+        assert out["share_released"] == 1
+        assert not share.path.exists()  # made by the daemon: removed once empty
+        c0, t0 = _cpu_s(p.pid), time.monotonic()
+        time.sleep(0.5)
+        assert (_cpu_s(p.pid) - c0) / (time.monotonic() - t0) > 0.3  # no longer capped
+    finally:
+        if share is not None and share.path.exists():
+            share.close()
+        p.kill()
+        p.wait()
