@@ -63,6 +63,7 @@ from gpucontrol.node.actuators.cpu_share import CpuShare
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
 from gpucontrol.node.actuators.procs import ProcessHandle
 from gpucontrol.node.actuators.sleep import CgroupFreezer, DutyCycler, choose_sleep_actuator
+from gpucontrol.node.actuators.spatial import detect_backends
 from gpucontrol.node.config import DaemonConfig
 from gpucontrol.node.daemon_safety import DaemonSafety
 from gpucontrol.node.guardian import Guardian, read_state
@@ -299,7 +300,11 @@ class Daemon(DaemonSafety):
             self.write_state()  # write-ahead: listed before the first pause
             self.cycler.start()
         self.emit(event="started", pid=os.getpid(), socket=cfg.socket, state=cfg.state,
-                  hook=cfg.hook, method=self._method(), training=pids, mps=mps_ok)
+                  hook=cfg.hook, method=self._method(), training=pids, mps=mps_ok,
+                  share_backend=cfg.share_backend)
+        # what this machine offers for the spatial share and why not (no CUDA is initialised)
+        self.emit(event="spatial_backends", backends=[
+            b.as_dict() for b in detect_backends(mps_binary=cfg.mps_binary)])
 
         if self.controller is not None and mps_ok != mps_possible:
             self.controller = self._make_controller(mps_ok)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import abc
 import ctypes
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -324,19 +323,16 @@ def probe_green_context_driver(loader: Callable[[], Any] = _load_cuda) -> tuple[
 
 
 def _cpu_share_available(cgroup_root: str) -> tuple[bool, str]:
-    try:
-        import importlib
+    """The CPU-share actuator's own detection (v2 ``cpu.max``, or v1 ``cpu.cfs_quota_us`` on
+    a hybrid host), so both say the same."""
+    from pathlib import Path
 
-        importlib.import_module("gpucontrol.node.actuators.cpu_share")
-    except ImportError:
-        return False, "gpucontrol.node.actuators.cpu_share is not in this build"
+    from gpucontrol.node.actuators.cpu_share import detect_backend
+
     try:
-        with open(os.path.join(cgroup_root, "cgroup.controllers")) as f:
-            ctl = f.read().split()
-    except OSError:
-        return False, f"no cgroup v2 hierarchy at {cgroup_root}"
-    if "cpu" not in ctl:
-        return False, f"the cpu controller is not enabled in {cgroup_root}"
+        detect_backend(Path(cgroup_root))
+    except ConfigurationError as exc:
+        return False, str(exc)
     return True, ""
 
 
@@ -352,7 +348,7 @@ def detect_backends(*, mps_binary: str = "nvidia-cuda-mps-control",
     driver_loader : callable
         Opens the CUDA driver library (``green-context``); tests inject a fake.
     cgroup_root : str
-        The cgroup v2 mount (``cpu.max``).
+        The cgroup mount (``cpu.max``: v2, or v1 ``cpu.cfs_quota_us`` on a hybrid host).
 
     Returns
     -------

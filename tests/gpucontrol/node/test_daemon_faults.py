@@ -527,3 +527,22 @@ def test_missing_training_program_is_one_line_from_the_node_entry_point(tmp_path
         "gpucontrol-daemon: error: --training-cmd: program 'no-such-program-xyz' not found "
         "or not executable on PATH"]
     assert not (tmp_path / "s.json").exists()
+
+
+def test_daemon_reports_the_spatial_backends_at_start(children, tmp_path):
+    """At start the daemon logs which spatial-share backends this machine offers and why
+    not (feature detection, no CUDA initialised)."""
+    t = children.spawn("while True: pass")
+    d = children.popen(daemon_argv(tmp_path, "b", "--training-pid", str(t.pid), "--fixed-sleep",
+                                   "0.1", "--period-s", "0.2", "--mps-binary",
+                                   str(tmp_path / "no-such-mps")),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ev = read_events(d.stdout, "spatial_backends")[-1]
+        by = {b["name"]: b for b in ev["backends"]}
+        assert list(by) == ["mps-restart", "green-context", "cpu.max"]
+        assert not by["mps-restart"]["available"] and "no-such-mps" in by["mps-restart"]["reason"]
+        assert all(b["available"] or b["reason"] for b in by.values())
+    finally:
+        d.terminate()
+        assert d.wait(10) == 0
