@@ -63,7 +63,7 @@ def test_chaos_never_leaves_a_process_stopped_or_orphaned(children, tmp_path):
                             f"{BUSY}\n")
     mps_args = ["--training-cmd", cmd, "--slo-ms", "60", "--model", model_file(tmp_path),
                 "--period-s", "0.1", "--run-quantum-s", "0.005", "--max-sleep-s", "0.03",
-                "--outer-every", "2", "--mps-binary", fake_mps(tmp_path),
+                "--outer", "paper", "--outer-every", "2", "--mps-binary", fake_mps(tmp_path),
                 "--sleep-method", "signal"]
     pid_args = ["--training-pid", str(static.pid), "--fixed-sleep", "0.05",
                 "--run-quantum-s", "0.005", "--period-s", "0.1"]

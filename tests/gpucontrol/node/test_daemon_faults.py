@@ -55,8 +55,9 @@ def mps_daemon_args(tmp_path, pidfile, *extra):
     cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
     return ["--training-cmd", cmd, "--slo-ms", "60", "--model", model_file(tmp_path),
             "--period-s", "0.2", "--run-quantum-s", "0.01", "--max-sleep-s", "0.03",
-            "--outer-every", "4", "--mps-binary", fake_mps(tmp_path), "--sleep-method",
-            "signal", *extra]
+            # the paper's outer loop: it restarts on a fixed rule, which these fault tests need
+            "--outer", "paper", "--outer-every", "4", "--mps-binary", fake_mps(tmp_path),
+            "--sleep-method", "signal", *extra]
 
 
 def launched(pidfile):

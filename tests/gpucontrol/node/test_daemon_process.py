@@ -315,7 +315,8 @@ def test_two_tier_restarts_training_with_a_new_mps_share(children, tmp_path):
     d = children.popen(daemon_argv(tmp_path, "m", "--training-cmd", cmd, "--slo-ms", "60",
                                    "--model", str(model), "--period-s", "0.25",
                                    "--run-quantum-s", "0.02", "--max-sleep-s", "0.03",
-                                   "--outer-every", "4", "--mps-binary", str(fake),
+                                   "--outer", "paper", "--outer-every", "4",
+                                   "--mps-binary", str(fake),
                                    "--shadow"),
                        stdout=subprocess.PIPE, text=True)
     ev = read_events(d.stdout, "started")
