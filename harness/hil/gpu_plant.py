@@ -437,11 +437,15 @@ class GPUPlant:
             self._warned.add(key)
             warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
-    def _apply(self, act: Any) -> None:
+    def _apply_sleep(self, act: Any) -> None:
+        """The commanded sleep, clamped to the plant's range, through the hook file."""
         s = getattr(act, "sleep_s", None)
         if s is not None and math.isfinite(float(s)):
             self.sleep_s = min(max(float(s), 0.0), self.cfg.max_sleep_s)
         self._hook.set_sleep(self.sleep_s)
+
+    def _apply(self, act: Any) -> None:
+        self._apply_sleep(act)
         m = getattr(act, "mps_pct", None)
         train_pct = None
         if m is not None and math.isfinite(float(m)):

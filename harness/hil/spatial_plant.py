@@ -76,10 +76,7 @@ class GreenGPUPlant(GPUPlant):
     def _apply(self, act: Any) -> None:
         import time
 
-        s = getattr(act, "sleep_s", None)
-        if s is not None and math.isfinite(float(s)):
-            self.sleep_s = min(max(float(s), 0.0), self.cfg.max_sleep_s)
-        self._hook.set_sleep(self.sleep_s)
+        self._apply_sleep(act)
         m = getattr(act, "mps_pct", None)
         if m is not None and math.isfinite(float(m)):
             pct = int(min(max(round(float(m)), 1), 100))
