@@ -131,6 +131,9 @@ class ThroughputOuter:
         self._since_move = 0
         self._ceiling_left = 0
         self._last_dir = 0.0
+        #: whether the iteration times passed to :meth:`update` are measured (set by the
+        #: two-tier controller); an assumed time is used for predictions but never learnt from
+        self.iteration_measured = True
 
     def restart_count(self) -> None:
         self.count = 0
@@ -301,7 +304,9 @@ class ThroughputOuter:
             m0, t0 = self._beta_probe
             self._beta_probe = None
             b = math.log(tw / t0) / math.log(m0 / self.mps_pct)
-            if math.isfinite(b):
+            # only from measured iteration times: an assumed constant time would read as
+            # beta = 0 and stop every upward move for good
+            if math.isfinite(b) and self.iteration_measured:
                 self.beta = min(max(0.5 * self.beta + 0.5 * b, 0.0), 4.0)
         if self.explore and self.learnt == 0 and self.moves == 0:
             return self._move(-self.max_up_pct, "probe to learn the MPS slope", lat, tw)

@@ -381,6 +381,8 @@ class TwoTierController:
                              self.slo_ms - value, gain_est)
         r = self.inner.update(value)
         if isinstance(self.outer, ThroughputOuter):
+            self.outer.iteration_measured = math.isfinite(self.iteration_s) and \
+                self.iteration_s > 0
             new_mps, why = self.outer.update(value, r.sleep_s, r.saturated, self._duty_gain(),
                                              self._iteration())
         else:

@@ -18,6 +18,8 @@ GSLICE-extended           inference + training MPS = 100 %, inference grows when
 GPUColo two-tier          :class:`gpucontrol.TwoTierController`, ``outer="paper"``
 GPUColo mid-range + adpt  :class:`gpucontrol.TwoTierController`, ``outer="mid-range"``,
                           ``adaptive=True``
+gpucontrol default        ``TwoTierController(model, slo)``: detune 0.5, throughput-seeking
+                          outer loop (aliases ``default``, ``throughput``, ``ours``)
 Oracle                    best static sleep + MPS per load phase meeting the SLO on the
                           noise-free plant, resizes free: the upper bound
 ========================  ===============================================================
@@ -359,6 +361,14 @@ def gpucolo_midrange_adaptive(model: LinearLatencyModel | LatencyModelFamily, sl
                                    initial_mps_pct=initial_mps_pct, **kw))
 
 
+def gpucontrol_default(model: LinearLatencyModel | LatencyModelFamily, slo_ms: float, *,
+                       initial_mps_pct: float = 80.0, **kw: Any) -> Named:
+    """The library's default ``TwoTierController(model, slo_ms)``: P inner loop detuned to
+    0.5 (stable under an unknown one-period delay) and the throughput-seeking outer loop."""
+    return Named("gpucontrol default",
+                 TwoTierController(model, slo_ms, initial_mps_pct=initial_mps_pct, **kw))
+
+
 def names(controllers: Iterable[Any]) -> list[str]:
     """The display names of ``controllers``.
 
@@ -477,7 +487,11 @@ BASELINES: tuple[Baseline, ...] = (
              lambda c: gpucolo_midrange_adaptive(c.family, c.slo_ms,
                                                  initial_mps_pct=c.initial_mps_pct,
                                                  inner_period_s=c.period_s),
-             ("mid-range", "ours", "adaptive")),
+             ("mid-range", "adaptive")),
+    Baseline("gpucontrol default",
+             lambda c: gpucontrol_default(c.family, c.slo_ms, initial_mps_pct=c.initial_mps_pct,
+                                          inner_period_s=c.period_s),
+             ("default", "throughput", "ours")),
     Baseline("Oracle", lambda c: c.oracle, ("oracle",)),
 )
 

@@ -178,3 +178,28 @@ def test_restart_free_backend_may_decide_every_period():
         act = ctl.update(95.0 + MODEL.gain * ctl.sleep_s - 0.2 * (100.0 - ctl.mps_pct))
         changed += act.mps_changed
     assert changed >= 1 and ctl.outer.restart_s == 0.0
+
+
+def _run_default(periods, with_iteration_time):
+    """The default controller on a plant whose training iteration time falls with the MPS
+    share as ``t = 0.4 (100/m)**2`` (beta 2); latency linear in sleep and MPS."""
+    ctl = TwoTierController(MODEL, slo_ms=90.0)
+    act = ctl.initial_actuation()
+    for _ in range(periods):
+        lat = 95.0 - 12.0 * act.sleep_s + 0.3 * (act.mps_pct - 100.0)
+        t = 0.4 * (100.0 / act.mps_pct) ** 2
+        m = Measurement(mean=lat, count=40, iteration_s=t if with_iteration_time else math.nan)
+        act = ctl.update(m)
+    return ctl
+
+
+def test_throughput_outer_learns_beta_only_from_measured_iteration_times():
+    """Without a measured iteration time the loop assumes one for its predictions, and must not
+    learn the iteration-time exponent from that constant (it would read beta = 0 and never
+    move MPS up again); with measured times it learns toward the plant's beta."""
+    blind = _run_default(150, with_iteration_time=False)
+    assert blind.outer.moves >= 1                       # it did move (and so had a probe)
+    assert blind.outer.beta == pytest.approx(1.0)       # the prior, untouched
+    seen = _run_default(150, with_iteration_time=True)
+    assert seen.outer.moves >= 1
+    assert seen.outer.beta > 1.2                        # toward the plant's 2

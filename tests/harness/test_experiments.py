@@ -34,7 +34,7 @@ def test_burst_short(tmp_path):
     res = burst(seed=1, duration_s=80, burst_s=(24, 56), out_dir=tmp_path,
                 controllers="open,gslice,two-tier,ours,oracle")
     assert [r["controller"] for r in res.summary] == [
-        "Open", "GSLICE-extended", "GPUColo two-tier", "GPUColo mid-range + adaptive", "Oracle"]
+        "Open", "GSLICE-extended", "GPUColo two-tier", "gpucontrol default", "Oracle"]
     oracle = res.row("Oracle")
     assert oracle["training_vs_oracle"] == pytest.approx(1.0)
     assert res.row("GSLICE-extended")["training_vs_gslice"] == pytest.approx(1.0)
@@ -95,7 +95,9 @@ def test_demo_prints_every_controller(tmp_path):
 
 
 def test_resolve_names_aliases_and_errors():
-    assert resolve_names("gslice, ours") == ["GSLICE-extended", "GPUColo mid-range + adaptive"]
+    assert resolve_names("gslice, ours") == ["GSLICE-extended", "gpucontrol default"]
+    assert resolve_names("mid-range, default") == ["GPUColo mid-range + adaptive",
+                                                  "gpucontrol default"]
     assert resolve_names(None) == list(CONTROLLER_NAMES)
     with pytest.raises(ValueError, match="unknown controller"):
         resolve_names("pid")
