@@ -296,7 +296,9 @@ class ThroughputOuter:
             direction, predicted, rate0 = self._gain_probe
             self._gain_probe = None
             realised = (tw / (tw + sleep)) / tw / rate0 - 1.0
-            if predicted > 0:
+            # like beta: an assumed constant iteration time hides the MPS move's effect on the
+            # training rate, so only measured times calibrate the predictions
+            if predicted > 0 and self.iteration_measured:
                 c = min(max(realised / predicted, 0.25), 4.0)
                 self.gain_calibration[direction] = min(max(
                     math.sqrt(self.gain_calibration[direction] * c), 0.25), 4.0)

@@ -195,11 +195,13 @@ def _run_default(periods, with_iteration_time):
 
 def test_throughput_outer_learns_beta_only_from_measured_iteration_times():
     """Without a measured iteration time the loop assumes one for its predictions, and must not
-    learn the iteration-time exponent from that constant (it would read beta = 0 and never
-    move MPS up again); with measured times it learns toward the plant's beta."""
+    learn the iteration-time exponent (it would read beta = 0 and never move MPS up again) or
+    calibrate its gain predictions from that constant; with measured times it learns toward
+    the plant's beta."""
     blind = _run_default(150, with_iteration_time=False)
     assert blind.outer.moves >= 1                       # it did move (and so had a probe)
     assert blind.outer.beta == pytest.approx(1.0)       # the prior, untouched
+    assert blind.outer.gain_calibration == {-1.0: 1.0, 1.0: 1.0}   # nor calibrated from it
     seen = _run_default(150, with_iteration_time=True)
     assert seen.outer.moves >= 1
     assert seen.outer.beta > 1.2                        # toward the plant's 2
