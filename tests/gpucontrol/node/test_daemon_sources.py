@@ -8,10 +8,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from actuators._children import daemon_argv, stopped_pids
+from actuators._children import cpu_controller_writable, daemon_argv, stopped_pids
 
 from gpucontrol.errors import ConfigurationError
-from gpucontrol.node.actuators.cpu_share import detect_backend
 from gpucontrol.node.cli import build_parser
 from gpucontrol.node.cli import main as daemon_main
 from gpucontrol.node.config import DaemonConfig
@@ -47,15 +46,7 @@ def test_cli_error_exits_2(tmp_path, capsys):
     assert "--prometheus-url" in capsys.readouterr().err
 
 
-def _writable() -> bool:
-    try:
-        detect_backend()
-    except ConfigurationError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _writable(), reason="no writable cgroup CPU controller here")
+@pytest.mark.skipif(not cpu_controller_writable(), reason="no writable cgroup CPU controller here")
 def test_daemon_scrapes_prometheus_and_moves_the_cpu_share(tmp_path, children):
     """Latency far above the SLO: the sleep saturates, the outer loop lowers the CPU share
     (no restart), and at exit the cap is lifted and the training resumed."""

@@ -2,29 +2,20 @@
 device). As in test_gpu_hardware.py, the GPU work runs in child processes."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from test_gpu_hardware import run_module as _run_module
 
 from gpucontrol.node.actuators.spatial import probe_green_context_driver
 from gpucontrol.node.hooks import HookWriter
 from harness.results import read_csv
 
-ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.gpu
 
 
 def run_module(*argv, timeout=300, env=None):
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(ROOT), e.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    e.update(env or {})
-    out = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True,
-                         timeout=timeout, cwd=ROOT, env=e, check=False)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return out
+    """test_gpu_hardware's child-process runner, with this file's shorter time limit."""
+    return _run_module(*argv, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import time
 
 from gpucontrol.node.actuators.procs import stop_requested
 
-__all__ = ["BUSY", "SLEEPER", "Children", "daemon_argv", "group_pids", "read_events", "state",
-           "stop_requested", "stopped_pids", "wait_state"]
+__all__ = ["BUSY", "SLEEPER", "Children", "cpu_controller_writable", "daemon_argv", "group_pids",
+           "read_events", "state", "stop_requested", "stopped_pids", "wait_state"]
 
 BUSY = "while True: pass"
 SLEEPER = "import time\nwhile True: time.sleep(1)"
@@ -120,3 +120,15 @@ def read_events(stream, until: str, timeout: float = 20.0) -> list[dict]:
         if rec.get("event") == until:
             return out
     raise AssertionError(f"no {until!r} event; got {out}")
+
+
+def cpu_controller_writable() -> bool:
+    """Whether this host has a cgroup CPU controller we may write (the CPU-share tests)."""
+    from gpucontrol.errors import ConfigurationError
+    from gpucontrol.node.actuators.cpu_share import detect_backend
+
+    try:
+        detect_backend()
+    except ConfigurationError:
+        return False
+    return True

@@ -8,6 +8,7 @@ import time
 import uuid
 
 import pytest
+from _children import cpu_controller_writable
 
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node.actuators.cpu_share import CpuShare, detect_backend, quota_for
@@ -28,21 +29,13 @@ def test_no_controller_is_a_clear_error(tmp_path):
         detect_backend(tmp_path)
 
 
-def _writable() -> bool:
-    try:
-        detect_backend()
-    except ConfigurationError:
-        return False
-    return True
-
-
 def _cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as fh:
         f = fh.read().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-@pytest.mark.skipif(not _writable(), reason="no writable cgroup CPU controller here")
+@pytest.mark.skipif(not cpu_controller_writable(), reason="no writable cgroup CPU controller here")
 def test_caps_a_spinning_process_without_restart():
     p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     share = None
@@ -70,7 +63,7 @@ def test_caps_a_spinning_process_without_restart():
         p.wait()
 
 
-@pytest.mark.skipif(not _writable(), reason="no writable cgroup CPU controller here")
+@pytest.mark.skipif(not cpu_controller_writable(), reason="no writable cgroup CPU controller here")
 def test_crash_clean_up_lifts_the_cap_from_the_state_record():
     """The daemon records the group it capped; after a crash the guardian (or
     --resume-only, or the next daemon) lifts the cap, moves the training back to the parent
