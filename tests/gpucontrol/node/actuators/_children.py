@@ -16,7 +16,7 @@ import time
 from gpucontrol.node.actuators.procs import stop_requested
 
 __all__ = ["BUSY", "SLEEPER", "Children", "cpu_controller_writable", "daemon_argv", "group_pids",
-           "read_events", "state", "stop_requested", "stopped_pids", "wait_state"]
+           "read_events", "state", "stop_requested", "stopped_pids", "wait_for", "wait_state"]
 
 BUSY = "while True: pass"
 SLEEPER = "import time\nwhile True: time.sleep(1)"
@@ -77,6 +77,18 @@ def wait_state(pid: int, want: set[str], timeout: float = 2.0) -> bool:
             return True
         time.sleep(0.001)
     return False
+
+
+def wait_for(predicate, timeout: float = 10.0, every: float = 0.01):
+    """Poll ``predicate`` until it returns a truthy value (returned) or ``timeout`` passes
+    (returns the last falsy value). For conditions another process makes true "soon": a fixed
+    sleep is a race on a loaded 2-core CI machine."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = predicate()
+        if got or time.monotonic() >= deadline:
+            return got
+        time.sleep(every)
 
 
 def stopped_pids(pids) -> list[int]:

@@ -7,7 +7,16 @@ import threading
 import time
 
 import pytest
-from _children import BUSY, SLEEPER, daemon_argv, read_events, state, stop_requested, wait_state
+from _children import (
+    BUSY,
+    SLEEPER,
+    daemon_argv,
+    read_events,
+    state,
+    stop_requested,
+    wait_for,
+    wait_state,
+)
 
 from gpucontrol.node.actuators import (
     CgroupFreezer,
@@ -254,7 +263,8 @@ def test_real_cgroup_freeze_stops_progress(children, cgroup_dir):
             "while True: pass\n")
     p = children.spawn(code)
     (cgroup_dir / "cgroup.procs").write_text(str(p.pid))
-    time.sleep(0.2)  # the grandchild is forked inside the group
+    # the grandchild is forked inside the group once the child's interpreter is up
+    assert wait_for(lambda: len((cgroup_dir / "cgroup.procs").read_text().split()) == 2)
     fz = CgroupFreezer(cgroup_dir)
     try:
         members = fz.members()
@@ -272,8 +282,7 @@ def test_real_cgroup_freeze_stops_progress(children, cgroup_dir):
         assert [cpu(m) for m in members] == before  # no CPU time while frozen
         fz.resume_now()
         assert fz.wait_frozen(False)
-        time.sleep(0.3)
-        assert all(cpu(m) > b for m, b in zip(members, before))
+        assert wait_for(lambda: all(cpu(m) > b for m, b in zip(members, before)))
     finally:
         fz.close()
     assert not fz.frozen()
