@@ -258,12 +258,14 @@ def test_freezer_refuses_a_group_holding_us_or_init(tmp_path, member):
 
 
 def test_real_cgroup_freeze_stops_progress(children, cgroup_dir):
-    code = ("import subprocess, sys\n"
+    # the child forks its grandchild only once it has been moved into the group (else, on a
+    # loaded machine, the grandchild can be forked before the move and stay outside)
+    code = ("import subprocess, sys, time\n"
+            "while sys.argv[1] not in open('/proc/self/cgroup').read(): time.sleep(0.005)\n"
             "subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
             "while True: pass\n")
-    p = children.spawn(code)
+    p = children.spawn(code, cgroup_dir.name)
     (cgroup_dir / "cgroup.procs").write_text(str(p.pid))
-    # the grandchild is forked inside the group once the child's interpreter is up
     assert wait_for(lambda: len((cgroup_dir / "cgroup.procs").read_text().split()) == 2)
     fz = CgroupFreezer(cgroup_dir)
     try:
