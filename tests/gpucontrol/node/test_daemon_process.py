@@ -19,6 +19,7 @@ from actuators._children import (
     read_events,
     state,
     stopped_pids,
+    wait_for,
     wait_state,
 )
 
@@ -98,7 +99,7 @@ def test_sigkill_at_random_moments_never_leaves_training_stopped(children, tmp_p
             "subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n"
             "while True: pass\n")
     targets = [children.spawn(BUSY), children.spawn(code)]
-    time.sleep(0.3)
+    assert wait_for(lambda: descendants([targets[1].pid]))  # its grandchild has been forked
     pids = [t.pid for t in targets] + descendants([targets[1].pid])
     assert len(pids) == 3
     args = daemon_argv(tmp_path, "k", "--training-pid", str(targets[0].pid), "--training-pid",
