@@ -123,7 +123,7 @@ def test_a_stopped_daemon_is_resumed_and_killed_by_its_guardian(children, tmp_pa
     assert wait_state(t.pid, {"R", "S"}, timeout=5.0)
     resumed_s = time.monotonic() - t0
     assert d.wait(5) == -signal.SIGKILL
-    assert resumed_s < 0.6 + 0.5, resumed_s  # within the stall timeout (+ scheduling slack)
+    assert resumed_s < 0.6 + 3.0, resumed_s  # the stall timeout + slack for a loaded CI machine
     time.sleep(0.2)
     assert state(t.pid) != "T"
     err = d.stderr.read()

@@ -125,7 +125,7 @@ def test_after_iteration_sleeps_the_commanded_time(writer):
     slept = [after_iteration(writer.path) for _ in range(4)]
     elapsed = time.monotonic() - t0
     assert slept == [0.05] * 4
-    assert 0.2 <= elapsed < 0.5
+    assert 0.2 <= elapsed < 2.0  # at least the commanded time; a loaded machine adds more
     writer.set_sleep(0.0)
     assert after_iteration(writer.path) == 0.0
 
