@@ -43,9 +43,9 @@ def _run(tmp_path, backend):
         pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                            reason="torch is not importable"),
         # torch 2.13 CPU: with the old 0.2 s run quantum the identification found no
-        # significant gain (R² 0.10 and 0.19 in two runs); with 0.03 s it found one in both
-        # runs so far (R² 0.81 on 4 s periods, 0.44 on this test's 1 s periods); kept
-        # expected-to-fail for a refused identification until more runs say otherwise
+        # significant gain (R² 0.10 and 0.19 in two runs); with 0.03 s it found one in two
+        # of three runs so far (R² 0.81 on 4 s periods, 0.44 on this test's 1 s periods;
+        # the third, in a full suite run, was refused): still expected to fail sometimes
         pytest.mark.xfail(raises=RuntimeError, strict=False,
                           reason="torch CPU plant: identified gain not significant yet")]),
 ])
