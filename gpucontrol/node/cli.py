@@ -67,6 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="outer (share) loop: throughput (default; highest training rate at "
                    "the SLO, counting each change's measured cost) or paper (the GPUColo loop)")
     g.add_argument("--mode", choices=MODES, default="mean")
+    g.add_argument("--detune", type=float, help="inner-loop gain, fraction of deadbeat on the "
+                   "model, in (0, 2) (default 0.5; lower for a noisy plant)")
     g.add_argument("--max-sleep-s", type=float, default=1.0, help="sleep upper bound (s)")
     g.add_argument("--initial-mps", type=float, default=100.0)
     g.add_argument("--fixed-sleep", type=float, help="open loop: this sleep (s) always")

@@ -78,6 +78,11 @@ class DaemonConfig:
         GPUColo paper's loop.
     mode : {'mean', 'p99'}
         Which latency statistic the inner loop controls [``--mode``].
+    detune : float or None
+        Inner-loop gain as a fraction of the deadbeat gain on the model, in (0, 2)
+        [``--detune``]; None: the controller's default (0.5 with the throughput outer loop).
+        Lower is slower but passes less of a noisy plant's per-period scatter back into
+        the sleep.
     max_sleep_s : float
         Upper bound of the commanded sleep in seconds, > 0 [``--max-sleep-s``].
     initial_mps : float
@@ -172,6 +177,7 @@ class DaemonConfig:
     outer_every: int = 25
     outer: Literal["throughput", "paper", "mid-range", "none"] = "throughput"
     mode: Literal["mean", "p99"] = "mean"
+    detune: float | None = None
     max_sleep_s: float = 1.0
     initial_mps: float = 100.0
     fixed_sleep: float | None = None
@@ -231,6 +237,8 @@ class DaemonConfig:
         int_at_least("--outer-every", self.outer_every, 1)
         choice("--outer", self.outer, OUTER_LOOPS)
         choice("--mode", self.mode, MODES)
+        if self.detune is not None:
+            in_range("--detune", self.detune, 0.0, 2.0, lo_open=True, hi_open=True)
         choice("--sleep-method", self.sleep_method, SLEEP_METHODS)
         choice("--ready", self.ready, READY_MODES)
         in_range("--initial-mps", self.initial_mps, 1, 100)

@@ -184,6 +184,8 @@ class Daemon(DaemonSafety):
             kw["detune"] = 0.5
             if cfg.share_backend == "cpu":  # a restart-free share: a change costs nothing
                 kw["restart_s"] = 0.0
+        if cfg.detune is not None:
+            kw["detune"] = cfg.detune
         return TwoTierController(
             load_model(cfg.model), cfg.slo_ms, inner_period_s=cfg.period_s,
             outer_every=cfg.outer_every,

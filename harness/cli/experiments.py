@@ -162,7 +162,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_demo_cpu(args: argparse.Namespace) -> int:
     from harness.experiments.pipeline import run_pipeline
 
-    period = args.period or 2.0
+    period = args.period or 4.0
     check_out_dir(Path(args.out))
     closed = max(20, round((args.duration if args.duration != 400.0 else 120.0) / period))
     res = run_pipeline(args.out, preset="default" if args.preset == "fig8" else args.preset,

@@ -61,7 +61,11 @@ class CPUPlantConfig:
         the whole GPU) and of the training (1, plus its loader worker: more BLAS threads on a
         shared 2-core machine spin and slow every step).
     run_quantum_s : float
-        Run time between two pauses of the sleep actuator.
+        Run time between two pauses of the sleep actuator (0.03 s: tens of run/stop cycles
+        per second, so a control period averages many of them; at 0.2 s a 2 s period held
+        only 3-10 cycles, and their count and phase against the inference batches scattered
+        the period's mean latency by up to 45 % rms, against 5-27 % at 0.02-0.04 s under
+        the same shared load, ``benchmarks/cpu_noise.py``).
     share : bool
         Use the cgroup CPU share knob when the host allows it.
     weight : int
@@ -78,7 +82,7 @@ class CPUPlantConfig:
     sizes: str = "512,1024,1024,10"
     infer_threads: int = 2
     train_threads: int = 1
-    run_quantum_s: float = 0.2
+    run_quantum_s: float = 0.03
     share: bool = True
     weight: int = 1000
 

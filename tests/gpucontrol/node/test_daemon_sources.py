@@ -27,7 +27,33 @@ def test_flags_reach_the_config():
     assert DaemonConfig(training_pids=(4242,), fixed_sleep=0).latency_source == "socket"
 
 
+def test_detune_reaches_the_inner_loop(tmp_path):
+    """--detune sets the inner gain as a fraction of deadbeat on the model (default 0.5)."""
+    import sys
+
+    from gpucontrol.node.daemon import Daemon
+
+    model = tmp_path / "model.json"
+    model.write_text('{"gain": -100.0, "offset": 20.0}')
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        scales = []
+        for extra in ([], ["--detune", "0.3"]):
+            ns = build_parser().parse_args(["--training-pid", str(child.pid), "--slo-ms", "15",
+                                            "--model", str(model), "--share-backend", "cpu",
+                                            "--socket", str(tmp_path / "g.sock"), *extra])
+            ctl = Daemon(DaemonConfig.from_args(ns))._make_controller(True)
+            assert ctl is not None
+            scales.append(ctl.design.kp * ctl.design.model.gain)
+        assert scales == pytest.approx([0.5, 0.3])
+    finally:
+        child.kill()
+        child.wait()
+
+
 @pytest.mark.parametrize("kw, message", [
+    ({"fixed_sleep": None, "slo_ms": 10, "model": "m.json", "detune": 2.0}, "--detune"),
+    ({"detune": 0.0}, "--detune"),
     ({"latency_source": "prometheus"}, "--prometheus-url"),
     ({"latency_source": "carrier-pigeon"}, "--latency-source"),
     ({"share_backend": "cpu", "share_cgroup": "/sys/fs/cgroup/x"}, "--share-cgroup"),
@@ -36,7 +62,7 @@ def test_flags_reach_the_config():
 ])
 def test_bad_settings_name_the_flag(kw, message):
     with pytest.raises(ConfigurationError, match=message):
-        DaemonConfig(training_pids=(4242,), fixed_sleep=0, **kw)
+        DaemonConfig(training_pids=(4242,), **{"fixed_sleep": 0, **kw})
 
 
 def test_cli_error_exits_2(tmp_path, capsys):

@@ -1,6 +1,7 @@
 """End to end on the CPU plant: real services, identification -> model.json, the daemon as
 its own process (Prometheus latency, SIGSTOP/SIGCONT, cgroup CPU share), a load burst. Short
-and bounded (about 100 s); numpy workloads, the torch variant when torch is importable."""
+and bounded (about 85 s; up to 110 s under load); numpy workloads, the torch variant when
+torch is importable."""
 
 import importlib.util
 import json
@@ -10,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness.experiments.pipeline import run_pipeline
+from harness.hil.cpu.plant import CPUPlantConfig
+
+QUANTUM_S = CPUPlantConfig().run_quantum_s
 
 
 def _stopped_or_alive(pids):
@@ -26,9 +30,10 @@ def _stopped_or_alive(pids):
 
 
 def _run(tmp_path, backend):
-    # 1 s periods: the duty cycle (0.2 s run + up to 0.5 s stopped) must average within one
-    return run_pipeline(tmp_path, preset="default", period_s=1.0, identify_periods=40,
-                        closed_periods=36, burst=(0.4, 0.6), outer_every=200, progress=False,
+    # 1 s periods (the benchmark's are 4 s): each still averages about 30 run/stop cycles of
+    # the duty cycler (a run quantum of 0.03 s, sleeps of 0..0.03 s identified)
+    return run_pipeline(tmp_path, preset="default", period_s=1.0, identify_periods=32,
+                        closed_periods=34, burst=(0.4, 0.6), outer_every=200, progress=False,
                         backend=backend)
 
 
@@ -37,9 +42,10 @@ def _run(tmp_path, backend):
     pytest.param("torch", marks=[
         pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                            reason="torch is not importable"),
-        # measured with torch 2.13 CPU: the pipeline runs, but the training moves the
-        # inference latency too little for a significant gain in 40 noisy periods (R² 0.10
-        # and 0.19 in two runs); the torch preset needs its own sizes and threads
+        # torch 2.13 CPU: with the old 0.2 s run quantum the identification found no
+        # significant gain (R² 0.10 and 0.19 in two runs); with 0.03 s it found one in two
+        # of three runs so far (R² 0.81 on 4 s periods, 0.44 on this test's 1 s periods;
+        # the third, in a full suite run, was refused): still expected to fail sometimes
         pytest.mark.xfail(raises=RuntimeError, strict=False,
                           reason="torch CPU plant: identified gain not significant yet")]),
 ])
@@ -54,15 +60,25 @@ def test_latency_settles_near_the_slo_and_nothing_is_left_stopped(tmp_path, back
     rows = (out / "periods.csv").read_text().splitlines()
     assert rows[0].startswith("period,phase,t_s,slo_ms,latency_ms,p99_ms,count,sleep_s,"
                               "share_pct,training_iterations")
-    assert sum(",identify," in r for r in rows) >= 40
-    assert sum(",closed-loop," in r for r in rows) >= 30
+    assert sum(",identify," in r for r in rows) >= 32
+    assert sum(",closed-loop," in r for r in rows) >= 28
     # a real, noisy, shared machine (1 s periods of ~30 batches; single periods scatter by
-    # 30-50 % of the SLO): the loop holds the latency's mean at the SLO, or -- when the
+    # 5-30 % of the SLO, and other sessions' load can take the machine for a few periods:
+    # hence a 10 %-trimmed mean): the loop holds the latency at the SLO, or -- when the
     # machine's other load dropped after identification and the SLO is met unslept -- below
-    # it with the training unslept; it never throttles needlessly; the training progresses
-    ratio = res["mean_latency_ms"] / res["slo_ms"]
-    assert ratio < 1.10, res
-    assert ratio > 0.90 or res["median_sleep_s"] < 0.05, res
+    # it with the training (nearly) unslept; it never throttles needlessly; the training
+    # progresses
+    closed = [r.split(",") for r in rows if ",closed-loop," in r][5:]
+    lat = sorted(float(r[4]) for r in closed if r[4])
+    k = len(lat) // 10
+    ratio = sum(lat[k:len(lat) - k]) / (len(lat) - 2 * k) / res["slo_ms"]
+    # over it only when other load took the machine beyond the knob's reach for longer (seen
+    # in the benchmark: the inference fell to half its batch rate): then the loop must have
+    # pushed the right way, cutting the training to under half its time (median sleep of
+    # the second half above one run quantum)
+    late_sleep = sorted(float(r[7]) for r in closed[len(closed) // 2:] if r[7])
+    assert ratio < 1.10 or late_sleep[len(late_sleep) // 2] > QUANTUM_S, (ratio, res)
+    assert ratio > 0.90 or res["median_sleep_s"] < 0.2 * QUANTUM_S, (ratio, res)
     assert res["training_progressing"], res
     log = [json.loads(x) for x in (out / "daemon.jsonl").read_text().splitlines()]
     assert any(r.get("event") == "cpu_share_ready" for r in log)
