@@ -155,7 +155,7 @@ class ShareWiring:
             return
         if mps_ok and trainer is not None:
             # the controller's percentage as is (today's commands; no rounding to 1 %)
-            self.backend = MPSRestartBackend(trainer, round_pct=False)
+            self.backend = make_backend("mps-restart", actuator=trainer, round_pct=False)
             self.reason = ("--share-backend mps: the training restarts under the new MPS "
                            "active-thread percentage; a change costs the measured restart")
         elif trainer is None:
