@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import NoReturn
 
 from gpucontrol.node.config import (
     LATENCY_SOURCES,
@@ -72,7 +73,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-sleep-s", type=float, default=1.0, help="sleep upper bound (s)")
     g.add_argument("--initial-mps", type=float, default=100.0)
     g.add_argument("--fixed-sleep", type=float, help="open loop: this sleep (s) always")
-    g.add_argument("--fixed-mps", type=float, help="open loop: start training at this MPS %%")
+    g.add_argument("--fixed-mps", type=float,
+                   help="open loop: hold the share at this %% (mps: the launched training's "
+                        "MPS %%)")
     g.add_argument("--duration-s", type=float, help="stop after this long")
     t = p.add_argument_group("training")
     t.add_argument("--training-pid", type=int, action="append", help="repeatable")
@@ -131,8 +134,12 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--prometheus-metric", default="inference_latency_seconds",
                    help="histogram base name, in seconds (default inference_latency_seconds)")
     s.add_argument("--share-backend", choices=SHARE_BACKENDS, default="mps",
-                   help="outer-loop knob: mps (restart with a new percentage, default) or cpu "
-                        "(the training's cgroup CPU quota, changed without a restart)")
+                   help="outer-loop knob: mps (restart the launched training with a new MPS "
+                        "percentage, default), cpu (the training's cgroup CPU quota) or "
+                        "green-context (the share written into the hook file; the cooperative "
+                        "training switches its SM partition at its next iteration); cpu and "
+                        "green-context change it without a restart, so --outer-every 1 may "
+                        "decide every period")
     s.add_argument("--share-cgroup", default="gpucontrol-training",
                    help="CPU-share group name under the cgroup cpu controller")
 
@@ -183,15 +190,23 @@ def _resume_only(args: argparse.Namespace) -> int:
     return 0
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Errors as one line (``PROG: error: MESSAGE (see PROG -h)``), exit status 2, as the
+    ``gpucontrol`` console script's parsers and :class:`DaemonConfig`'s checks print them."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} -h')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The stand-alone parser of ``python -m gpucontrol.daemon``.
+    """The stand-alone parser of ``python -m gpucontrol.daemon`` (errors in one line).
 
     Returns
     -------
     argparse.ArgumentParser
         A parser with the flags of :func:`add_arguments`.
     """
-    p = argparse.ArgumentParser(prog="python -m gpucontrol.daemon", description=DESCRIPTION)
+    p = _OneLineParser(prog="python -m gpucontrol.daemon", description=DESCRIPTION)
     add_arguments(p)
     return p
 

@@ -49,7 +49,7 @@ MODES = ("mean", "p99")
 SLEEP_METHODS = ("auto", "signal", "cgroup", "hook")
 READY_MODES = ("notify", "spawn")
 LATENCY_SOURCES = ("socket", "prometheus")
-SHARE_BACKENDS = ("mps", "cpu")
+SHARE_BACKENDS = ("mps", "cpu", "green-context")
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,8 @@ class DaemonConfig:
     fixed_sleep : float or None
         Open loop: always this sleep, in [0, ``max_sleep_s``] [``--fixed-sleep``].
     fixed_mps : float or None
-        Open loop: start the training at this MPS percentage, in [1, 100]; needs
-        ``training_cmd`` [``--fixed-mps``].
+        Open loop: hold the share at this percentage, in [1, 100] [``--fixed-mps``]; with
+        the ``mps`` share backend it needs ``training_cmd`` (MPS applies at process start).
     duration_s : float or None
         Stop after this many seconds, > 0 (None: run until stopped) [``--duration-s``].
     sleep_method : {'auto', 'signal', 'cgroup', 'hook'}
@@ -155,9 +155,12 @@ class DaemonConfig:
         The inference server's ``/metrics`` URL; needed by ``prometheus`` [``--prometheus-url``].
     prometheus_metric : str
         Base name of its latency histogram, in seconds [``--prometheus-metric``].
-    share_backend : {'mps', 'cpu'}
-        The outer loop's knob: the MPS percentage (restart) or the training's CPU share
-        through the cgroup CPU controller (no restart) [``--share-backend``].
+    share_backend : {'mps', 'cpu', 'green-context'}
+        The outer loop's knob [``--share-backend``]: the MPS percentage (a restart of the
+        launched training), the training's CPU share through the cgroup CPU controller (no
+        restart), or a green-context partition the cooperative training switches to at its
+        next iteration, commanded through the hook file (no restart); see
+        :mod:`gpucontrol.node.share`.
     share_cgroup : str
         The CPU-share group, relative to the CPU controller's root; made when missing
         [``--share-cgroup``].
@@ -209,7 +212,7 @@ class DaemonConfig:
     latency_source: Literal["socket", "prometheus"] = "socket"
     prometheus_url: str | None = None
     prometheus_metric: str = "inference_latency_seconds"
-    share_backend: Literal["mps", "cpu"] = "mps"
+    share_backend: Literal["mps", "cpu", "green-context"] = "mps"
     share_cgroup: str = "gpucontrol-training"
 
     def __post_init__(self) -> None:
@@ -247,7 +250,7 @@ class DaemonConfig:
                      self.max_sleep_s, 0, 60.0)
         if self.fixed_sleep is not None:
             in_range("--fixed-sleep", self.fixed_sleep, 0, self.max_sleep_s)
-        if self.fixed_mps is not None and not self.training_cmd:
+        if self.fixed_mps is not None and not self.training_cmd and self.share_backend == "mps":
             raise ConfigurationError("--fixed-mps needs --training-cmd "
                                      "(MPS applies at process start)")
         if self.fixed_mps is not None:

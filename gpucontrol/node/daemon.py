@@ -4,9 +4,10 @@ Run it as ``python -m gpucontrol.daemon ...`` (no harness needed on a node) or a
 ``gpucontrol daemon ...`` (the flags are in :mod:`gpucontrol.node.cli`). Every control period
 it collects the inference latency reported over its Unix socket
 (:func:`gpucontrol.node.client.report_latency`), asks the :class:`gpucontrol.TwoTierController`
-for the next sleep and MPS percentage, applies them to the training (signals, cgroup freezer or
-the cooperative hook; MPS by restart), and writes one JSON line. ``fixed_sleep``/``fixed_mps``
-run it open loop.
+for the next sleep and spatial share, applies them to the training (the sleep by signals, cgroup
+freezer or the cooperative hook; the share through one backend, :mod:`gpucontrol.node.share`:
+MPS by restart, a CPU quota, or a green-context partition), and writes one JSON line.
+``fixed_sleep``/``fixed_mps`` run it open loop.
 
 Crash safety (see :mod:`gpucontrol.node.guardian`): leftovers of a previous run are resumed first;
 a guardian process is running before anything is paused; the state file lists every target
@@ -59,7 +60,6 @@ from typing import Any, TextIO
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node._runtime import ensure_private_dir, grant_group, unlink_quietly
 from gpucontrol.node.actuators.cgroup import check_cgroup_holds
-from gpucontrol.node.actuators.cpu_share import CpuShare
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
 from gpucontrol.node.actuators.procs import ProcessHandle
 from gpucontrol.node.actuators.sleep import CgroupFreezer, DutyCycler, choose_sleep_actuator
@@ -77,6 +77,7 @@ from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
 from gpucontrol.node.mps_health import MPSHealthWatch
 from gpucontrol.node.persist import restorable
 from gpucontrol.node.prom_source import PrometheusSource
+from gpucontrol.node.share import ShareWiring, controller_restart_s, is_restart_free
 from gpucontrol.two_tier import Actuation, TwoTierController
 
 __all__ = ["Daemon", "load_model"]  # load_model lives in model_file (re-exported)
@@ -127,7 +128,7 @@ class Daemon(DaemonSafety):
         self._state_lock = threading.Lock()
         self.guardian: Guardian | None = None
         self.monitor: LatencyMonitor | PrometheusSource | None = None
-        self.cpu_share: CpuShare | None = None
+        self.share: ShareWiring | None = None  # the spatial-share backend (--share-backend)
         self.hook: HookWriter | None = None
         self.cycler: DutyCycler | None = None
         self.mps_ctl: MPSControl | None = None
@@ -182,8 +183,8 @@ class Daemon(DaemonSafety):
         kw: dict[str, Any] = {}
         if cfg.outer == "throughput":  # the default: delay-robust even without a share knob
             kw["detune"] = 0.5
-            if cfg.share_backend == "cpu":  # a restart-free share: a change costs nothing
-                kw["restart_s"] = 0.0
+            if (restart_s := controller_restart_s(cfg.share_backend)) is not None:
+                kw["restart_s"] = restart_s  # the share backend's cost of a change
         if cfg.detune is not None:
             kw["detune"] = cfg.detune
         return TwoTierController(
@@ -197,7 +198,7 @@ class Daemon(DaemonSafety):
     def setup(self) -> None:
         cfg = self.cfg
         # the controller first: a bad model or setting fails before anything is touched
-        mps_possible = (cfg.share_backend == "cpu"
+        mps_possible = (is_restart_free(cfg.share_backend)
                         or (bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available()))
         with contextlib.suppress(ValueError, OSError):  # a bad file is refused further down
             prev = read_state(cfg.state)
@@ -221,6 +222,12 @@ class Daemon(DaemonSafety):
         if cfg.sleep_method == "hook":  # before the training starts: its first iteration reads it
             self.hook.set_sleep(self._open_loop_sleep() if self.controller is None
                                 else self.controller.initial_actuation().sleep_s)
+        # what this machine offers for the spatial share and why not (no CUDA is initialised)
+        infos = detect_backends(mps_binary=cfg.mps_binary)
+        self.share = ShareWiring(cfg.share_backend, infos)
+        initial_share = (self.controller.initial_actuation().mps_pct  # maybe restored
+                         if self.controller and cfg.fixed_mps is None else cfg.initial_mps_pct)
+        self.share.start_green(self.hook, initial_share)  # before the training starts, too
         self.write_state([])
         if cfg.socket_group is not None:  # before the training starts: it opens the hook
             from gpucontrol.node._runtime import resolve_group
@@ -231,7 +238,7 @@ class Daemon(DaemonSafety):
             os.mkdir(cfg.cgroup)  # a group of our own for the training we launch
             self._made_cgroup = os.path.realpath(cfg.cgroup)
             self._record(made_cgroup=self._made_cgroup)
-        mps_ok = False
+        mps_ok, mps_error = False, ""
         initial_mps = cfg.initial_mps_pct
         if cfg.training_cmd and cfg.share_backend == "mps":
             self.mps_ctl = MPSControl(cfg.mps_binary, pipe_dir=cfg.mps_pipe_dir)
@@ -255,6 +262,7 @@ class Daemon(DaemonSafety):
                 except MPSError as exc:
                     self.say(f"MPS unavailable ({exc}); running sleep-only")
                     self.emit(event="mps_unavailable", error=str(exc))
+                    mps_error = str(exc)
                     if cfg.mps_pipe_dir is None:  # our private directories: gone, unlisted
                         with contextlib.suppress(MPSError, OSError):
                             self.mps_ctl.quit()
@@ -283,12 +291,10 @@ class Daemon(DaemonSafety):
         if cfg.cgroup and cfg.sleep_method != "hook":
             check_cgroup_holds(cfg.cgroup, pids)  # never freeze a group without the training
         if cfg.share_backend == "cpu":  # restart-free share: the cgroup CPU quota
-            self.cpu_share = CpuShare(pids, name=cfg.share_cgroup, share_pct=initial_mps)
-            self._record(share=self.cpu_share.record())  # a crash lifts the cap
-            mps_ok = True
-            self.emit(event="cpu_share_ready", backend=self.cpu_share.backend,
-                      cgroup=str(self.cpu_share.path), share_pct=initial_mps,
-                      granularity_pct=self.cpu_share.granularity_pct)
+            self.emit(**self.share.start_cpu(pids, cgroup=cfg.share_cgroup,
+                                             initial_pct=initial_share, record=self._record))
+        self.share.start_mps(self.trainer, mps_ok=mps_ok, why_not=mps_error)
+        mps_ok = mps_ok or self.share.restart_free
 
         quantum = 0.2 if cfg.run_quantum_s == "auto" else float(cfg.run_quantum_s)
         if cfg.sleep_method != "hook":
@@ -304,9 +310,8 @@ class Daemon(DaemonSafety):
         self.emit(event="started", pid=os.getpid(), socket=cfg.socket, state=cfg.state,
                   hook=cfg.hook, method=self._method(), training=pids, mps=mps_ok,
                   share_backend=cfg.share_backend)
-        # what this machine offers for the spatial share and why not (no CUDA is initialised)
-        self.emit(event="spatial_backends", backends=[
-            b.as_dict() for b in detect_backends(mps_binary=cfg.mps_binary)])
+        self.emit(event="spatial_backends", backends=[b.as_dict() for b in infos])
+        self.emit(**self.share.chosen(cfg.period_s))  # which one drives the share, and why
 
         if self.controller is not None and mps_ok != mps_possible:
             self.controller = self._make_controller(mps_ok)
@@ -317,8 +322,9 @@ class Daemon(DaemonSafety):
         else:
             self._apply_sleep(self._open_loop_sleep())
         if cfg.metrics_port is not None or cfg.metrics_textfile:
-            self.metrics = DaemonMetrics.from_config(cfg, pids=pids, mps_ok=mps_ok,
-                                                     method=self._method(), health=self._health)
+            self.metrics = DaemonMetrics.from_config(
+                cfg, pids=pids, mps_ok=mps_ok, method=self._method(), health=self._health,
+                backend=self.share.metrics_label())
             self.emit(event="metrics", url=self.metrics.url, textfile=cfg.metrics_textfile)
 
     def _open_loop_sleep(self) -> float:
@@ -356,15 +362,10 @@ class Daemon(DaemonSafety):
 
     def _apply(self, act: Actuation) -> None:
         self._apply_sleep(act.sleep_s)
-        if act.mps_changed and self.cpu_share is not None:
-            try:
-                dt = self.cpu_share.set_share_pct(act.mps_pct)
-                self.emit(event="share_change", ok=True, new_pct=act.mps_pct,
-                          latency_s=round(dt, 6))
-            except (OSError, ValueError) as exc:
-                self.emit(event="share_change", ok=False, new_pct=act.mps_pct, error=str(exc))
+        if act.mps_changed and self.share is not None and self.share.restart_free:
+            self.emit(**self.share.change(act.mps_pct))  # no restart: done within a period
             return
-        if act.mps_changed and self.trainer is not None:
+        if act.mps_changed and self.share is not None and self.share.backend is not None:
             if self._restart_thread is not None and self._restart_thread.is_alive():
                 return
             if self.mps_watch is not None and not self.mps_watch.healthy:
@@ -376,9 +377,9 @@ class Daemon(DaemonSafety):
             self._restart_thread.start()
 
     def _restart(self, pct: float) -> None:
-        assert self.trainer is not None
+        assert self.trainer is not None and self.share is not None
         try:
-            res = self.trainer.apply(pct)
+            res = self.share.restart(pct)  # the mps-restart backend (MPSActuator.apply)
             if self.trainer.pid is not None:
                 new = ProcessHandle.open(self.trainer.pid)
                 for h in self.roots:
@@ -540,6 +541,8 @@ class Daemon(DaemonSafety):
         steps: list[Callable[[], object]] = []
         if self.cycler is not None:
             steps.append(self.cycler.close)
+        if self.share is not None and self.share.flag == "green-context":
+            steps.append(self.share.close)  # the full device again, while the hook is open
         if self.hook is not None:
             steps.append(self.hook.close)
         if self._restart_thread is not None:
@@ -547,8 +550,8 @@ class Daemon(DaemonSafety):
             steps.append(lambda: thread.join(60))
         if self.trainer is not None:
             steps.append(self.trainer.stop)
-        if self.cpu_share is not None:
-            steps.append(self.cpu_share.close)
+        if self.share is not None and self.share.flag == "cpu":
+            steps.append(self.share.close)  # the cap lifted, the group removed
         if self._made_cgroup:
             made = self._made_cgroup
             steps.append(lambda: os.rmdir(made))

@@ -225,7 +225,8 @@ class DaemonMetrics:
     info : dict or None
         Static facts for ``gpucontrol_daemon_info`` (mode, outer, method...).
     backend : str
-        The spatial-sharing backend label (``mps`` or ``none``).
+        The spatial-sharing backend label (``mps``, ``cpu.max``, ``green-context`` or
+        ``none``).
     textfile : str or None
         Also write the exposition to this file (atomically, mode 0644) after every period,
         for node-exporter's text-file collector; removed by :meth:`close`.
@@ -357,8 +358,8 @@ class DaemonMetrics:
 
     @classmethod
     def from_config(cls, cfg: DaemonConfig, *, pids: Iterable[int], mps_ok: bool,
-                    method: str, health: Callable[[], dict[str, Any]] | None = None
-                    ) -> DaemonMetrics:
+                    method: str, health: Callable[[], dict[str, Any]] | None = None,
+                    backend: str | None = None) -> DaemonMetrics:
         """The daemon's metrics, as its configuration asks (server and/or text file).
 
         Parameters
@@ -368,11 +369,15 @@ class DaemonMetrics:
         pids : iterable of int
             The training processes (for the default ``target`` label).
         mps_ok : bool
-            Whether an MPS control daemon is in use (the ``backend`` label).
+            Whether an MPS control daemon is in use (the ``backend`` label when ``backend``
+            is not given).
         method : str
             The sleep method in use.
         health : callable or None
             The health answer of ``/healthz`` and ``/readyz``.
+        backend : str or None
+            The spatial-share backend label (``mps``, ``cpu.max``, ``green-context`` or
+            ``none``; :meth:`gpucontrol.node.share.ShareWiring.metrics_label`).
 
         Returns
         -------
@@ -382,7 +387,7 @@ class DaemonMetrics:
         target = cfg.metrics_target or default_target(
             cgroup=cfg.cgroup, training_cmd=cfg.training_cmd, training_pids=pids)
         return cls(cfg.metrics_port, cfg.metrics_addr, gpu=cfg.gpu, target=target,
-                   slo_ms=cfg.slo_ms, backend="mps" if mps_ok else "none",
+                   slo_ms=cfg.slo_ms, backend=backend or ("mps" if mps_ok else "none"),
                    textfile=cfg.metrics_textfile, health=health,
                    info={"mode": cfg.mode, "outer": cfg.outer, "method": method,
                          "closed_loop": str(cfg.closed_loop).lower()})

@@ -524,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m harness.hil.training_emulator",
         description="CuPy training emulator: matmuls sized to a target iteration time, an "
-                    "emulated H2D copy, the cooperative sleep hook, %%smid SM sampling.")
+                    "emulated H2D copy, the cooperative sleep hook, %smid SM sampling.")
     d = EmulatorConfig()
     ap.add_argument("--target-iter-s", type=float, default=d.target_iter_s,
                     help="iteration time on the idle, full GPU (default %(default)s)")

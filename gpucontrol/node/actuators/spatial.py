@@ -140,20 +140,25 @@ class MPSRestartBackend(SpatialShareBackend):
         Has ``apply(pct) -> RestartResult`` and ``shadow`` (the existing actuator, unchanged).
     expected_latency_s : float
         Prior for the restart time, s, before one was measured (the paper: 5-15 s).
+    round_pct : bool
+        Round a command to a whole percent (the granularity); False passes the controller's
+        percentage as is (what the daemon does, as before this backend existed).
     """
 
     name = "mps-restart"
     restart_free = False
     granularity_pct = 1.0
 
-    def __init__(self, actuator: Any, *, expected_latency_s: float = 10.0) -> None:
+    def __init__(self, actuator: Any, *, expected_latency_s: float = 10.0,
+                 round_pct: bool = True) -> None:
         super().__init__()
         self.actuator = actuator
         self.expected_latency_s = positive("expected_latency_s", expected_latency_s)
+        self.round_pct = bool(round_pct)
         self.results: list[Any] = []
 
     def _apply(self, pct: float) -> float:
-        res = self.actuator.apply(round(pct))
+        res = self.actuator.apply(round(pct) if self.round_pct else pct)
         self.results.append(res)
         if res.ok:
             self.share_pct = float(res.new_pct)
@@ -244,6 +249,12 @@ class CPUShareBackend(SpatialShareBackend):
         lat = float(self.actuator.set_share_pct(pct))
         self.share_pct = pct
         return lat
+
+    def close(self) -> None:
+        """Close the actuator when it has ``close`` (the CPU share: the cap lifted)."""
+        close = getattr(self.actuator, "close", None)
+        if callable(close):
+            close()
 
 
 # ---------------------------------------------------------------------------------------------

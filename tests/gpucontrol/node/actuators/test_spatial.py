@@ -90,6 +90,10 @@ def test_cpu_share_adapter():
     cpu = CPU()
     b = CPUShareBackend(cpu)
     assert b.set_share_pct(25) == 0.002 and cpu.pct == 25 and b.restart_free
+    b.close()  # an actuator without close: nothing to do
+    cpu.close = lambda: setattr(cpu, "closed", True)
+    b.close()  # the cap lifted through the actuator
+    assert cpu.closed
 
 
 def test_unknown_backend_is_a_configuration_error():
