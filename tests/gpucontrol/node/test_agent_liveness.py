@@ -184,7 +184,7 @@ def test_resume_only_after_a_total_crash(children, tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["found"] and out["resumed"] == 1 and not out["owner_alive"]
-    assert wait_state(t.pid, {"R"}, timeout=1.0)
+    assert wait_state(t.pid, {"R"}, timeout=5.0)
     assert not (tmp_path / "r.state.json").exists()
     r = subprocess.run(resume, capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 0 and json.loads(r.stdout)["found"] is False

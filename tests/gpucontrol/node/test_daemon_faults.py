@@ -107,7 +107,7 @@ def test_new_training_after_an_mps_restart_is_written_ahead(children, tmp_path):
         d.kill()
         d.wait()
         # ...and the guardian resumes it
-        assert wait_for(lambda: not stopped_pids([new]), timeout=1.0)
+        assert wait_for(lambda: not stopped_pids([new]), timeout=5.0)
     finally:
         kill_tree_leftovers(launched(pidfile))
 
@@ -130,7 +130,7 @@ def test_refused_second_daemon_leaves_the_first_protected(children, tmp_path):
     assert wait_state(t.pid, {"T"}, timeout=3.0)
     d.kill()
     d.wait()
-    assert wait_for(lambda: not stopped_pids([t.pid]), timeout=1.0)
+    assert wait_for(lambda: not stopped_pids([t.pid]), timeout=5.0)
 
 
 def test_two_daemons_with_different_gpus_cannot_share_a_training(children, tmp_path):

@@ -176,7 +176,7 @@ def test_sigterm_is_graceful(children, tmp_path):
     assert wait_state(t.pid, {"T"})
     d.send_signal(signal.SIGTERM)
     assert d.wait(10) == 0
-    assert wait_state(t.pid, {"R"}, timeout=1.0)
+    assert wait_state(t.pid, {"R"}, timeout=5.0)
     for f in ("socket", "state", "hook"):
         assert not os.path.exists(started[f])
     rest = [json.loads(line) for line in d.stdout]
