@@ -11,11 +11,18 @@ period's error; it never optimises the operating point and it restarts the train
   ``mps_slope * dm``; the inner loop then moves the duty by ``(SLO - l - mps_slope*dm) / A``
   (``A``: latency per unit duty, from the inner model), and the iteration time becomes
   ``t (m'/m) ** -beta``. The candidate with the best predicted rate is taken only if its gain
-  over ``horizon_periods`` exceeds ``restart_margin`` times the restart's cost (training lost
-  for ``restart_s``) and the step is at least ``min_step_pct``;
+  over its horizon exceeds ``restart_margin`` times the restart's cost (training lost
+  for ``restart_s``) and the step is at least ``min_step_pct``. The horizon is
+  ``horizon_periods``, or the time the load has held still if longer (a small gain that keeps
+  being predicted at a steady load pays in the end). An upward move aims ``safety_margin``
+  under the set point, except from a sleep pinned at its lower bound with headroom (the margin
+  would park the loop there below the SLO); either way the latency at the old sleep, held
+  through the restart, must stay within ``safety_margin`` over the set point;
 * **learns** the latency-vs-MPS slope from each restart's measured effect (the first reading
   after the restart is at the old sleep, since the inner loop holds during the restart) and
-  the iteration-time exponent ``beta`` from the iteration times before and after;
+  the iteration-time exponent ``beta`` from the iteration times before and after, and a
+  per-direction calibration of its gain predictions (realised / predicted, a bounded partial
+  update within [0.5, 2], so one under-realised move cannot stop every later one);
 * **acts early** when the sleep stays pinned at its upper bound with the latency over the SLO
   (``pinned_periods`` in a row): a step sized from the learnt slope, doubling while it stays
   pinned, and the failing level becomes a ceiling for ``horizon_periods`` (no optimising move
@@ -60,7 +67,8 @@ class ThroughputOuter:
     pinned_periods : int
         Periods pinned at a sleep bound before acting early (>= 1).
     horizon_periods : int, optional
-        Periods over which a move's gain is counted (default ``10 * every``, at least 100).
+        Least number of periods over which a move's gain is counted (default ``10 * every``,
+        at least 100); the time the load has held still counts when longer (:meth:`horizon`).
     restart_margin : float
         A move must gain this many times the restart's cost (>= 0).
     iteration_exponent : float
@@ -129,11 +137,19 @@ class ThroughputOuter:
         self.duty_scale = 1.0          # learnt correction of the inner model's duty gain
         self._ceiling = math.inf        # an MPS level where the sleep could not hold the SLO
         self._since_move = 0
+        self._steady = 0               # periods the load (seen through the duty) held still
+        self._last_duty: float | None = None
         self._ceiling_left = 0
         self._last_dir = 0.0
         #: whether the iteration times passed to :meth:`update` are measured (set by the
         #: two-tier controller); an assumed time is used for predictions but never learnt from
         self.iteration_measured = True
+
+    def horizon(self) -> float:
+        """Periods over which a move's gain is counted: ``horizon_periods``, or the time the
+        load has held still if longer (a regime that has lasted that long is expected to last
+        about as long again), so a small steady gain pays in the end."""
+        return float(max(self.horizon_periods, self._steady))
 
     def restart_count(self) -> None:
         self.count = 0
@@ -188,6 +204,8 @@ class ThroughputOuter:
         old, self.mps_pct = self.mps_pct, new
         self._last_dir = math.copysign(1.0, new - old)
         self._since_move = 0
+        self._steady = 0
+        self._last_duty = None
         self.moves += 1
         self._win.clear()
         self._recent.clear()
@@ -200,6 +218,8 @@ class ThroughputOuter:
         """(delta, predicted relative gain) of the best candidate move (0, 0 if none)."""
         d0 = t / (t + sleep)
         rate0 = d0 / t
+        pinned_low = sleep <= self.sleep_lo + 0.01 * (self.sleep_hi - self.sleep_lo) and \
+            lat < self.slo_ms
         best, best_gain = 0.0, 0.0
         for step in (2, 4, 8, 16, 32, 64):
             for sign in (-1.0, 1.0):
@@ -213,8 +233,16 @@ class ThroughputOuter:
                 if abs(dm) < max(self.min_step_pct, 1.0):
                     continue
                 delta_l = self.mps_gain * dm
+                # the inner loop holds the old sleep through the restart: there the latency
+                # must stay within the safety margin over the set point (the transient)
+                if dm > 0 and lat + delta_l > self.slo_ms * (1.0 + self.safety_margin):
+                    continue
                 t1 = t * (m1 / self.mps_pct) ** -self.beta
-                target = self.slo_ms * (1.0 - self.safety_margin) if dm > 0 else self.slo_ms
+                # an upward move keeps a safety margin under the set point, except from a
+                # sleep pinned at its lower bound with headroom: there the margin would park
+                # the loop below the SLO for good (after the move the inner loop regulates)
+                target = self.slo_ms * (1.0 - self.safety_margin) if dm > 0 and not pinned_low \
+                    else self.slo_ms
                 d1 = d0 + (target - lat - delta_l) / duty_gain if duty_gain > 0 else (
                     d0 if lat + delta_l <= target else -1.0)
                 d1 = min(d1, 1.0)
@@ -247,6 +275,8 @@ class ThroughputOuter:
             if self._ceiling_left == 0:
                 self._ceiling = math.inf
         self._high = self._high + 1 if saturated == "high" and latency_ms > self.slo_ms else 0
+        if self._high:
+            self._steady = 0
         self._low = self._low + 1 if saturated == "low" and latency_ms < self.slo_ms else 0
         self.count += 1
         self._since_move += 1
@@ -292,16 +322,29 @@ class ThroughputOuter:
         else:
             self._a_probe = None
         duty_gain *= self.duty_scale
+        # how long the load has held still: the window's duty (at a fixed MPS the inner loop's
+        # answer to the load) moved by less than 3 % of the set point in latency terms
+        d_now = tw / (tw + sleep)
+        if self._last_duty is not None and abs(d_now - self._last_duty) * duty_gain > \
+                0.03 * self.slo_ms:
+            self._steady = 0
+        else:
+            self._steady += n
+        self._last_duty = d_now
         if self._gain_probe is not None and not self._high:
             direction, predicted, rate0 = self._gain_probe
             self._gain_probe = None
             realised = (tw / (tw + sleep)) / tw / rate0 - 1.0
             # like beta: an assumed constant iteration time hides the MPS move's effect on the
             # training rate, so only measured times calibrate the predictions
+            # one window's realised gain is noisy (load, restart transient): a bounded sample,
+            # a partial step in log space and bounds on the result, so one under-realised
+            # move cannot stop every later move in that direction
             if predicted > 0 and self.iteration_measured:
-                c = min(max(realised / predicted, 0.25), 4.0)
+                c = min(max(realised / predicted, 0.5), 2.0)
+                old = self.gain_calibration[direction]
                 self.gain_calibration[direction] = min(max(
-                    math.sqrt(self.gain_calibration[direction] * c), 0.25), 4.0)
+                    math.exp(0.7 * math.log(old) + 0.3 * math.log(c)), 0.5), 2.0)
         if self._beta_probe is not None and len(ts) >= 3:
             m0, t0 = self._beta_probe
             self._beta_probe = None
@@ -315,7 +358,7 @@ class ThroughputOuter:
         dm, gain = self._best_move(lat, sleep, tw, duty_gain)
         if dm:
             gain *= self.gain_calibration[math.copysign(1.0, dm)]
-        cost = self.restart_margin * self.restart_s / (self.horizon_periods * self.period_s)
+        cost = self.restart_margin * self.restart_s / (self.horizon() * self.period_s)
         if dm and self._last_dir and math.copysign(1.0, dm) != self._last_dir:
             cost *= 2.0          # hysteresis: reversing the last move needs twice the gain
         if dm == 0.0 or gain <= cost:
