@@ -15,9 +15,8 @@ period's error; it never optimises the operating point and it restarts the train
   for ``restart_s``) and the step is at least ``min_step_pct``. The horizon is
   ``horizon_periods``, or the time the load has held still if longer (a small gain that keeps
   being predicted at a steady load pays in the end). An upward move aims ``safety_margin``
-  under the set point, except from a sleep pinned at its lower bound with headroom (the margin
-  would park the loop there below the SLO); either way the latency at the old sleep, held
-  through the restart, must stay within ``safety_margin`` over the set point;
+  under the set point, except from a sleep pinned at its lower bound with headroom
+  (``aim_from_low``): there the margin would park the loop below the SLO for good;
 * **learns** the latency-vs-MPS slope from each restart's measured effect (the first reading
   after the restart is at the old sleep, since the inner loop holds during the restart) and
   the iteration-time exponent ``beta`` from the iteration times before and after, and a
@@ -84,6 +83,12 @@ class ThroughputOuter:
     sleep_bounds_s : (float, float)
         The inner loop's sleep limits: a move is taken only if the predicted sleep stays
         within the lower 80 % of the range (room for the load to rise).
+    aim_from_low : bool
+        From a sleep pinned at its lower bound with headroom, aim an upward move at the set
+        point itself rather than ``safety_margin`` under it (the inner loop regulates after
+        the move; the margin would park the loop at sleep 0 under the SLO). False keeps the
+        margin: for a statistic the sleep may not move (a p99 tail), a move up to the set
+        point can pin the sleep high and ping-pong.
     """
 
     def __init__(self, slo_ms: float, *, every: int = 25,
@@ -94,7 +99,8 @@ class ThroughputOuter:
                  restart_margin: float = 1.5, iteration_exponent: float = 1.0,
                  safety_margin: float = 0.03, max_up_pct: float = 8.0,
                  max_down_pct: float = 16.0, explore: bool = True,
-                 sleep_bounds_s: tuple[float, float] = (0.0, 1.0)) -> None:
+                 sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
+                 aim_from_low: bool = True) -> None:
         self.strategy = "throughput"
         self.slo_ms = positive("slo_ms", slo_ms)
         self.every = int_at_least("outer_every", every, 1)
@@ -117,6 +123,7 @@ class ThroughputOuter:
         self.max_down_pct = positive("max_down_pct", max_down_pct)
         self.explore = bool(explore)
         self.sleep_lo, self.sleep_hi = bounds("sleep_bounds_s", sleep_bounds_s, 0.0, 3600.0)
+        self.aim_from_low = bool(aim_from_low)
         self.learnt = 0
         self.count = 0
         self.moves = 0
@@ -218,8 +225,8 @@ class ThroughputOuter:
         """(delta, predicted relative gain) of the best candidate move (0, 0 if none)."""
         d0 = t / (t + sleep)
         rate0 = d0 / t
-        pinned_low = sleep <= self.sleep_lo + 0.01 * (self.sleep_hi - self.sleep_lo) and \
-            lat < self.slo_ms
+        pinned_low = self.aim_from_low and lat < self.slo_ms and \
+            sleep <= self.sleep_lo + 0.01 * (self.sleep_hi - self.sleep_lo)
         best, best_gain = 0.0, 0.0
         for step in (2, 4, 8, 16, 32, 64):
             for sign in (-1.0, 1.0):
@@ -233,10 +240,6 @@ class ThroughputOuter:
                 if abs(dm) < max(self.min_step_pct, 1.0):
                     continue
                 delta_l = self.mps_gain * dm
-                # the inner loop holds the old sleep through the restart: there the latency
-                # must stay within the safety margin over the set point (the transient)
-                if dm > 0 and lat + delta_l > self.slo_ms * (1.0 + self.safety_margin):
-                    continue
                 t1 = t * (m1 / self.mps_pct) ** -self.beta
                 # an upward move keeps a safety margin under the set point, except from a
                 # sleep pinned at its lower bound with headroom: there the margin would park
