@@ -11,11 +11,17 @@ period's error; it never optimises the operating point and it restarts the train
   ``mps_slope * dm``; the inner loop then moves the duty by ``(SLO - l - mps_slope*dm) / A``
   (``A``: latency per unit duty, from the inner model), and the iteration time becomes
   ``t (m'/m) ** -beta``. The candidate with the best predicted rate is taken only if its gain
-  over ``horizon_periods`` exceeds ``restart_margin`` times the restart's cost (training lost
-  for ``restart_s``) and the step is at least ``min_step_pct``;
+  over its horizon exceeds ``restart_margin`` times the restart's cost (training lost
+  for ``restart_s``) and the step is at least ``min_step_pct``. The horizon is
+  ``horizon_periods``, or the time the load has held still if longer (a small gain that keeps
+  being predicted at a steady load pays in the end). An upward move aims ``safety_margin``
+  under the set point, except from a sleep pinned at its lower bound with headroom
+  (``aim_from_low``): there the margin would park the loop below the SLO for good;
 * **learns** the latency-vs-MPS slope from each restart's measured effect (the first reading
   after the restart is at the old sleep, since the inner loop holds during the restart) and
-  the iteration-time exponent ``beta`` from the iteration times before and after;
+  the iteration-time exponent ``beta`` from the iteration times before and after, and a
+  per-direction calibration of its gain predictions (realised / predicted, a bounded partial
+  update within [0.5, 2], so one under-realised move cannot stop every later one);
 * **acts early** when the sleep stays pinned at its upper bound with the latency over the SLO
   (``pinned_periods`` in a row): a step sized from the learnt slope, doubling while it stays
   pinned, and the failing level becomes a ceiling for ``horizon_periods`` (no optimising move
@@ -60,7 +66,8 @@ class ThroughputOuter:
     pinned_periods : int
         Periods pinned at a sleep bound before acting early (>= 1).
     horizon_periods : int, optional
-        Periods over which a move's gain is counted (default ``10 * every``, at least 100).
+        Least number of periods over which a move's gain is counted (default ``10 * every``,
+        at least 100); the time the load has held still counts when longer (:meth:`horizon`).
     restart_margin : float
         A move must gain this many times the restart's cost (>= 0).
     iteration_exponent : float
@@ -76,6 +83,12 @@ class ThroughputOuter:
     sleep_bounds_s : (float, float)
         The inner loop's sleep limits: a move is taken only if the predicted sleep stays
         within the lower 80 % of the range (room for the load to rise).
+    aim_from_low : bool
+        From a sleep pinned at its lower bound with headroom, aim an upward move at the set
+        point itself rather than ``safety_margin`` under it (the inner loop regulates after
+        the move; the margin would park the loop at sleep 0 under the SLO). False keeps the
+        margin: for a statistic the sleep may not move (a p99 tail), a move up to the set
+        point can pin the sleep high and ping-pong.
     """
 
     def __init__(self, slo_ms: float, *, every: int = 25,
@@ -86,7 +99,8 @@ class ThroughputOuter:
                  restart_margin: float = 1.5, iteration_exponent: float = 1.0,
                  safety_margin: float = 0.03, max_up_pct: float = 8.0,
                  max_down_pct: float = 16.0, explore: bool = True,
-                 sleep_bounds_s: tuple[float, float] = (0.0, 1.0)) -> None:
+                 sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
+                 aim_from_low: bool = True) -> None:
         self.strategy = "throughput"
         self.slo_ms = positive("slo_ms", slo_ms)
         self.every = int_at_least("outer_every", every, 1)
@@ -109,6 +123,7 @@ class ThroughputOuter:
         self.max_down_pct = positive("max_down_pct", max_down_pct)
         self.explore = bool(explore)
         self.sleep_lo, self.sleep_hi = bounds("sleep_bounds_s", sleep_bounds_s, 0.0, 3600.0)
+        self.aim_from_low = bool(aim_from_low)
         self.learnt = 0
         self.count = 0
         self.moves = 0
@@ -129,11 +144,19 @@ class ThroughputOuter:
         self.duty_scale = 1.0          # learnt correction of the inner model's duty gain
         self._ceiling = math.inf        # an MPS level where the sleep could not hold the SLO
         self._since_move = 0
+        self._steady = 0               # periods the load (seen through the duty) held still
+        self._last_duty: float | None = None
         self._ceiling_left = 0
         self._last_dir = 0.0
         #: whether the iteration times passed to :meth:`update` are measured (set by the
         #: two-tier controller); an assumed time is used for predictions but never learnt from
         self.iteration_measured = True
+
+    def horizon(self) -> float:
+        """Periods over which a move's gain is counted: ``horizon_periods``, or the time the
+        load has held still if longer (a regime that has lasted that long is expected to last
+        about as long again), so a small steady gain pays in the end."""
+        return float(max(self.horizon_periods, self._steady))
 
     def restart_count(self) -> None:
         self.count = 0
@@ -188,6 +211,8 @@ class ThroughputOuter:
         old, self.mps_pct = self.mps_pct, new
         self._last_dir = math.copysign(1.0, new - old)
         self._since_move = 0
+        self._steady = 0
+        self._last_duty = None
         self.moves += 1
         self._win.clear()
         self._recent.clear()
@@ -200,6 +225,8 @@ class ThroughputOuter:
         """(delta, predicted relative gain) of the best candidate move (0, 0 if none)."""
         d0 = t / (t + sleep)
         rate0 = d0 / t
+        pinned_low = self.aim_from_low and lat < self.slo_ms and \
+            sleep <= self.sleep_lo + 0.01 * (self.sleep_hi - self.sleep_lo)
         best, best_gain = 0.0, 0.0
         for step in (2, 4, 8, 16, 32, 64):
             for sign in (-1.0, 1.0):
@@ -214,7 +241,11 @@ class ThroughputOuter:
                     continue
                 delta_l = self.mps_gain * dm
                 t1 = t * (m1 / self.mps_pct) ** -self.beta
-                target = self.slo_ms * (1.0 - self.safety_margin) if dm > 0 else self.slo_ms
+                # an upward move keeps a safety margin under the set point, except from a
+                # sleep pinned at its lower bound with headroom: there the margin would park
+                # the loop below the SLO for good (after the move the inner loop regulates)
+                target = self.slo_ms * (1.0 - self.safety_margin) if dm > 0 and not pinned_low \
+                    else self.slo_ms
                 d1 = d0 + (target - lat - delta_l) / duty_gain if duty_gain > 0 else (
                     d0 if lat + delta_l <= target else -1.0)
                 d1 = min(d1, 1.0)
@@ -247,6 +278,8 @@ class ThroughputOuter:
             if self._ceiling_left == 0:
                 self._ceiling = math.inf
         self._high = self._high + 1 if saturated == "high" and latency_ms > self.slo_ms else 0
+        if self._high:
+            self._steady = 0
         self._low = self._low + 1 if saturated == "low" and latency_ms < self.slo_ms else 0
         self.count += 1
         self._since_move += 1
@@ -292,16 +325,29 @@ class ThroughputOuter:
         else:
             self._a_probe = None
         duty_gain *= self.duty_scale
+        # how long the load has held still: the window's duty (at a fixed MPS the inner loop's
+        # answer to the load) moved by less than 3 % of the set point in latency terms
+        d_now = tw / (tw + sleep)
+        if self._last_duty is not None and abs(d_now - self._last_duty) * duty_gain > \
+                0.03 * self.slo_ms:
+            self._steady = 0
+        else:
+            self._steady += n
+        self._last_duty = d_now
         if self._gain_probe is not None and not self._high:
             direction, predicted, rate0 = self._gain_probe
             self._gain_probe = None
             realised = (tw / (tw + sleep)) / tw / rate0 - 1.0
             # like beta: an assumed constant iteration time hides the MPS move's effect on the
             # training rate, so only measured times calibrate the predictions
+            # one window's realised gain is noisy (load, restart transient): a bounded sample,
+            # a partial step in log space and bounds on the result, so one under-realised
+            # move cannot stop every later move in that direction
             if predicted > 0 and self.iteration_measured:
-                c = min(max(realised / predicted, 0.25), 4.0)
+                c = min(max(realised / predicted, 0.5), 2.0)
+                old = self.gain_calibration[direction]
                 self.gain_calibration[direction] = min(max(
-                    math.sqrt(self.gain_calibration[direction] * c), 0.25), 4.0)
+                    math.exp(0.7 * math.log(old) + 0.3 * math.log(c)), 0.5), 2.0)
         if self._beta_probe is not None and len(ts) >= 3:
             m0, t0 = self._beta_probe
             self._beta_probe = None
@@ -315,7 +361,7 @@ class ThroughputOuter:
         dm, gain = self._best_move(lat, sleep, tw, duty_gain)
         if dm:
             gain *= self.gain_calibration[math.copysign(1.0, dm)]
-        cost = self.restart_margin * self.restart_s / (self.horizon_periods * self.period_s)
+        cost = self.restart_margin * self.restart_s / (self.horizon() * self.period_s)
         if dm and self._last_dir and math.copysign(1.0, dm) != self._last_dir:
             cost *= 2.0          # hysteresis: reversing the last move needs twice the gain
         if dm == 0.0 or gain <= cost:

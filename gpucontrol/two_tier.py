@@ -271,7 +271,9 @@ class TwoTierController:
                 target_ms, every=self.outer_every, mps_bounds_pct=self.mps_bounds_pct,
                 initial_mps_pct=mps0, mps_gain_ms_per_pct=mps_gain,
                 restart_s=self.restart_s or 0.0, period_s=self.inner_period_s,
-                sleep_bounds_s=self.sleep_bounds_s)
+                sleep_bounds_s=self.sleep_bounds_s,
+                # a p99 tail need not follow the sleep: keep the margin on upward moves there
+                aim_from_low=self.mode == "mean")
         else:
             self.outer = OuterMPSOptimizer(
                 self.outer_strategy, self.slo_ms, every=self.outer_every,

@@ -205,3 +205,49 @@ def test_throughput_outer_learns_beta_only_from_measured_iteration_times():
     seen = _run_default(150, with_iteration_time=True)
     assert seen.outer.moves >= 1
     assert seen.outer.beta > 1.2                        # toward the plant's 2
+
+
+def _feed(outer, periods, latency, sleep, saturated, iteration_s=0.5, duty_gain=20.0):
+    """Feed ``periods`` identical periods; return the first MPS move (None: none)."""
+    for _ in range(periods):
+        new, _why = outer.update(latency, sleep, saturated, duty_gain, iteration_s)
+        if new is not None:
+            return new
+    return None
+
+
+def test_throughput_outer_moves_up_from_a_pinned_low_sleep_with_headroom():
+    """Sleep pinned at 0 with the latency 2.5 % under the SLO: a move up that the inner loop
+    can absorb pays (the training runs faster at a larger share). Aiming upward moves 3 % under
+    the SLO, as before, parked the loop there for good (a median error and lost training)."""
+    outer = ThroughputOuter(90.0, initial_mps_pct=60.0, mps_gain_ms_per_pct=0.2, explore=False)
+    new = _feed(outer, 25, 87.75, 0.0, "low")
+    assert new is not None and new > 60.0
+    # the margin stays where the sleep may not move the statistic (the p99 mode's choice)
+    outer = ThroughputOuter(90.0, initial_mps_pct=60.0, mps_gain_ms_per_pct=0.2, explore=False,
+                            aim_from_low=False)
+    assert _feed(outer, 25, 87.75, 0.0, "low") is None
+    assert TwoTierController(MODEL, 90.0).outer.aim_from_low
+    assert not TwoTierController(MODEL, 90.0, mode="p99").outer.aim_from_low
+
+
+def test_throughput_outer_gain_calibration_survives_one_under_realised_move():
+    """One window's realised gain is noisy: a move that realised nothing must not cut the
+    direction's calibration to a level where no later move can pay."""
+    outer = ThroughputOuter(90.0, initial_mps_pct=60.0, explore=False)
+    outer._gain_probe = (1.0, 0.10, 1.0 / 0.5)      # predicted +10 %, rate before 2 it/s
+    _feed(outer, 25, 90.0, 0.0, None, iteration_s=0.5)   # realised: 0 %
+    assert outer.gain_calibration[1.0] >= 0.75
+    for _ in range(20):
+        outer._gain_probe = (1.0, 0.10, 1.0 / 0.5)
+        _feed(outer, 25, 90.0, 0.0, None, iteration_s=0.5)
+    assert outer.gain_calibration[1.0] == pytest.approx(0.5, abs=0.01)   # bounded
+
+
+def test_throughput_outer_horizon_grows_with_the_time_the_load_held_still():
+    outer = ThroughputOuter(90.0, initial_mps_pct=60.0, explore=False, restart_s=1e3)
+    assert outer.horizon() == outer.horizon_periods == 250
+    _feed(outer, 400, 90.0, 0.3, None)        # a move would cost far too much: it stays
+    assert outer.moves == 0 and outer.horizon() == 400
+    _feed(outer, 25, 90.0, 0.05, None)        # the load changed (the sleep fell 0.25 s)
+    assert outer.horizon() == 250
