@@ -14,8 +14,8 @@ import subprocess
 import sys
 import time
 
-from actuators._children import BUSY, daemon_argv, stopped_pids
-from test_daemon_faults import TRAINING, alive, fake_mps, launched, model_file, wait_for
+from actuators._children import BUSY, daemon_argv, stopped_pids, wait_for
+from test_daemon_faults import TRAINING, alive, fake_mps, launched, model_file
 
 ROUNDS = 12
 SEED = int(os.environ.get("GPUCONTROL_CHAOS_SEED", "20261124"))  # replay or vary

@@ -15,6 +15,7 @@ from actuators._children import (
     read_events,
     state,
     stopped_pids,
+    wait_for,
     wait_state,
 )
 
@@ -69,16 +70,6 @@ def launched(pidfile):
 
 def alive(pid):
     return state(pid) not in (None, "Z", "X")
-
-
-def wait_for(pred, timeout=10.0, step=0.005):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return pred()
 
 
 def kill_tree_leftovers(pids):
