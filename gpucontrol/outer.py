@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 
 from gpucontrol._validate import bounds, in_range, int_at_least, positive
 
@@ -89,6 +90,11 @@ class ThroughputOuter:
         the move; the margin would park the loop at sleep 0 under the SLO). False keeps the
         margin: for a statistic the sleep may not move (a p99 tail), a move up to the set
         point can pin the sleep high and ping-pong.
+    levels_pct : sequence of float, optional
+        The only shares the knob takes (e.g. the green-context partitions a training
+        created, 25/50/75/100): every move lands on one of them, an optimising move goes to
+        a neighbouring level whatever the trust region (it is the smallest move there is),
+        and the learnt slope is per point of the level actually reached. None: any share.
     """
 
     def __init__(self, slo_ms: float, *, every: int = 25,
@@ -100,7 +106,8 @@ class ThroughputOuter:
                  safety_margin: float = 0.03, max_up_pct: float = 8.0,
                  max_down_pct: float = 16.0, explore: bool = True,
                  sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
-                 aim_from_low: bool = True) -> None:
+                 aim_from_low: bool = True,
+                 levels_pct: Sequence[float] | None = None) -> None:
         self.strategy = "throughput"
         self.slo_ms = positive("slo_ms", slo_ms)
         self.every = int_at_least("outer_every", every, 1)
@@ -124,6 +131,13 @@ class ThroughputOuter:
         self.explore = bool(explore)
         self.sleep_lo, self.sleep_hi = bounds("sleep_bounds_s", sleep_bounds_s, 0.0, 3600.0)
         self.aim_from_low = bool(aim_from_low)
+        self.levels: list[float] | None = None
+        if levels_pct is not None and len(levels_pct):
+            self.levels = sorted({in_range("levels_pct", float(v), self.lo, self.hi)
+                                  for v in levels_pct})
+            # start on a level: the largest not above the initial share (as the training picks)
+            fits = [v for v in self.levels if v <= self.mps_pct + 1e-9]
+            self.mps_pct = fits[-1] if fits else self.levels[0]
         self.learnt = 0
         self.count = 0
         self.moves = 0
@@ -151,6 +165,15 @@ class ThroughputOuter:
         #: whether the iteration times passed to :meth:`update` are measured (set by the
         #: two-tier controller); an assumed time is used for predictions but never learnt from
         self.iteration_measured = True
+        #: the run time between two pauses of a duty-cycling sleep actuator (SIGSTOP/SIGCONT,
+        #: freezer), whose duty is ``q / (q + s)`` whatever the iteration time; None: the sleep
+        #: is taken once per iteration (the hook), and the duty is ``t / (t + s)``
+        self.duty_time_s: float | None = None
+
+    def duty(self, t: float, sleep_s: float) -> float:
+        """The training's running fraction at sleep ``sleep_s`` (iteration time ``t``)."""
+        tau = self.duty_time_s if self.duty_time_s else t
+        return tau / (tau + sleep_s)
 
     def horizon(self) -> float:
         """Periods over which a move's gain is counted: ``horizon_periods``, or the time the
@@ -171,7 +194,7 @@ class ThroughputOuter:
             return
         l1, d1 = self._a_probe
         self._a_probe = None
-        d = t / (t + sleep)
+        d = self.duty(t, sleep)
         if abs(d - d1) < 0.02 or abs(l1 - lat) < 0.005 * self.slo_ms:
             return
         sample = (l1 - lat) / (d - d1) / duty_gain
@@ -184,7 +207,7 @@ class ThroughputOuter:
         if self._probe is None:
             return
         if iteration_s > 0:
-            self._a_probe = (latency_ms, iteration_s / (iteration_s + sleep_s))
+            self._a_probe = (latency_ms, self.duty(iteration_s, sleep_s))
         m0, l0, t0, dm = self._probe
         self._probe = None
         sample = (latency_ms - l0) / dm
@@ -198,9 +221,21 @@ class ThroughputOuter:
             self._beta_probe = (m0, t0)     # learnt at the next window, on its median time
 
     # ---- decisions -----------------------------------------------------------------------------
+    def _snap(self, target: float, direction: float) -> float:
+        """The level a move towards ``target`` lands on: at or below it going down (at least
+        one level down), at or above it going up (at least one level up)."""
+        assert self.levels is not None
+        if direction < 0:
+            below = [v for v in self.levels if v <= min(target, self.mps_pct - 1e-9) + 1e-9]
+            return below[-1] if below else self.mps_pct
+        above = [v for v in self.levels if v >= max(target, self.mps_pct + 1e-9) - 1e-9]
+        return above[0] if above else self.mps_pct
+
     def _move(self, delta: float, why: str, latency_ms: float, iteration_s: float
               ) -> tuple[float | None, str]:
         new = float(min(max(round(self.mps_pct + delta), self.lo), self.hi))
+        if self.levels is not None:
+            new = self._snap(self.mps_pct + delta, math.copysign(1.0, delta))
         if new == self.mps_pct:
             return None, f"outer: {why}, at MPS bound"
         l0 = sum(r[0] for r in self._recent) / len(self._recent) if self._recent else latency_ms
@@ -223,17 +258,23 @@ class ThroughputOuter:
     def _best_move(self, lat: float, sleep: float, t: float, duty_gain: float
                    ) -> tuple[float, float]:
         """(delta, predicted relative gain) of the best candidate move (0, 0 if none)."""
-        d0 = t / (t + sleep)
+        d0 = self.duty(t, sleep)
         rate0 = d0 / t
         pinned_low = self.aim_from_low and lat < self.slo_ms and \
             sleep <= self.sleep_lo + 0.01 * (self.sleep_hi - self.sleep_lo)
         best, best_gain = 0.0, 0.0
-        for step in (2, 4, 8, 16, 32, 64):
+        steps: tuple[float, ...] = (2, 4, 8, 16, 32, 64)
+        if self.levels is not None:   # one level either way: the smallest move there is
+            steps = (1e-6,)
+        for step in steps:
             for sign in (-1.0, 1.0):
-                if step > (self.max_up_pct if sign > 0 else self.max_down_pct):
+                if self.levels is None and step > (
+                        self.max_up_pct if sign > 0 else self.max_down_pct):
                     continue
                 dm = sign * step
                 m1 = min(max(self.mps_pct + dm, self.lo), self.hi)
+                if self.levels is not None:
+                    m1 = self._snap(m1, sign)
                 if dm > 0 and m1 >= self._ceiling:
                     continue
                 dm = m1 - self.mps_pct
@@ -249,7 +290,8 @@ class ThroughputOuter:
                 d1 = d0 + (target - lat - delta_l) / duty_gain if duty_gain > 0 else (
                     d0 if lat + delta_l <= target else -1.0)
                 d1 = min(d1, 1.0)
-                if d1 <= 0 or t1 * (1.0 - d1) / d1 > self.sleep_lo + 0.8 * (
+                tau1 = self.duty_time_s if self.duty_time_s else t1
+                if d1 <= 0 or tau1 * (1.0 - d1) / d1 > self.sleep_lo + 0.8 * (
                         self.sleep_hi - self.sleep_lo):
                     continue
                 gain = (d1 / t1) / rate0 - 1.0
@@ -327,7 +369,7 @@ class ThroughputOuter:
         duty_gain *= self.duty_scale
         # how long the load has held still: the window's duty (at a fixed MPS the inner loop's
         # answer to the load) moved by less than 3 % of the set point in latency terms
-        d_now = tw / (tw + sleep)
+        d_now = self.duty(tw, sleep)
         if self._last_duty is not None and abs(d_now - self._last_duty) * duty_gain > \
                 0.03 * self.slo_ms:
             self._steady = 0
@@ -337,7 +379,7 @@ class ThroughputOuter:
         if self._gain_probe is not None and not self._high:
             direction, predicted, rate0 = self._gain_probe
             self._gain_probe = None
-            realised = (tw / (tw + sleep)) / tw / rate0 - 1.0
+            realised = self.duty(tw, sleep) / tw / rate0 - 1.0
             # like beta: an assumed constant iteration time hides the MPS move's effect on the
             # training rate, so only measured times calibrate the predictions
             # one window's realised gain is noisy (load, restart transient): a bounded sample,
@@ -368,5 +410,5 @@ class ThroughputOuter:
             self._low = 0
             return None, f"outer: stay (best predicted gain {100 * gain:.1f} % <= cost " \
                          f"{100 * cost:.1f} %)"
-        self._gain_probe = (math.copysign(1.0, dm), gain, 1.0 / (tw + sleep))
+        self._gain_probe = (math.copysign(1.0, dm), gain, self.duty(tw, sleep) / tw)
         return self._move(dm, f"predicted training +{100 * gain:.1f} %", lat, tw)

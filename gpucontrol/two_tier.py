@@ -18,7 +18,9 @@ Defaults of the default (``"throughput"``) controller, and what they cost:
 * gain scheduling on the operating point: the latency is linear in the training's duty
   ``t/(t + s)``, not in the sleep, so the local slope at sleep ``s`` is the identified slope
   times ``(t + s_lo)(t + s_hi) / (t + s)**2`` (``t``: iteration time, ``[s_lo, s_hi]``: the
-  identified span); near sleep 0 with a short iteration that is 5x or more.
+  identified span); near sleep 0 with a short iteration that is 5x or more. A duty-cycling
+  actuator (``run_quantum_s``) runs the training ``q`` s between pauses: its duty is
+  ``q/(q + s)``, and ``q`` takes the iteration time's place in the schedule.
 * readings above ``plausible_max_ms`` (default 50x the SLO) are glitches: held like a missing
   period, never seen by the outer loop or the estimator.
 * after an MPS change the inner loop holds for ``ceil(restart_s / inner_period_s)`` periods
@@ -29,6 +31,7 @@ Defaults of the default (``"throughput"``) controller, and what they cost:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,9 +130,11 @@ class TwoTierController:
         throughput loop's prior, which it then learns).
     sleep_target_s : float, optional
         The ``"mid-range"`` outer loop's sleep target (default: 5 % into the sleep range).
-    hold_periods_after_mps : int
+    hold_periods_after_mps : int, optional
         Least number of periods to hold the inner loop after an MPS change (>= 0); with a
         known ``restart_s`` the hold lasts at least ``ceil(restart_s / inner_period_s)``.
+        Default 2, or 0 with ``restart_s=0`` (a restart-free knob: nothing restarts, and the
+        first reading after the change is already at the new share and the held sleep).
     adaptive_ratio_bounds : (float, float)
         Bounds of the adaptive gain estimate as ratios of the nominal gain.
     forgetting : float
@@ -157,6 +162,16 @@ class TwoTierController:
         Aim this fraction under the SLO (in [0, 0.5)). Default 0.03 in p99 mode with the
         throughput loop (a period's p99 is a noisy statistic: aiming at the SLO itself puts
         several % of periods over 1.05 SLO), else 0.
+    run_quantum_s : float, optional
+        Run time between two pauses when the sleep is applied by a duty-cycling actuator
+        (SIGSTOP/SIGCONT, cgroup freezer) rather than once per iteration: the training's duty
+        is then ``q / (q + s)`` whatever its iteration time, so the gain schedule and the
+        throughput loop's duty model use ``q`` (the iteration time still sets the training
+        rate). None (default): the sleep is taken once per iteration (the hook).
+    mps_levels_pct : sequence of float, optional
+        The only shares the spatial knob takes (the green-context partitions a training
+        created): the throughput loop moves between them (see
+        :class:`gpucontrol.outer.ThroughputOuter`'s ``levels_pct``). None: any share.
 
     Examples
     --------
@@ -170,6 +185,8 @@ class TwoTierController:
     """
 
     MODES = ("mean", "p99")
+    #: Periods held after an MPS change unless told otherwise (0 for a restart-free knob).
+    HOLD_PERIODS_AFTER_MPS = 2
     #: Iteration time assumed by the throughput loop until one is measured or given (s).
     DEFAULT_ITERATION_S = 0.5
 
@@ -180,14 +197,16 @@ class TwoTierController:
                  outer: str = "throughput", adaptive: bool = False, design: Design | None = None,
                  detune: float | None = None, initial_sleep_s: float | None = None,
                  initial_mps_pct: float | None = None, mps_gain_ms_per_pct: float | None = None,
-                 sleep_target_s: float | None = None, hold_periods_after_mps: int = 2,
+                 sleep_target_s: float | None = None, hold_periods_after_mps: int | None = None,
                  adaptive_ratio_bounds: tuple[float, float] = (0.1, 10.0),
                  forgetting: float = 0.85, measurement_delay_periods: int = 0,
                  restart_s: float | None = None, iteration_time_s: float | None = None,
                  gain_schedule: bool | None = None,
                  identified_span_s: tuple[float, float] | None = None,
                  plausible_max_ms: float | None = None,
-                 setpoint_margin: float | None = None) -> None:
+                 setpoint_margin: float | None = None,
+                 run_quantum_s: float | None = None,
+                 mps_levels_pct: Sequence[float] | None = None) -> None:
         self.slo_ms = positive("slo_ms", slo_ms)
         self.inner_period_s = positive("inner_period_s", inner_period_s)
         self.outer_every = int_at_least("outer_every", outer_every, 1)
@@ -202,10 +221,15 @@ class TwoTierController:
             "measurement_delay_periods", measurement_delay_periods, 0)
         self.restart_s = (15.0 if modern else None) if restart_s is None else in_range(
             "restart_s", restart_s, 0.0, 3600.0)
+        if hold_periods_after_mps is None:
+            hold_periods_after_mps = 0 if self.restart_s == 0.0 else \
+                self.HOLD_PERIODS_AFTER_MPS
         self._hold_fixed = int_at_least("hold_periods_after_mps", hold_periods_after_mps, 0)
         self.iteration_s = math.nan if iteration_time_s is None else positive(
             "iteration_time_s", iteration_time_s)
         self._iteration_ref = self.iteration_s  # at the model's MPS level (the identified one)
+        self.run_quantum_s = None if run_quantum_s is None else in_range(
+            "run_quantum_s", run_quantum_s, 1e-3, 3600.0)
         self.gain_schedule = modern if gain_schedule is None else bool(gain_schedule)
         self.identified_span_s = self.sleep_bounds_s if identified_span_s is None else bounds(
             "identified_span_s", identified_span_s, 0.0, 3600.0)
@@ -273,7 +297,8 @@ class TwoTierController:
                 restart_s=self.restart_s or 0.0, period_s=self.inner_period_s,
                 sleep_bounds_s=self.sleep_bounds_s,
                 # a p99 tail need not follow the sleep: keep the margin on upward moves there
-                aim_from_low=self.mode == "mean")
+                aim_from_low=self.mode == "mean", levels_pct=mps_levels_pct)
+            self.outer.duty_time_s = self.run_quantum_s
         else:
             self.outer = OuterMPSOptimizer(
                 self.outer_strategy, self.slo_ms, every=self.outer_every,
@@ -319,19 +344,30 @@ class TwoTierController:
     def _slope_ratio(self, sleep_s: float) -> float:
         """Local slope at ``sleep_s`` over the identified (secant) slope, for a latency linear
         in the duty ``t / (t + s)``: ``t (t0 + a)(t0 + b) / (t0 (t + s)**2)`` with ``t`` the
-        current and ``t0`` the identification's iteration time; 1 while none is known."""
+        current and ``t0`` the identification's iteration time (both the run quantum ``q`` for
+        a duty-cycling actuator: ``(q + a)(q + b) / (q + s)**2``); 1 while none is known."""
+        a, b = self.identified_span_s
+        # beyond the identified span the slope is held at its edge's: extrapolating the
+        # curvature there would raise the gain on a plant nobody measured (a CPU plant is
+        # flatter past one run quantum than the duty law says); below it the law only lowers
+        # the gain, the safe direction
+        s = min(max(sleep_s, 0.0), b)
+        if self.run_quantum_s is not None:
+            q = self.run_quantum_s
+            return min(max((q + a) * (q + b) / (q + s) ** 2, 0.05), 20.0)
         t = self.iteration_s
         if not (math.isfinite(t) and t > 0):
             return 1.0
         t0 = self._iteration_ref if math.isfinite(self._iteration_ref) else t
-        a, b = self.identified_span_s
-        r = t * (t0 + a) * (t0 + b) / (t0 * (t + max(sleep_s, 0.0)) ** 2)
+        r = t * (t0 + a) * (t0 + b) / (t0 * (t + s) ** 2)
         return min(max(r, 0.05), 20.0)
 
     def _duty_gain(self) -> float:
         """Latency per unit duty (ms, > 0) of the identified curve, ``-gain (t0 + a)(t0 + b) /
         t0`` (``t0``: the iteration time at the identified MPS level)."""
         t0 = self._iteration_ref if math.isfinite(self._iteration_ref) else self._iteration()
+        if self.run_quantum_s is not None:
+            t0 = self.run_quantum_s
         a, b = self.identified_span_s
         return -self._gain() * (t0 + a) * (t0 + b) / t0
 

@@ -142,6 +142,10 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
                         "decide every period")
     s.add_argument("--share-cgroup", default="gpucontrol-training",
                    help="CPU-share group name under the cgroup cpu controller")
+    s.add_argument("--green-shares", default=None,
+                   help="with --share-backend green-context: the partitions the training "
+                        "created, %% comma-separated (e.g. 25,50,75,100, its --green-shares); "
+                        "the daemon reports the partition a command runs on")
 
 
 def run_from_args(args: argparse.Namespace) -> int:

@@ -164,6 +164,12 @@ class DaemonConfig:
     share_cgroup : str
         The CPU-share group, relative to the CPU controller's root; made when missing
         [``--share-cgroup``].
+    green_shares : tuple of float
+        The green-context partitions the training created, % in [1, 100] [``--green-shares``,
+        comma-separated]: the training runs a command on the largest partition not above it,
+        and the daemon reports that partition as the applied share (``share_change``'s
+        ``applied_pct``, the metrics) and its widest gap as the granularity. Empty: any
+        share, rounded to 1 %.
 
     Notes
     -----
@@ -214,6 +220,7 @@ class DaemonConfig:
     prometheus_metric: str = "inference_latency_seconds"
     share_backend: Literal["mps", "cpu", "green-context"] = "mps"
     share_cgroup: str = "gpucontrol-training"
+    green_shares: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "training_pids", tuple(self.training_pids))
@@ -283,6 +290,17 @@ class DaemonConfig:
     def _validate_sources(self) -> None:
         choice("--latency-source", self.latency_source, LATENCY_SOURCES)
         choice("--share-backend", self.share_backend, SHARE_BACKENDS)
+        shares = self.green_shares
+        if isinstance(shares, str):
+            try:
+                shares = tuple(float(x) for x in shares.split(",") if x.strip())
+            except ValueError:
+                raise ConfigurationError(f"--green-shares must be comma-separated percentages, "
+                                         f"got {self.green_shares!r}") from None
+        object.__setattr__(self, "green_shares", tuple(
+            in_range("--green-shares", float(x), 1.0, 100.0) for x in shares))
+        if self.green_shares and self.share_backend != "green-context":
+            raise ConfigurationError("--green-shares goes with --share-backend green-context")
         if self.latency_source == "prometheus" and not self.prometheus_url:
             raise ConfigurationError("--latency-source prometheus needs --prometheus-url")
         if self.share_backend == "cpu" and (not self.share_cgroup

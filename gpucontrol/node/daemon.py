@@ -72,7 +72,7 @@ from gpucontrol.node.hooks import HookWriter
 from gpucontrol.node.locks import FileLock, TargetLocks
 from gpucontrol.node.logsink import LogSink, open_log
 from gpucontrol.node.metrics import DaemonMetrics
-from gpucontrol.node.model_file import load_model
+from gpucontrol.node.model_file import load_model, load_sleep_span
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
 from gpucontrol.node.mps_health import MPSHealthWatch
 from gpucontrol.node.persist import restorable
@@ -187,6 +187,10 @@ class Daemon(DaemonSafety):
                 kw["restart_s"] = restart_s  # the share backend's cost of a change
         if cfg.detune is not None:
             kw["detune"] = cfg.detune
+        if cfg.sleep_method != "hook" and cfg.run_quantum_s != "auto":  # duty q / (q + s)
+            kw["run_quantum_s"] = float(cfg.run_quantum_s)
+        kw["identified_span_s"] = load_sleep_span(cfg.model)
+        kw["mps_levels_pct"] = cfg.green_shares or None  # the training's partitions
         return TwoTierController(
             load_model(cfg.model), cfg.slo_ms, inner_period_s=cfg.period_s,
             outer_every=cfg.outer_every,
@@ -227,7 +231,7 @@ class Daemon(DaemonSafety):
         self.share = ShareWiring(cfg.share_backend, infos)
         initial_share = (self.controller.initial_actuation().mps_pct  # maybe restored
                          if self.controller and cfg.fixed_mps is None else cfg.initial_mps_pct)
-        self.share.start_green(self.hook, initial_share)  # before the training starts, too
+        self.share.start_green(self.hook, initial_share, self.cfg.green_shares)  # before start
         self.write_state([])
         if cfg.socket_group is not None:  # before the training starts: it opens the hook
             from gpucontrol.node._runtime import resolve_group

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 
-__all__ = ["load_model"]
+__all__ = ["load_model", "load_sleep_span"]
 
 
 def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyModelFamily:
@@ -46,3 +46,39 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
     if isinstance(doc, dict):
         return LinearLatencyModel.from_dict(doc)
     raise ValueError(f"model {path} must be a JSON object or list")
+
+
+def load_sleep_span(path: str | os.PathLike[str]) -> tuple[float, float] | None:
+    """The sleep range the model was identified over (``sleep_span_s``), if the file has one.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The model file (:func:`load_model`'s).
+
+    Returns
+    -------
+    (float, float) or None
+        ``(low, high)`` seconds, ``0 <= low < high``; None when the file records none.
+
+    Raises
+    ------
+    ValueError
+        The file cannot be read, or ``sleep_span_s`` is not two numbers ``0 <= low < high``.
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read model {path}: {exc}") from None
+    span = doc.get("sleep_span_s") if isinstance(doc, dict) else None
+    if span is None:
+        return None
+    try:
+        lo, hi = (float(x) for x in span)
+    except (TypeError, ValueError):
+        raise ValueError(f"model {path}: sleep_span_s must be [low, high] seconds, "
+                         f"got {span!r}") from None
+    if not (0.0 <= lo < hi <= 3600.0):
+        raise ValueError(f"model {path}: sleep_span_s must satisfy 0 <= low < high <= 3600, "
+                         f"got {span!r}")
+    return lo, hi

@@ -103,7 +103,8 @@ class PeriodStats:
 
     def to_measurement(self, restarting: bool = False) -> Measurement:
         """The :class:`gpucontrol.Measurement` the controller takes."""
-        return Measurement(self.mean_ms, self.p99_ms, self.count, restarting)
+        return Measurement(self.mean_ms, self.p99_ms, self.count, restarting,
+                           iteration_s=self.iter_mean_ms / 1e3 if self.iter_count else math.nan)
 
     def as_dict(self) -> dict[str, float | int]:
         return {"count": self.count, "mean_ms": self.mean_ms, "p99_ms": self.p99_ms,

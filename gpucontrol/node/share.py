@@ -110,7 +110,8 @@ class ShareWiring:
         return self.backend is not None and self.backend.restart_free
 
     # ------------------------------------------------------------------ building
-    def start_green(self, writer: Any, initial_pct: float) -> None:
+    def start_green(self, writer: Any, initial_pct: float,
+                    shares_pct: Sequence[float] = ()) -> None:
         """``green-context``: publish the first share in the hook file (before the training
         starts: its first iteration reads it).
 
@@ -120,10 +121,13 @@ class ShareWiring:
             The daemon's hook file.
         initial_pct : float
             The share to start at, %.
+        shares_pct : sequence of float
+            The partitions the training created (``--green-shares``); empty: any share.
         """
         if self.flag != "green-context":
             return
-        self.backend = make_backend("green-context", writer=writer)
+        self.backend = make_backend("green-context", writer=writer,
+                                    shares_pct=list(shares_pct) or None)
         self.backend.set_share_pct(initial_pct)
         probe = self.info
         self.reason = ("--share-backend green-context: the share is written into the hook "

@@ -49,7 +49,7 @@ CORE_DEFAULTS: dict[str, Any] = {
     "mps_threshold": _TWO_TIER["mps_threshold"],
     "sleep_bounds_s": _TWO_TIER["sleep_bounds_s"],
     "mps_bounds_pct": _TWO_TIER["mps_bounds_pct"],
-    "hold_periods_after_mps": _TWO_TIER["hold_periods_after_mps"],
+    "hold_periods_after_mps": TwoTierController.HOLD_PERIODS_AFTER_MPS,
     "saturated_step_pct": _OUTER["saturated_step_pct"],
 }
 

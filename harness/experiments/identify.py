@@ -147,19 +147,23 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
             plot_fig6(res, p, out / "identify_fig6.png"),
             plot_fig7(res, out / "identify_fig7.png"),
         ]
-        doc = model_document(summary)
+        doc = model_document(summary, sleep_span_s=(lo, hi))
         if doc is not None:
             res.files.append(write_json(doc, out / "model.json"))
     return res
 
 
-def model_document(summary: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def model_document(summary: Sequence[dict[str, Any]],
+                   sleep_span_s: tuple[float, float] | None = None) -> dict[str, Any] | None:
     """The daemon's model file from identification rows (one per MPS level).
 
     Parameters
     ----------
     summary : sequence of dict
         Rows with ``mps_pct``, ``gain``, ``offset``, ``r2``, ``r2_validation``, ``gain_ci_high``.
+    sleep_span_s : (float, float), optional
+        The sleep range the excitation covered, recorded as ``sleep_span_s``: the daemon's
+        gain schedule needs the span the secant slope was fitted over.
 
     Returns
     -------
@@ -171,13 +175,15 @@ def model_document(summary: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     usable = [r for r in summary if r["gain"] < 0 and r["gain_ci_high"] < 0]
     if not usable:
         return None
+    span = {} if sleep_span_s is None else {
+        "sleep_span_s": [float(sleep_span_s[0]), float(sleep_span_s[1])]}
     if len(usable) == 1:
         r = usable[0]
         return {"gain": float(r["gain"]), "offset": float(r["offset"]),
                 "mps_pct": float(r["mps_pct"]), "r2": float(r["r2"]),
-                "r2_validation": float(r["r2_validation"])}
+                "r2_validation": float(r["r2_validation"]), **span}
     return {"points": [{"mps_pct": float(r["mps_pct"]), "gain": float(r["gain"]),
-                        "offset": float(r["offset"])} for r in usable]}
+                        "offset": float(r["offset"])} for r in usable], **span}
 
 
 def _identify_level(p: Any, data: sysid.IdData, mps: float, train_fraction: float,

@@ -7,6 +7,7 @@ an installed copy may be another version). None needs a GPU; each is bounded in 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -66,7 +67,8 @@ def test_readme_first_commands_run_as_written(tmp_path):
 
 @pytest.mark.slow
 def test_daemon_guide_commands_run_as_written(tmp_path):
-    lines = blocks("docs/daemon.md", "--model model.json --training-pid 4242 --duration-s")
+    lines = blocks("docs/daemon.md",
+                   "--model results/identify/model.json --training-pid 4242 --duration-s")
     training = subprocess.Popen(["sleep", "60"])  # stands for the training process 4242
     try:
         outs = run_lines(lines, tmp_path, subst={"4242": str(training.pid),
@@ -75,7 +77,8 @@ def test_daemon_guide_commands_run_as_written(tmp_path):
         training.kill()
         training.wait()
     assert '"event": "stopped"' in outs[-1]
-    assert (tmp_path / "model.json").stat().st_size > 0
+    doc = json.loads((tmp_path / "results/identify/model.json").read_text())
+    assert doc["points"] and doc["sleep_span_s"] == [0.1, 0.7]   # identify's span, recorded
 
 
 @pytest.mark.slow

@@ -137,8 +137,9 @@ def test_hold_follows_the_restart_duration():
     assert ctl.hold_periods_after_mps == 3
     ctl.set_restart_duration(5.0)
     assert ctl.hold_periods_after_mps == 2 and ctl.outer.restart_s == 5.0
+    assert TwoTierController(MODEL, 90.0, restart_s=0.0).hold_periods_after_mps == 0
     assert TwoTierController(MODEL, 90.0, restart_s=0.0,
-                             hold_periods_after_mps=0).hold_periods_after_mps == 0
+                             hold_periods_after_mps=1).hold_periods_after_mps == 1
     assert TwoTierController(MODEL, 90.0, outer="paper").hold_periods_after_mps == 2
 
 
@@ -149,6 +150,26 @@ def test_gain_schedule_on_the_operating_point():
     assert ctl._slope_ratio(1.0) == pytest.approx(0.2 * 1.2 / 1.44)
     plain = TwoTierController(MODEL, 90.0, outer="none")
     assert plain._slope_ratio(0.0) == 1.0       # no iteration time known: no schedule
+
+
+def test_duty_cycler_schedule_uses_the_run_quantum():
+    # SIGSTOP/SIGCONT with a 0.03 s quantum identified over 0..0.03 s: the duty is q/(q+s),
+    # so the local slope is 2x the secant at sleep 0 and 1/2 of it at one quantum, whatever
+    # the iteration time (here a measured 0.5 s, which must not enter the schedule)
+    ctl = TwoTierController(MODEL, 90.0, sleep_bounds_s=(0.0, 0.15), run_quantum_s=0.03,
+                            identified_span_s=(0.0, 0.03), iteration_time_s=0.5)
+    assert ctl._slope_ratio(0.0) == pytest.approx(2.0)
+    assert ctl._slope_ratio(0.03) == pytest.approx(0.5)
+    assert ctl._slope_ratio(0.1) == pytest.approx(0.5)   # not extrapolated past the span
+    kp0 = ctl.inner.effective_kp()                   # at sleep 0
+    ctl.inner.set_sleep(0.03)
+    assert ctl.inner.effective_kp() == pytest.approx(4.0 * kp0)
+    # the throughput loop's duty model follows the same physics
+    assert ctl.outer.duty_time_s == 0.03
+    assert ctl.outer.duty(0.5, 0.03) == pytest.approx(0.5)
+    assert TwoTierController(MODEL, 90.0).outer.duty(0.5, 0.5) == pytest.approx(0.5)
+    with pytest.raises(ConfigurationError, match="run_quantum_s"):
+        TwoTierController(MODEL, 90.0, run_quantum_s=0.0)
 
 
 def test_throughput_outer_cuts_early_when_pinned_and_learns_the_slope():
@@ -251,3 +272,23 @@ def test_throughput_outer_horizon_grows_with_the_time_the_load_held_still():
     assert outer.moves == 0 and outer.horizon() == 400
     _feed(outer, 25, 90.0, 0.05, None)        # the load changed (the sleep fell 0.25 s)
     assert outer.horizon() == 250
+
+
+def test_throughput_outer_moves_between_the_partitions_only():
+    levels = [25.0, 50.0, 75.0, 100.0]
+    out = ThroughputOuter(90.0, every=5, initial_mps_pct=90.0, levels_pct=levels)
+    assert out.mps_pct == 75.0      # the training runs 90 % on its 75 % partition
+    seen = {out.mps_pct}
+    # the first window probes one level down (the slope is still the prior)
+    for _ in range(5):
+        new, why = out.update(80.0, 0.3, None, 50.0, 0.5)
+    assert new == 50.0 and "probe" in why
+    out.update(70.0, 0.3, None, 50.0, 0.5)        # first reading after the move: 10 ms / 25
+    assert out.mps_gain == pytest.approx(0.4, rel=0.5)
+    # pinned high over the SLO: the cut lands on the next partition down, however small
+    moves = [out.update(99.0, 1.0, "high", 50.0, 0.5)[0] for _ in range(3)]
+    assert moves[-1] == 25.0
+    seen.update(m for m in moves if m is not None)
+    assert seen <= set(levels)
+    with pytest.raises(ConfigurationError, match="levels_pct"):
+        ThroughputOuter(90.0, levels_pct=[0.5])

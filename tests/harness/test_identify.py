@@ -39,6 +39,25 @@ def test_model_json_is_what_the_daemon_reads(study):
     one = ident.model_document(res.summary[-1:])
     assert one is not None and one["gain"] == res.summary[-1]["gain"]
     assert ident.model_document([{**res.summary[0], "gain": 1.0, "gain_ci_high": 2.0}]) is None
+    # the excited sleep span goes with it: the daemon's gain schedule needs it
+    from gpucontrol.node.model_file import load_sleep_span
+
+    assert load_sleep_span(out / "model.json") == tuple(res.meta["sleep_range_s"])
+    assert "sleep_span_s" not in one
+
+
+def test_sleep_span_in_the_model_file_is_checked(tmp_path):
+    from gpucontrol.node.model_file import load_sleep_span
+
+    f = tmp_path / "m.json"
+    f.write_text('{"gain": -10, "offset": 90}')
+    assert load_sleep_span(f) is None                  # older files: no span, no schedule span
+    f.write_text('{"gain": -10, "offset": 90, "sleep_span_s": [0, 0.03]}')
+    assert load_sleep_span(f) == (0.0, 0.03)
+    for bad in ('[0.5, 0.1]', '"x"', '[0, 1, 2]', '[-1, 1]'):
+        f.write_text('{"gain": -10, "offset": 90, "sleep_span_s": ' + bad + "}")
+        with pytest.raises(ValueError, match="sleep_span_s"):
+            load_sleep_span(f)
 
 
 def test_identified_gains_track_the_plant(study):

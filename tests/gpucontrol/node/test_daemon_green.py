@@ -17,6 +17,7 @@ from actuators._children import daemon_argv, read_events, wait_for
 
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node.actuators.spatial import BackendInfo, detect_backends
+from gpucontrol.node.cli import build_parser
 from gpucontrol.node.cli import main as daemon_main
 from gpucontrol.node.client import report_latency
 from gpucontrol.node.config import SHARE_BACKENDS, DaemonConfig
@@ -146,6 +147,39 @@ def test_daemon_builds_its_controller_with_the_backends_change_cost(tmp_path):
         assert ctl is not None
         costs[flag] = ctl.restart_s
     assert costs == {"mps": 15.0, "cpu": 0.0, "green-context": 0.0}  # MPS: until measured
+
+
+def test_green_shares_reach_the_wiring_and_the_controller(tmp_path):
+    """--green-shares: the daemon reports the partition a command runs on, and its outer
+    loop moves between the partitions only."""
+    w = HookWriter(tmp_path / "h")
+    s = ShareWiring("green-context", NO_DRIVER)
+    s.start_green(w, 100.0, (25.0, 50.0, 75.0))
+    ch = s.change(60.0)   # published as is; the training runs it on the 50 % partition
+    assert (ch["ok"], ch["new_pct"], ch["applied_pct"]) == (True, 60.0, 50.0)
+    assert s.chosen(4.0)["granularity_pct"] == 25.0
+    s.close()
+    w.close()
+    (tmp_path / "m.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
+    cfg = DaemonConfig.from_args(build_parser().parse_args([
+        "--training-cmd", sys.executable, "--slo-ms", "100", "--model", str(tmp_path / "m.json"),
+        "--share-backend", "green-context", "--green-shares", "25,50,75,100",
+        "--socket", str(tmp_path / "s"), "--state", str(tmp_path / "st"),
+        "--hook", str(tmp_path / "h2")]))
+    assert cfg.green_shares == (25.0, 50.0, 75.0, 100.0)
+    ctl = Daemon(cfg)._make_controller(True)
+    assert ctl is not None and ctl.outer.levels == [25.0, 50.0, 75.0, 100.0]
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"green_shares": "25,abc"}, "--green-shares must be comma-separated"),
+    ({"green_shares": (0.5, 50.0)}, "--green-shares"),
+    ({"green_shares": "25,50", "share_backend": "mps"}, "--share-backend green-context"),
+])
+def test_bad_green_shares_name_the_flag(kw, message):
+    with pytest.raises(ConfigurationError, match=message):
+        DaemonConfig(training_pids=(4242,), fixed_sleep=0,
+                     **{"share_backend": "green-context", **kw})
 
 
 def test_bad_share_backend_is_one_line_naming_the_flag_and_the_values(tmp_path, capsys):

@@ -51,6 +51,34 @@ def test_detune_reaches_the_inner_loop(tmp_path):
         child.wait()
 
 
+def test_duty_cycler_quantum_and_identified_span_reach_the_controller(tmp_path):
+    """With a duty-cycling sleep (signal/freezer) and a fixed run quantum the schedule uses
+    q/(q+s) over the span model.json records; with the hook it keeps the iteration time."""
+    import sys
+
+    from gpucontrol.node.daemon import Daemon
+
+    model = tmp_path / "model.json"
+    model.write_text('{"gain": -100.0, "offset": 20.0, "sleep_span_s": [0.0, 0.03]}')
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ctls = {}
+        for method in ("signal", "hook"):
+            ns = build_parser().parse_args([
+                "--training-pid", str(child.pid), "--slo-ms", "15", "--model", str(model),
+                "--share-backend", "cpu", "--socket", str(tmp_path / "g.sock"),
+                "--sleep-method", method, "--run-quantum-s", "0.03", "--max-sleep-s", "0.15"])
+            ctls[method] = Daemon(DaemonConfig.from_args(ns))._make_controller(True)
+        sig, hook = ctls["signal"], ctls["hook"]
+        assert sig.run_quantum_s == 0.03 and sig.identified_span_s == (0.0, 0.03)
+        assert sig._slope_ratio(0.0) == pytest.approx(2.0)
+        assert hook.run_quantum_s is None and hook.identified_span_s == (0.0, 0.03)
+        assert hook._slope_ratio(0.0) == 1.0          # no iteration time reported yet
+    finally:
+        child.kill()
+        child.wait()
+
+
 @pytest.mark.parametrize("kw, message", [
     ({"fixed_sleep": None, "slo_ms": 10, "model": "m.json", "detune": 2.0}, "--detune"),
     ({"detune": 0.0}, "--detune"),

@@ -56,6 +56,7 @@ def test_period_statistics_match_numpy():
     agg.add_malformed(3)
     s = agg.collect()
     assert s.count == 5000 and s.malformed == 3 and s.iter_count == 1
+    assert s.to_measurement().iteration_s == pytest.approx(0.2)   # the hook's 200 ms
     assert s.mean_ms == pytest.approx(xs.mean(), rel=1e-12)
     assert s.p99_ms == np.percentile(xs, 99, method="inverted_cdf")
     assert s.max_ms == xs.max()
@@ -64,6 +65,7 @@ def test_period_statistics_match_numpy():
     assert empty.count == 0 and math.isnan(empty.mean_ms) and math.isnan(empty.p99_ms)
     m = empty.to_measurement()
     assert isinstance(m, Measurement) and m.count == 0
+    assert math.isnan(m.iteration_s)                      # no iteration reported
 
 
 def test_reservoir_bounds_memory_but_keeps_mean_exact():
