@@ -5,6 +5,10 @@
   burst; median |l - SLO|/SLO and the share of periods over 1.05 SLO after the first five
   closed-loop periods, training iterations per period. Targets: median <= 3 %, <= 5 % over
   1.05 SLO, training progressing.
+* The plant's floor: right after each closed loop, a fresh plant holds the closed loop's
+  median sleep fixed for ``--floor`` periods. Its periods' median |l - median l| / median l and
+  share over 1.05 x their median are what a loop that knew the right constant sleep would
+  show; the closed loop's figures are also given as ratios to them.
 * CPU share (:class:`gpucontrol.node.actuators.cpu_share.CpuShare`): the latency of a share
   change (write and read-back) over ``--resizes`` changes on a busy loop, and the granularity.
 
@@ -38,9 +42,31 @@ if _ROOT not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from gpucontrol import Actuation  # noqa: E402
 from gpucontrol.errors import ConfigurationError  # noqa: E402
 from gpucontrol.node.actuators.cpu_share import CpuShare  # noqa: E402
 from harness.experiments.pipeline import run_pipeline  # noqa: E402
+from harness.hil.cpu.plant import make_cpu_plant  # noqa: E402
+
+
+def fixed_sleep_floor(sleep_s: float, periods: int, period_s: float,
+                      backend: str) -> dict[str, object]:
+    """Hold one sleep on a fresh CPU plant: the per-period scatter no loop can remove."""
+    lat = []
+    with make_cpu_plant("default", backend=backend) as p:
+        t_end = time.monotonic() + 8.0
+        while time.monotonic() < t_end:
+            p.step(Actuation(sleep_s=sleep_s, mps_pct=100.0), 1.0)
+        for _ in range(periods):
+            r = p.step(Actuation(sleep_s=sleep_s, mps_pct=100.0), period_s)
+            if r.count > 0:
+                lat.append(r.mean_ms)
+    x = np.asarray(lat)
+    med = float(np.median(x))
+    return {"sleep_s": round(sleep_s, 4), "periods": len(x), "median_ms": round(med, 3),
+            "median_dev_pct": round(100 * float(np.median(np.abs(x - med))) / med, 2),
+            "over_105_pct": round(100 * float(np.mean(x > 1.05 * med)), 1),
+            "rms_pct": round(100 * float(np.std(x, ddof=1)) / med, 2)}
 
 
 def share_resizes(n: int) -> dict[str, object]:
@@ -74,6 +100,8 @@ def main() -> int:
     ap.add_argument("--detune", type=float, default=0.35, help="the daemon's --detune")
     ap.add_argument("--backend", default="numpy", choices=("auto", "numpy", "torch"))
     ap.add_argument("--resizes", type=int, default=200)
+    ap.add_argument("--floor", type=int, default=15,
+                    help="periods of the fixed-sleep floor after each run (0: skip)")
     ap.add_argument("--out", default="results/bench_cpu_plant")
     a = ap.parse_args()
     print(f"# CPU plant, {time.strftime('%Y-%m-%d')}, {platform.node()}, "
@@ -95,17 +123,27 @@ def main() -> int:
         row["wall_s"] = round(time.monotonic() - t0, 1)
         row["load_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
         row["mean_over_slo"] = round(res["mean_latency_ms"] / res["slo_ms"], 3)
+        row["median_sleep_s"] = res["median_sleep_s"]
+        if a.floor > 0 and res["median_sleep_s"] is not None:
+            fl = fixed_sleep_floor(float(res["median_sleep_s"]), a.floor, a.period, a.backend)
+            row["floor"] = fl
+            if fl["median_dev_pct"] and res["median_abs_err_pct"] is not None:
+                row["median_err_over_floor"] = round(
+                    float(res["median_abs_err_pct"]) / float(fl["median_dev_pct"]), 2)
         rows.append(row)
         print(json.dumps(row))
     print("| run | R² fit | R² held-out | SLO ms | residual rms % of SLO | median abs err % | "
-          "% over 1.05 SLO | mean l / SLO | train it/period (unslept) | load | wall s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "% over 1.05 SLO | mean l / SLO | train it/period (unslept) | load | wall s | "
+          "fixed-sleep floor: median dev % / % over 1.05 / rms % |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(rows):
         print(f"| {i} | {r['identify_r2']:.2f} | {r['identify_r2_validation']:.2f} | "
               f"{r['slo_ms']:.2f} | {r['noise_pct_of_slo']} | {r['median_abs_err_pct']} | "
               f"{r['over_105_pct']} | {r['mean_over_slo']} | "
               f"{r['training_it_per_period']} ({r['identify_it_per_period_unslept']}) | "
-              f"{r['load_1min'][0]}-{r['load_1min'][1]} | {r['wall_s']} |")
+              f"{r['load_1min'][0]}-{r['load_1min'][1]} | {r['wall_s']} | "
+              + (f"{r['floor']['median_dev_pct']} / {r['floor']['over_105_pct']} / "
+                 f"{r['floor']['rms_pct']} |" if "floor" in r else "— |"))
     return 0
 
 
