@@ -98,7 +98,7 @@ def mean_of(rows: list[dict[str, Any]], key: str) -> float:
 
 def bench(seeds: int) -> dict[str, Any]:
     out: dict[str, Any] = {"trace": {}, "steady": {}, "step": {}, "errors": {}, "glitch": {},
-                           "p99": {}}
+                           "p99": {}, "told": {}}
     for name in zoo.PLANTS:
         for label, kw in CONTROLLERS.items():
             rows = [run(name, s, zoo.load_trace(600, seed=s), **kw) for s in range(seeds)]
@@ -132,6 +132,12 @@ def bench(seeds: int) -> dict[str, Any]:
                                "moved": moved}
         rows = [run(name, s, zoo.load_trace(600, seed=s), mode="p99") for s in range(seeds)]
         out["p99"][name] = {k: mean_of(rows, k) for k in ("over", "median", "efficiency")}
+        # the restart's real duration told, as the daemon's actuator measures it
+        told = {"restart_s": zoo.make_plant(name, seed=0).restart_s}
+        rows = [run(name, s, zoo.load_trace(600, seed=s), **told) for s in range(seeds)]
+        st = [run(name, s, np.ones(500), **told) for s in range(seeds)]
+        out["told"][name] = {**{k: mean_of(rows, k) for k in ("over", "median", "efficiency")},
+                             "per10": mean_of(st, "changes_late") / 16 * 10}
     return out
 
 
@@ -185,6 +191,12 @@ def report(res: dict[str, Any], seeds: int, elapsed: float) -> str:
     step_cells = " | ".join(f"{s['over']:.1f} % / {s['last_over']:.0f}" for s in sp)
     lines.append("| load step at period 100 (+10 % ours, +30 % others): % periods over / last "
                  f"period over after the step | — | {step_cells} | |")
+    td = [res["told"][p] for p in P]
+    lines.append("| restart duration told (the plant's 10 s, as the daemon measures it): % over / "
+                 "median / training vs oracle (trace); MPS changes per 10 evaluations (steady) "
+                 "| — | " + " | ".join(f"{x['over']:.1f} % / {x['median']:.2f} % / "
+                                      f"{x['efficiency']:.3f}; {x['per10']:.2f}" for x in td)
+                 + " | |")
     for err in (0.3, 3.0):
         e = [res["errors"][(p, err)] for p in P]
         lines.append(f"| model gain x{err:g}: % over / median / training vs oracle | — | "

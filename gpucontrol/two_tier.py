@@ -24,8 +24,9 @@ Defaults of the default (``"throughput"``) controller, and what they cost:
 * readings above ``plausible_max_ms`` (default 50x the SLO) are glitches: held like a missing
   period, never seen by the outer loop or the estimator.
 * after an MPS change the inner loop holds for ``ceil(restart_s / inner_period_s)`` periods
-  (``restart_s`` default 15 s, the GPUColo paper's longest measured restart), or while the
-  measurement says ``restarting``.
+  (``restart_s`` default 15 s, the GPUColo paper's longest measured restart; one period more
+  when the duration is given or measured, since a late reading would show the downtime), or
+  while the measurement says ``restarting``.
 """
 
 from __future__ import annotations
@@ -221,6 +222,8 @@ class TwoTierController:
             "measurement_delay_periods", measurement_delay_periods, 0)
         self.restart_s = (15.0 if modern else None) if restart_s is None else in_range(
             "restart_s", restart_s, 0.0, 3600.0)
+        # a duration the caller knows (measured) has no slack; the assumed 15 s has some
+        self._restart_known = restart_s is not None
         if hold_periods_after_mps is None:
             hold_periods_after_mps = 0 if self.restart_s == 0.0 else \
                 self.HOLD_PERIODS_AFTER_MPS
@@ -312,16 +315,25 @@ class TwoTierController:
     @property
     def hold_periods_after_mps(self) -> int:
         """Periods the inner loop holds after an MPS change: ``hold_periods_after_mps``, and at
-        least the restart's duration ``ceil(restart_s / inner_period_s)`` when it is known."""
-        if self.restart_s is None:
+        least the restart's duration ``ceil(restart_s / inner_period_s)``. When that duration
+        was given or measured (not the assumed 15 s) one more period, or the known measurement
+        delay: a reading one period late would show a period the training was still down for
+        (on a plant with an undisclosed one-period delay, told its real 10 s restart, the
+        outer loop learnt a slope 20x too steep and moved MPS 5-6 times per 10 evaluations
+        at steady load)."""
+        if self.restart_s is None or self.restart_s == 0.0:
             return self._hold_fixed
-        return max(self._hold_fixed, math.ceil(self.restart_s / self.inner_period_s - 1e-9))
+        extra = max(1, self.measurement_delay_periods) if self._restart_known else \
+            self.measurement_delay_periods
+        return max(self._hold_fixed,
+                   math.ceil(self.restart_s / self.inner_period_s - 1e-9) + extra)
 
     def set_restart_duration(self, restart_s: float) -> None:
         """Tell the controller how long a training restart really takes (s, >= 0); the
         actuator measures it. Sets the hold after an MPS change and the throughput loop's
         restart cost."""
         self.restart_s = in_range("restart_s", restart_s, 0.0, 3600.0)
+        self._restart_known = True
         if isinstance(self.outer, ThroughputOuter):
             self.outer.restart_s = self.restart_s
 

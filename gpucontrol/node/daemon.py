@@ -298,7 +298,6 @@ class Daemon(DaemonSafety):
             self.emit(**self.share.start_cpu(pids, cgroup=cfg.share_cgroup,
                                              initial_pct=initial_share, record=self._record))
         self.share.start_mps(self.trainer, mps_ok=mps_ok, why_not=mps_error)
-        mps_ok = mps_ok or self.share.restart_free
 
         quantum = 0.2 if cfg.run_quantum_s == "auto" else float(cfg.run_quantum_s)
         if cfg.sleep_method != "hook":
@@ -316,6 +315,7 @@ class Daemon(DaemonSafety):
                   share_backend=cfg.share_backend)
         self.emit(event="spatial_backends", backends=[b.as_dict() for b in infos])
         self.emit(**self.share.chosen(cfg.period_s))  # which one drives the share, and why
+        mps_ok = mps_ok or self.share.restart_free  # the controller's share knob, whichever
 
         if self.controller is not None and mps_ok != mps_possible:
             self.controller = self._make_controller(mps_ok)

@@ -132,11 +132,16 @@ def test_estimator_pairs_with_the_increment_delay_periods_earlier():
 
 
 def test_hold_follows_the_restart_duration():
-    assert TwoTierController(MODEL, 90.0).hold_periods_after_mps == 4       # 15 s default
+    assert TwoTierController(MODEL, 90.0).hold_periods_after_mps == 4       # 15 s assumed
+    # a duration the actuator measured has no slack: one more period for a late reading
     ctl = TwoTierController(MODEL, 90.0, restart_s=10.0)
-    assert ctl.hold_periods_after_mps == 3
+    assert ctl.hold_periods_after_mps == 3 + 1
     ctl.set_restart_duration(5.0)
-    assert ctl.hold_periods_after_mps == 2 and ctl.outer.restart_s == 5.0
+    assert ctl.hold_periods_after_mps == 2 + 1 and ctl.outer.restart_s == 5.0
+    assert TwoTierController(MODEL, 90.0, restart_s=10.0, outer_every=80,
+                             measurement_delay_periods=2).hold_periods_after_mps == 3 + 2
+    assert TwoTierController(MODEL, 90.0,
+                             measurement_delay_periods=1).hold_periods_after_mps == 4 + 1
     assert TwoTierController(MODEL, 90.0, restart_s=0.0).hold_periods_after_mps == 0
     assert TwoTierController(MODEL, 90.0, restart_s=0.0,
                              hold_periods_after_mps=1).hold_periods_after_mps == 1

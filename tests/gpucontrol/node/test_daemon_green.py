@@ -230,6 +230,8 @@ def test_green_context_share_follows_the_outer_loop_without_restart_and_is_withd
         recs = read_events(d.stdout, "share_backend", timeout=30)
         chosen = recs[-1]
         assert chosen["backend"] == "green-context" and chosen["restart_free"]
+        started = next(r for r in recs if r.get("event") == "started")
+        assert started["mps"] is False and started["share_backend"] == "green-context"
         assert chosen["controller_restart_s"] == 0.0
         # the training follows the outer loop down, at least two moves
         assert wait_for(lambda: len({s for _, s in _shares(shares) if s < 100}) >= 2, 30), \
