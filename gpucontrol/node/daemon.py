@@ -180,7 +180,7 @@ class Daemon(DaemonSafety):
             return None
         assert cfg.model is not None and cfg.slo_ms is not None  # DaemonConfig checked it
         outer = cfg.outer if mps_ok and cfg.fixed_mps is None else "none"
-        kw: dict[str, Any] = {}
+        kw: dict[str, Any] = {"identified_span_s": load_sleep_span(cfg.model)}
         if cfg.outer == "throughput":  # the default: delay-robust even without a share knob
             kw["detune"] = 0.5
             if (restart_s := controller_restart_s(cfg.share_backend)) is not None:
@@ -189,8 +189,8 @@ class Daemon(DaemonSafety):
             kw["detune"] = cfg.detune
         if cfg.sleep_method != "hook" and cfg.run_quantum_s != "auto":  # duty q / (q + s)
             kw["run_quantum_s"] = float(cfg.run_quantum_s)
-        kw["identified_span_s"] = load_sleep_span(cfg.model)
-        kw["mps_levels_pct"] = cfg.green_shares or None  # the training's partitions
+        if cfg.green_shares:  # the training's partitions, and the whole device (no command)
+            kw["mps_levels_pct"] = (*cfg.green_shares, 100.0)
         return TwoTierController(
             load_model(cfg.model), cfg.slo_ms, inner_period_s=cfg.period_s,
             outer_every=cfg.outer_every,

@@ -163,11 +163,11 @@ def test_green_shares_reach_the_wiring_and_the_controller(tmp_path):
     (tmp_path / "m.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
     cfg = DaemonConfig.from_args(build_parser().parse_args([
         "--training-cmd", sys.executable, "--slo-ms", "100", "--model", str(tmp_path / "m.json"),
-        "--share-backend", "green-context", "--green-shares", "25,50,75,100",
+        "--share-backend", "green-context", "--green-shares", "25,50,75",
         "--socket", str(tmp_path / "s"), "--state", str(tmp_path / "st"),
         "--hook", str(tmp_path / "h2")]))
-    assert cfg.green_shares == (25.0, 50.0, 75.0, 100.0)
-    ctl = Daemon(cfg)._make_controller(True)
+    assert cfg.green_shares == (25.0, 50.0, 75.0)
+    ctl = Daemon(cfg)._make_controller(True)   # no command is the whole device: 100 too
     assert ctl is not None and ctl.outer.levels == [25.0, 50.0, 75.0, 100.0]
 
 
