@@ -90,6 +90,10 @@ class ThroughputOuter:
         the move; the margin would park the loop at sleep 0 under the SLO). False keeps the
         margin: for a statistic the sleep may not move (a p99 tail), a move up to the set
         point can pin the sleep high and ping-pong.
+    duty_time_s : float, optional
+        The run time between two pauses of a duty-cycling sleep actuator (SIGSTOP/SIGCONT,
+        freezer), whose duty is ``q / (q + s)`` whatever the iteration time; None (default):
+        the sleep is taken once per iteration (the hook), and the duty is ``t / (t + s)``.
     levels_pct : sequence of float, optional
         The only shares the knob takes (e.g. the green-context partitions a training
         created, 25/50/75/100): every move lands on one of them, an optimising move goes to
@@ -107,7 +111,8 @@ class ThroughputOuter:
                  max_down_pct: float = 16.0, explore: bool = True,
                  sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
                  aim_from_low: bool = True,
-                 levels_pct: Sequence[float] | None = None) -> None:
+                 levels_pct: Sequence[float] | None = None,
+                 duty_time_s: float | None = None) -> None:
         self.strategy = "throughput"
         self.slo_ms = positive("slo_ms", slo_ms)
         self.every = int_at_least("outer_every", every, 1)
@@ -165,10 +170,7 @@ class ThroughputOuter:
         #: whether the iteration times passed to :meth:`update` are measured (set by the
         #: two-tier controller); an assumed time is used for predictions but never learnt from
         self.iteration_measured = True
-        #: the run time between two pauses of a duty-cycling sleep actuator (SIGSTOP/SIGCONT,
-        #: freezer), whose duty is ``q / (q + s)`` whatever the iteration time; None: the sleep
-        #: is taken once per iteration (the hook), and the duty is ``t / (t + s)``
-        self.duty_time_s: float | None = None
+        self.duty_time_s = None if duty_time_s is None else positive("duty_time_s", duty_time_s)
 
     def duty(self, t: float, sleep_s: float) -> float:
         """The training's running fraction at sleep ``sleep_s`` (iteration time ``t``)."""

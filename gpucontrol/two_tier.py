@@ -300,8 +300,8 @@ class TwoTierController:
                 restart_s=self.restart_s or 0.0, period_s=self.inner_period_s,
                 sleep_bounds_s=self.sleep_bounds_s,
                 # a p99 tail need not follow the sleep: keep the margin on upward moves there
-                aim_from_low=self.mode == "mean", levels_pct=mps_levels_pct)
-            self.outer.duty_time_s = self.run_quantum_s
+                aim_from_low=self.mode == "mean", levels_pct=mps_levels_pct,
+                duty_time_s=self.run_quantum_s)
         else:
             self.outer = OuterMPSOptimizer(
                 self.outer_strategy, self.slo_ms, every=self.outer_every,
@@ -364,22 +364,28 @@ class TwoTierController:
         # flatter past one run quantum than the duty law says); below it the law only lowers
         # the gain, the safe direction
         s = min(max(sleep_s, 0.0), b)
-        if self.run_quantum_s is not None:
-            q = self.run_quantum_s
-            return min(max((q + a) * (q + b) / (q + s) ** 2, 0.05), 20.0)
-        t = self.iteration_s
-        if not (math.isfinite(t) and t > 0):
+        times = self._duty_times()
+        if times is None:
             return 1.0
-        t0 = self._iteration_ref if math.isfinite(self._iteration_ref) else t
+        t, t0 = times
         r = t * (t0 + a) * (t0 + b) / (t0 * (t + s) ** 2)
         return min(max(r, 0.05), 20.0)
+
+    def _duty_times(self) -> tuple[float, float] | None:
+        """The duty's time constant now and at identification (``t`` and ``t0``): the run
+        quantum of a duty cycler (both), else the iteration times; None while none is known."""
+        if self.run_quantum_s is not None:
+            return self.run_quantum_s, self.run_quantum_s
+        t = self.iteration_s
+        if not (math.isfinite(t) and t > 0):
+            return None
+        return t, (self._iteration_ref if math.isfinite(self._iteration_ref) else t)
 
     def _duty_gain(self) -> float:
         """Latency per unit duty (ms, > 0) of the identified curve, ``-gain (t0 + a)(t0 + b) /
         t0`` (``t0``: the iteration time at the identified MPS level)."""
-        t0 = self._iteration_ref if math.isfinite(self._iteration_ref) else self._iteration()
-        if self.run_quantum_s is not None:
-            t0 = self.run_quantum_s
+        times = self._duty_times()
+        t0 = times[1] if times is not None else self._iteration()
         a, b = self.identified_span_s
         return -self._gain() * (t0 + a) * (t0 + b) / t0
 

@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 
 __all__ = ["load_model", "load_sleep_span"]
+
+
+def _read(path: str | os.PathLike[str]) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read model {path}: {exc}") from None
 
 
 def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyModelFamily:
@@ -31,11 +39,7 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
     ValueError
         The file cannot be read or is not one of these shapes.
     """
-    try:
-        text = Path(path).read_text()
-        doc = json.loads(text)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read model {path}: {exc}") from None
+    doc = _read(path)
     if isinstance(doc, dict) and "points" in doc:
         doc = doc["points"]
     if isinstance(doc, list):
@@ -66,10 +70,7 @@ def load_sleep_span(path: str | os.PathLike[str]) -> tuple[float, float] | None:
     ValueError
         The file cannot be read, or ``sleep_span_s`` is not two numbers ``0 <= low < high``.
     """
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read model {path}: {exc}") from None
+    doc = _read(path)
     span = doc.get("sleep_span_s") if isinstance(doc, dict) else None
     if span is None:
         return None
