@@ -25,7 +25,8 @@ period's error; it never optimises the operating point and it restarts the train
 * **acts early** when the sleep stays pinned at its upper bound with the latency over the SLO
   (``pinned_periods`` in a row): a step sized from the learnt slope, doubling while it stays
   pinned, and the failing level becomes a ceiling for ``horizon_periods`` (no optimising move
-  returns there, so a tail the sleep cannot move does not make the MPS ping-pong); and it
+  returns there, so a tail the sleep cannot move does not make the MPS ping-pong) or until
+  the sleep stays pinned at its lower bound with headroom (the load has fallen); and it
   evaluates early when the sleep stays pinned at its lower bound with headroom.
 
 A restart-free spatial-sharing backend passes ``restart_s=0`` (and ``every=1`` to decide every
@@ -177,6 +178,12 @@ class ThroughputOuter:
         tau = self.duty_time_s if self.duty_time_s else t
         return tau / (tau + sleep_s)
 
+    @property
+    def ceiling_pct(self) -> float | None:
+        """The level no optimising move returns to now (a level the sleep could not hold);
+        None when there is none."""
+        return None if math.isinf(self._ceiling) else self._ceiling
+
     def horizon(self) -> float:
         """Periods over which a move's gain is counted: ``horizon_periods``, or the time the
         load has held still if longer (a regime that has lasted that long is expected to last
@@ -325,6 +332,11 @@ class ThroughputOuter:
         if self._high:
             self._steady = 0
         self._low = self._low + 1 if saturated == "low" and latency_ms < self.slo_ms else 0
+        if self._low >= 2 * self.pinned_periods:
+            # the sleep pinned low with headroom: the load has fallen since a level failed,
+            # so its ceiling no longer says anything (held for the whole horizon it kept
+            # the share low through a falling load)
+            self._ceiling, self._ceiling_left = math.inf, 0
         self.count += 1
         self._since_move += 1
         pinned = list(self._recent)[-self.pinned_periods:]

@@ -166,6 +166,7 @@ def test_duty_cycler_schedule_uses_the_run_quantum():
     assert ctl._slope_ratio(0.0) == pytest.approx(2.0)
     assert ctl._slope_ratio(0.03) == pytest.approx(0.5)
     assert ctl._slope_ratio(0.1) == pytest.approx(0.5)   # not extrapolated past the span
+    ctl.inner.set_sleep(0.0)
     kp0 = ctl.inner.effective_kp()                   # at sleep 0
     ctl.inner.set_sleep(0.03)
     assert ctl.inner.effective_kp() == pytest.approx(4.0 * kp0)
@@ -297,3 +298,19 @@ def test_throughput_outer_moves_between_the_partitions_only():
     assert seen <= set(levels)
     with pytest.raises(ConfigurationError, match="levels_pct"):
         ThroughputOuter(90.0, levels_pct=[0.5])
+
+
+def test_throughput_outer_ceiling_lifts_when_the_sleep_stays_pinned_low():
+    """An upward move whose level the sleep cannot hold is cut back and that level becomes a
+    ceiling; once the sleep stays pinned at 0 with headroom (the load has fallen) the ceiling
+    is lifted, or it would keep the share low through a falling load for the whole horizon."""
+    outer = ThroughputOuter(90.0, initial_mps_pct=60.0, mps_gain_ms_per_pct=0.2, explore=False)
+    up = _feed(outer, 25, 87.75, 0.0, "low")
+    assert up is not None and up > 60.0 and outer.ceiling_pct is None
+    cut = _feed(outer, 3, 95.0, 1.0, "high")
+    assert cut is not None and cut < up and outer.ceiling_pct == up
+    _feed(outer, 5, 95.0 - 0.2 * (up - cut), 0.5, None)       # held at the lower level
+    assert outer.ceiling_pct == up
+    _feed(outer, 6, 80.0, 0.0, "low")
+    assert outer.ceiling_pct is None
+
