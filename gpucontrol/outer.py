@@ -27,7 +27,13 @@ period's error; it never optimises the operating point and it restarts the train
   pinned, and the failing level becomes a ceiling for ``horizon_periods`` (no optimising move
   returns there, so a tail the sleep cannot move does not make the MPS ping-pong) or until
   the sleep stays pinned at its lower bound with headroom (the load has fallen); and it
-  evaluates early when the sleep stays pinned at its lower bound with headroom.
+  evaluates early when the sleep stays pinned at its lower bound with headroom;
+* **feeds the sleep forward** on an upward move (``feedforward``, the mean mode's default):
+  the sleep the inner model says brings the latency the move is predicted to reach back to
+  the set point, set at the move, since the inner loop is held through the restart and would
+  otherwise meet the new share at the old sleep (on the zoo's "ours" plant 3-8 periods after
+  an upward move were a third of its periods over 1.05 SLO). The slope learnt from the first
+  reading after the restart adds back what the sleep change took off.
 
 A restart-free spatial-sharing backend passes ``restart_s=0`` (and ``every=1`` to decide every
 period): the cost term then vanishes.
@@ -91,6 +97,10 @@ class ThroughputOuter:
         the move; the margin would park the loop at sleep 0 under the SLO). False keeps the
         margin: for a statistic the sleep may not move (a p99 tail), a move up to the set
         point can pin the sleep high and ping-pong.
+    feedforward : bool
+        On an upward move, set the sleep that takes back the latency the move is predicted
+        to add (:meth:`feedforward_sleep`). False for a statistic the sleep may not move (a
+        p99 tail): there the extra sleep costs training and buys nothing.
     duty_time_s : float, optional
         The run time between two pauses of a duty-cycling sleep actuator (SIGSTOP/SIGCONT,
         freezer), whose duty is ``q / (q + s)`` whatever the iteration time; None (default):
@@ -113,7 +123,7 @@ class ThroughputOuter:
                  sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
                  aim_from_low: bool = True,
                  levels_pct: Sequence[float] | None = None,
-                 duty_time_s: float | None = None) -> None:
+                 duty_time_s: float | None = None, feedforward: bool = True) -> None:
         self.strategy = "throughput"
         self.slo_ms = positive("slo_ms", slo_ms)
         self.every = int_at_least("outer_every", every, 1)
@@ -172,6 +182,8 @@ class ThroughputOuter:
         #: two-tier controller); an assumed time is used for predictions but never learnt from
         self.iteration_measured = True
         self.duty_time_s = None if duty_time_s is None else positive("duty_time_s", duty_time_s)
+        self.feedforward = bool(feedforward)
+        self._ff_ms = 0.0    # latency the feedforward sleep took off the first reading after
 
     def duty(self, t: float, sleep_s: float) -> float:
         """The training's running fraction at sleep ``sleep_s`` (iteration time ``t``)."""
@@ -219,7 +231,8 @@ class ThroughputOuter:
             self._a_probe = (latency_ms, self.duty(iteration_s, sleep_s))
         m0, l0, t0, dm = self._probe
         self._probe = None
-        sample = (latency_ms - l0) / dm
+        sample = (latency_ms - l0 + self._ff_ms) / dm    # the move's effect alone
+        self._ff_ms = 0.0
         if sample > 0 and math.isfinite(sample):
             lo, hi = self._slope_bounds
             w = 0.7 if self.learnt == 0 else 0.5     # the prior is weak: trust the first sample
@@ -263,6 +276,30 @@ class ThroughputOuter:
         self.count = 0
         self._high = self._low = 0
         return new, f"outer throughput: {why}, MPS {old:g} -> {new:g}"
+
+    def feedforward_sleep(self, iteration_s: float, duty_gain: float) -> float | None:
+        """The sleep to set with the upward move just made: by the inner model (``duty_gain``,
+        latency per unit duty, times the learnt ``duty_scale``), the sleep that brings the
+        predicted latency after the move (the window's, plus ``mps_gain * dm``) back to the
+        set point, within the sleep bounds; the latency it takes off is added back when the
+        slope is learnt. None after a downward move, when the prediction stays under the set
+        point (a move into headroom), with ``feedforward`` off or without a usable duty gain."""
+        if not self.feedforward or self._probe is None:
+            return None
+        m0, l0, _t0, dm = self._probe
+        excess = l0 + self.mps_gain * dm - self.slo_ms    # predicted over the set point
+        if dm <= 0 or excess <= 0 or not (duty_gain > 0 and math.isfinite(duty_gain)) or not (
+                iteration_s > 0 and math.isfinite(iteration_s)):
+            return None
+        gain = duty_gain * self.duty_scale
+        tau = self.duty_time_s if self.duty_time_s else \
+            iteration_s * (self.mps_pct / m0) ** -self.beta
+        d0 = self.duty(tau, self._move_sleep)
+        d1 = max(d0 - excess / gain, 0.05)
+        s1 = min(max(tau * (1.0 - d1) / d1, self.sleep_lo), self.sleep_hi)
+        self._ff_ms = gain * (d0 - self.duty(tau, s1))
+        self._move_sleep = s1
+        return s1
 
     def _best_move(self, lat: float, sleep: float, t: float, duty_gain: float
                    ) -> tuple[float, float]:

@@ -300,7 +300,8 @@ class TwoTierController:
                 restart_s=self.restart_s or 0.0, period_s=self.inner_period_s,
                 sleep_bounds_s=self.sleep_bounds_s,
                 # a p99 tail need not follow the sleep: keep the margin on upward moves there
-                aim_from_low=self.mode == "mean", levels_pct=mps_levels_pct,
+                aim_from_low=self.mode == "mean", feedforward=self.mode == "mean",
+                levels_pct=mps_levels_pct,
                 duty_time_s=self.run_quantum_s)
         else:
             self.outer = OuterMPSOptimizer(
@@ -449,6 +450,10 @@ class TwoTierController:
                              reason, r.error_ms, gain_est)
         if isinstance(self.outer, OuterMPSOptimizer) and self.outer_strategy == "mid-range":
             self.inner.set_sleep(self.outer.sleep_target_s)  # feedforward: MPS takes the load
+        if isinstance(self.outer, ThroughputOuter):
+            s1 = self.outer.feedforward_sleep(self._iteration(), self._duty_gain())
+            if s1 is not None:
+                self.inner.set_sleep(s1)
         self._schedule(new_mps)
         self._hold_left = self.hold_periods_after_mps
         return Actuation(self.inner.sleep_s, new_mps, True, r.saturated is not None,

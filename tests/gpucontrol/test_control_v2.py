@@ -314,3 +314,40 @@ def test_throughput_outer_ceiling_lifts_when_the_sleep_stays_pinned_low():
     _feed(outer, 6, 80.0, 0.0, "low")
     assert outer.ceiling_pct is None
 
+
+
+def test_throughput_outer_feeds_the_sleep_forward_on_an_upward_move():
+    """An upward move predicted to end over the set point sets, with the move, the sleep that
+    brings the prediction back to it (the inner loop is held through the restart); the slope
+    learnt from the first reading after the restart adds back what that sleep took off."""
+    outer = ThroughputOuter(90.0, initial_mps_pct=60.0, mps_gain_ms_per_pct=0.2, explore=False)
+    up = _feed(outer, 25, 89.0, 0.0, "low")          # 1 ms of headroom, sleep pinned at 0
+    assert up is not None and up > 60.0
+    excess = 89.0 + 0.2 * (up - 60.0) - 90.0
+    assert excess > 0
+    s1 = outer.feedforward_sleep(0.5, 20.0)
+    tau = 0.5 * (up / 60.0) ** -1.0                    # the iteration time at the new share
+    assert s1 == pytest.approx(tau * (excess / 20.0) / (1.0 - excess / 20.0))
+    # a plant that is the model: the first reading after the restart is on the set point
+    outer.update(90.0, s1, None, 20.0, 0.5)
+    assert outer.mps_gain == pytest.approx(0.2)        # 0.14 without adding the sleep's effect back
+    # a move into headroom needs no sleep; a downward move and the p99 mode get none
+    outer = ThroughputOuter(90.0, initial_mps_pct=60.0, mps_gain_ms_per_pct=0.2, explore=False)
+    assert _feed(outer, 25, 87.75, 0.0, "low") is not None
+    assert outer.feedforward_sleep(0.5, 20.0) is None
+    outer = ThroughputOuter(90.0, every=25, initial_mps_pct=100.0, explore=False)
+    assert _feed(outer, 3, 95.0, 1.0, "high") is not None
+    assert outer.feedforward_sleep(0.5, 20.0) is None
+    assert not TwoTierController(MODEL, 90.0, mode="p99").outer.feedforward
+
+
+def test_default_controller_applies_the_feedforward_with_the_move():
+    ctl = TwoTierController(MODEL, 90.0, mps_gain_ms_per_pct=0.2, initial_mps_pct=60.0)
+    ctl.outer.explore = False
+    acts = [ctl.update(Measurement(mean=89.0 - 12.0 * ctl.sleep_s, count=40, iteration_s=0.5))
+            for _ in range(60)]
+    moved = [a for a in acts if a.mps_changed]
+    assert moved and moved[0].mps_pct > 60.0
+    i = acts.index(moved[0])
+    assert moved[0].sleep_s > acts[i - 1].sleep_s     # raised with the move, held after it
+    assert acts[i + 1].sleep_s == moved[0].sleep_s
