@@ -98,9 +98,9 @@ class ThroughputOuter:
         margin: for a statistic the sleep may not move (a p99 tail), a move up to the set
         point can pin the sleep high and ping-pong.
     feedforward : bool
-        On an upward move, set the sleep that takes back the latency the move is predicted
-        to add (:meth:`feedforward_sleep`). False for a statistic the sleep may not move (a
-        p99 tail): there the extra sleep costs training and buys nothing.
+        With an upward move predicted to end over the set point, set the sleep that brings
+        that prediction back to it (:meth:`feedforward_sleep`). False for a statistic the
+        sleep may not move (a p99 tail): there the extra sleep costs training for nothing.
     duty_time_s : float, optional
         The run time between two pauses of a duty-cycling sleep actuator (SIGSTOP/SIGCONT,
         freezer), whose duty is ``q / (q + s)`` whatever the iteration time; None (default):
@@ -184,6 +184,7 @@ class ThroughputOuter:
         self.duty_time_s = None if duty_time_s is None else positive("duty_time_s", duty_time_s)
         self.feedforward = bool(feedforward)
         self._ff_ms = 0.0    # latency the feedforward sleep took off the first reading after
+        self._ff_ready = False   # a move was just made and has had no feedforward yet
 
     def duty(self, t: float, sleep_s: float) -> float:
         """The training's running fraction at sleep ``sleep_s`` (iteration time ``t``)."""
@@ -265,6 +266,7 @@ class ThroughputOuter:
         t0 = ts[len(ts) // 2] if len(ts) >= 3 else iteration_s
         self._probe = (self.mps_pct, l0, t0, new - self.mps_pct)
         self._move_sleep = self._sleep_now     # held through the restart
+        self._ff_ready = True
         old, self.mps_pct = self.mps_pct, new
         self._last_dir = math.copysign(1.0, new - old)
         self._since_move = 0
@@ -284,7 +286,8 @@ class ThroughputOuter:
         set point, within the sleep bounds; the latency it takes off is added back when the
         slope is learnt. None after a downward move, when the prediction stays under the set
         point (a move into headroom), with ``feedforward`` off or without a usable duty gain."""
-        if not self.feedforward or self._probe is None:
+        ready, self._ff_ready = self._ff_ready, False
+        if not self.feedforward or not ready or self._probe is None:
             return None
         m0, l0, _t0, dm = self._probe
         excess = l0 + self.mps_gain * dm - self.slo_ms    # predicted over the set point

@@ -328,6 +328,7 @@ def test_throughput_outer_feeds_the_sleep_forward_on_an_upward_move():
     s1 = outer.feedforward_sleep(0.5, 20.0)
     tau = 0.5 * (up / 60.0) ** -1.0                    # the iteration time at the new share
     assert s1 == pytest.approx(tau * (excess / 20.0) / (1.0 - excess / 20.0))
+    assert outer.feedforward_sleep(0.5, 20.0) is None      # once per move
     # a plant that is the model: the first reading after the restart is on the set point
     outer.update(90.0, s1, None, 20.0, 0.5)
     assert outer.mps_gain == pytest.approx(0.2)        # 0.14 without adding the sleep's effect back
