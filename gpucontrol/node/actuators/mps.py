@@ -14,7 +14,10 @@ a new percentage means restarting the training process. Two pieces:
   environment) and applies a new percentage by restarting it, optionally with a *shadow*
   pre-start: start the new process, wait for its ready signal
   (:func:`gpucontrol.node.hooks.notify_ready`, sent by the first ``after_iteration()``), and only
-  then stop the old one. It measures the downtime of every restart.
+  then stop the old one. It measures the downtime of every restart. A new process waits at a
+  gate until ``on_spawn`` has recorded it (the daemon lists it in its state file, so its
+  guardian ends it if the daemon dies); if the launcher dies first, the gate's pipe closes and
+  the process exits before the training starts, so no training is ever left unowned.
 
 When the binary is absent, :meth:`MPSControl.available` is False and the daemon says so once
 and runs sleep-only.
@@ -27,6 +30,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -36,6 +40,22 @@ from typing import TYPE_CHECKING
 
 from gpucontrol._validate import in_range, positive
 from gpucontrol.errors import MPSError, MPSUnavailable
+
+#: Run between fork and the training's exec: wait for the owner's go byte on the descriptor
+#: ``argv[1]``, then exec the training in the same process (its PID and start time, which the
+#: owner recorded, stay); end at once if the owner died before saying go.
+_GATE = (
+    "import os, sys\n"
+    "fd = int(sys.argv[1])\n"
+    "try:\n"
+    "    go = os.read(fd, 1)\n"
+    "except OSError:\n"
+    "    go = b''\n"
+    "os.close(fd)\n"
+    "if go != b'1':\n"
+    "    os._exit(125)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self from Python 3.11
@@ -272,7 +292,8 @@ class MPSActuator:
     cwd : str or None
         Working directory of the training (None: ours).
     on_spawn : callable, optional
-        Called with the new PID right after each start (e.g. to move it into a cgroup).
+        Called with the new PID right after each start, before the training itself runs (it
+        waits at a gate until this returns; e.g. to record it, or move it into a cgroup).
     before_terminate : callable, optional
         Called with the old PID just before it is stopped (e.g. to stop pausing it: a paused
         process cannot handle SIGTERM).
@@ -319,24 +340,35 @@ class MPSActuator:
         if self.mps is not None:
             env.update(self.mps.env())
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = f"{pct:g}"
+        if shutil.which(self.argv[0], path=env.get("PATH")) is None and not (
+                os.sep in self.argv[0] and os.access(
+                    os.path.join(self.cwd or "", self.argv[0]), os.X_OK)):
+            raise FileNotFoundError(2, "training command not found", self.argv[0])
         r, w = os.pipe()
+        gate_r, gate_w = os.pipe()
         env["GPUCONTROL_READY_FD"] = str(w)
         try:
-            p = subprocess.Popen(self.argv, env=env, cwd=self.cwd, pass_fds=(w,),
+            p = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GATE, str(gate_r),
+                                  *self.argv], env=env, cwd=self.cwd, pass_fds=(w, gate_r),
                                  stdin=subprocess.DEVNULL)
         except BaseException:
             os.close(r)
+            os.close(gate_w)
             raise
         finally:
             os.close(w)
-        if self.on_spawn is not None:
-            try:
+            os.close(gate_r)
+        try:
+            if self.on_spawn is not None:
                 self.on_spawn(p.pid)
-            except BaseException:  # e.g. it could not be moved into its cgroup: not started
-                os.close(r)
-                p.kill()
-                p.wait()
-                raise
+            os.write(gate_w, b"1")       # recorded: now the training may start
+        except BaseException:  # e.g. it could not be moved into its cgroup: not started
+            os.close(r)
+            os.close(gate_w)
+            p.kill()
+            p.wait()
+            raise
+        os.close(gate_w)
         return p, r
 
     def cancelled(self) -> bool:

@@ -1,6 +1,9 @@
 """The MPS client against a fake nvidia-cuda-mps-control, and restarts through a launcher."""
 
+import os
+import signal
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -214,3 +217,40 @@ def test_launcher_validation():
     act = MPSActuator(["true"])
     with pytest.raises(ValueError, match="mps_pct"):
         act.start(0)
+
+
+# A launcher that dies (SIGKILL) between starting the training and recording it: the window
+# in which a daemon killed during an MPS restart used to leave an unowned training behind.
+DYING_LAUNCHER = r'''
+import os, signal, sys
+from gpucontrol.node.actuators import MPSActuator
+train = [sys.executable, "-c", sys.argv[1], sys.argv[2], "0.0"]
+def die(pid):
+    open(sys.argv[3], "w").write(str(pid))
+    os.kill(os.getpid(), signal.SIGKILL)
+MPSActuator(train, ready="spawn", on_spawn=die).start(100)
+'''
+
+
+def test_training_never_runs_unrecorded_when_the_launcher_dies(tmp_path):
+    out, pidf = tmp_path / "launches.txt", tmp_path / "spawned.pid"
+    r = subprocess.run([sys.executable, "-c", DYING_LAUNCHER, TRAIN, str(out), str(pidf)],
+                       timeout=60, check=False)
+    assert r.returncode == -signal.SIGKILL
+    pid = int(pidf.read_text())          # the process was spawned, then its owner died
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}") and \
+            Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+        time.sleep(0.05)
+    gone = not os.path.exists(f"/proc/{pid}") or \
+        Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    if not gone:
+        os.kill(pid, signal.SIGKILL)
+    assert gone, "the training outlived its launcher"
+    assert not out.exists()              # and the training itself never started
+
+
+def test_a_missing_training_command_is_a_file_not_found(tmp_path):
+    act = MPSActuator(["no-such-training-xyz"])
+    with pytest.raises(FileNotFoundError, match="no-such-training-xyz"):
+        act.start(100)
