@@ -1,6 +1,8 @@
 """Chaos: daemons killed, stopped and restarted at random points of start-up, cycling, an MPS
 restart (fake nvidia-cuda-mps-control) and shutdown. After every fault: no training process is
 left stopped, no launched training, guardian or private MPS directory outlives its daemon.
+The restart-free CPU-share backend meets the same faults with the training's share capped:
+after each, the cap is lifted and the group the daemon made is gone.
 
 Bounded: ``ROUNDS`` rounds of at most a few seconds each (seeded, so a failure replays)."""
 
@@ -12,10 +14,16 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
 
-from actuators._children import BUSY, daemon_argv, stopped_pids, wait_for
+import pytest
+from actuators._children import BUSY, cpu_controller_writable, daemon_argv, stopped_pids, wait_for
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from test_daemon_faults import TRAINING, alive, fake_mps, launched, model_file
+
+from gpucontrol.node.records import release_share
 
 ROUNDS = 12
 SEED = int(os.environ.get("GPUCONTROL_CHAOS_SEED", "20261124"))  # replay or vary
@@ -137,3 +145,87 @@ def test_chaos_never_leaves_a_process_stopped_or_orphaned(children, tmp_path):
                     os.kill(p, sig)
                 except ProcessLookupError:
                     pass
+
+
+def _cpu_cgroup_of(pid):
+    """The v1 ``cpu`` (or v2 unified) cgroup path of ``pid``, as /proc shows it."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        rows = [line.rstrip("\n").split(":", 2) for line in f]
+    for _id, ctrls, path in rows:
+        if "cpu" in ctrls.split(","):
+            return path
+    return next(path for _id, ctrls, path in rows if ctrls == "")
+
+
+def test_chaos_cpu_share_cap_never_outlives_the_daemon(children, tmp_path):
+    """The restart-free CPU-share backend under the same faults: a daemon that has capped the
+    training's CPU share is killed (or stopped then killed, or stopped during shutdown). After
+    each: nothing stopped, the training back in its own group, the group the daemon made gone
+    (the guardian lifts the cap and removes it)."""
+    if not cpu_controller_writable():
+        pytest.skip("no writable cgroup CPU controller here")
+    rng = random.Random(SEED)
+    reg = CollectorRegistry()
+    hist = Histogram("inference_latency_seconds", "x", buckets=(0.01, 0.05, 0.1, 0.5),
+                     registry=reg)
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=reg)
+    stop = threading.Event()
+
+    def feed() -> None:
+        while not stop.wait(0.02):
+            hist.observe(0.2)      # always over the SLO: the outer loop lowers the share
+
+    threading.Thread(target=feed, daemon=True).start()
+    busy = children.spawn()
+    home = _cpu_cgroup_of(busy.pid)
+    (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
+    log = []
+    groups = []
+    try:
+        for i, fault in enumerate(("kill", "stop_kill", "stop_cont_kill", "term_stop_kill")):
+            group = f"gpucontrol-chaos-{uuid.uuid4().hex[:8]}"
+            d = children.popen(daemon_argv(
+                tmp_path, "s", "--training-pid", str(busy.pid), "--slo-ms", "100", "--model",
+                str(tmp_path / "model.json"), "--period-s", "0.2", "--outer-every", "2",
+                "--latency-source", "prometheus", "--prometheus-url",
+                f"http://127.0.0.1:{server.server_port}/metrics", "--share-backend", "cpu",
+                "--share-cgroup", group, "--sleep-method", "signal", "--run-quantum-s", "0.01",
+                "--max-sleep-s", "0.05"),
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            made: dict = {}
+            groups.append(made)
+
+            def capped_now(r, made=made):
+                if r.get("event") == "cpu_share_ready":
+                    made.update(r)
+                return r.get("event") == "share_change" and r.get("ok") and r["new_pct"] < 100
+
+            capped = _lines_until(d, capped_now, 20)
+            assert capped, (i, fault)
+            time.sleep(rng.uniform(0.0, 0.3))
+            if fault == "term_stop_kill":    # the fault lands while SIGTERM is handled
+                d.send_signal(signal.SIGTERM)
+                time.sleep(rng.uniform(0.0, 0.05))
+            if fault != "kill":
+                d.send_signal(signal.SIGSTOP)
+                time.sleep(rng.uniform(0.02, 0.3))
+                if fault == "stop_cont_kill":
+                    d.send_signal(signal.SIGCONT)
+                    time.sleep(rng.uniform(0.0, 0.2))
+            d.kill()
+            rc = d.wait(20)
+            d.stdout.close()
+            log.append((i, fault, rc))
+            assert wait_for(lambda: not stopped_pids([busy.pid]), 0.5), log
+            cg = made.get("cgroup")
+            assert cg, log
+            assert wait_for(lambda c=cg: not os.path.exists(c), 5.0), (log, cg)
+            assert _cpu_cgroup_of(busy.pid) == home, log
+            assert alive(busy.pid)
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+        for g in groups:      # a failed round must not leave a capped group behind
+            if g.get("cgroup"):
+                release_share({"path": g["cgroup"], "backend": g.get("backend"), "made": True})
