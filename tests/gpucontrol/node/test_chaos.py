@@ -14,13 +14,18 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
 import pytest
-from actuators._children import BUSY, cpu_controller_writable, daemon_argv, stopped_pids, wait_for
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from actuators._children import (
+    BUSY,
+    cpu_controller_writable,
+    daemon_argv,
+    slow_inference_metrics,
+    stopped_pids,
+    wait_for,
+)
 from test_daemon_faults import TRAINING, alive, fake_mps, launched, model_file
 
 from gpucontrol.node.records import release_share
@@ -57,6 +62,20 @@ def _procs_naming(text):
             except OSError:
                 pass
     return [p for p in out if alive(p)]
+
+
+def _strike(d, fault, rng):
+    """Land one of ``FAULTS`` on daemon ``d`` (random pauses from ``rng``)."""
+    if fault == "term":
+        d.send_signal(signal.SIGTERM)
+        return
+    if fault in ("stop_kill", "stop_cont_kill"):
+        d.send_signal(signal.SIGSTOP)
+        time.sleep(rng.uniform(0.02, 0.3))
+        if fault == "stop_cont_kill":
+            d.send_signal(signal.SIGCONT)
+            time.sleep(rng.uniform(0.0, 0.2))
+    d.kill()
 
 
 def test_chaos_never_leaves_a_process_stopped_or_orphaned(children, tmp_path):
@@ -103,17 +122,7 @@ def test_chaos_never_leaves_a_process_stopped_or_orphaned(children, tmp_path):
                 time.sleep(rng.uniform(0.0, 0.3))
                 d.send_signal(signal.SIGTERM)
                 time.sleep(rng.uniform(0.0, 0.05))
-            if fault in ("stop_kill", "stop_cont_kill"):
-                d.send_signal(signal.SIGSTOP)
-                time.sleep(rng.uniform(0.02, 0.3))
-                if fault == "stop_cont_kill":
-                    d.send_signal(signal.SIGCONT)
-                    time.sleep(rng.uniform(0.0, 0.2))
-                d.kill()
-            elif fault == "term":
-                d.send_signal(signal.SIGTERM)
-            else:
-                d.kill()
+            _strike(d, fault, rng)
             try:
                 rc = d.wait(20)
             except subprocess.TimeoutExpired:
@@ -165,67 +174,48 @@ def test_chaos_cpu_share_cap_never_outlives_the_daemon(children, tmp_path):
     if not cpu_controller_writable():
         pytest.skip("no writable cgroup CPU controller here")
     rng = random.Random(SEED)
-    reg = CollectorRegistry()
-    hist = Histogram("inference_latency_seconds", "x", buckets=(0.01, 0.05, 0.1, 0.5),
-                     registry=reg)
-    server, _thread = start_http_server(0, addr="127.0.0.1", registry=reg)
-    stop = threading.Event()
-
-    def feed() -> None:
-        while not stop.wait(0.02):
-            hist.observe(0.2)      # always over the SLO: the outer loop lowers the share
-
-    threading.Thread(target=feed, daemon=True).start()
     busy = children.spawn()
     home = _cpu_cgroup_of(busy.pid)
     (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
     log = []
     groups = []
-    try:
-        for i, fault in enumerate(("kill", "stop_kill", "stop_cont_kill", "term_stop_kill")):
-            group = f"gpucontrol-chaos-{uuid.uuid4().hex[:8]}"
-            d = children.popen(daemon_argv(
-                tmp_path, "s", "--training-pid", str(busy.pid), "--slo-ms", "100", "--model",
-                str(tmp_path / "model.json"), "--period-s", "0.2", "--outer-every", "2",
-                "--latency-source", "prometheus", "--prometheus-url",
-                f"http://127.0.0.1:{server.server_port}/metrics", "--share-backend", "cpu",
-                "--share-cgroup", group, "--sleep-method", "signal", "--run-quantum-s", "0.01",
-                "--max-sleep-s", "0.05"),
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            made: dict = {}
-            groups.append(made)
+    with slow_inference_metrics(0.2) as url:   # always over the SLO: the share is lowered
+        try:
+            for i, fault in enumerate(("kill", "stop_kill", "stop_cont_kill", "term_stop_kill")):
+                group = f"gpucontrol-chaos-{uuid.uuid4().hex[:8]}"
+                d = children.popen(daemon_argv(
+                    tmp_path, "s", "--training-pid", str(busy.pid), "--slo-ms", "100", "--model",
+                    str(tmp_path / "model.json"), "--period-s", "0.2", "--outer-every", "2",
+                    "--latency-source", "prometheus", "--prometheus-url",
+                    url, "--share-backend", "cpu",
+                    "--share-cgroup", group, "--sleep-method", "signal", "--run-quantum-s", "0.01",
+                    "--max-sleep-s", "0.05"),
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                made: dict = {}
+                groups.append(made)
 
-            def capped_now(r, made=made):
-                if r.get("event") == "cpu_share_ready":
-                    made.update(r)
-                return r.get("event") == "share_change" and r.get("ok") and r["new_pct"] < 100
+                def capped_now(r, made=made):
+                    if r.get("event") == "cpu_share_ready":
+                        made.update(r)
+                    return r.get("event") == "share_change" and r.get("ok") and r["new_pct"] < 100
 
-            capped = _lines_until(d, capped_now, 20)
-            assert capped, (i, fault)
-            time.sleep(rng.uniform(0.0, 0.3))
-            if fault == "term_stop_kill":    # the fault lands while SIGTERM is handled
-                d.send_signal(signal.SIGTERM)
-                time.sleep(rng.uniform(0.0, 0.05))
-            if fault != "kill":
-                d.send_signal(signal.SIGSTOP)
-                time.sleep(rng.uniform(0.02, 0.3))
-                if fault == "stop_cont_kill":
-                    d.send_signal(signal.SIGCONT)
-                    time.sleep(rng.uniform(0.0, 0.2))
-            d.kill()
-            rc = d.wait(20)
-            d.stdout.close()
-            log.append((i, fault, rc))
-            assert wait_for(lambda: not stopped_pids([busy.pid]), 0.5), log
-            cg = made.get("cgroup")
-            assert cg, log
-            assert wait_for(lambda c=cg: not os.path.exists(c), 5.0), (log, cg)
-            assert _cpu_cgroup_of(busy.pid) == home, log
-            assert alive(busy.pid)
-    finally:
-        stop.set()
-        server.shutdown()
-        server.server_close()
-        for g in groups:      # a failed round must not leave a capped group behind
-            if g.get("cgroup"):
-                release_share({"path": g["cgroup"], "backend": g.get("backend"), "made": True})
+                capped = _lines_until(d, capped_now, 20)
+                assert capped, (i, fault)
+                time.sleep(rng.uniform(0.0, 0.3))
+                if fault == "term_stop_kill":    # the fault lands while SIGTERM is handled
+                    d.send_signal(signal.SIGTERM)
+                    time.sleep(rng.uniform(0.0, 0.05))
+                _strike(d, "stop_kill" if fault == "term_stop_kill" else fault, rng)
+                rc = d.wait(20)
+                d.stdout.close()
+                log.append((i, fault, rc))
+                assert wait_for(lambda: not stopped_pids([busy.pid]), 0.5), log
+                cg = made.get("cgroup")
+                assert cg, log
+                assert wait_for(lambda c=cg: not os.path.exists(c), 5.0), (log, cg)
+                assert _cpu_cgroup_of(busy.pid) == home, log
+                assert alive(busy.pid)
+        finally:
+            for g in groups:      # a failed round must not leave a capped group behind
+                if g.get("cgroup"):
+                    release_share({"path": g["cgroup"], "backend": g.get("backend"), "made": True})

@@ -3,12 +3,16 @@ backend, as flags and as a real daemon process on a busy loop."""
 
 import json
 import subprocess
-import threading
 import uuid
 from pathlib import Path
 
 import pytest
-from actuators._children import cpu_controller_writable, daemon_argv, stopped_pids
+from actuators._children import (
+    cpu_controller_writable,
+    daemon_argv,
+    slow_inference_metrics,
+    stopped_pids,
+)
 
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node.cli import build_parser
@@ -104,35 +108,17 @@ def test_cli_error_exits_2(tmp_path, capsys):
 def test_daemon_scrapes_prometheus_and_moves_the_cpu_share(tmp_path, children):
     """Latency far above the SLO: the sleep saturates, the outer loop lowers the CPU share
     (no restart), and at exit the cap is lifted and the training resumed."""
-    from prometheus_client import CollectorRegistry, Histogram, start_http_server
-
-    reg = CollectorRegistry()
-    hist = Histogram("inference_latency_seconds", "x", buckets=(0.01, 0.05, 0.1, 0.5),
-                     registry=reg)
-    server, _thread = start_http_server(0, addr="127.0.0.1", registry=reg)
-    stop = threading.Event()
-
-    def feed() -> None:
-        while not stop.wait(0.02):
-            hist.observe(0.2)  # 200 ms per batch whatever happens: always over the SLO
-
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
     busy = children.spawn()
     (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
     group = f"gpucontrol-test-{uuid.uuid4().hex[:8]}"
-    try:
+    with slow_inference_metrics(0.2) as url:   # 200 ms per batch: always over the SLO
         out = subprocess.run(daemon_argv(
             tmp_path, "x", "--training-pid", str(busy.pid), "--slo-ms", "100", "--model",
             str(tmp_path / "model.json"), "--period-s", "0.3", "--outer-every", "3",
-            "--duration-s", "4", "--latency-source", "prometheus", "--prometheus-url",
-            f"http://127.0.0.1:{server.server_port}/metrics", "--share-backend", "cpu",
+            "--duration-s", "4", "--latency-source", "prometheus", "--prometheus-url", url,
+            "--share-backend", "cpu",
             "--share-cgroup", group, "--sleep-method", "signal", "--run-quantum-s", "0.05"),
             capture_output=True, text=True, timeout=40, stdin=subprocess.DEVNULL, check=False)
-    finally:
-        stop.set()
-        server.shutdown()
-        server.server_close()
     assert out.returncode == 0, out.stderr
     recs = [json.loads(x) for x in out.stdout.splitlines()]
     ready = [r for r in recs if r.get("event") == "cpu_share_ready"]

@@ -7,6 +7,7 @@ so no test ever leaves a process stopped (state T) or frozen on the machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -144,3 +145,31 @@ def cpu_controller_writable() -> bool:
     except ConfigurationError:
         return False
     return True
+
+
+@contextlib.contextmanager
+def slow_inference_metrics(latency_s: float = 0.2):
+    """A Prometheus ``/metrics`` endpoint whose latency histogram observes ``latency_s`` every
+    20 ms whatever happens (always over a smaller SLO: the outer loop lowers the share);
+    yields its URL."""
+    import threading
+
+    from prometheus_client import CollectorRegistry, Histogram, start_http_server
+
+    reg = CollectorRegistry()
+    hist = Histogram("inference_latency_seconds", "x", buckets=(0.01, 0.05, 0.1, 0.5),
+                     registry=reg)
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=reg)
+    stop = threading.Event()
+
+    def feed() -> None:
+        while not stop.wait(0.02):
+            hist.observe(latency_s)
+
+    threading.Thread(target=feed, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/metrics"
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
