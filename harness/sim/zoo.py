@@ -367,7 +367,7 @@ class GlitchPlant(_Wrapper):
 PLANTS = ("ours", "hyperbolic", "mixture", "delayed")
 
 
-def make_plant(name: str, *, seed: int = 0) -> Any:
+def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None) -> Any:
     """A fresh zoo plant by name (one of :data:`PLANTS`).
 
     Parameters
@@ -376,20 +376,30 @@ def make_plant(name: str, *, seed: int = 0) -> Any:
         ``"ours"``, ``"hyperbolic"``, ``"mixture"`` or ``"delayed"``.
     seed : int
         Random seed.
+    restart_s : float, optional
+        Training downtime of a share change (s, >= 0); 0 is a restart-free knob (a green
+        context, a CPU quota). Default: the plant's own (7 s on "ours", 10 s on the
+        others).
 
     Returns
     -------
     Plant
         The plant, with ``expected_latency_ms``/``expected_training_throughput`` views.
     """
+    kw: dict[str, float] = {}
+    if restart_s is not None:
+        r = float(restart_s)
+        if not (math.isfinite(r) and 0.0 <= r <= 3600.0):
+            raise ValueError(f"restart_s must be in [0, 3600] s, got {restart_s!r}")
+        kw["restart_s"] = r
     if name == "ours":
-        return _Ours(seed=seed)
+        return _Ours(seed=seed, **kw)
     if name == "hyperbolic":
-        return HyperbolicPlant(seed=seed)
+        return HyperbolicPlant(seed=seed, **kw)
     if name == "mixture":
-        return BatchMixturePlant(seed=seed)
+        return BatchMixturePlant(seed=seed, **kw)
     if name == "delayed":
-        return DelayedPlant(HyperbolicPlant(seed=seed))
+        return DelayedPlant(HyperbolicPlant(seed=seed, **kw))
     raise ValueError(f"plant must be one of {', '.join(PLANTS)}, got {name!r}")
 
 

@@ -234,6 +234,46 @@ def test_throughput_outer_learns_beta_only_from_measured_iteration_times():
     assert seen.outer.beta > 1.2                        # toward the plant's 2
 
 
+def test_throughput_outer_predicts_a_move_at_the_new_iteration_time():
+    """On a plant ``l = L(m) + B t/(t + s)`` (``t = 0.2 (100/m)``) with the exact slope,
+    ``beta`` and ``B`` known, the predicted gain of the move 100 -> 84 is the true one: at the
+    same sleep the longer iteration already raises the duty (the learnt slope includes that),
+    and the inner loop moves the duty on from there. From the old level's duty the prediction
+    counted that rise twice, +0.2 % against the true +3.6 %, so it left the better level
+    alone."""
+    slo, b, t0 = 80.0, 40.0, 0.2
+    big_l = {100.0: 50.0, 84.0: 43.0}
+    t1 = t0 * 100.0 / 84.0
+
+    def lat(m, t, s):
+        return big_l[m] + b * t / (t + s)
+
+    s0 = t0 * 0.25 / 0.75                      # duty 0.75: the SLO at MPS 100
+    slope = (lat(84.0, t1, s0) - lat(100.0, t0, s0)) / (84.0 - 100.0)
+    outer = ThroughputOuter(slo, levels_pct=[84.0, 100.0], mps_gain_ms_per_pct=slope,
+                            iteration_exponent=1.0, explore=False)
+    dm, gain = outer._best_move(lat(100.0, t0, s0), s0, t0, b)
+    d1 = (slo - big_l[84.0]) / b
+    true = (d1 / t1) / (0.75 / t0) - 1.0
+    assert true == pytest.approx(0.036, abs=0.002)
+    assert dm == -16.0 and gain == pytest.approx(true, rel=1e-9)
+
+
+def test_throughput_outer_first_measured_beta_replaces_the_prior():
+    """The iteration-time exponent's prior (1) is a guess: the first measured sample replaces
+    it (half of it stayed before: on the zoo's "ours" plant, beta about 2, the loop then
+    predicted gains for moves down that lost training); later samples are averaged."""
+    outer = ThroughputOuter(90.0, every=5, initial_mps_pct=100.0, levels_pct=[50.0, 100.0],
+                            mps_gain_ms_per_pct=0.2)
+    for _ in range(5):                          # the probe: 100 -> 50
+        new, _ = outer.update(90.0, 0.3, None, 20.0, 0.5)
+    assert new == 50.0
+    for _ in range(5):                          # 0.5 -> 2.0 s at half the share: beta 2
+        outer.update(85.0, 0.3, None, 20.0, 2.0)
+    assert outer.beta_learnt == 1
+    assert outer.beta == pytest.approx(2.0)
+
+
 def _feed(outer, periods, latency, sleep, saturated, iteration_s=0.5, duty_gain=20.0):
     """Feed ``periods`` identical periods; return the first MPS move (None: none)."""
     for _ in range(periods):
