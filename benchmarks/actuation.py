@@ -36,6 +36,7 @@ from pathlib import Path
 from gpucontrol.node.actuators import CgroupFreezer, DutyCycler, SignalDutyCycler
 from gpucontrol.node.actuators.procs import descendants, read_stat, stop_requested
 from gpucontrol.node.actuators.sleep import cgroup2_mounts
+from harness.cli.args import integer, number
 
 BUSY = "while True: pass"
 TREE = ("import subprocess, sys\n"
@@ -271,9 +272,11 @@ def fault_trials(procs: Procs, tmp: str, kind: str, n: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cycles", type=int, default=500)
-    ap.add_argument("--duty-window", type=float, default=4.0)
-    ap.add_argument("--kills", type=int, default=20, help="trials per fault kind")
+    ap.add_argument("--cycles", type=integer(1, 1_000_000), default=500)
+    ap.add_argument("--duty-window", type=number(0.0, 3600.0, lo_open=True, unit="s"),
+                    default=4.0)
+    ap.add_argument("--kills", type=integer(1, 10_000), default=20,
+                    help="trials per fault kind")
     a = ap.parse_args()
     print(f"# actuation benchmark -- {platform.python_version()}, {platform.machine()}, "
           f"{os.cpu_count()} CPUs, kernel {platform.release()}, "

@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from harness.cli.args import integer
+
 BUSY = "while True: pass"
 
 
@@ -140,8 +142,8 @@ def idle_connections(tmp: str, train: int, n: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--stalls", type=int, default=5)
-    ap.add_argument("--connections", type=int, default=1400)
+    ap.add_argument("--stalls", type=integer(1, 1000), default=5)
+    ap.add_argument("--connections", type=integer(0, 100_000), default=1400)
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, args.connections + 256))

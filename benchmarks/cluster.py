@@ -24,6 +24,7 @@ import platform
 import time
 
 from gpucontrol import LinearLatencyModel, Measurement, TwoTierController
+from harness.cli.args import number
 from harness.cluster import SimConfig, Simulation, inference_burst, load_openb, synthetic
 from harness.cluster.figures import saved, window_violation
 from harness.cluster.gpucolo import GpuColoController
@@ -133,9 +134,9 @@ def sensitivity(scale: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", type=float, default=3000.0,
+    ap.add_argument("--scale", type=number(0.0, 1e6, lo_open=True), default=3000.0,
                     help="synthetic: mean busy GPUs under No Co-location (paper ~3059)")
-    ap.add_argument("--placement-scale", type=float, default=300.0)
+    ap.add_argument("--placement-scale", type=number(0.0, 1e6, lo_open=True), default=300.0)
     ap.add_argument("--quick", action="store_true", help="synthetic at 1/10 scale")
     ap.add_argument("--scalar-controllers", action="store_true",
                     help="one gpucontrol.TwoTierController per GPU instead of VectorTwoTier")

@@ -42,6 +42,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import numpy as np  # noqa: E402
 
 from gpucontrol import LinearLatencyModel, TwoTierController  # noqa: E402
+from harness.cli.args import integer  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 from harness.sim.protocol import run_loop  # noqa: E402
 from sysid import fit_static  # noqa: E402
@@ -274,7 +275,7 @@ def report(res: dict[str, Any], seeds: int, elapsed: float) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=8,
+    ap.add_argument("--seeds", type=integer(1, 1000), default=8,
                     help="plant seeds per figure (default 8: at 2 a verdict can be luck)")
     ap.add_argument("--out", default=None, help="also write the table to this Markdown file")
     args = ap.parse_args()

@@ -15,6 +15,7 @@ import random
 import time
 
 from gpucontrol import LinearLatencyModel, Measurement, TwoTierController
+from harness.cli.args import integer
 
 
 def bare_formula(latencies: list[float]) -> float:
@@ -36,7 +37,7 @@ def controller(latencies: list, **kw) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--n", type=integer(1, 100_000_000), default=200_000)
     n = ap.parse_args().n
     rng = random.Random(0)
     floats = [90.0 + rng.gauss(0, 3) for _ in range(n)]

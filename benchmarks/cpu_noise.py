@@ -34,6 +34,7 @@ if _ROOT not in sys.path:
 import numpy as np  # noqa: E402
 
 from gpucontrol import Actuation  # noqa: E402
+from harness.cli.args import integer, number  # noqa: E402
 from harness.hil.cpu.plant import make_cpu_plant  # noqa: E402
 
 
@@ -78,19 +79,25 @@ def measure(a: argparse.Namespace) -> dict[str, object]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quantum", type=float, default=0.2, help="run quantum (s)")
-    ap.add_argument("--rate", type=float, default=30.0, help="inference batches per second")
-    ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--train-batch", type=int, default=256)
-    ap.add_argument("--infer-threads", type=int, default=2)
-    ap.add_argument("--train-threads", type=int, default=1)
+    ap.add_argument("--quantum", type=number(0.0, 60.0, lo_open=True, unit="s"), default=0.2,
+                    help="run quantum (s)")
+    ap.add_argument("--rate", type=number(0.0, 10_000.0, lo_open=True), default=30.0,
+                    help="inference batches per second")
+    ap.add_argument("--batch", type=integer(1, 100_000), default=256)
+    ap.add_argument("--train-batch", type=integer(1, 100_000), default=256)
+    ap.add_argument("--infer-threads", type=integer(1, 1024), default=2)
+    ap.add_argument("--train-threads", type=integer(1, 1024), default=1)
     ap.add_argument("--backend", default="numpy", choices=("auto", "numpy", "torch"))
-    ap.add_argument("--period", type=float, default=2.0)
-    ap.add_argument("--periods", type=int, default=8, help="periods per sleep")
-    ap.add_argument("--block", type=int, default=4, help="periods per block of one sleep")
-    ap.add_argument("--mid", type=float, default=1.0, help="middle sleep, in run quanta")
-    ap.add_argument("--top", type=float, default=2.5, help="top sleep, in run quanta")
-    ap.add_argument("--warmup", type=float, default=6.0, help="seconds before measuring")
+    ap.add_argument("--period", type=number(0.05, 3600.0, unit="s"), default=2.0)
+    ap.add_argument("--periods", type=integer(1, 100_000), default=8, help="periods per sleep")
+    ap.add_argument("--block", type=integer(1, 100_000), default=4,
+                    help="periods per block of one sleep")
+    ap.add_argument("--mid", type=number(0.0, 1000.0), default=1.0,
+                    help="middle sleep, in run quanta")
+    ap.add_argument("--top", type=number(0.0, 1000.0), default=2.5,
+                    help="top sleep, in run quanta")
+    ap.add_argument("--warmup", type=number(0.0, 3600.0, unit="s"), default=6.0,
+                    help="seconds before measuring")
     a = ap.parse_args()
     print(json.dumps(measure(a)), flush=True)
     return 0

@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 from gpucontrol import Actuation  # noqa: E402
 from gpucontrol.errors import ConfigurationError  # noqa: E402
 from gpucontrol.node.actuators.cpu_share import CpuShare  # noqa: E402
+from harness.cli.args import integer, number  # noqa: E402
 from harness.experiments.pipeline import run_pipeline  # noqa: E402
 from harness.hil.cpu.plant import make_cpu_plant  # noqa: E402
 
@@ -93,14 +94,15 @@ def share_resizes(n: int) -> dict[str, object]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--period", type=float, default=4.0)
-    ap.add_argument("--identify", type=int, default=24)
-    ap.add_argument("--closed", type=int, default=30)
-    ap.add_argument("--detune", type=float, default=0.35, help="the daemon's --detune")
+    ap.add_argument("--runs", type=integer(1, 1000), default=1)
+    ap.add_argument("--period", type=number(0.05, 3600.0, unit="s"), default=4.0)
+    ap.add_argument("--identify", type=integer(10, 100_000), default=24)
+    ap.add_argument("--closed", type=integer(1, 100_000), default=30)
+    ap.add_argument("--detune", type=number(0.0, 2.0, lo_open=True, hi_open=True), default=0.35,
+                    help="the daemon's --detune")
     ap.add_argument("--backend", default="numpy", choices=("auto", "numpy", "torch"))
-    ap.add_argument("--resizes", type=int, default=200)
-    ap.add_argument("--floor", type=int, default=15,
+    ap.add_argument("--resizes", type=integer(1, 1_000_000), default=200)
+    ap.add_argument("--floor", type=integer(0, 100_000), default=15,
                     help="periods of the fixed-sleep floor after each run (0: skip)")
     ap.add_argument("--out", default="results/bench_cpu_plant")
     a = ap.parse_args()

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gpucontrol.node.actuators.spatial import GreenContextBackend
 from gpucontrol.node.hooks import HookReader, HookWriter
+from harness.cli.args import integer
 from harness.hil.green_emulator import PartitionSwitcher, SimulatedPool
 
 
@@ -33,7 +34,7 @@ def pct(xs: list[float], q: float) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--n", type=integer(1, 100_000_000), default=20000)
     n = ap.parse_args().n
     with tempfile.TemporaryDirectory() as d:
         w = HookWriter(Path(d) / "gpu.hook")

@@ -41,6 +41,7 @@ import numpy as np
 
 import sysid
 from gpucontrol import Actuation
+from harness.cli.args import integer
 from harness.sim.simulated import SimulatedColocation
 
 S0, DELTA, PERIODS, T = 0.5, 0.3, 50, 4.0
@@ -165,7 +166,8 @@ def report(seeds: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=30, help="seeds per gain configuration")
+    ap.add_argument("--seeds", type=integer(1, 10_000), default=30,
+                    help="seeds per gain configuration")
     ap.add_argument("--out", default=None, help="also write the Markdown section to this file")
     args = ap.parse_args()
     text = report(args.seeds)

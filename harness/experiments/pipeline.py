@@ -124,6 +124,47 @@ def _sample_iterations(plant: Any, stop: threading.Event, out: list[tuple[float,
         stop.wait(0.1)
 
 
+def _whole(name: str, value: Any, lo: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            int(value) != value or value < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+
+
+def _check_pipeline_args(period_s: Any, identify_periods: Any, closed_periods: Any,
+                         burst: Any, sleep_range: Any, slo_ms: Any, outer_every: Any,
+                         excitation: Any, detune: Any) -> None:
+    """Refuse a bad argument before any process starts, naming it and its range."""
+    def num(v: Any) -> float:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+
+    if not 0.05 <= num(period_s) <= 3600.0:
+        raise ValueError(f"period_s must be in [0.05, 3600] s, got {period_s!r}")
+    _whole("identify_periods", identify_periods, 10)   # what identification needs
+    _whole("closed_periods", closed_periods, 1)
+    _whole("outer_every", outer_every, 1)
+    try:
+        a, b = (num(x) for x in burst)
+    except (TypeError, ValueError):
+        a = b = math.nan
+    if not 0.0 <= a <= b <= 1.0:
+        raise ValueError(f"burst must be (start, end) fractions with 0 <= start <= end <= 1, "
+                         f"got {burst!r}")
+    if sleep_range is not None:
+        try:
+            lo, hi = (num(x) for x in sleep_range)
+        except (TypeError, ValueError):
+            lo = hi = math.nan
+        if not 0.0 <= lo < hi <= 3600.0:
+            raise ValueError(f"sleep_range must be (low, high) seconds with 0 <= low < high "
+                             f"<= 3600, got {sleep_range!r}")
+    if slo_ms is not None and not 0.0 < num(slo_ms) < math.inf:
+        raise ValueError(f"slo_ms must be a finite number > 0, got {slo_ms!r}")
+    if detune is not None and not 0.0 < num(detune) < 2.0:
+        raise ValueError(f"detune must be in (0, 2), got {detune!r}")
+    if excitation not in ("prbs", "white"):
+        raise ValueError(f"excitation must be 'prbs' or 'white', got {excitation!r}")
+
+
 def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                  preset: str = "default", period_s: float = 4.0, identify_periods: int = 24,
                  closed_periods: int = 30, burst: tuple[float, float] = (0.35, 0.7),
@@ -174,6 +215,8 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
         share of periods over 1.05 SLO, training throughput, the PIDs it started (services,
         loader worker, daemon), files.
     """
+    _check_pipeline_args(period_s, identify_periods, closed_periods, burst, sleep_range,
+                         slo_ms, outer_every, excitation, detune)
     out = Path(out_dir) / "cpu_demo"
     out.mkdir(parents=True, exist_ok=True)
 

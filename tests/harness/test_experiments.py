@@ -156,3 +156,27 @@ def test_training_vs_oracle_is_nan_when_the_oracle_does_not_train():
     assert all(math.isfinite(r["training_vs_oracle"]) for r in res.summary)
     with pytest.raises(ValueError, match="infeasible"):
         burst(duration_s=48, burst_s=(16, 32), controllers="oracle", slo_ms=10.0)
+
+
+@pytest.mark.parametrize("kw, field", [
+    ({"period_s": 0.0}, "period_s"),
+    ({"period_s": float("nan")}, "period_s"),
+    ({"identify_periods": 5}, "identify_periods"),
+    ({"identify_periods": 12.5}, "identify_periods"),
+    ({"closed_periods": 0}, "closed_periods"),
+    ({"outer_every": True}, "outer_every"),
+    ({"burst": (0.7, 0.3)}, "burst"),
+    ({"burst": (0.1,)}, "burst"),
+    ({"sleep_range": (0.2, 0.1)}, "sleep_range"),
+    ({"slo_ms": -1.0}, "slo_ms"),
+    ({"detune": 2.0}, "detune"),
+    ({"excitation": "sine"}, "excitation"),
+])
+def test_the_cpu_pipeline_refuses_a_bad_argument_before_starting_anything(tmp_path, kw, field):
+    """The pipeline starts services, a training and a daemon: a bad argument is refused
+    first, naming the field, and nothing is started or written."""
+    from harness.experiments.pipeline import run_pipeline
+
+    with pytest.raises(ValueError, match=field):
+        run_pipeline(tmp_path, progress=False, **kw)
+    assert not (tmp_path / "cpu_demo").exists()
