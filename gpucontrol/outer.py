@@ -37,9 +37,9 @@ period's error; it never optimises the operating point and it restarts the train
 
 A restart-free spatial-sharing backend passes ``restart_s=0``: the cost term then vanishes and
 the window may be shorter than the 25 periods a restart needs. It is still a window: on the
-plant zoo (BENCHMARKS.md) a continuous share decided every 12 periods reached 0.95-0.98 of the
-oracle, while deciding on every single period chased the reading's noise (300 changes in 600
-periods, up to 6 % of periods over 1.05 SLO).
+plant zoo (BENCHMARKS.md) a continuous share decided every 12 periods reached 0.946-0.979 of the
+oracle, while deciding on every single period chased the reading's noise (236-331 changes in
+600 periods, up to 5.9 % of periods over 1.05 SLO).
 """
 
 from __future__ import annotations
