@@ -4,7 +4,9 @@ The paper's outer loop (:class:`gpucontrol.controllers.OuterMPSOptimizer`) moves
 period's error; it never optimises the operating point and it restarts the training often.
 :class:`ThroughputOuter`, the default of :class:`gpucontrol.TwoTierController`, instead:
 
-* **decides on window averages** (``every`` periods of latency, sleep and iteration time);
+* **decides on window averages** (``every`` periods of latency, sleep and iteration time; with
+  a short ``every``, as a restart-free knob allows, the last ``min_window`` readings at the
+  current level, so a decision never rests on one period's reading);
 * **aims at the maximum training rate at the SLO.** With the training's iteration time ``t``
   (measured by the node, or a prior) the duty is ``d = t/(t + s)`` and the training rate is
   ``d / t``. For a candidate move ``dm`` the latency at fixed sleep changes by
@@ -36,10 +38,10 @@ period's error; it never optimises the operating point and it restarts the train
   reading after the restart adds back what the sleep change took off.
 
 A restart-free spatial-sharing backend passes ``restart_s=0``: the cost term then vanishes and
-the window may be shorter than the 25 periods a restart needs. It is still a window: on the
-plant zoo (BENCHMARKS.md) a continuous share decided every 12 periods reached 0.946-0.979 of the
-oracle, while deciding on every single period chased the reading's noise (236-331 changes in
-600 periods, up to 5.9 % of periods over 1.05 SLO).
+decisions may come more often than the 25 periods a restart needs, down to every period. Each
+still averages ``min_window`` readings: on the plant zoo (BENCHMARKS.md) a decision on one
+period's reading chased the noise (236-331 changes in 600 periods, up to 5.9 % of periods over
+1.05 SLO); on the last 8 it keeps 0.2-1.3 % over and 0.939-0.975 of the oracle.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class ThroughputOuter:
     slo_ms : float
         The controlled statistic's set point (ms), > 0.
     every : int
-        Window length in periods (>= 1).
+        Periods between two decisions, and the window length when it is at least
+        ``min_window`` (>= 1).
     mps_bounds_pct : (float, float)
         MPS limits within [1, 100] %.
     initial_mps_pct : float
@@ -100,6 +103,10 @@ class ThroughputOuter:
         the move; the margin would park the loop at sleep 0 under the SLO). False keeps the
         margin: for a statistic the sleep may not move (a p99 tail), a move up to the set
         point can pin the sleep high and ping-pong.
+    min_window : int
+        Fewest readings at the current level a decision averages (>= 1, default 8): with
+        ``every`` below it the loop still decides every ``every`` periods, on a sliding
+        window of the last ``min_window`` readings since the last move.
     feedforward : bool
         With an upward move predicted to end over the set point, set the sleep that brings
         that prediction back to it (:meth:`feedforward_sleep`). False for a statistic the
@@ -126,10 +133,12 @@ class ThroughputOuter:
                  sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
                  aim_from_low: bool = True,
                  levels_pct: Sequence[float] | None = None,
-                 duty_time_s: float | None = None, feedforward: bool = True) -> None:
+                 duty_time_s: float | None = None, feedforward: bool = True,
+                 min_window: int = 8) -> None:
         self.strategy = "throughput"
         self.slo_ms = positive("slo_ms", slo_ms)
         self.every = int_at_least("outer_every", every, 1)
+        self.min_window = int_at_least("min_window", min_window, 1)
         self.lo, self.hi = bounds("mps_bounds_pct", mps_bounds_pct, 1.0, 100.0)
         self.mps_pct = in_range("initial_mps_pct", initial_mps_pct, self.lo, self.hi)
         prior = self.slo_ms / 200.0 if mps_gain_ms_per_pct is None else positive(
@@ -409,9 +418,18 @@ class ThroughputOuter:
         early = self._low >= 2 * self.pinned_periods and self.count >= 2 * self.pinned_periods
         if self.count < self.every and not early:
             return None, ""
-        win = self._win[-self.every:]
-        self.count = 0
-        self._win.clear()
+        periods, self.count = self.count, 0      # periods since the last decision
+        if self.every >= self.min_window:
+            win = self._win[-self.every:]
+            self._win.clear()
+            periods = len(win)
+        else:
+            # a short window (a restart-free knob): decide every ``every`` periods, but on the
+            # last ``min_window`` readings since the last move, not on one period's
+            if len(self._win) < self.min_window and not early:
+                return None, ""
+            win = self._win[-self.min_window:]
+            del self._win[:-self.min_window]
         if len(win) < max(1, self.every // 2) and not early:
             return None, "outer: hold, too few readings in the window"
         if not win:
@@ -436,7 +454,7 @@ class ThroughputOuter:
                 0.03 * self.slo_ms:
             self._steady = 0
         else:
-            self._steady += n
+            self._steady += periods
         self._last_duty = d_now
         if self._gain_probe is not None and not self._high:
             direction, predicted, rate0 = self._gain_probe

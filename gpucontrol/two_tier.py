@@ -147,8 +147,8 @@ class TwoTierController:
         The training restart's real duration after an MPS change (s); the actuator knows it
         (:meth:`set_restart_duration` updates it). Default 15 s for "throughput". A
         restart-free spatial-sharing backend passes 0: a move then costs nothing and the
-        decoupling check is waived, so ``outer_every`` may be short (down to 1; on the plant
-        zoo 12 did better than 1, whose one-period decisions chase the noise).
+        decoupling check is waived, so ``outer_every`` may be short, down to 1 (a decision
+        still averages the last ``min_window`` = 8 readings at the current share).
     iteration_time_s : float, optional
         Training iteration time (s, sleep excluded) when known in advance; a measurement's
         ``iteration_s`` (the node's measured value) overrides it from then on.

@@ -139,7 +139,8 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
                         "green-context (the share written into the hook file; the cooperative "
                         "training switches its SM partition at its next iteration); cpu and "
                         "green-context change it without a restart, so --outer-every may be "
-                        "short (12 did best on the simulated plants; see docs/daemon.md)")
+                        "short, down to 1 (a decision still averages the last 8 periods; see "
+                        "docs/daemon.md)")
     s.add_argument("--share-cgroup", default="gpucontrol-training",
                    help="CPU-share group name under the cgroup cpu controller")
     s.add_argument("--green-shares", default=None,

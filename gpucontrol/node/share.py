@@ -18,9 +18,9 @@ flag               backend            a change
 =================  =================  ====================================================
 
 A restart-free backend tells the controller that a change costs nothing (``restart_s=0``):
-its outer window may then be short (``--outer-every`` down to 1; on the simulated plant zoo a
-continuous share did best at 12, see docs/daemon.md). The MPS backend leaves the controller's
-prior (15 s) until the first restart is measured.
+its outer decision may then come often (``--outer-every`` down to 1; a decision still averages
+the last 8 readings at the current share, see docs/daemon.md). The MPS backend leaves the
+controller's prior (15 s) until the first restart is measured.
 
 Crash paths: the green-context share lives in the hook file's flags, so whatever withdraws the
 sleep withdraws the share too -- :meth:`HookWriter.close` at exit, the guardian's and the next

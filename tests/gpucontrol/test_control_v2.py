@@ -263,7 +263,8 @@ def test_throughput_outer_first_measured_beta_replaces_the_prior():
     """The iteration-time exponent's prior (1) is a guess: the first measured sample replaces
     it (half of it stayed before: on the zoo's "ours" plant, beta about 2, the loop then
     predicted gains for moves down that lost training); later samples are averaged."""
-    outer = ThroughputOuter(90.0, every=5, initial_mps_pct=100.0, levels_pct=[50.0, 100.0],
+    outer = ThroughputOuter(90.0, every=5, min_window=5, initial_mps_pct=100.0,
+                            levels_pct=[50.0, 100.0],
                             mps_gain_ms_per_pct=0.2)
     for _ in range(5):                          # the probe: 100 -> 50
         new, _ = outer.update(90.0, 0.3, None, 20.0, 0.5)
@@ -322,7 +323,8 @@ def test_throughput_outer_horizon_grows_with_the_time_the_load_held_still():
 
 def test_throughput_outer_moves_between_the_partitions_only():
     levels = [25.0, 50.0, 75.0, 100.0]
-    out = ThroughputOuter(90.0, every=5, initial_mps_pct=90.0, levels_pct=levels)
+    out = ThroughputOuter(90.0, every=5, min_window=5, initial_mps_pct=90.0,
+                          levels_pct=levels)
     assert out.mps_pct == 75.0      # the training runs 90 % on its 75 % partition
     seen = {out.mps_pct}
     # the first window probes one level down (the slope is still the prior)
