@@ -207,6 +207,20 @@ def test_restart_free_backend_may_decide_every_period():
     assert changed >= 1 and ctl.outer.restart_s == 0.0
 
 
+def test_a_short_outer_window_still_averages_min_window_readings():
+    """Deciding every period (a restart-free knob) the loop still waits for ``min_window``
+    readings at the current share, then decides every period on a sliding window of them."""
+    out = ThroughputOuter(90.0, every=1, restart_s=0.0, mps_gain_ms_per_pct=0.2)
+    assert out.min_window == 8
+    moves = [out.update(90.0, 0.3, None, 20.0, 0.5)[0] for _ in range(8)]
+    assert moves[:7] == [None] * 7 and moves[7] == 92.0       # the probe, on 8 readings
+    assert [out.update(88.0, 0.3, None, 20.0, 0.5)[0] for _ in range(7)] == [None] * 7
+    one = ThroughputOuter(90.0, every=1, restart_s=0.0, mps_gain_ms_per_pct=0.2, min_window=1)
+    assert one.update(90.0, 0.3, None, 20.0, 0.5)[0] == 92.0  # one period's reading
+    with pytest.raises(ConfigurationError, match="min_window"):
+        ThroughputOuter(90.0, min_window=0)
+
+
 def _run_default(periods, with_iteration_time):
     """The default controller on a plant whose training iteration time falls with the MPS
     share as ``t = 0.4 (100/m)**2`` (beta 2); latency linear in sleep and MPS."""
