@@ -43,7 +43,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import numpy as np  # noqa: E402
 
 from gpucontrol import LinearLatencyModel, TwoTierController  # noqa: E402
-from harness.cli.args import integer  # noqa: E402
+from harness.cli.args import UsageError, check_out_dir, integer  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 from harness.sim.protocol import run_loop  # noqa: E402
 from sysid import fit_static  # noqa: E402
@@ -98,22 +98,24 @@ def run(name: str, seed: int, loads: np.ndarray, *, mode: str = "mean", error: f
             "changes": float(changed.sum()), "changes_late": float(changed[100:].sum()),
             "mps_after_glitch": float(rec.col("next_mps_pct")[glitch_at]) if glitch_at else
             float(rec.col("next_mps_pct")[199]) if n > 199 else float("nan"),
-            "training": tr, "periods_over": lat > 1.05 * slo}
+            "training": tr, "periods_over": lat > 1.05 * slo,
+            "mps": rec.col("mps_pct"), "latency": lat}
 
 
-def path_bounds(name: str, seed: int, loads: np.ndarray) -> tuple[float, float, float]:
+def references(name: str, seed: int, loads: np.ndarray) -> dict[str, Any]:
     """What a controller paying restarts can reach, as fractions of the per-period oracle,
     with the sleep ideal in every period: the best *fixed* MPS level over the whole run, the
     best MPS *path* chosen knowing the load in advance (upper bounds), and a *causal* policy
     that knows the plant exactly but not the future (each period it moves to the current
     load's best level when that level's gain over 50 periods exceeds 1.5 restarts). Each change
-    costs the plant's restart: that long without training at the new level."""
+    costs the plant's restart: that long without training at the new level. Also the MPS
+    level of each period on the clairvoyant path, the causal path and the oracle's."""
     plant = zoo.make_plant(name, seed=seed)
     base = plant.inner if isinstance(plant, zoo.DelayedPlant) else plant
     slo = SLO[name]
     S, M = np.meshgrid(np.linspace(0.0, 1.0, 201), np.arange(1.0, 101.0))
     best: dict[float, np.ndarray] = {}
-    rates = np.empty((len(loads), M.shape[0]))
+    rates = np.empty((len(loads), M.shape[0]))      # ideal-sleep training per period, per level
     for k, q in enumerate(loads):
         key = round(float(q), 3)
         if key not in best:
@@ -122,11 +124,20 @@ def path_bounds(name: str, seed: int, loads: np.ndarray) -> tuple[float, float, 
             best[key] = np.where(lat <= slo, tp, 0.0).max(axis=1) * T
         rates[k] = best[key]
     lost = base.restart_s / T                  # periods of training a change costs
+    n, levels = rates.shape
     value = rates[0].copy()
-    for k in range(1, len(loads)):             # stay, or change from the best level so far
-        value = np.maximum(value, value.max() - lost * rates[k]) + rates[k]
-    level, total, down = rates.shape[1] - 1, 0.0, 0.0     # causal: from MPS 100
-    for k in range(len(loads)):
+    came = np.zeros((n, levels), dtype=int)
+    for k in range(1, n):                      # stay, or change from the best level so far
+        j = int(value.argmax())
+        moved = value[j] - lost * rates[k]
+        came[k] = np.where(value >= moved, np.arange(levels), j)
+        value = np.maximum(value, moved) + rates[k]
+    path = [int(value.argmax())]
+    for k in range(n - 1, 0, -1):
+        path.append(int(came[k, path[-1]]))
+    level, total, down = levels - 1, 0.0, 0.0     # causal: from MPS 100
+    causal = []
+    for k in range(n):
         best_level = int(rates[k].argmax())
         if best_level != level and (rates[k, best_level] - rates[k, level]) * 50 > \
                 1.5 * lost * rates[k, best_level]:
@@ -134,9 +145,56 @@ def path_bounds(name: str, seed: int, loads: np.ndarray) -> tuple[float, float, 
         use = min(down, 1.0)
         down -= use
         total += rates[k, level] * (1.0 - use)
+        causal.append(level)
     oracle = sum(zoo.oracle_rate(base, slo, q) * T for q in loads)
-    return (float(rates.sum(axis=0).max() / oracle), float(value.max() / oracle),
-            float(total / oracle))
+    return {"fixed": float(rates.sum(axis=0).max() / oracle),
+            "path": float(value.max() / oracle), "causal": float(total / oracle),
+            "path_mps": np.array(path[::-1]) + 1.0, "causal_mps": np.array(causal) + 1.0,
+            "oracle_mps": rates.argmax(axis=1) + 1.0}
+
+
+def plot(path: str, seed: int = 0) -> None:
+    """One trace run of the default controller per plant (seed ``seed``): its MPS path against
+    the clairvoyant path, the causal reference's and the per-period oracle's level, and its
+    latency / SLO with the 1.05 line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harness.results import save_figure
+
+    fig, axes = plt.subplots(2, len(zoo.PLANTS), figsize=(4.2 * len(zoo.PLANTS), 6.2),
+                             sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    for col, name in enumerate(zoo.PLANTS):
+        loads = zoo.load_trace(600, seed=seed)
+        r = run(name, seed, loads)
+        ref = references(name, seed, loads)
+        k = np.arange(len(loads))
+        top, bottom = axes[0, col], axes[1, col]
+        top.plot(k, ref["oracle_mps"], color="0.8", lw=1, label="oracle (free resizes)")
+        top.step(k, ref["path_mps"], where="post", color="tab:green", lw=1.5,
+                 label=f"clairvoyant path ({ref['path']:.3f})")
+        top.step(k, ref["causal_mps"], where="post", color="tab:orange", lw=1.2, ls="--",
+                 label=f"causal, plant known ({ref['causal']:.3f})")
+        top.step(k, r["mps"], where="post", color="tab:blue", lw=1.5,
+                 label=f"default controller ({r['efficiency']:.3f})")
+        top.set_title(name)
+        top.set_ylim(0, 105)
+        top.legend(fontsize=7, loc="lower left")
+        lat = r["latency"] / (SLO[name])
+        bottom.plot(k, lat, color="tab:blue", lw=0.6)
+        bottom.axhline(1.0, color="k", lw=0.8)
+        bottom.axhline(1.05, color="tab:red", lw=0.8, ls=":")
+        bottom.set_ylim(0.8, 1.2)
+        bottom.set_xlabel("period (4 s)")
+        if col == 0:
+            top.set_ylabel("training MPS %")
+            bottom.set_ylabel("latency / SLO")
+    fig.suptitle(f"Plant zoo, synthetic trace, seed {seed}: MPS paths (in brackets: training "
+                 "vs the per-period oracle) and latency")
+    fig.tight_layout()
+    save_figure(fig, path)
 
 
 def mean_of(rows: list[dict[str, Any]], key: str) -> float:
@@ -151,11 +209,8 @@ def bench(seeds: int) -> dict[str, Any]:
             rows = [run(name, s, zoo.load_trace(600, seed=s), **kw) for s in range(seeds)]
             out["trace"][(name, label)] = {k: mean_of(rows, k) for k in
                                            ("over", "median", "efficiency", "changes")}
-        bounds = np.array([path_bounds(name, s, zoo.load_trace(600, seed=s))
-                           for s in range(seeds)])
-        out["bound"][name] = {"fixed": float(bounds[:, 0].mean()),
-                              "path": float(bounds[:, 1].mean()),
-                              "causal": float(bounds[:, 2].mean())}
+        refs = [references(name, s, zoo.load_trace(600, seed=s)) for s in range(seeds)]
+        out["bound"][name] = {k: mean_of(refs, k) for k in ("fixed", "path", "causal")}
         # a restart-free share (a green context, a CPU quota): plant and controller told
         for every in FREE_EVERY:
             rows = [run(name, s, zoo.load_trace(600, seed=s), plant_restart_s=0.0,
@@ -294,11 +349,23 @@ def main() -> None:
     ap.add_argument("--seeds", type=integer(1, 1000), default=8,
                     help="plant seeds per figure (default 8: at 2 a verdict can be luck)")
     ap.add_argument("--out", default=None, help="also write the table to this Markdown file")
+    ap.add_argument("--plot", default=None, metavar="PNG",
+                    help="also draw seed 0's trace runs (MPS paths against the references, "
+                         "latency / SLO) into this PNG")
     args = ap.parse_args()
+    for flag, target in (("--out", args.out), ("--plot", args.plot)):
+        if target:      # refuse an unwritable place before the minute of runs
+            try:
+                check_out_dir(Path(target).parent, flag)
+            except UsageError as exc:
+                ap.error(str(exc))
     t0 = time.perf_counter()
     res = bench(args.seeds)
     text = report(res, args.seeds, time.perf_counter() - t0)
     print(text)
+    if args.plot:
+        plot(args.plot)
+        print(f"Figure: {args.plot}")
     if args.out:
         from harness.results import atomic_write_text
 
