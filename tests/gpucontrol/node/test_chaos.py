@@ -2,7 +2,9 @@
 restart (fake nvidia-cuda-mps-control) and shutdown. After every fault: no training process is
 left stopped, no launched training, guardian or private MPS directory outlives its daemon.
 The restart-free CPU-share backend meets the same faults with the training's share capped:
-after each, the cap is lifted and the group the daemon made is gone.
+after each, the cap is lifted and the group the daemon made is gone. The restart-free
+green-context backend meets them with a cooperative training on a lowered share: after each,
+the training runs on the full device again, never stopped, never restarted.
 
 Bounded: ``ROUNDS`` rounds of at most a few seconds each (seeded, so a failure replays)."""
 
@@ -27,6 +29,8 @@ from actuators._children import (
     wait_for,
 )
 from test_daemon_faults import TRAINING, alive, fake_mps, launched, model_file
+from test_daemon_green import TRAINING as GREEN_TRAINING
+from test_daemon_green import _shares
 
 from gpucontrol.node.records import release_share
 
@@ -219,3 +223,48 @@ def test_chaos_cpu_share_cap_never_outlives_the_daemon(children, tmp_path):
             for g in groups:      # a failed round must not leave a capped group behind
                 if g.get("cgroup"):
                     release_share({"path": g["cgroup"], "backend": g.get("backend"), "made": True})
+
+
+def test_chaos_green_share_never_outlives_the_daemon(children, tmp_path):
+    """The restart-free green-context backend under the same faults: a daemon whose outer loop
+    has lowered a cooperative training's share (the training reads it from the hook file every
+    iteration) is killed, stopped then killed, stopped and continued then killed, or stopped
+    during shutdown. After each: the training, never stopped, runs its next iterations on the
+    full device (the guardian clears the hook file, or the reader finds it stale)."""
+    shares = tmp_path / "shares.txt"
+    hook = tmp_path / "g.hook"
+    train = children.spawn(GREEN_TRAINING, str(shares),
+                           env={**os.environ, "GPUCONTROL_HOOK_FILE": str(hook)},
+                           stdout=subprocess.DEVNULL)
+    rng = random.Random(SEED)
+    (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
+    log = []
+    with slow_inference_metrics(0.2) as url:   # always over the SLO: the share is lowered
+        for i, fault in enumerate(("kill", "stop_kill", "stop_cont_kill", "term_stop_kill")):
+            d = children.popen(daemon_argv(
+                tmp_path, "g", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
+                str(tmp_path / "model.json"), "--period-s", "0.2", "--outer-every", "1",
+                "--latency-source", "prometheus", "--prometheus-url", url,
+                "--share-backend", "green-context", "--sleep-method", "hook",
+                "--max-sleep-s", "0.05"),
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            lowered = _lines_until(d, lambda r: r.get("event") == "share_change"
+                                   and r.get("ok") and r["new_pct"] < 100, 30)
+            assert lowered, (i, fault)
+            n = len(_shares(shares))      # the training follows it at its next iteration
+            assert wait_for(lambda n=n: (s := _shares(shares)) and len(s) > n and s[-1][1] < 100,
+                            10), (i, fault, _shares(shares)[-3:])
+            time.sleep(rng.uniform(0.0, 0.3))
+            if fault == "term_stop_kill":    # the fault lands while SIGTERM is handled
+                d.send_signal(signal.SIGTERM)
+                time.sleep(rng.uniform(0.0, 0.05))
+            _strike(d, "stop_kill" if fault == "term_stop_kill" else fault, rng)
+            rc = d.wait(20)
+            d.stdout.close()
+            log.append((i, fault, rc))
+            assert wait_for(lambda: not stopped_pids([train.pid]), 0.5), log
+            n = len(_shares(shares))
+            assert wait_for(lambda n=n: (s := _shares(shares)) and len(s) > n + 2
+                            and s[-1][1] == 100, 10), (log, _shares(shares)[-3:])
+            assert train.poll() is None, log
+    assert {p for p, _ in _shares(shares)} == {train.pid}     # never restarted
