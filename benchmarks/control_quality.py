@@ -22,7 +22,7 @@ glitch. Figures, per plant, against the issue's targets:
 * a restart-free share (plant and controller ``restart_s=0``, a green context or a CPU
   quota) deciding every period and every 12 periods.
 
-    python benchmarks/control_quality.py [--seeds 8] [--out FILE]
+    python benchmarks/control_quality.py [--seeds 8] [--out FILE] [--plot PNG]
 
 Shortfalls are reported as measured; the plants are not tuned to the controller.
 """
@@ -182,7 +182,7 @@ def plot(path: str, seed: int = 0) -> None:
         top.set_title(name)
         top.set_ylim(0, 105)
         top.legend(fontsize=7, loc="lower left")
-        lat = r["latency"] / (SLO[name])
+        lat = r["latency"] / SLO[name]
         bottom.plot(k, lat, color="tab:blue", lw=0.6)
         bottom.axhline(1.0, color="k", lw=0.8)
         bottom.axhline(1.05, color="tab:red", lw=0.8, ls=":")
