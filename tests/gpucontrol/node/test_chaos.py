@@ -82,6 +82,23 @@ def _strike(d, fault, rng):
     d.kill()
 
 
+#: The faults of the restart-free share rounds: the last is a stop while SIGTERM is handled.
+SHARE_FAULTS = ("kill", "stop_kill", "stop_cont_kill", "term_stop_kill")
+
+
+def _share_round(d, fault, rng):
+    """After a random pause, land one of ``SHARE_FAULTS`` on daemon ``d`` (same seeded order
+    of pauses as before); its exit status, its stdout closed."""
+    time.sleep(rng.uniform(0.0, 0.3))
+    if fault == "term_stop_kill":    # the fault lands while SIGTERM is handled
+        d.send_signal(signal.SIGTERM)
+        time.sleep(rng.uniform(0.0, 0.05))
+    _strike(d, "stop_kill" if fault == "term_stop_kill" else fault, rng)
+    rc = d.wait(20)
+    d.stdout.close()
+    return rc
+
+
 def test_chaos_never_leaves_a_process_stopped_or_orphaned(children, tmp_path):
     rng = random.Random(SEED)
     tmpdir = tmp_path / "tmp"  # where the private MPS directories go (TMPDIR)
@@ -185,7 +202,7 @@ def test_chaos_cpu_share_cap_never_outlives_the_daemon(children, tmp_path):
     groups = []
     with slow_inference_metrics(0.2) as url:   # always over the SLO: the share is lowered
         try:
-            for i, fault in enumerate(("kill", "stop_kill", "stop_cont_kill", "term_stop_kill")):
+            for i, fault in enumerate(SHARE_FAULTS):
                 group = f"gpucontrol-chaos-{uuid.uuid4().hex[:8]}"
                 d = children.popen(daemon_argv(
                     tmp_path, "s", "--training-pid", str(busy.pid), "--slo-ms", "100", "--model",
@@ -205,14 +222,7 @@ def test_chaos_cpu_share_cap_never_outlives_the_daemon(children, tmp_path):
 
                 capped = _lines_until(d, capped_now, 20)
                 assert capped, (i, fault)
-                time.sleep(rng.uniform(0.0, 0.3))
-                if fault == "term_stop_kill":    # the fault lands while SIGTERM is handled
-                    d.send_signal(signal.SIGTERM)
-                    time.sleep(rng.uniform(0.0, 0.05))
-                _strike(d, "stop_kill" if fault == "term_stop_kill" else fault, rng)
-                rc = d.wait(20)
-                d.stdout.close()
-                log.append((i, fault, rc))
+                log.append((i, fault, _share_round(d, fault, rng)))
                 assert wait_for(lambda: not stopped_pids([busy.pid]), 0.5), log
                 cg = made.get("cgroup")
                 assert cg, log
@@ -240,7 +250,7 @@ def test_chaos_green_share_never_outlives_the_daemon(children, tmp_path):
     (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
     log = []
     with slow_inference_metrics(0.2) as url:   # always over the SLO: the share is lowered
-        for i, fault in enumerate(("kill", "stop_kill", "stop_cont_kill", "term_stop_kill")):
+        for i, fault in enumerate(SHARE_FAULTS):
             d = children.popen(daemon_argv(
                 tmp_path, "g", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
                 str(tmp_path / "model.json"), "--period-s", "0.2", "--outer-every", "1",
@@ -254,14 +264,7 @@ def test_chaos_green_share_never_outlives_the_daemon(children, tmp_path):
             n = len(_shares(shares))      # the training follows it at its next iteration
             assert wait_for(lambda n=n: (s := _shares(shares)) and len(s) > n and s[-1][1] < 100,
                             10), (i, fault, _shares(shares)[-3:])
-            time.sleep(rng.uniform(0.0, 0.3))
-            if fault == "term_stop_kill":    # the fault lands while SIGTERM is handled
-                d.send_signal(signal.SIGTERM)
-                time.sleep(rng.uniform(0.0, 0.05))
-            _strike(d, "stop_kill" if fault == "term_stop_kill" else fault, rng)
-            rc = d.wait(20)
-            d.stdout.close()
-            log.append((i, fault, rc))
+            log.append((i, fault, _share_round(d, fault, rng)))
             assert wait_for(lambda: not stopped_pids([train.pid]), 0.5), log
             n = len(_shares(shares))
             assert wait_for(lambda n=n: (s := _shares(shares)) and len(s) > n + 2
