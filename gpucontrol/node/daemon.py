@@ -345,7 +345,7 @@ class Daemon(DaemonSafety):
         owned = list(self._records.get("owned", []))
         with contextlib.suppress(ProcessLookupError, OSError):
             h = ProcessHandle.open(pid, check=False)
-            owned.append(h.identity())
+            owned.append(h.identity() | {"group": True})  # it leads its process group
             h.close()
         self._record(owned=owned)
         if self.cfg.cgroup:  # an error here stops the new process (MPSActuator._spawn)
@@ -389,7 +389,7 @@ class Daemon(DaemonSafety):
                 for h in self.roots:
                     h.close()
                 self.roots = [new]
-                self._records["owned"] = [new.identity()]
+                self._records["owned"] = [new.identity() | {"group": True}]
                 self._claim_targets(self.roots)
                 if self.cycler is not None and hasattr(self.cycler, "set_targets"):
                     self.cycler.set_targets([new.pid])

@@ -2,8 +2,9 @@
 
 The state file (:mod:`gpucontrol.node.guardian`) carries, next to the targets to resume:
 
-* ``owned``: identities ``{"pid", "start"[, "ino"]}`` of the training processes the daemon
-  launched (``--training-cmd``), written the moment each is spawned;
+* ``owned``: identities ``{"pid", "start"[, "ino"], "group": true}`` of the training
+  processes the daemon launched (``--training-cmd``), written the moment each is spawned;
+  each leads its own process group, so its workers are ended with it;
 * ``mps``: the private MPS control daemon it started (binary, pipe and log directories, the
   private root directory to remove);
 * ``made_cgroup``: a cgroup directory it created for the training;
@@ -33,7 +34,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-__all__ = ["cleanup_owned", "open_identity", "quit_mps", "release_share", "remove_cgroup",
+__all__ = ["cleanup_owned", "end_group_rest", "open_identity", "quit_mps", "release_share", "remove_cgroup",
            "terminate_identity"]
 
 MPS_ROOT_PREFIX = "gpucontrol-mps-"
@@ -99,19 +100,61 @@ def _exited(fd: int, timeout: float) -> bool:
         return True
 
 
+def _signal_group(pgid: int, sig: int) -> bool:
+    """``killpg``; False when the group has no member left (or is not ours to signal)."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def end_group_rest(pgid: int, grace_s: float = 5.0) -> int:
+    """End what is left of process group ``pgid`` after its leader exited: the workers a
+    launched training forked (SIGCONT + SIGTERM, SIGKILL after ``grace_s``). Returns 1 when
+    members were left, else 0.
+
+    Safe only right after the leader, started by us in its own session, exited: while any
+    member lives, the kernel keeps the group's number from being reused."""
+    if pgid <= 1 or not _signal_group(pgid, 0):
+        return 0
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        _signal_group(pgid, sig)
+    deadline = time.monotonic() + max(0.0, grace_s)
+    while time.monotonic() < deadline:
+        if not _signal_group(pgid, 0):
+            return 1
+        time.sleep(0.02)
+    _signal_group(pgid, signal.SIGKILL)
+    return 1
+
+
 def terminate_identity(ident: dict, grace_s: float = 10.0) -> bool:
-    """SIGCONT + SIGTERM the process, SIGKILL after ``grace_s``; True when one was ended."""
+    """SIGCONT + SIGTERM the process, SIGKILL after ``grace_s``; True when one was ended.
+
+    An identity with ``"group": true`` is a training the daemon launched as the leader of
+    its own process group: the signals go to the whole group (its workers too), and members
+    that outlive the leader are ended after it."""
     fd = open_identity(ident)
     if fd is None:
         return False
+    pid = int(ident["pid"])
+    group = False
+    if ident.get("group") is True:
+        with contextlib.suppress(OSError):  # still its own group's leader (checked while alive)
+            group = os.getpgid(pid) == pid
     try:
         for sig in (signal.SIGCONT, signal.SIGTERM):
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(fd, sig)
+            if not (group and _signal_group(pid, sig)):
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(fd, sig)
         if not _exited(fd, grace_s):
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            if not (group and _signal_group(pid, signal.SIGKILL)):
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
             _exited(fd, 5.0)
+        if group:
+            end_group_rest(pid, min(grace_s, 5.0))
         return True
     finally:
         os.close(fd)

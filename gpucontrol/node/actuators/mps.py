@@ -25,6 +25,7 @@ and runs sleep-only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from gpucontrol._validate import in_range, positive
 from gpucontrol.errors import MPSError, MPSUnavailable
+from gpucontrol.node.records import end_group_rest
 
 #: Run between fork and the training's exec: wait for the owner's go byte on the descriptor
 #: ``argv[1]``, then exec the training in the same process (its PID and start time, which the
@@ -350,7 +352,7 @@ class MPSActuator:
         try:
             p = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GATE, str(gate_r),
                                   *self.argv], env=env, cwd=self.cwd, pass_fds=(w, gate_r),
-                                 stdin=subprocess.DEVNULL)
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
         except BaseException:
             os.close(r)
             os.close(gate_w)
@@ -411,19 +413,30 @@ class MPSActuator:
             os.close(r)
 
     def _terminate(self, p: subprocess.Popen) -> None:
+        """End a training and the workers it forked: it leads its own process group (and
+        session), so SIGCONT (a paused process cannot handle SIGTERM), SIGTERM and, after
+        ``stop_timeout_s``, SIGKILL go to the group; members that outlive the leader are
+        ended after it (only here, right after we reaped the leader: while a member lives,
+        the group's number cannot be reused)."""
         if p.poll() is not None:
             return
         if self.before_terminate is not None:
             self.before_terminate(p.pid)
+        try:  # not reaped yet (we are its parent): the group is still the leader's
+            for sig in (signal.SIGCONT, signal.SIGTERM):
+                os.killpg(p.pid, sig)
+        except OSError:  # it left its group: the process alone
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGCONT)
+                p.terminate()
         try:
-            p.send_signal(signal.SIGCONT)  # a paused process cannot handle SIGTERM
-            p.terminate()
             p.wait(self.stop_timeout_s)
         except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                os.killpg(p.pid, signal.SIGKILL)
             p.kill()
             p.wait()
-        except ProcessLookupError:
-            pass
+        end_group_rest(p.pid, min(self.stop_timeout_s, 5.0))
 
     def start(self, pct: float, wait_ready: bool = True) -> int:
         """Launch the training at ``pct`` (1..100) and (unless ``wait_ready`` is false) wait

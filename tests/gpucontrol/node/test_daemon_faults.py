@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from actuators._children import (
     SLEEPER,
     daemon_argv,
@@ -204,6 +205,48 @@ def test_total_crash_with_a_launched_training_is_cleaned_by_the_next_daemon(chil
         assert d2.wait(15) == 0
     finally:
         kill_tree_leftovers(launched(pidfile))
+
+
+# A training that forks a worker (a DataLoader-style child), both on record at once.
+TREE = r"""
+import os, subprocess, sys, time
+w = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
+with open(sys.argv[1], "a") as f:
+    f.write(f"{os.getpid()} {w.pid}\n")
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_a_launched_trainings_workers_end_with_it(children, tmp_path, how):
+    """The training the daemon launches leads its own process group: a clean stop (the
+    daemon) and a SIGKILL of the daemon (its guardian) end the training's workers too, none
+    is left orphaned."""
+    pidfile = tmp_path / "tree.pids"
+    cmd = shlex.join([sys.executable, "-c", TREE, str(pidfile)])
+    d = children.popen(daemon_argv(tmp_path, "tree", "--training-cmd", cmd, "--fixed-sleep",
+                                   "0.1", "--run-quantum-s", "0.05", "--period-s", "0.2",
+                                   "--sleep-method", "signal",
+                                   "--mps-binary", "/nonexistent/mps"),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    pids: list[int] = []
+    try:
+        read_events(d.stdout, "started")
+        pids = wait_for(lambda: [int(x) for x in pidfile.read_text().split()]
+                        if pidfile.exists() and len(pidfile.read_text().split()) == 2
+                        else None)
+        assert all(alive(p) for p in pids)
+        if how == "sigterm":
+            d.terminate()
+            assert d.wait(20) == 0
+        else:
+            d.kill()
+            d.wait()
+        assert wait_for(lambda: not any(alive(p) for p in pids), timeout=15.0), \
+            [(p, state(p)) for p in pids]
+    finally:
+        kill_tree_leftovers(pids)
 
 
 # ------------------------------------------------------------------------------ B9
