@@ -209,7 +209,11 @@ class Daemon(DaemonSafety):
             self._restored = restorable(prev, cfg)
             if self._restored is not None and prev is not None:  # kept until our first period
                 self._records["controller"] = prev["controller"]
-        self.controller = self._make_controller(mps_possible)
+        try:
+            self.controller = self._make_controller(mps_possible)
+        except Exception:
+            self._resume_leftovers_and_fail()
+            raise
         for p in (cfg.socket, cfg.state, cfg.hook):
             ensure_private_dir(Path(p).parent)
         self._take_ownership()

@@ -118,6 +118,18 @@ class DaemonSafety:
         self.emit(event="leftovers_cleaned", **cleanup_owned(doc))
         unlink_quietly(self.cfg.state)
 
+    def _resume_leftovers_and_fail(self) -> None:
+        """A start refused for its model or settings still resumes what a dead daemon left
+        paused in this state file (and ends what it owned): the only thing it touches. A
+        file another daemon owns, or one that cannot be read, is left alone."""
+        if not os.path.exists(self.cfg.state):
+            return
+        try:
+            self._take_ownership()
+            self._resume_leftovers()
+        except Exception as exc:  # the start's own error is the one to report
+            self.emit(event="leftovers_not_resumed", error=str(exc))
+
     def _persist(self, act: Actuation) -> None:
         """The controller's last actuation into the state file (resumed by a restarted
         daemon while fresh, see :mod:`gpucontrol.node.persist`)."""

@@ -249,6 +249,37 @@ def test_a_launched_trainings_workers_end_with_it(children, tmp_path, how):
         kill_tree_leftovers(pids)
 
 
+def test_a_start_refused_for_a_bad_model_still_resumes_the_leftovers(children, tmp_path):
+    """Daemon and guardian killed together while the training is paused, then a daemon
+    started with a model file that has since gone bad: it exits 2 for the model, but first
+    resumes the paused training and removes the dead run's state file."""
+    t = children.spawn(SLEEPER)
+    argv = daemon_argv(tmp_path, "bm", "--training-pid", str(t.pid), "--fixed-sleep", "1.0",
+                       "--run-quantum-s", "0.01", "--period-s", "0.2")
+    d = children.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    read_events(d.stdout, "started")
+    assert wait_for(lambda: state(t.pid) == "T", timeout=5.0)
+    from gpucontrol.node.actuators.procs import descendants
+
+    for pid in descendants([d.pid]):
+        os.kill(pid, signal.SIGKILL)  # the guardian first
+    d.kill()
+    d.wait()
+    if state(t.pid) != "T":  # killed during a run slice: pause it as the cycler would have
+        os.kill(t.pid, signal.SIGSTOP)
+        assert wait_for(lambda: state(t.pid) == "T", timeout=2.0)
+    bad = tmp_path / "model.json"
+    bad.write_text("{not json")
+    r = subprocess.run(daemon_argv(tmp_path, "bm", "--training-pid", str(t.pid), "--slo-ms",
+                                   "60", "--model", str(bad), "--period-s", "0.2"),
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert "model" in r.stderr and "Traceback" not in r.stderr
+    assert wait_for(lambda: state(t.pid) not in ("T", "t"), timeout=2.0)
+    assert '"leftovers_resumed"' in r.stdout
+    assert not (tmp_path / "bm.state.json").exists()
+
+
 # ------------------------------------------------------------------------------ B9
 def test_hook_method_refuses_a_max_sleep_above_the_hook_cap(tmp_path):
     """B9: with the hook a sleep above 60 s could never be published: refused up front
