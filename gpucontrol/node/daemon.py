@@ -438,8 +438,7 @@ class Daemon(DaemonSafety):
         if self.mps_watch is not None:
             for ev in self.mps_watch.take_events():
                 self.emit(**ev)
-        if self.controller is not None:
-            self._persist(act)
+        self._persist(act, closed_loop=self.controller is not None)
         duty = self.cycler.stats() if self.cycler is not None else None
         silent_n, silent, change = self.silence.observe(st.count)
         if change == "silent":

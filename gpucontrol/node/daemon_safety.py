@@ -130,14 +130,23 @@ class DaemonSafety:
         except Exception as exc:  # the start's own error is the one to report
             self.emit(event="leftovers_not_resumed", error=str(exc))
 
-    def _persist(self, act: Actuation) -> None:
+    def _persist(self, act: Actuation, closed_loop: bool = True) -> None:
         """The controller's last actuation into the state file (resumed by a restarted
-        daemon while fresh, see :mod:`gpucontrol.node.persist`)."""
-        self._records["controller"] = controller_record(self.cfg, act.sleep_s, act.mps_pct)
+        daemon while fresh, see :mod:`gpucontrol.node.persist`); in open loop the file is
+        only rewritten when it has gone (removed under the running daemon)."""
+        missing = not os.path.exists(self.cfg.state)
+        if closed_loop:
+            self._records["controller"] = controller_record(self.cfg, act.sleep_s, act.mps_pct)
+        elif not missing:
+            return
         try:
             self.write_state()
         except OSError as exc:  # next period again; the write-ahead has its own path
             self.emit(event="state_write_failed", error=str(exc))
+            return
+        if missing:
+            self.say(f"state file {self.cfg.state} was removed while running; written again")
+            self.emit(event="state_file_restored", state=self.cfg.state)
 
     def _check_actuator(self) -> None:
         """Report the sleep actuator's errors when they change: a held cycler (failed

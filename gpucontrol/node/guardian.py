@@ -290,11 +290,48 @@ def _set_pdeathsig(sig: int) -> bool:
         return False
 
 
-def _watch(args: argparse.Namespace, fds: list[int], pidfd: int) -> None:
+class _StateCopy:
+    """The last state file the guardian could read, kept in memory: if the file is removed
+    while the daemon runs (a tmpfiles clean-up of its runtime directory, an operator), the
+    targets it listed are still resumed when the daemon dies. Re-read only when the file's
+    identity or modification time changes."""
+
+    REFRESH_S = 0.5
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.doc: dict | None = None
+        self._key: tuple[int, int, int] | None = None
+        self.refresh()
+
+    def refresh(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return  # gone (or unreadable): keep the last copy
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self._key:
+            return
+        try:
+            doc = read_state(self.path)
+        except (ValueError, OSError):
+            return
+        if doc is not None:
+            self.doc, self._key = doc, key
+
+    def current(self) -> dict | None:
+        """The file when it is there, else the last copy (ValueError: a file not ours)."""
+        doc = read_state(self.path)
+        return self.doc if doc is None else doc
+
+
+def _watch(args: argparse.Namespace, fds: list[int], pidfd: int,
+           copy: _StateCopy | None = None) -> None:
     """Block until the daemon exits (or we are told to stop). With a heartbeat pipe, a
     daemon whose control loop stops beating for ``--heartbeat-timeout-s`` (SIGSTOPped, hung
     in the kernel, held by a debugger) is treated as dead: everything listed is resumed at
-    once, then the daemon is SIGKILLed (through its pidfd: never a reused PID)."""
+    once, then the daemon is SIGKILLed (through its pidfd: never a reused PID). Meanwhile
+    ``copy`` is refreshed from the state file."""
     poller = select.poll()
     for fd in fds:
         poller.register(fd, select.POLLIN)
@@ -305,13 +342,16 @@ def _watch(args: argparse.Namespace, fds: list[int], pidfd: int) -> None:
     armed = False
     last = time.monotonic()
     while True:
-        wait_ms = None
+        wait_ms = None if copy is None else int(1e3 * _StateCopy.REFRESH_S)
         if armed:
-            wait_ms = max(0, int(1e3 * (last + timeout - time.monotonic())) + 1)
+            left = max(0, int(1e3 * (last + timeout - time.monotonic())) + 1)
+            wait_ms = left if wait_ms is None else min(wait_ms, left)
         try:
             events = poller.poll(wait_ms)
         except InterruptedError:
             continue
+        if copy is not None:
+            copy.refresh()
         if any(fd != hb for fd, _ in events):
             return  # the daemon exited, or SIGTERM/SIGUSR1 woke us
         if events:
@@ -327,14 +367,17 @@ def _watch(args: argparse.Namespace, fds: list[int], pidfd: int) -> None:
             armed, last = True, time.monotonic()
             continue
         if armed and time.monotonic() - last >= timeout:
-            _stalled(args, pidfd, time.monotonic() - last)
+            _stalled(args, pidfd, time.monotonic() - last, copy)
             return
 
 
-def _stalled(args: argparse.Namespace, pidfd: int, silent_s: float) -> None:
+def _stalled(args: argparse.Namespace, pidfd: int, silent_s: float,
+             copy: _StateCopy | None = None) -> None:
     t0 = time.monotonic()
     try:
-        result: dict[str, int] | None = resume_state(args.state)
+        doc = copy.current() if copy is not None else read_state(args.state)
+        result: dict[str, int] | None = (None if doc is None else
+                                         resume_targets(doc["targets"], doc.get("hook")))
     except (ValueError, OSError):
         result = None
     killed = False
@@ -353,6 +396,15 @@ def _stalled(args: argparse.Namespace, pidfd: int, silent_s: float) -> None:
                       "silent_s": round(silent_s, 3), "killed": killed,
                       "ms": round(1e3 * (time.monotonic() - t0), 3), **(result or {})}),
           file=sys.stderr, flush=True)
+
+
+def _daemon_alive(args: argparse.Namespace, pidfd: int) -> bool:
+    """Whether the daemon still runs (a graceful stop removes the state file on purpose)."""
+    if pidfd >= 0:
+        return not select.select([pidfd], [], [], 0)[0]
+    procs = _sibling("actuators/procs.py")
+    st = procs.read_stat(args.daemon_pid)
+    return st is not None and st.state not in ("Z", "X")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         fds.append(pidfd)
     except (AttributeError, OSError):
         _set_pdeathsig(signal.SIGUSR1)  # fallback: the kernel signals us when it dies
+    copy = _StateCopy(args.state)
     if os.getppid() == args.daemon_pid:  # still its child, so the pidfd (if any) is its
         if args.ready_fd >= 0:
             try:
@@ -398,17 +451,21 @@ def main(argv: list[str] | None = None) -> int:
                 os.close(args.ready_fd)
             except OSError:
                 pass
-        _watch(args, fds, pidfd)
+        _watch(args, fds, pidfd, copy)
     t0 = time.monotonic()
     try:
         doc = read_state(args.state)
+        from_copy = False
+        if doc is None and copy.doc is not None and not _daemon_alive(args, pidfd):
+            doc, from_copy = copy.doc, True  # the file was removed under a dead daemon
         result = None if doc is None else resume_targets(doc["targets"], doc.get("hook"))
     except (ValueError, OSError) as exc:
         print(f"gpucontrol-guardian: cannot resume from {args.state}: {exc}", file=sys.stderr)
         return 1
     if result is not None:
         print(json.dumps({"guardian": "resumed", "daemon_pid": args.daemon_pid,
-                          "ms": round(1e3 * (time.monotonic() - t0), 3), **result}),
+                          "ms": round(1e3 * (time.monotonic() - t0), 3), **result,
+                          **({"from_memory": True} if from_copy else {})}),
               file=sys.stderr, flush=True)
     # then end what a *dead* daemon owned (a launched training, its MPS daemon); a guardian
     # told to stop while its daemon lives (a failed start, a replacement) leaves them alone

@@ -34,8 +34,8 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-__all__ = ["cleanup_owned", "end_group_rest", "open_identity", "quit_mps", "release_share", "remove_cgroup",
-           "terminate_identity"]
+__all__ = ["cleanup_owned", "end_group_rest", "open_identity", "quit_mps", "release_share",
+           "remove_cgroup", "terminate_identity"]
 
 MPS_ROOT_PREFIX = "gpucontrol-mps-"
 

@@ -280,6 +280,38 @@ def test_a_start_refused_for_a_bad_model_still_resumes_the_leftovers(children, t
     assert not (tmp_path / "bm.state.json").exists()
 
 
+def test_a_removed_state_file_is_written_again_and_the_guardian_kept_a_copy(children,
+                                                                            tmp_path):
+    """The state file removed under a running daemon (a tmpfiles clean-up of its runtime
+    directory): the daemon writes it again at its next period, also in open loop, and a
+    daemon SIGKILLed before that still has its paused training resumed by the guardian,
+    from the copy it keeps in memory."""
+    t = children.spawn(SLEEPER)
+    path = tmp_path / "rm.state.json"
+    d = children.popen(daemon_argv(tmp_path, "rm", "--training-pid", str(t.pid),
+                                   "--fixed-sleep", "1.0", "--run-quantum-s", "0.01",
+                                   "--period-s", "0.2"),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    read_events(d.stdout, "started")
+    path.unlink()
+    ev = read_events(d.stdout, "state_file_restored", timeout=5.0)
+    assert ev[-1]["event"] == "state_file_restored" and path.exists()
+    d.terminate()
+    assert d.wait(15) == 0
+
+    d = children.popen(daemon_argv(tmp_path, "rm", "--training-pid", str(t.pid),
+                                   "--fixed-sleep", "1.0", "--run-quantum-s", "0.01",
+                                   "--period-s", "5"),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    read_events(d.stdout, "started")
+    time.sleep(0.7)  # the guardian has read the file
+    assert wait_for(lambda: state(t.pid) == "T", timeout=5.0)
+    path.unlink()
+    d.kill()
+    d.wait()
+    assert wait_for(lambda: state(t.pid) not in ("T", "t"), timeout=2.0)
+
+
 # ------------------------------------------------------------------------------ B9
 def test_hook_method_refuses_a_max_sleep_above_the_hook_cap(tmp_path):
     """B9: with the hook a sleep above 60 s could never be published: refused up front
