@@ -18,8 +18,18 @@ from typing import Any
 from gpucontrol.errors import ConfigurationError
 
 
+def is_bool(value: Any) -> bool:
+    """Whether ``value`` is a Python or numpy bool."""
+    return isinstance(value, bool) or (type(value).__module__ == "numpy"
+                                       and type(value).__name__ in ("bool", "bool_"))
+
+
 def finite(name: str, value: Any) -> float:
-    """Return ``value`` as a float, or raise if it is not a finite real number."""
+    """Return ``value`` as a float, or raise if it is not a finite real number (a string or a
+    bool is not one, even when ``float()`` would take it)."""
+    if isinstance(value, (str, bytes, bytearray)) or is_bool(value):
+        raise ConfigurationError(f"{name} must be a finite number, got {value!r} "
+                                 f"({type(value).__name__})")
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -75,6 +85,14 @@ def bounds(name: str, value: Any, lo: float, hi: float) -> tuple[float, float]:
         raise ConfigurationError(
             f"{name} must satisfy {lo:g} <= low < high <= {hi:g}, got {value!r}")
     return a, b
+
+
+def flag(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool (Python's or numpy's), or raise: a string such as
+    ``'no'`` is truthy and would silently mean True."""
+    if is_bool(value):
+        return bool(value)
+    raise ConfigurationError(f"{name} must be True or False, got {value!r}")
 
 
 def choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:

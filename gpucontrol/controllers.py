@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucontrol._validate import bounds, finite, in_range, positive
+from gpucontrol._validate import bounds, finite, flag, in_range, is_bool, positive
 from gpucontrol.errors import ConfigurationError
 
 
@@ -46,12 +46,16 @@ class Measurement:
     p99 : float, optional
         The README's name for ``p99_ms``.
 
+    Numbers of any real type (ints, numpy scalars) are stored as floats; a string or another
+    non-number raises TypeError. NaN, inf and negative readings are kept: the controllers
+    hold on them.
+
     Examples
     --------
     >>> Measurement(92.0, p99_ms=110.0)
     Measurement(mean_ms=92.0, p99_ms=110.0, count=1, restarting=False)
-    >>> Measurement(mean=92.0, p99=110.0, count=40).count
-    40
+    >>> Measurement(mean=92, p99=110, count=40)
+    Measurement(mean_ms=92.0, p99_ms=110.0, count=40, restarting=False)
     """
 
     mean_ms: float
@@ -71,11 +75,36 @@ class Measurement:
         if m is None:
             raise TypeError("Measurement needs the period's mean latency (mean= or mean_ms=)")
         q = p99 if p99 is not None else p99_ms
-        object.__setattr__(self, "mean_ms", m)
-        object.__setattr__(self, "p99_ms", math.nan if q is None else q)
-        object.__setattr__(self, "count", count)
-        object.__setattr__(self, "restarting", restarting)
-        object.__setattr__(self, "iteration_s", iteration_s)
+        object.__setattr__(self, "mean_ms", _reading("mean", m))
+        object.__setattr__(self, "p99_ms", math.nan if q is None else _reading("p99", q))
+        object.__setattr__(self, "count", _count(count))
+        if not is_bool(restarting):
+            raise TypeError(f"Measurement: restarting must be True or False, got {restarting!r}")
+        object.__setattr__(self, "restarting", bool(restarting))
+        object.__setattr__(self, "iteration_s", math.nan if iteration_s is None else
+                           _reading("iteration_s", iteration_s))
+
+
+def _reading(name: str, x: Any) -> float:
+    """A statistic as a float (ints and numpy scalars too); NaN/inf/negative stay as they are:
+    the controllers hold on them. Raises TypeError for what is not a number."""
+    if (isinstance(x, numbers.Real) and not isinstance(x, bool)) or (
+            getattr(x, "ndim", None) == 0 and not isinstance(x, (str, bytes))):
+        try:
+            return float(x)
+        except (TypeError, ValueError):
+            pass
+    unit = "s" if name == "iteration_s" else "ms"
+    raise TypeError(f"Measurement: {name} must be a number ({unit}), "
+                    f"got {type(x).__name__} {x!r}")
+
+
+def _count(x: Any) -> int:
+    """The batch count as an int (an integral float too); TypeError otherwise."""
+    if isinstance(x, bool) or not (isinstance(x, numbers.Integral) or (
+            isinstance(x, float) and x.is_integer())):
+        raise TypeError(f"Measurement: count must be a whole number of batches, got {x!r}")
+    return int(x)
 
 
 #: Where each statistic is read from a mapping or an object, first key first. sysid's
@@ -322,7 +351,7 @@ class InnerSleepController:
         self.detune = in_range("detune", detune, 0.0, 2.0, lo_open=True, hi_open=True)
         self.delay_periods = int_at_least("delay_periods", delay_periods, 0)
         self.schedule = schedule
-        self.oscillation_guard = bool(oscillation_guard)
+        self.oscillation_guard = flag("oscillation_guard", oscillation_guard)
         self.backoff = 1.0
         self._crossings: deque[bool] = deque(maxlen=8)
         self._errs: deque[float] = deque(maxlen=8)

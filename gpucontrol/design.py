@@ -24,6 +24,7 @@ from __future__ import annotations
 import cmath
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -212,6 +213,22 @@ class PIDesign(Design):
     poles_placed: tuple[complex, complex] = (0j, 0j)
 
 
+def check_model(name: str, model: Any) -> LinearLatencyModel:
+    """``model`` if it is a :class:`~gpucontrol.LinearLatencyModel`, else TypeError."""
+    if not isinstance(model, LinearLatencyModel):
+        raise TypeError(f"{name} must be a LinearLatencyModel(gain, offset), got "
+                        f"{type(model).__name__}")
+    return model
+
+
+def check_design(design: Any) -> Design:
+    """``design`` if it is a design of :func:`design_p`/:func:`design_pi`, else TypeError."""
+    if not isinstance(design, Design):
+        raise TypeError(f"design must come from design_p or design_pi, got "
+                        f"{type(design).__name__}")
+    return design
+
+
 def design_p(model: LinearLatencyModel, detune: float | None = None, period_s: float = 4.0,
              delay_periods: int = 0) -> PDesign:
     """The GPUColo paper's P controller ``u(k) = (detune / gain) (L_ref - l(k))``.
@@ -246,6 +263,7 @@ def design_p(model: LinearLatencyModel, detune: float | None = None, period_s: f
     >>> round(p.kp * -12.0, 12)
     1.0
     """
+    check_model("model", model)
     delay = int_at_least("delay_periods", delay_periods, 0)
     d = in_range("detune", 1.0 / (1 + delay) if detune is None else detune, 0.0, 2.0,
                  lo_open=True, hi_open=True)
@@ -335,6 +353,7 @@ def design_pi(model: LinearLatencyModel, settling_periods: float = 10.0,
     >>> bool(np.all(np.abs(pi.poles()) < 1)) and pi.settling_periods() <= 10
     True
     """
+    check_model("model", model)
     T = positive("period_s", period_s)
     n = in_range("settling_periods", settling_periods, 2.0, 1e4)
     mp = in_range("max_overshoot", max_overshoot, 0.0, 1.0, hi_open=True)

@@ -15,13 +15,14 @@ whose transfer function from ``u`` to ``l`` is ``gain / (z - 1)``.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucontrol._validate import finite, positive
+from gpucontrol._validate import finite, in_range, int_at_least, positive
 from gpucontrol.errors import ConfigurationError
 
 
@@ -86,11 +87,27 @@ class LinearLatencyModel:
 
     @classmethod
     def from_fit(cls, fit: Any) -> LinearLatencyModel:
-        """Build from anything exposing ``gain`` and ``offset`` (e.g. ``sysid.StaticFit``)."""
+        """Build from anything exposing ``gain`` and ``offset`` (e.g. ``sysid.StaticFit``).
+
+        A fit that also reports ``ci95`` (``sysid.StaticFit``) is refused when the gain's 95 %
+        confidence interval reaches 0 or above: the data do not show that sleep lowers the
+        latency, and a controller designed on such a gain would be arbitrarily aggressive."""
         try:
-            return cls(gain=fit.gain, offset=fit.offset)
+            gain, offset = fit.gain, fit.offset
         except AttributeError:
             raise ConfigurationError("fit must expose 'gain' and 'offset' attributes") from None
+        ci = getattr(fit, "ci95", None)
+        if ci is not None:
+            try:
+                hi = float(ci[0][1])
+            except (TypeError, ValueError, IndexError):
+                hi = math.nan
+            if math.isfinite(hi) and hi >= 0.0:
+                raise ConfigurationError(
+                    f"fit: the gain's 95 % confidence interval [{float(ci[0][0]):.4g}, "
+                    f"{hi:.4g}] reaches 0: the data do not show that more sleep lowers the "
+                    "latency; excite a wider sleep range or record more periods")
+        return cls(gain=gain, offset=offset)
 
     def to_dict(self) -> dict[str, float]:
         return {"gain": self.gain, "offset": self.offset}
@@ -120,6 +137,15 @@ class OperatingPoint:
     mps_pct: float
     model: LinearLatencyModel
     batch: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mps_pct", in_range("mps_pct", self.mps_pct, 0.0, 100.0,
+                                                     lo_open=True))
+        if not isinstance(self.model, LinearLatencyModel):
+            raise TypeError(f"OperatingPoint.model must be a LinearLatencyModel, got "
+                            f"{type(self.model).__name__}")
+        if self.batch is not None:
+            object.__setattr__(self, "batch", int_at_least("batch", self.batch, 1))
 
 
 @dataclass(frozen=True)
@@ -152,10 +178,17 @@ class LatencyModelFamily:
     def __post_init__(self) -> None:
         if not self.points:
             raise ConfigurationError("points must hold at least one OperatingPoint")
+        for p in self.points:
+            if not isinstance(p, OperatingPoint):
+                raise TypeError(f"points must be OperatingPoint(mps_pct, model[, batch]) "
+                                f"items, got {type(p).__name__}")
         pts = tuple(sorted(self.points, key=lambda p: (p.batch or 0, p.mps_pct)))
-        for p in pts:
-            if not (0 < p.mps_pct <= 100):
-                raise ConfigurationError(f"mps_pct must be in (0, 100], got {p.mps_pct!r}")
+        for a, b in itertools.pairwise(pts):
+            if (a.batch, a.mps_pct) == (b.batch, b.mps_pct):
+                raise ConfigurationError(
+                    f"points: two operating points at mps_pct {a.mps_pct:g}"
+                    + ("" if a.batch is None else f", batch {a.batch}")
+                    + "; give one model per MPS level")
         object.__setattr__(self, "points", pts)
 
     @classmethod

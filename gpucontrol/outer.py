@@ -50,7 +50,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 
-from gpucontrol._validate import bounds, in_range, int_at_least, positive
+from gpucontrol._validate import bounds, flag, in_range, int_at_least, positive
 
 __all__ = ["ThroughputOuter"]
 
@@ -156,9 +156,9 @@ class ThroughputOuter:
         self.safety_margin = in_range("safety_margin", safety_margin, 0.0, 0.5, hi_open=True)
         self.max_up_pct = positive("max_up_pct", max_up_pct)
         self.max_down_pct = positive("max_down_pct", max_down_pct)
-        self.explore = bool(explore)
+        self.explore = flag("explore", explore)
         self.sleep_lo, self.sleep_hi = bounds("sleep_bounds_s", sleep_bounds_s, 0.0, 3600.0)
-        self.aim_from_low = bool(aim_from_low)
+        self.aim_from_low = flag("aim_from_low", aim_from_low)
         self.levels: list[float] | None = None
         if levels_pct is not None and len(levels_pct):
             self.levels = sorted({in_range("levels_pct", float(v), self.lo, self.hi)
@@ -195,7 +195,7 @@ class ThroughputOuter:
         #: two-tier controller); an assumed time is used for predictions but never learnt from
         self.iteration_measured = True
         self.duty_time_s = None if duty_time_s is None else positive("duty_time_s", duty_time_s)
-        self.feedforward = bool(feedforward)
+        self.feedforward = flag("feedforward", feedforward)
         self._ff_ms = 0.0    # latency the feedforward sleep took off the first reading after
         self._ff_ready = False   # a move was just made and has had no feedforward yet
 

@@ -22,7 +22,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from gpucontrol._validate import finite
-from gpucontrol.design import SETTLING_THRESHOLD, Design, PDesign, step_sequence
+from gpucontrol.design import (
+    SETTLING_THRESHOLD,
+    Design,
+    PDesign,
+    check_design,
+    check_model,
+    step_sequence,
+)
 from gpucontrol.errors import ConfigurationError
 
 
@@ -54,7 +61,11 @@ def jury(coefficients: ArrayLike) -> bool:
     >>> jury([1.0, -1.0])          # z - 1: on the circle
     False
     """
-    a = np.asarray(coefficients, dtype=float).ravel()
+    try:
+        a = np.asarray(coefficients, dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise ConfigurationError("coefficients must be a non-empty sequence of finite numbers, "
+                                 f"got {coefficients!r}") from None
     if a.size == 0 or not np.all(np.isfinite(a)):
         raise ConfigurationError("coefficients must be a non-empty sequence of finite numbers")
     nz = np.flatnonzero(a)
@@ -108,6 +119,7 @@ def is_stable(design: Design, gain_ratio: float = 1.0, delay_periods: int | None
     >>> is_stable(p, 1.5), is_stable(p, 2.5), is_stable(p, 1.5, delay_periods=1)
     (True, False, False)
     """
+    check_design(design)
     return jury(design.characteristic_polynomial(gain_ratio, delay_periods))
 
 
@@ -179,8 +191,9 @@ def stable_gain_range(design: Design, model=None, delay_periods: int | None = No
     >>> tuple(round(x, 9) for x in stable_gain_range(design_p(m), m, delay_periods=1))
     (0.0, 1.0)
     """
+    check_design(design)
     d = design._delay(delay_periods)
-    if model is not None and model != design.model:
+    if model is not None and check_model("model", model) != design.model:
         design = _rebase(design, model)
     if isinstance(design, PDesign) and design.ki == 0.0:
         scale = design.kp * design.model.gain  # = detune
@@ -273,8 +286,9 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
     >>> [(r["gain_ratio"], r["stable"]) for r in t.to_records()]
     [(1.0, True), (2.5, False)]
     """
+    check_design(design)
     d = design._delay(delay_periods)
-    if model is not None and model != design.model:
+    if model is not None and check_model("model", model) != design.model:
         design = _rebase(design, model)
     if ratios is None:
         ratios = np.round(np.linspace(0.1, 2.5, 25), 6)

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpucontrol._validate import bounds, choice, in_range, int_at_least, positive
+from gpucontrol._validate import bounds, choice, flag, in_range, int_at_least, positive
 from gpucontrol.controllers import (
     GainEstimator,
     InnerSleepController,
@@ -101,7 +101,7 @@ class TwoTierController:
     slo_ms : float
         Latency set point (ms per batch), > 0.
     inner_period_s : float
-        Inner control period T (s), > 0.
+        Inner control period T (s), in [0.01, 3600].
     outer_every : int
         Outer loop period (the throughput loop's window) in inner periods, >= 1.
     mps_threshold : float
@@ -158,8 +158,9 @@ class TwoTierController:
     identified_span_s : (float, float), optional
         Sleep range the model was identified over (default ``sleep_bounds_s``).
     plausible_max_ms : float, optional
-        Largest plausible reading (ms, > 0, ``inf`` to disable); larger ones are held as
-        missing. Default 50x SLO.
+        Largest plausible reading (ms, at least twice ``slo_ms``: an overload up to there is
+        real and acted on; ``inf`` to disable); larger ones are held as missing. Default 50x
+        SLO.
     setpoint_margin : float, optional
         Aim this fraction under the SLO (in [0, 0.5)). Default 0.03 in p99 mode with the
         throughput loop (a period's p99 is a noisy statistic: aiming at the SLO itself puts
@@ -210,7 +211,7 @@ class TwoTierController:
                  run_quantum_s: float | None = None,
                  mps_levels_pct: Sequence[float] | None = None) -> None:
         self.slo_ms = positive("slo_ms", slo_ms)
-        self.inner_period_s = positive("inner_period_s", inner_period_s)
+        self.inner_period_s = in_range("inner_period_s", inner_period_s, 0.01, 3600.0)
         self.outer_every = int_at_least("outer_every", outer_every, 1)
         self.mps_threshold = in_range("mps_threshold", mps_threshold, 0.0, 1.0, hi_open=True)
         self.sleep_bounds_s = bounds("sleep_bounds_s", sleep_bounds_s, 0.0, 3600.0)
@@ -218,7 +219,7 @@ class TwoTierController:
         self.mode = choice("mode", mode, self.MODES)
         self.outer_strategy = choice("outer", outer, OUTER_STRATEGIES)
         modern = self.outer_strategy == "throughput"
-        self.adaptive = bool(adaptive)
+        self.adaptive = flag("adaptive", adaptive)
         self.measurement_delay_periods = int_at_least(
             "measurement_delay_periods", measurement_delay_periods, 0)
         self.restart_s = (15.0 if modern else None) if restart_s is None else in_range(
@@ -234,12 +235,13 @@ class TwoTierController:
         self._iteration_ref = self.iteration_s  # at the model's MPS level (the identified one)
         self.run_quantum_s = None if run_quantum_s is None else in_range(
             "run_quantum_s", run_quantum_s, 1e-3, 3600.0)
-        self.gain_schedule = modern if gain_schedule is None else bool(gain_schedule)
+        self.gain_schedule = modern if gain_schedule is None else flag("gain_schedule",
+                                                                        gain_schedule)
         self.identified_span_s = self.sleep_bounds_s if identified_span_s is None else bounds(
             "identified_span_s", identified_span_s, 0.0, 3600.0)
         self.plausible_max_ms = 50.0 * self.slo_ms if plausible_max_ms is None else (
-            math.inf if plausible_max_ms == math.inf else positive(
-                "plausible_max_ms", plausible_max_ms))
+            math.inf if plausible_max_ms == math.inf else in_range(  # a real overload is
+                "plausible_max_ms", plausible_max_ms, 2.0 * self.slo_ms, math.inf))  # acted on
         if detune is None:
             detune = 0.5 if modern or self.measurement_delay_periods else 1.0
         if setpoint_margin is None:

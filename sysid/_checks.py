@@ -63,7 +63,12 @@ def not_constant(name: str, a: np.ndarray) -> None:
 
 
 def finite(name: str, value: Any) -> float:
-    """``value`` as a float, or raise if it is not a finite real number."""
+    """``value`` as a float, or raise if it is not a finite real number (a string or a bool
+    is not one, even when ``float()`` would take it)."""
+    if isinstance(value, (str, bytes, bytearray, bool)) or (
+            type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")):
+        raise ValueError(f"{name} must be a finite number, got {value!r} "
+                         f"({type(value).__name__})")
     try:
         v = float(value)
     except (TypeError, ValueError):

@@ -95,6 +95,9 @@ def fit_static(u, y) -> StaticFit:
     StaticFit
         The fit with standard errors, 95 % confidence intervals and R².
 
+    A constant output gives gain exactly 0 (with zero standard errors), which
+    :meth:`gpucontrol.LinearLatencyModel.from_fit` refuses: no response to control.
+
     Raises
     ------
     ValueError
@@ -114,6 +117,8 @@ def fit_static(u, y) -> StaticFit:
     n = x.size
     phi = np.column_stack([x, np.ones(n)])
     theta, *_ = np.linalg.lstsq(phi, yy, rcond=None)
+    if float(np.ptp(yy)) <= 1e-12 * max(float(np.max(np.abs(yy))), 1.0):
+        theta = np.array([0.0, float(yy[0])])  # constant output: exactly no slope, not roundoff
     resid = yy - phi @ theta
     ssr = float(resid @ resid)
     dof = n - 2
