@@ -12,7 +12,9 @@ scrape, and hands back the period's :class:`~gpucontrol.node.monitor.PeriodStats
   bucket reads as the largest finite bound.
 
 A counter that went down (the server restarted) starts a new baseline: that period reports
-no samples (the controller holds) and counts one malformed reading, as does a failed scrape.
+no samples (the controller holds) and counts one malformed reading, as does a failed scrape,
+or a malformed one (a value that is not a finite number, a negative count): a malformed
+scrape never stops the control loop.
 Units: the histogram is read in seconds (the Prometheus convention) unless ``unit_ms=1.0``.
 
 Examples
@@ -98,7 +100,9 @@ def parse_histogram(text: str, name: str, labels: Mapping[str, str] | None = Non
     Raises
     ------
     ValueError
-        The histogram is absent, or has no ``+Inf`` bucket.
+        The histogram is absent, or has no ``+Inf`` bucket, or one of its series holds
+        something other than a finite number (a negative one for a count), or a bucket bound
+        that is not a number.
     """
     want = dict(labels or {})
     buckets: dict[float, float] = {}
@@ -120,10 +124,18 @@ def parse_histogram(text: str, name: str, labels: Mapping[str, str] | None = Non
         try:
             v = float(val)
         except ValueError:
-            continue
+            raise ValueError(f"{series}: value {val[:40]!r} is not a number") from None
+        if not math.isfinite(v) or (v < 0 and suffix != "_sum"):
+            raise ValueError(f"{series}: value {val[:40]!r} is not a finite "
+                             f"{'number' if suffix == '_sum' else 'count'}")
         seen = True
         if suffix == "_bucket" and le is not None:
-            b = math.inf if le in ("+Inf", "Inf", "inf") else float(le)
+            try:
+                b = float(le)
+            except ValueError:
+                raise ValueError(f"{series}: bound le={le[:40]!r} is not a number") from None
+            if math.isnan(b) or b == -math.inf:
+                raise ValueError(f"{series}: bound le={le[:40]!r} is not a bucket bound")
             buckets[b] = buckets.get(b, 0.0) + v
         elif suffix == "_sum":
             total += v
@@ -148,7 +160,15 @@ def histogram_delta(new: Histogram, old: Histogram | None) -> Histogram | None:
     -------
     Histogram or None
         Bucket, sum and count increments; None after a reset (a restarted server).
+
+    Raises
+    ------
+    ValueError
+        A value of either scrape, or an increment, is not a finite number.
     """
+    for h in (new, old):
+        if h is not None and not all(math.isfinite(v) for v in _values(h)):
+            raise ValueError("the histogram holds a value that is not a finite number")
     if old is None:
         return new
     prev = dict(old.buckets)
@@ -160,7 +180,14 @@ def histogram_delta(new: Histogram, old: Histogram | None) -> Histogram | None:
         out.append((b, d))
     if new.count < old.count or new.sum < old.sum - 1e-12:
         return None
-    return Histogram(tuple(out), new.sum - old.sum, new.count - old.count)
+    delta = Histogram(tuple(out), new.sum - old.sum, new.count - old.count)
+    if not all(math.isfinite(v) for v in _values(delta)):  # overflow
+        raise ValueError("the histogram's increment is not a finite number")
+    return delta
+
+
+def _values(h: Histogram) -> list[float]:
+    return [h.sum, h.count, *(c for _, c in h.buckets)]
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -272,17 +299,18 @@ class PrometheusSource:
             now = time.time()
             start, self._t = self._t, now
             bad = 0
+            delta: Histogram | None = None
             try:
-                new: Histogram | None = self.scrape()
-            except (OSError, ValueError) as exc:
+                new = self.scrape()  # finite values only (parse_histogram)
+                old, self._last = self._last, new
+                if old is not None:
+                    delta = histogram_delta(new, old)
+                    if delta is None:
+                        self.last_error = "a counter went down (a restarted server)"
+                        bad = 1  # new baseline
+            except (OSError, ValueError) as exc:  # failed or malformed: the period holds
                 self.last_error = str(exc)
-                new, bad = None, 1
-            delta = None
-            if new is not None:
-                delta = histogram_delta(new, self._last) if self._last is not None else None
-                if delta is None and self._last is not None:
-                    bad = 1  # a counter went down: new baseline
-                self._last = new
+                delta, bad = None, 1
             self.total_malformed += bad
             n = round(delta.count) if delta is not None else 0
             if delta is None or n <= 0:

@@ -1,9 +1,10 @@
 """The Prometheus histogram latency source: parsing, bucket deltas -> mean and p99, resets,
-and a real scrape of a prometheus_client server."""
+malformed scrapes, and a real scrape of a prometheus_client server."""
 
 import math
 
 import pytest
+from actuators._children import histogram_text, metrics_server, send_body
 
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node.prom_source import (
@@ -106,3 +107,46 @@ def test_source_scrapes_a_real_histogram_period_by_period():
     bad = PrometheusSource(f"http://127.0.0.1:{port}/metrics", timeout_s=0.5)
     st = bad.collect()  # server gone: a malformed period, no exception
     assert st.count == 0 and bad.total_malformed == 1
+
+
+@pytest.mark.parametrize("count, total", [
+    ("NaN", None), ("+Inf", None), ("-Inf", None), ("-3", None), ("ten", None),
+    (10, "NaN"), (10, "+Inf"),
+])
+def test_parse_refuses_a_value_that_is_not_a_finite_count(count, total):
+    with pytest.raises(ValueError, match=r"lat_seconds_(count|sum)"):
+        parse_histogram(histogram_text(count, total), "lat_seconds")
+
+
+def test_parse_refuses_a_bucket_that_is_not_a_finite_count_or_bound():
+    for line in ('x_bucket{le="1"} NaN', 'x_bucket{le="NaN"} 3', 'x_bucket{le="one"} 3',
+                 'x_bucket{le="1"} -1'):
+        with pytest.raises(ValueError, match="x_bucket"):
+            parse_histogram(f'{line}\nx_bucket{{le="+Inf"}} 3\nx_sum 1\nx_count 3\n', "x")
+
+
+def test_delta_refuses_values_that_are_not_finite():
+    good = Histogram(((0.01, 1.0), (math.inf, 5.0)), 0.06, 5.0)
+    for bad in (Histogram(good.buckets, 0.06, math.nan), Histogram(good.buckets, 0.06, math.inf),
+                Histogram(((0.01, 1.0), (math.inf, math.inf)), 0.06, 5.0)):
+        with pytest.raises(ValueError, match="finite"):
+            histogram_delta(bad, good)
+        with pytest.raises(ValueError, match="finite"):
+            histogram_delta(good, bad)
+
+
+def test_a_scrape_that_is_not_finite_is_a_malformed_period_that_holds():
+    """A _count or _sum of NaN or +Inf (also from finite to +Inf) is one malformed period
+    without samples; collect never raises, and the next good scrape counts from the last
+    good one."""
+    bodies = [histogram_text(10), histogram_text(20), histogram_text("NaN"), histogram_text(30),
+              histogram_text("+Inf"), histogram_text(40, "NaN"), histogram_text(50)]
+    with metrics_server(lambda h, n: send_body(h, bodies[min(n, len(bodies) - 1)])) as url:
+        src = PrometheusSource(url, "lat_seconds", timeout_s=2.0).start()
+        got = [src.collect() for _ in bodies[1:]]
+    assert [s.count for s in got] == [10, 0, 10, 0, 0, 20]
+    assert [s.malformed for s in got] == [0, 1, 0, 1, 1, 0]
+    assert all(s.mean_ms == pytest.approx(20.0) for s in got if s.count)
+    assert all(math.isnan(s.mean_ms) and math.isnan(s.p99_ms) for s in got if not s.count)
+    assert src.total_count == 40 and src.total_malformed == 3
+    assert "lat_seconds_sum" in src.last_error  # the last failure, named
