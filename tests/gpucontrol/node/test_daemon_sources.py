@@ -1,6 +1,7 @@
 """The daemon's CPU-plant wiring: the Prometheus latency source and the cgroup CPU-share
 backend, as flags and as a real daemon process on a busy loop."""
 
+import io
 import json
 import subprocess
 import uuid
@@ -8,8 +9,12 @@ from pathlib import Path
 
 import pytest
 from actuators._children import (
+    SLEEPER,
     cpu_controller_writable,
     daemon_argv,
+    histogram_text,
+    metrics_server,
+    send_body,
     slow_inference_metrics,
     stopped_pids,
 )
@@ -102,6 +107,93 @@ def test_cli_error_exits_2(tmp_path, capsys):
                        "--latency-source", "prometheus")[3:]
     assert daemon_main(argv) == 2
     assert "--prometheus-url" in capsys.readouterr().err
+
+
+def test_daemon_holds_through_scrapes_that_are_not_finite(tmp_path, children):
+    """A histogram whose _count turns NaN or +Inf (or _sum NaN) now and then: those periods
+    hold (no samples, one malformed each), the others count, and the daemon runs to its end
+    (exit 0, no traceback) with the training never left stopped."""
+    train = children.spawn(SLEEPER)
+    (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
+
+    def respond(handler, n):
+        bad = {2: ("NaN", None), 4: ("+Inf", None), 6: (10 * n, "NaN")}.get(n % 8)
+        send_body(handler, histogram_text(*bad) if bad else histogram_text(10 * n))
+
+    with metrics_server(respond) as url:
+        out = subprocess.run(daemon_argv(
+            tmp_path, "x", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
+            str(tmp_path / "model.json"), "--period-s", "0.25", "--duration-s", "2.5",
+            "--latency-source", "prometheus", "--prometheus-url", url,
+            "--prometheus-metric", "lat_seconds", "--share-backend", "cpu",
+            "--sleep-method", "signal", "--run-quantum-s", "0.05"),
+            capture_output=True, text=True, timeout=40, stdin=subprocess.DEVNULL, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    recs = [json.loads(x) for x in out.stdout.splitlines()]
+    periods = [r for r in recs if "period" in r and "event" not in r]
+    assert any(r["malformed"] == 1 and r["count"] == 0 for r in periods), periods
+    assert any(r["count"] > 0 and r["mean_ms"] == 20.0 for r in periods), periods
+    assert recs[-1]["event"] == "stopped"
+    assert stopped_pids([train.pid]) == [] and train.poll() is None
+
+
+def _open_loop_daemon(tmp_path, pid):
+    from gpucontrol.node.daemon import Daemon
+
+    log = io.StringIO()
+    cfg = DaemonConfig(training_pids=(pid,), fixed_sleep=0.0, socket=str(tmp_path / "g.sock"),
+                       state=str(tmp_path / "g.state.json"), hook=str(tmp_path / "g.hook"))
+    return Daemon(cfg, log=log), log
+
+
+def test_a_latency_source_that_raises_costs_one_period(tmp_path, children):
+    """Whatever a latency source raises, the period holds (no samples, one malformed) and
+    an event names the error; the loop goes on."""
+
+    class Broken:
+        def collect(self):
+            raise ValueError("cannot convert float NaN to integer")
+
+    d, log = _open_loop_daemon(tmp_path, children.spawn(SLEEPER).pid)
+    d.monitor = Broken()  # type: ignore[assignment]
+    d.step()
+    d.step()
+    recs = [json.loads(x) for x in log.getvalue().splitlines()]
+    errors = [r for r in recs if r.get("event") == "latency_source_error"]
+    assert len(errors) == 2 and "ValueError: cannot convert float NaN" in errors[0]["error"]
+    periods = [r for r in recs if "period" in r and "event" not in r]
+    assert [(r["period"], r["count"], r["malformed"]) for r in periods] == [(1, 0, 1), (2, 0, 1)]
+    assert periods[0]["mean_ms"] is None and d.periods == 2
+
+
+def test_a_failure_in_the_control_loop_exits_1_with_the_training_resumed(tmp_path, children,
+                                                                        capsys, monkeypatch):
+    """An exception in the loop after set-up is a failure (exit 1, the traceback, a
+    loop_failed event), never a configuration error (exit 2); the shutdown resumes the
+    training, which the duty cycler was pausing."""
+    from gpucontrol.node.daemon import Daemon
+
+    train = children.spawn(SLEEPER)
+    real = Daemon.step
+
+    def failing(self):
+        if self.periods == 3:
+            raise ValueError("a bug in period 4")
+        real(self)
+
+    monkeypatch.setattr(Daemon, "step", failing)
+    argv = daemon_argv(tmp_path, "x", "--training-pid", str(train.pid), "--fixed-sleep",
+                       "0.05", "--run-quantum-s", "0.02", "--sleep-method", "signal",
+                       "--period-s", "0.1")[3:]
+    assert daemon_main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "the control loop failed after 3 periods (ValueError: a bug in period 4)" in err
+    assert "Traceback" in err
+    recs = [json.loads(x) for x in out.splitlines()]
+    failed = [r for r in recs if r.get("event") == "loop_failed"]
+    assert failed and failed[0]["periods"] == 3 and recs[-1]["event"] == "stopped"
+    assert stopped_pids([train.pid]) == [] and train.poll() is None
 
 
 @pytest.mark.skipif(not cpu_controller_writable(), reason="no writable cgroup CPU controller here")
