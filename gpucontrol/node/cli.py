@@ -132,7 +132,9 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--latency-source", choices=LATENCY_SOURCES, default="socket",
                    help="socket: report_latency datagrams (default); prometheus: scrape a "
                         "latency histogram (bucket deltas per period)")
-    s.add_argument("--prometheus-url", help="the inference server's /metrics URL")
+    s.add_argument("--prometheus-url", help="the inference server's /metrics URL (each scrape "
+                   "waited for at most min(1 s, --period-s/2, --stall-timeout-s/4); a late "
+                   "one is a period without samples)")
     s.add_argument("--prometheus-metric", default="inference_latency_seconds",
                    help="histogram base name, in seconds (default inference_latency_seconds)")
     s.add_argument("--share-backend", choices=SHARE_BACKENDS, default="mps",

@@ -218,7 +218,8 @@ class Daemon(DaemonSafety):
             cfg.state, heartbeat_timeout_s=self.heartbeat.guardian_timeout_s).start()
         if cfg.latency_source == "prometheus":
             assert cfg.prometheus_url is not None  # DaemonConfig checked it
-            self.monitor = PrometheusSource(cfg.prometheus_url, cfg.prometheus_metric).start()
+            self.monitor = PrometheusSource(cfg.prometheus_url, cfg.prometheus_metric,
+                                            timeout_s=cfg.scrape_timeout_s).start()
         else:
             self.monitor = LatencyMonitor(cfg.socket).start()
         self.hook = HookWriter(cfg.hook, stale_after_s=max(3 * cfg.period_s, 2.0),

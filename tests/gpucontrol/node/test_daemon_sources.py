@@ -4,6 +4,7 @@ backend, as flags and as a real daemon process on a busy loop."""
 import io
 import json
 import subprocess
+import threading
 import uuid
 from pathlib import Path
 
@@ -96,10 +97,26 @@ def test_duty_cycler_quantum_and_identified_span_reach_the_controller(tmp_path):
     ({"share_backend": "cpu", "share_cgroup": "/sys/fs/cgroup/x"}, "--share-cgroup"),
     ({"share_backend": "cpu", "share_cgroup": "a/../b"}, "--share-cgroup"),
     ({"share_backend": "tpu"}, "--share-backend"),
+    ({"latency_source": "prometheus", "prometheus_url": "http://127.0.0.1:9/metrics",
+      "period_s": 0.05}, r"--period-s >= 0\.1 and --stall-timeout-s >= 0\.2"),
+    ({"latency_source": "prometheus", "prometheus_url": "http://127.0.0.1:9/metrics",
+      "stall_timeout_s": 0.1}, r"--period-s >= 0\.1 and --stall-timeout-s >= 0\.2"),
 ])
 def test_bad_settings_name_the_flag(kw, message):
     with pytest.raises(ConfigurationError, match=message):
         DaemonConfig(training_pids=(4242,), **{"fixed_sleep": 0, **kw})
+
+
+@pytest.mark.parametrize("period, stall, deadline", [
+    (4.0, None, 1.0), (1.0, None, 0.5), (0.2, 0.6, 0.1), (0.2, None, 0.1), (2.0, 1.0, 0.25),
+    (0.2, 0.0, 0.1),
+])
+def test_the_scrape_deadline_fits_the_period_and_the_stall_timeout(period, stall, deadline):
+    """1 s, at most half a period and a quarter of the stall timeout (its default when off)."""
+    cfg = DaemonConfig(training_pids=(4242,), fixed_sleep=0, period_s=period,
+                       stall_timeout_s=stall, latency_source="prometheus",
+                       prometheus_url="http://127.0.0.1:9/metrics")
+    assert cfg.scrape_timeout_s == pytest.approx(deadline)
 
 
 def test_cli_error_exits_2(tmp_path, capsys):
@@ -134,6 +151,49 @@ def test_daemon_holds_through_scrapes_that_are_not_finite(tmp_path, children):
     periods = [r for r in recs if "period" in r and "event" not in r]
     assert any(r["malformed"] == 1 and r["count"] == 0 for r in periods), periods
     assert any(r["count"] > 0 and r["mean_ms"] == 20.0 for r in periods), periods
+    assert recs[-1]["event"] == "stopped"
+    assert stopped_pids([train.pid]) == [] and train.poll() is None
+
+
+@pytest.mark.parametrize("mode", ["silent", "drip"])
+def test_a_slow_metrics_endpoint_costs_periods_never_the_daemon(tmp_path, children, mode):
+    """With the fast setting (--period-s 0.2 --stall-timeout-s 0.6) an endpoint that accepts
+    and never answers, or drips its body a byte every 0.1 s: every period holds (no samples,
+    one malformed), the loop keeps beating, the guardian never declares a stall, the daemon
+    runs to its end (exit 0) and the training is never left stopped."""
+    train = children.spawn(SLEEPER)
+    (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
+    stop = threading.Event()
+
+    def respond(handler, n):
+        body = histogram_text(10 * (n + 1)).encode()
+        if mode == "drip":
+            handler.wfile.write(f"HTTP/1.0 200 OK\r\nContent-Length: {len(body)}\r\n\r\n"
+                                .encode())
+            for i in range(len(body)):
+                if stop.wait(0.1):
+                    return
+                handler.wfile.write(body[i:i + 1])
+        stop.wait(10)
+
+    with metrics_server(respond) as url:
+        try:
+            out = subprocess.run(daemon_argv(
+                tmp_path, "x", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
+                str(tmp_path / "model.json"), "--period-s", "0.2", "--stall-timeout-s", "0.6",
+                "--duration-s", "2", "--latency-source", "prometheus", "--prometheus-url", url,
+                "--prometheus-metric", "lat_seconds", "--share-backend", "cpu",
+                "--sleep-method", "signal", "--run-quantum-s", "0.05"),
+                capture_output=True, text=True, timeout=40, stdin=subprocess.DEVNULL,
+                check=False)
+        finally:
+            stop.set()
+    assert out.returncode == 0, out.stderr
+    assert "stalled" not in out.stderr
+    recs = [json.loads(x) for x in out.stdout.splitlines()]
+    periods = [r for r in recs if "period" in r and "event" not in r]
+    assert len(periods) >= 5, periods
+    assert all(r["count"] == 0 and r["malformed"] == 1 for r in periods), periods
     assert recs[-1]["event"] == "stopped"
     assert stopped_pids([train.pid]) == [] and train.poll() is None
 
