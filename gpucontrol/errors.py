@@ -6,6 +6,8 @@ Each is a subclass of a built-in exception, so callers that catch ``ValueError``
 - :class:`ConfigurationError` (``ValueError``): a parameter outside its allowed range; the
   message names the field and the range.
 - :class:`TargetRefused` (``ValueError``): a process the node agent must not signal.
+- :class:`ControlLoopError` (``RuntimeError``): the daemon's control loop failed after set-up
+  (a bug, not a setting); the original exception is its ``__cause__``.
 - :class:`MPSError` (``RuntimeError``) and :class:`MPSUnavailable`: the MPS control daemon
   failed, or is not installed.
 - :class:`PlantUnavailable` (``RuntimeError``): a plant cannot be built on this machine (for
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigurationError",
+    "ControlLoopError",
     "GPUUnavailableError",
     "MPSError",
     "MPSUnavailable",
@@ -35,6 +38,11 @@ class ConfigurationError(ValueError):
 class TargetRefused(ValueError):
     """The process may not be paused or signalled (PID 1, a kernel thread, ourselves, another
     user's process, or one that is gone)."""
+
+
+class ControlLoopError(RuntimeError):
+    """The daemon's control loop raised after set-up; the daemon resumed everything and
+    stopped. Never a configuration error: the original exception is the ``__cause__``."""
 
 
 class MPSError(RuntimeError):

@@ -4,8 +4,8 @@
 subcommand); :func:`run_from_args` turns the parsed namespace into a
 :class:`~gpucontrol.node.config.DaemonConfig` once and runs the
 :class:`~gpucontrol.node.daemon.Daemon`; :func:`main` adds the exit codes (0 ok, 2 for a
-configuration error, 130 on Ctrl-C) and the stderr log format. The parser lives in the node so
-that a node runs the daemon without the harness.
+configuration error, 1 for a failure, 130 on Ctrl-C) and the stderr log
+format. The parser lives in the node so that a node runs the daemon without the harness.
 
 Examples
 --------
@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 from typing import NoReturn
 
+from gpucontrol.errors import ControlLoopError
 from gpucontrol.node.config import (
     LATENCY_SOURCES,
     MODES,
@@ -130,7 +132,9 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--latency-source", choices=LATENCY_SOURCES, default="socket",
                    help="socket: report_latency datagrams (default); prometheus: scrape a "
                         "latency histogram (bucket deltas per period)")
-    s.add_argument("--prometheus-url", help="the inference server's /metrics URL")
+    s.add_argument("--prometheus-url", help="the inference server's /metrics URL (each scrape "
+                   "waited for at most min(1 s, --period-s/2, --stall-timeout-s/4); a late "
+                   "one is a period without samples)")
     s.add_argument("--prometheus-metric", default="inference_latency_seconds",
                    help="histogram base name, in seconds (default inference_latency_seconds)")
     s.add_argument("--share-backend", choices=SHARE_BACKENDS, default="mps",
@@ -228,12 +232,18 @@ def main(argv: list[str] | None = None) -> int:
     -------
     int
         0 after a clean stop, 2 for a configuration error, 1 for an operating-system error
-        at set-up (one line, no traceback), 130 on Ctrl-C.
+        at set-up (one line, no traceback) or a failure of the control loop after set-up
+        (one line and the traceback; everything was resumed first), 130 on Ctrl-C.
     """
     args = build_parser().parse_args(argv)
     _configure_logging()
     try:
         return run_from_args(args)
+    except ControlLoopError as exc:  # after set-up: a bug, reported with its traceback
+        print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
+        if exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
+        return 1
     except ValueError as exc:
         print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
         return 2

@@ -50,6 +50,10 @@ SLEEP_METHODS = ("auto", "signal", "cgroup", "hook")
 READY_MODES = ("notify", "spawn")
 LATENCY_SOURCES = ("socket", "prometheus")
 SHARE_BACKENDS = ("mps", "cpu", "green-context")
+#: The longest a Prometheus scrape may take, seconds (less at short periods or stall timeouts).
+SCRAPE_TIMEOUT_S = 1.0
+#: The shortest scrape deadline the period and stall timeout may leave, seconds.
+MIN_SCRAPE_TIMEOUT_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,8 @@ class DaemonConfig:
         Prometheus histogram [``--latency-source``].
     prometheus_url : str or None
         The inference server's ``/metrics`` URL; needed by ``prometheus`` [``--prometheus-url``].
+        Each scrape must end within :attr:`scrape_timeout_s`; with ``prometheus`` a
+        ``period_s`` and ``stall_timeout_s`` that leave it less than 0.05 s are refused.
     prometheus_metric : str
         Base name of its latency histogram, in seconds [``--prometheus-metric``].
     share_backend : {'mps', 'cpu', 'green-context'}
@@ -303,6 +309,12 @@ class DaemonConfig:
             raise ConfigurationError("--green-shares goes with --share-backend green-context")
         if self.latency_source == "prometheus" and not self.prometheus_url:
             raise ConfigurationError("--latency-source prometheus needs --prometheus-url")
+        if self.latency_source == "prometheus" and self.scrape_timeout_s < MIN_SCRAPE_TIMEOUT_S:
+            lo = MIN_SCRAPE_TIMEOUT_S
+            raise ConfigurationError(
+                f"--latency-source prometheus needs --period-s >= {2 * lo:g} and "
+                f"--stall-timeout-s >= {4 * lo:g} (or 0): a scrape gets min({SCRAPE_TIMEOUT_S:g}"
+                f" s, --period-s/2, --stall-timeout-s/4), here {self.scrape_timeout_s:.3g} s")
         if self.share_backend == "cpu" and (not self.share_cgroup
                                             or self.share_cgroup.startswith("/")
                                             or ".." in self.share_cgroup.split("/")):
@@ -314,6 +326,21 @@ class DaemonConfig:
     def closed_loop(self) -> bool:
         """True when the :class:`~gpucontrol.TwoTierController` runs (no ``fixed_sleep``)."""
         return self.fixed_sleep is None
+
+    @property
+    def scrape_timeout_s(self) -> float:
+        """The deadline of one Prometheus scrape, seconds: 1 s, at most half a period and a
+        quarter of the stall timeout (of its default when it is off), so that a slow or
+        silent ``/metrics`` endpoint costs periods without samples, never the heartbeat.
+
+        >>> DaemonConfig(training_pids=(4242,), fixed_sleep=0, period_s=0.2,
+        ...              stall_timeout_s=0.6).scrape_timeout_s
+        0.1
+        """
+        from gpucontrol.node.health import default_stall_timeout
+
+        window = self.stall_timeout_s or default_stall_timeout(self.period_s)
+        return min(SCRAPE_TIMEOUT_S, self.period_s / 2, window / 4)
 
     @property
     def initial_mps_pct(self) -> float:

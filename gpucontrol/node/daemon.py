@@ -57,7 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpucontrol.errors import ConfigurationError
+from gpucontrol.errors import ConfigurationError, ControlLoopError
 from gpucontrol.node._runtime import ensure_private_dir, grant_group, unlink_quietly
 from gpucontrol.node.actuators.cgroup import check_cgroup_holds
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
@@ -222,7 +222,8 @@ class Daemon(DaemonSafety):
             cfg.state, heartbeat_timeout_s=self.heartbeat.guardian_timeout_s).start()
         if cfg.latency_source == "prometheus":
             assert cfg.prometheus_url is not None  # DaemonConfig checked it
-            self.monitor = PrometheusSource(cfg.prometheus_url, cfg.prometheus_metric).start()
+            self.monitor = PrometheusSource(cfg.prometheus_url, cfg.prometheus_metric,
+                                            timeout_s=cfg.scrape_timeout_s).start()
         else:
             self.monitor = LatencyMonitor(cfg.socket).start()
         self.hook = HookWriter(cfg.hook, stale_after_s=max(3 * cfg.period_s, 2.0),
@@ -418,7 +419,12 @@ class Daemon(DaemonSafety):
         """One control period."""
         assert self.monitor is not None
         self.periods += 1
-        st: PeriodStats = self.monitor.collect()
+        try:
+            st: PeriodStats = self.monitor.collect()
+        except Exception as exc:  # a source's bad reading costs a period, never the training
+            now = time.time()
+            st = PeriodStats(now, now, 0, math.nan, math.nan, math.nan, 1)
+            self.emit(event="latency_source_error", error=f"{type(exc).__name__}: {exc}")
         restarting = self._restarted or (self._restart_thread is not None
                                          and self._restart_thread.is_alive())
         self._restarted = False
@@ -494,6 +500,12 @@ class Daemon(DaemonSafety):
         -------
         int
             0 (the exit status of a clean stop); setup errors raise.
+
+        Raises
+        ------
+        ControlLoopError
+            The control loop raised after set-up (the cause attached); the shutdown ran
+            first, so every target was resumed.
         """
         with contextlib.ExitStack() as stack:
             if self._own_log:
@@ -524,19 +536,25 @@ class Daemon(DaemonSafety):
             t0 = time.monotonic()
             deadline = t0 + self.cfg.duration_s if self.cfg.duration_s else math.inf
             nxt = t0 + self.cfg.period_s
-            while not self._stopping:
-                self._wait_beating(min(nxt, deadline))
-                if self._stopping:
-                    break
-                if time.monotonic() >= deadline:
-                    break
-                self.step()
-                nxt += self.cfg.period_s
-                if nxt < time.monotonic():
-                    nxt = time.monotonic() + self.cfg.period_s
-                if not self.training_alive():
-                    self.emit(event="training_finished")
-                    break
+            try:
+                while not self._stopping:
+                    self._wait_beating(min(nxt, deadline))
+                    if self._stopping:
+                        break
+                    if time.monotonic() >= deadline:
+                        break
+                    self.step()
+                    nxt += self.cfg.period_s
+                    if nxt < time.monotonic():
+                        nxt = time.monotonic() + self.cfg.period_s
+                    if not self.training_alive():
+                        self.emit(event="training_finished")
+                        break
+            except Exception as exc:  # a bug, not a setting: never reported as one
+                what = f"{type(exc).__name__}: {exc}"
+                self.emit(event="loop_failed", periods=self.periods, error=what)
+                raise ControlLoopError(f"the control loop failed after {self.periods} periods "
+                                       f"({what}); everything was resumed") from exc
             return 0
         finally:
             self.shutdown()

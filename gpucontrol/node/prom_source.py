@@ -12,7 +12,15 @@ scrape, and hands back the period's :class:`~gpucontrol.node.monitor.PeriodStats
   bucket reads as the largest finite bound.
 
 A counter that went down (the server restarted) starts a new baseline: that period reports
-no samples (the controller holds) and counts one malformed reading, as does a failed scrape.
+no samples (the controller holds) and counts one malformed reading, as does a failed scrape,
+or a malformed one (a value that is not a finite number, a negative count), or a late one:
+none of them stops the control loop.
+
+A scrape never holds the control loop longer than ``timeout_s``, however slowly the server
+connects, answers or drips its body: it runs on a thread of its own that
+:meth:`PrometheusSource.collect` waits for at most that long. A late scrape is abandoned (its
+reading is never used; it ends by itself, at its own deadline or socket timeout) and no new
+one starts while it still runs.
 Units: the histogram is read in seconds (the Prometheus convention) unless ``unit_ms=1.0``.
 
 Examples
@@ -33,12 +41,13 @@ Examples
 
 from __future__ import annotations
 
+import http.client
 import math
 import re
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpucontrol._validate import positive
@@ -47,6 +56,12 @@ from gpucontrol.node.monitor import PeriodStats
 
 __all__ = ["Histogram", "PrometheusSource", "histogram_delta", "histogram_quantile",
            "parse_histogram"]
+
+#: The largest ``/metrics`` body read, bytes; a longer one is a malformed scrape.
+MAX_BODY = 64 << 20
+
+#: What a failed or malformed scrape raises (it then counts as one malformed period).
+_SCRAPE_ERRORS = (OSError, ValueError, http.client.HTTPException)
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -98,7 +113,9 @@ def parse_histogram(text: str, name: str, labels: Mapping[str, str] | None = Non
     Raises
     ------
     ValueError
-        The histogram is absent, or has no ``+Inf`` bucket.
+        The histogram is absent, or has no ``+Inf`` bucket, or one of its series holds
+        something other than a finite number (a negative one for a count), or a bucket bound
+        that is not a number.
     """
     want = dict(labels or {})
     buckets: dict[float, float] = {}
@@ -120,10 +137,18 @@ def parse_histogram(text: str, name: str, labels: Mapping[str, str] | None = Non
         try:
             v = float(val)
         except ValueError:
-            continue
+            raise ValueError(f"{series}: value {val[:40]!r} is not a number") from None
+        if not math.isfinite(v) or (v < 0 and suffix != "_sum"):
+            raise ValueError(f"{series}: value {val[:40]!r} is not a finite "
+                             f"{'number' if suffix == '_sum' else 'count'}")
         seen = True
         if suffix == "_bucket" and le is not None:
-            b = math.inf if le in ("+Inf", "Inf", "inf") else float(le)
+            try:
+                b = float(le)
+            except ValueError:
+                raise ValueError(f"{series}: bound le={le[:40]!r} is not a number") from None
+            if math.isnan(b) or b == -math.inf:
+                raise ValueError(f"{series}: bound le={le[:40]!r} is not a bucket bound")
             buckets[b] = buckets.get(b, 0.0) + v
         elif suffix == "_sum":
             total += v
@@ -148,7 +173,15 @@ def histogram_delta(new: Histogram, old: Histogram | None) -> Histogram | None:
     -------
     Histogram or None
         Bucket, sum and count increments; None after a reset (a restarted server).
+
+    Raises
+    ------
+    ValueError
+        A value of either scrape, or an increment, is not a finite number.
     """
+    for h in (new, old):
+        if h is not None and not all(math.isfinite(v) for v in _values(h)):
+            raise ValueError("the histogram holds a value that is not a finite number")
     if old is None:
         return new
     prev = dict(old.buckets)
@@ -160,7 +193,14 @@ def histogram_delta(new: Histogram, old: Histogram | None) -> Histogram | None:
         out.append((b, d))
     if new.count < old.count or new.sum < old.sum - 1e-12:
         return None
-    return Histogram(tuple(out), new.sum - old.sum, new.count - old.count)
+    delta = Histogram(tuple(out), new.sum - old.sum, new.count - old.count)
+    if not all(math.isfinite(v) for v in _values(delta)):  # overflow
+        raise ValueError("the histogram's increment is not a finite number")
+    return delta
+
+
+def _values(h: Histogram) -> list[float]:
+    return [h.sum, h.count, *(c for _, c in h.buckets)]
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float:
@@ -210,7 +250,9 @@ class PrometheusSource:
     unit_ms : float
         Milliseconds per histogram unit (1000 for seconds), > 0.
     timeout_s : float
-        Scrape timeout, > 0.
+        The whole scrape's deadline (connect, headers, body), seconds, > 0: the longest
+        :meth:`start` and :meth:`collect` wait (the daemon derives it from the period and
+        the stall timeout, :attr:`~gpucontrol.node.config.DaemonConfig.scrape_timeout_s`).
     """
 
     def __init__(self, url: str, metric: str = "inference_latency_seconds", *,
@@ -226,21 +268,60 @@ class PrometheusSource:
         self._last: Histogram | None = None
         self._t = time.time()
         self._lock = threading.Lock()
+        self._late: _Scrape | None = None  # an abandoned scrape still running
         self.total_count = 0
         self.total_malformed = 0
         self.last_error = ""
 
     def scrape(self) -> Histogram:
-        """One scrape of the histogram.
+        """One scrape of the histogram, in the calling thread.
+
+        Each socket operation waits at most ``timeout_s``, and the body is read only until
+        ``timeout_s`` after the start (a server dripping it byte by byte is cut off).
 
         Returns
         -------
         Histogram
             The cumulative histogram now.
+
+        Raises
+        ------
+        OSError, http.client.HTTPException
+            The request failed, or took longer (``TimeoutError``).
+        ValueError
+            The body is not a usable histogram, or longer than :data:`MAX_BODY`.
         """
+        deadline = time.monotonic() + self.timeout_s
+        body = bytearray()
         with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:
-            text = resp.read().decode("utf-8", "replace")
-        return parse_histogram(text, self.metric, self.labels)
+            while chunk := resp.read1(1 << 16):
+                body += chunk
+                if len(body) > MAX_BODY:
+                    raise ValueError(f"{self.url}: body longer than {MAX_BODY} bytes")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.url}: body not read within {self.timeout_s:g} s")
+        return parse_histogram(body.decode("utf-8", "replace"), self.metric, self.labels)
+
+    def _scrape_in_time(self) -> Histogram:
+        """:meth:`scrape` on a thread of its own, waited for at most ``timeout_s``.
+
+        A late scrape raises TimeoutError here and is abandoned: its reading is never used,
+        and until it has ended every call raises TimeoutError at once (one scrape at a time).
+        """
+        late = self._late
+        if late is not None:
+            if not late.done.is_set():
+                raise TimeoutError(f"{self.url}: the previous scrape, abandoned after "
+                                   f"{self.timeout_s:g} s, still runs")
+            self._late = None
+        job = _Scrape(self.scrape)
+        if not job.done.wait(self.timeout_s):
+            self._late = job
+            raise TimeoutError(f"{self.url}: no complete answer within {self.timeout_s:g} s")
+        if job.error is not None:
+            raise job.error
+        assert job.result is not None
+        return job.result
 
     def start(self) -> PrometheusSource:
         """Take the baseline scrape (a failure is retried at the first collect).
@@ -253,8 +334,8 @@ class PrometheusSource:
         with self._lock:
             self._t = time.time()
             try:
-                self._last = self.scrape()
-            except (OSError, ValueError) as exc:
+                self._last = self._scrape_in_time()
+            except _SCRAPE_ERRORS as exc:
                 self.last_error = str(exc)
                 self._last = None
         return self
@@ -266,23 +347,26 @@ class PrometheusSource:
         -------
         PeriodStats
             mean (exact), p99 (bucket estimate), max (upper bound of the highest non-empty
-            finite bucket) and count; no samples when the scrape failed or a counter reset.
+            finite bucket) and count; no samples (and one malformed) when the scrape failed,
+            was malformed or late, or a counter reset. Never raises, never waits longer than
+            ``timeout_s``.
         """
         with self._lock:
             now = time.time()
             start, self._t = self._t, now
             bad = 0
+            delta: Histogram | None = None
             try:
-                new: Histogram | None = self.scrape()
-            except (OSError, ValueError) as exc:
+                new = self._scrape_in_time()  # finite values only (parse_histogram)
+                old, self._last = self._last, new
+                if old is not None:
+                    delta = histogram_delta(new, old)
+                    if delta is None:
+                        self.last_error = "a counter went down (a restarted server)"
+                        bad = 1  # new baseline
+            except _SCRAPE_ERRORS as exc:  # failed, malformed or late: the period holds
                 self.last_error = str(exc)
-                new, bad = None, 1
-            delta = None
-            if new is not None:
-                delta = histogram_delta(new, self._last) if self._last is not None else None
-                if delta is None and self._last is not None:
-                    bad = 1  # a counter went down: new baseline
-                self._last = new
+                delta, bad = None, 1
             self.total_malformed += bad
             n = round(delta.count) if delta is not None else 0
             if delta is None or n <= 0:
@@ -295,13 +379,33 @@ class PrometheusSource:
             return PeriodStats(start, now, n, mean, p99, top * self.unit_ms, bad)
 
     def close(self) -> None:
-        """Nothing to release (each scrape is its own connection)."""
+        """Nothing to release (each scrape is its own connection; a late one ends by
+        itself)."""
 
     def __enter__(self) -> PrometheusSource:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Scrape:
+    """One :meth:`PrometheusSource.scrape` running on a daemon thread of its own."""
+
+    def __init__(self, scrape: Callable[[], Histogram]) -> None:
+        self.done = threading.Event()
+        self.result: Histogram | None = None
+        self.error: BaseException | None = None
+        threading.Thread(target=self._run, args=(scrape,), name="gpucontrol-prom-scrape",
+                         daemon=True).start()
+
+    def _run(self, scrape: Callable[[], Histogram]) -> None:
+        try:
+            self.result = scrape()
+        except Exception as exc:  # handed to the waiting caller, which counts it
+            self.error = exc
+        finally:
+            self.done.set()
 
 
 def _cumulative(buckets: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -1,15 +1,21 @@
 """The daemon's CPU-plant wiring: the Prometheus latency source and the cgroup CPU-share
 backend, as flags and as a real daemon process on a busy loop."""
 
+import io
 import json
 import subprocess
+import threading
 import uuid
 from pathlib import Path
 
 import pytest
 from actuators._children import (
+    SLEEPER,
     cpu_controller_writable,
     daemon_argv,
+    histogram_text,
+    metrics_server,
+    send_body,
     slow_inference_metrics,
     stopped_pids,
 )
@@ -91,10 +97,26 @@ def test_duty_cycler_quantum_and_identified_span_reach_the_controller(tmp_path):
     ({"share_backend": "cpu", "share_cgroup": "/sys/fs/cgroup/x"}, "--share-cgroup"),
     ({"share_backend": "cpu", "share_cgroup": "a/../b"}, "--share-cgroup"),
     ({"share_backend": "tpu"}, "--share-backend"),
+    ({"latency_source": "prometheus", "prometheus_url": "http://127.0.0.1:9/metrics",
+      "period_s": 0.05}, r"--period-s >= 0\.1 and --stall-timeout-s >= 0\.2"),
+    ({"latency_source": "prometheus", "prometheus_url": "http://127.0.0.1:9/metrics",
+      "stall_timeout_s": 0.1}, r"--period-s >= 0\.1 and --stall-timeout-s >= 0\.2"),
 ])
 def test_bad_settings_name_the_flag(kw, message):
     with pytest.raises(ConfigurationError, match=message):
         DaemonConfig(training_pids=(4242,), **{"fixed_sleep": 0, **kw})
+
+
+@pytest.mark.parametrize("period, stall, deadline", [
+    (4.0, None, 1.0), (1.0, None, 0.5), (0.2, 0.6, 0.1), (0.2, None, 0.1), (2.0, 1.0, 0.25),
+    (0.2, 0.0, 0.1),
+])
+def test_the_scrape_deadline_fits_the_period_and_the_stall_timeout(period, stall, deadline):
+    """1 s, at most half a period and a quarter of the stall timeout (its default when off)."""
+    cfg = DaemonConfig(training_pids=(4242,), fixed_sleep=0, period_s=period,
+                       stall_timeout_s=stall, latency_source="prometheus",
+                       prometheus_url="http://127.0.0.1:9/metrics")
+    assert cfg.scrape_timeout_s == pytest.approx(deadline)
 
 
 def test_cli_error_exits_2(tmp_path, capsys):
@@ -102,6 +124,136 @@ def test_cli_error_exits_2(tmp_path, capsys):
                        "--latency-source", "prometheus")[3:]
     assert daemon_main(argv) == 2
     assert "--prometheus-url" in capsys.readouterr().err
+
+
+def test_daemon_holds_through_scrapes_that_are_not_finite(tmp_path, children):
+    """A histogram whose _count turns NaN or +Inf (or _sum NaN) now and then: those periods
+    hold (no samples, one malformed each), the others count, and the daemon runs to its end
+    (exit 0, no traceback) with the training never left stopped."""
+    train = children.spawn(SLEEPER)
+    (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
+
+    def respond(handler, n):
+        bad = {2: ("NaN", None), 4: ("+Inf", None), 6: (10 * n, "NaN")}.get(n % 8)
+        send_body(handler, histogram_text(*bad) if bad else histogram_text(10 * n))
+
+    with metrics_server(respond) as url:
+        out = subprocess.run(daemon_argv(
+            tmp_path, "x", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
+            str(tmp_path / "model.json"), "--period-s", "0.25", "--duration-s", "2.5",
+            "--latency-source", "prometheus", "--prometheus-url", url,
+            "--prometheus-metric", "lat_seconds", "--share-backend", "cpu",
+            "--sleep-method", "signal", "--run-quantum-s", "0.05"),
+            capture_output=True, text=True, timeout=40, stdin=subprocess.DEVNULL, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    recs = [json.loads(x) for x in out.stdout.splitlines()]
+    periods = [r for r in recs if "period" in r and "event" not in r]
+    assert any(r["malformed"] == 1 and r["count"] == 0 for r in periods), periods
+    assert any(r["count"] > 0 and r["mean_ms"] == 20.0 for r in periods), periods
+    assert recs[-1]["event"] == "stopped"
+    assert stopped_pids([train.pid]) == [] and train.poll() is None
+
+
+@pytest.mark.parametrize("mode", ["silent", "drip"])
+def test_a_slow_metrics_endpoint_costs_periods_never_the_daemon(tmp_path, children, mode):
+    """With the fast setting (--period-s 0.2 --stall-timeout-s 0.6) an endpoint that accepts
+    and never answers, or drips its body a byte every 0.1 s: every period holds (no samples,
+    one malformed), the loop keeps beating, the guardian never declares a stall, the daemon
+    runs to its end (exit 0) and the training is never left stopped."""
+    train = children.spawn(SLEEPER)
+    (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
+    stop = threading.Event()
+
+    def respond(handler, n):
+        body = histogram_text(10 * (n + 1)).encode()
+        if mode == "drip":
+            handler.wfile.write(f"HTTP/1.0 200 OK\r\nContent-Length: {len(body)}\r\n\r\n"
+                                .encode())
+            for i in range(len(body)):
+                if stop.wait(0.1):
+                    return
+                handler.wfile.write(body[i:i + 1])
+        stop.wait(10)
+
+    with metrics_server(respond) as url:
+        try:
+            out = subprocess.run(daemon_argv(
+                tmp_path, "x", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
+                str(tmp_path / "model.json"), "--period-s", "0.2", "--stall-timeout-s", "0.6",
+                "--duration-s", "2", "--latency-source", "prometheus", "--prometheus-url", url,
+                "--prometheus-metric", "lat_seconds", "--share-backend", "cpu",
+                "--sleep-method", "signal", "--run-quantum-s", "0.05"),
+                capture_output=True, text=True, timeout=40, stdin=subprocess.DEVNULL,
+                check=False)
+        finally:
+            stop.set()
+    assert out.returncode == 0, out.stderr
+    assert "stalled" not in out.stderr
+    recs = [json.loads(x) for x in out.stdout.splitlines()]
+    periods = [r for r in recs if "period" in r and "event" not in r]
+    assert len(periods) >= 5, periods
+    assert all(r["count"] == 0 and r["malformed"] == 1 for r in periods), periods
+    assert recs[-1]["event"] == "stopped"
+    assert stopped_pids([train.pid]) == [] and train.poll() is None
+
+
+def _open_loop_daemon(tmp_path, pid):
+    from gpucontrol.node.daemon import Daemon
+
+    log = io.StringIO()
+    cfg = DaemonConfig(training_pids=(pid,), fixed_sleep=0.0, socket=str(tmp_path / "g.sock"),
+                       state=str(tmp_path / "g.state.json"), hook=str(tmp_path / "g.hook"))
+    return Daemon(cfg, log=log), log
+
+
+def test_a_latency_source_that_raises_costs_one_period(tmp_path, children):
+    """Whatever a latency source raises, the period holds (no samples, one malformed) and
+    an event names the error; the loop goes on."""
+
+    class Broken:
+        def collect(self):
+            raise ValueError("cannot convert float NaN to integer")
+
+    d, log = _open_loop_daemon(tmp_path, children.spawn(SLEEPER).pid)
+    d.monitor = Broken()  # type: ignore[assignment]
+    d.step()
+    d.step()
+    recs = [json.loads(x) for x in log.getvalue().splitlines()]
+    errors = [r for r in recs if r.get("event") == "latency_source_error"]
+    assert len(errors) == 2 and "ValueError: cannot convert float NaN" in errors[0]["error"]
+    periods = [r for r in recs if "period" in r and "event" not in r]
+    assert [(r["period"], r["count"], r["malformed"]) for r in periods] == [(1, 0, 1), (2, 0, 1)]
+    assert periods[0]["mean_ms"] is None and d.periods == 2
+
+
+def test_a_failure_in_the_control_loop_exits_1_with_the_training_resumed(tmp_path, children,
+                                                                        capsys, monkeypatch):
+    """An exception in the loop after set-up is a failure (exit 1, the traceback, a
+    loop_failed event), never a configuration error (exit 2); the shutdown resumes the
+    training, which the duty cycler was pausing."""
+    from gpucontrol.node.daemon import Daemon
+
+    train = children.spawn(SLEEPER)
+    real = Daemon.step
+
+    def failing(self):
+        if self.periods == 3:
+            raise ValueError("a bug in period 4")
+        real(self)
+
+    monkeypatch.setattr(Daemon, "step", failing)
+    argv = daemon_argv(tmp_path, "x", "--training-pid", str(train.pid), "--fixed-sleep",
+                       "0.05", "--run-quantum-s", "0.02", "--sleep-method", "signal",
+                       "--period-s", "0.1")[3:]
+    assert daemon_main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "the control loop failed after 3 periods (ValueError: a bug in period 4)" in err
+    assert "Traceback" in err
+    recs = [json.loads(x) for x in out.splitlines()]
+    failed = [r for r in recs if r.get("event") == "loop_failed"]
+    assert failed and failed[0]["periods"] == 3 and recs[-1]["event"] == "stopped"
+    assert stopped_pids([train.pid]) == [] and train.poll() is None
 
 
 @pytest.mark.skipif(not cpu_controller_writable(), reason="no writable cgroup CPU controller here")

@@ -1,9 +1,13 @@
 """The Prometheus histogram latency source: parsing, bucket deltas -> mean and p99, resets,
-and a real scrape of a prometheus_client server."""
+malformed scrapes, and a real scrape of a prometheus_client server."""
 
+import contextlib
 import math
+import threading
+import time
 
 import pytest
+from actuators._children import histogram_text, metrics_server, send_body, wait_for
 
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node.prom_source import (
@@ -106,3 +110,117 @@ def test_source_scrapes_a_real_histogram_period_by_period():
     bad = PrometheusSource(f"http://127.0.0.1:{port}/metrics", timeout_s=0.5)
     st = bad.collect()  # server gone: a malformed period, no exception
     assert st.count == 0 and bad.total_malformed == 1
+
+
+@pytest.mark.parametrize("count, total", [
+    ("NaN", None), ("+Inf", None), ("-Inf", None), ("-3", None), ("ten", None),
+    (10, "NaN"), (10, "+Inf"),
+])
+def test_parse_refuses_a_value_that_is_not_a_finite_count(count, total):
+    with pytest.raises(ValueError, match=r"lat_seconds_(count|sum)"):
+        parse_histogram(histogram_text(count, total), "lat_seconds")
+
+
+def test_parse_refuses_a_bucket_that_is_not_a_finite_count_or_bound():
+    for line in ('x_bucket{le="1"} NaN', 'x_bucket{le="NaN"} 3', 'x_bucket{le="one"} 3',
+                 'x_bucket{le="1"} -1'):
+        with pytest.raises(ValueError, match="x_bucket"):
+            parse_histogram(f'{line}\nx_bucket{{le="+Inf"}} 3\nx_sum 1\nx_count 3\n', "x")
+
+
+def test_delta_refuses_values_that_are_not_finite():
+    good = Histogram(((0.01, 1.0), (math.inf, 5.0)), 0.06, 5.0)
+    for bad in (Histogram(good.buckets, 0.06, math.nan), Histogram(good.buckets, 0.06, math.inf),
+                Histogram(((0.01, 1.0), (math.inf, math.inf)), 0.06, 5.0)):
+        with pytest.raises(ValueError, match="finite"):
+            histogram_delta(bad, good)
+        with pytest.raises(ValueError, match="finite"):
+            histogram_delta(good, bad)
+
+
+def test_a_scrape_that_is_not_finite_is_a_malformed_period_that_holds():
+    """A _count or _sum of NaN or +Inf (also from finite to +Inf) is one malformed period
+    without samples; collect never raises, and the next good scrape counts from the last
+    good one."""
+    bodies = [histogram_text(10), histogram_text(20), histogram_text("NaN"), histogram_text(30),
+              histogram_text("+Inf"), histogram_text(40, "NaN"), histogram_text(50)]
+    with metrics_server(lambda h, n: send_body(h, bodies[min(n, len(bodies) - 1)])) as url:
+        src = PrometheusSource(url, "lat_seconds", timeout_s=2.0).start()
+        got = [src.collect() for _ in bodies[1:]]
+    assert [s.count for s in got] == [10, 0, 10, 0, 0, 20]
+    assert [s.malformed for s in got] == [0, 1, 0, 1, 1, 0]
+    assert all(s.mean_ms == pytest.approx(20.0) for s in got if s.count)
+    assert all(math.isnan(s.mean_ms) and math.isnan(s.p99_ms) for s in got if not s.count)
+    assert src.total_count == 40 and src.total_malformed == 3
+    assert "lat_seconds_sum" in src.last_error  # the last failure, named
+
+
+def test_a_garbage_answer_is_a_malformed_period():
+    """Not HTTP at all (http.client.HTTPException, neither OSError nor ValueError): held."""
+    with metrics_server(lambda h, n: h.wfile.write(b"garbage\r\n\r\n")) as url:
+        src = PrometheusSource(url, "lat_seconds", timeout_s=2.0).start()
+        st = src.collect()
+    assert st.count == 0 and st.malformed == 1 and src.total_malformed == 1
+
+
+@contextlib.contextmanager
+def slow_server(mode, drip_s=0.1, for_s=2.0):
+    """A /metrics endpoint that, from the second request on, is slow for ``for_s``: ``silent``
+    (accepts, never answers), ``headers`` (drips the status line) or ``body`` (headers at
+    once, then drips the body); every step well inside a socket timeout. The first request
+    and those after a slow one are answered at once (counts 10, 20, 30...)."""
+    stop = threading.Event()
+
+    def respond(handler, n):
+        body = histogram_text(10 * (n + 1)).encode()
+        if n != 1:
+            send_body(handler, body)
+            return
+        head = (f"HTTP/1.0 200 OK\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        slow = {"silent": b"", "headers": head, "body": body}[mode]
+        if mode == "body":
+            handler.wfile.write(head)
+        end = time.monotonic() + for_s
+        for i in range(len(slow)):
+            if stop.wait(drip_s) or time.monotonic() > end:
+                break
+            handler.wfile.write(slow[i:i + 1])
+        stop.wait(max(0.0, end - time.monotonic()))
+
+    with metrics_server(respond) as url:
+        try:
+            yield url
+        finally:
+            stop.set()
+
+
+@pytest.mark.parametrize("mode", ["silent", "headers", "body"])
+def test_a_slow_scrape_holds_the_period_at_its_deadline(mode):
+    """However the server stalls -- no answer, a status line or a body dripped a byte every
+    0.1 s (each read inside the socket timeout) -- collect returns at the scrape deadline
+    with a period without samples (one malformed), instead of after the whole answer."""
+    with slow_server(mode) as url:
+        src = PrometheusSource(url, "lat_seconds", timeout_s=0.3).start()
+        t0 = time.monotonic()
+        st = src.collect()
+        took = time.monotonic() - t0
+    assert took < 0.9, took
+    assert st.count == 0 and st.malformed == 1 and math.isnan(st.mean_ms)
+    assert "0.3 s" in src.last_error
+
+
+def test_a_late_scrape_is_abandoned_and_never_used():
+    """While a late scrape still runs no second one starts (the next period holds at once);
+    once it has ended the next scrape counts from the last reading in time: the late one's
+    reading is never used."""
+    with slow_server("body", drip_s=0.25, for_s=1.0) as url:  # the late one ends at ~0.5 s
+        src = PrometheusSource(url, "lat_seconds", timeout_s=0.3).start()  # count 10
+        assert src.collect().malformed == 1                 # late (the 20 being dripped)
+        t0 = time.monotonic()
+        again = src.collect()
+        assert time.monotonic() - t0 < 0.1                  # no wait: one scrape at a time
+        assert again.count == 0 and again.malformed == 1 and "still runs" in src.last_error
+        assert wait_for(lambda: src._late is None or src._late.done.is_set(), 5.0)
+        st = src.collect()                                  # count 30, after 10
+    assert st.count == 20 and st.malformed == 0 and st.mean_ms == pytest.approx(20.0)
+    assert src.total_count == 20 and src.total_malformed == 2

@@ -17,7 +17,8 @@ import time
 from gpucontrol.node.actuators.procs import stop_requested
 
 __all__ = ["BUSY", "SLEEPER", "Children", "cpu_controller_writable", "daemon_argv", "group_pids",
-           "read_events", "state", "stop_requested", "stopped_pids", "wait_for", "wait_state"]
+           "histogram_text", "metrics_server", "read_events", "send_body", "state",
+           "stop_requested", "stopped_pids", "wait_for", "wait_state"]
 
 BUSY = "while True: pass"
 SLEEPER = "import time\nwhile True: time.sleep(1)"
@@ -171,5 +172,59 @@ def slow_inference_metrics(latency_s: float = 0.2):
         yield f"http://127.0.0.1:{server.server_port}/metrics"
     finally:
         stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def histogram_text(count: float | str, total: float | str | None = None,
+                   name: str = "lat_seconds") -> str:
+    """A ``/metrics`` body with one histogram: ``count`` observations of 20 ms (all in the
+    0.05 s bucket); ``count`` or ``total`` may be any text (``NaN``, ``+Inf``) for the
+    ``_count`` and ``_sum`` lines."""
+    n = count if isinstance(count, str) else f"{count:g}"
+    c = 0.0 if isinstance(count, str) else float(count)
+    s = total if total is not None else 0.02 * c
+    return (f'{name}_bucket{{le="0.01"}} 0\n{name}_bucket{{le="0.05"}} {c:g}\n'
+            f'{name}_bucket{{le="+Inf"}} {c:g}\n{name}_sum {s}\n{name}_count {n}\n')
+
+
+def send_body(handler, body: str | bytes) -> None:
+    """Answer a request of :func:`metrics_server` with ``200`` and ``body`` at once."""
+    data = body.encode() if isinstance(body, str) else body
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/plain; version=0.0.4")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+@contextlib.contextmanager
+def metrics_server(respond):
+    """A local HTTP server whose every GET calls ``respond(handler, n)`` (``n``: the request's
+    index, from 0) on a thread of its own; yields its ``/metrics`` URL."""
+    import http.server
+    import itertools
+    import threading
+
+    counter = itertools.count()
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            with lock:
+                n = next(counter)
+            try:
+                respond(self, n)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up
+                pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/metrics"
+    finally:
         server.shutdown()
         server.server_close()
