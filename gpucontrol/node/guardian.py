@@ -15,9 +15,10 @@ Two mechanisms:
   while its guardian is alive (the duty cycler's gate) and starts a new one if it dies.
 * **Heartbeat** (liveness, not just exit): the daemon's control loop writes a byte into a
   pipe to the guardian several times per period (:meth:`Guardian.beat`). A daemon that stops
-  beating for ``heartbeat_timeout_s`` -- SIGSTOPped, Ctrl-Z, a debugger, a frozen unit, a
-  D-state -- is treated as dead: the guardian resumes everything listed, then SIGKILLs the
-  daemon through its pidfd (a supervisor such as systemd restarts it).
+  beating for ``heartbeat_timeout_s`` -- SIGSTOPped, Ctrl-Z, a debugger, a D-state -- is
+  treated as dead: the guardian resumes everything listed, then SIGKILLs the
+  daemon through its pidfd (a supervisor such as systemd restarts it). The guardian runs in
+  the daemon's cgroup, so freezing that whole cgroup freezes it too: not caught.
 
 Run by the daemon as ``python -I -S .../gpucontrol/guardian.py --daemon-pid PID --state FILE``;
 it loads its few helpers by path so that it starts in about 0.1 s without importing numpy.
