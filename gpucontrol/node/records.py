@@ -9,12 +9,14 @@ The state file (:mod:`gpucontrol.node.guardian`) carries, next to the targets to
   private root directory to remove);
 * ``made_cgroup``: a cgroup directory it created for the training;
 * ``share``: the CPU-share group it capped (``--share-backend cpu``): its path, backend
-  (``cpu.max`` or ``cfs_quota_us``) and whether the daemon made it;
+  (``cpu.max`` or ``cfs_quota_us``), whether the daemon made it, and for every process it moved
+  in the group that process came from (``origins``, written before the move);
 * ``controller``: the controller's last actuation (see :mod:`gpucontrol.node.persist`).
 
 :func:`cleanup_owned` ends what the records list: it stops every owned training (SIGCONT,
 SIGTERM, SIGKILL after a grace period, through pidfds so a recycled PID is never touched), quits
-the MPS daemon and removes its directory, and removes the made cgroup. The guardian runs it
+the MPS daemon and removes its directory, removes the made cgroup, and lifts the CPU-share cap,
+each capped process back in the cgroup it came from (:func:`release_share`). The guardian runs it
 right after resuming the targets when the daemon dies by any means, and a restarted daemon runs
 it on the leftovers of a run whose guardian died too -- so a launched training never outlives
 its daemon unthrottled and no private MPS daemon or temporary directory leaks.
@@ -25,6 +27,7 @@ Stdlib only: the guardian loads this module by path.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import shutil
@@ -34,8 +37,9 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-__all__ = ["cleanup_owned", "end_group_rest", "open_identity", "quit_mps", "release_share",
-           "remove_cgroup", "terminate_identity"]
+__all__ = ["cleanup_owned", "end_group_rest", "open_identity", "origin_of", "quit_mps",
+           "release_share", "remove_cgroup", "return_members", "share_origins",
+           "terminate_identity"]
 
 MPS_ROOT_PREFIX = "gpucontrol-mps-"
 
@@ -213,14 +217,129 @@ def remove_cgroup(path: object, timeout_s: float = 2.0) -> bool:
             time.sleep(0.02)
 
 
-def release_share(rec: object) -> bool:
-    """Lift a CPU-share cap a dead daemon left (``share`` record), move the group's members
-    back to its parent group and remove the group when the daemon made it.
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            raw = f.read()
+        return int(raw[raw.rindex(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _inside(path: str, top: str) -> bool:
+    return os.path.commonpath([path, top]) == top
+
+
+def share_origins(rec: dict) -> dict[int, tuple[int, str]]:
+    """The usable ``origins`` of a ``share`` record: pid -> (start ticks, cgroup directory).
+
+    Kept: entries whose group lies under the record's controller ``root`` and outside the share
+    group itself (a process that was already in it has no other home the record knows). The
+    first entry is the training's first process.
+    """
+    out: dict[int, tuple[int, str]] = {}
+    root, path, raw = rec.get("root"), rec.get("path"), rec.get("origins")
+    if not (isinstance(root, str) and os.path.isabs(root) and isinstance(path, str)
+            and isinstance(raw, list)):
+        return out
+    root, path = os.path.normpath(root), os.path.normpath(path)
+    for o in raw:
+        try:
+            pid, start, group = int(o["pid"]), int(o["start"]), o["cgroup"]
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not isinstance(group, str) or not os.path.isabs(group):
+            continue
+        group = os.path.normpath(group)
+        if _inside(group, root) and not _inside(group, path):
+            out[pid] = (start, group)  # a PID listed twice (reused): its latest process
+    return out
+
+
+def origin_of(pid: int, origins: dict[int, tuple[int, str]]) -> str | None:
+    """The group ``pid`` came from: its own recorded group when it is the recorded process
+    (same start time), else that of its nearest recorded ancestor (a worker the training forked
+    inside the share group); None when neither is recorded."""
+    p: int | None = int(pid)
+    for _ in range(256):  # a bounded walk up the process tree
+        if p is None or p <= 1:
+            return None
+        hit = origins.get(p)
+        if hit is not None and _start_ticks(p) == hit[0]:
+            return hit[1]
+        p = _ppid(p)
+    return None
+
+
+def _move(pid: str, group: str) -> int:
+    """Write ``pid`` into ``group``'s ``cgroup.procs``: 0, or the errno of the refusal."""
+    try:
+        with open(os.path.join(group, "cgroup.procs"), "w") as f:
+            f.write(pid)
+        return 0
+    except OSError as exc:
+        return exc.errno or -1
+
+
+def return_members(rec: dict) -> int:
+    """Move a share group's members back to the groups they came from.
+
+    Each member goes to its recorded group (``origins``), or to that of its nearest recorded
+    ancestor; a member neither names (an orphaned worker) goes to the group of the training's
+    first process when the daemon made the share group, and stays where it is otherwise (it
+    was put there by someone else). A group that is gone or refuses the process: the share
+    group's parent. A record without ``origins`` (an older daemon's): every member to the
+    parent.
 
     Parameters
     ----------
     rec : dict
-        ``{"path": abs path, "backend": "cpu.max" | "cfs_quota_us", "made": bool}``.
+        The ``share`` record (:func:`release_share`).
+
+    Returns
+    -------
+    int
+        How many processes were moved.
+    """
+    path = os.path.normpath(str(rec["path"]))
+    parent = os.path.dirname(path)
+    legacy = "origins" not in rec
+    origins = share_origins(rec)
+    default = next(iter(origins.values()))[1] if origins else parent
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            members = f.read().split()
+    except OSError:
+        return 0
+    moved = 0
+    for pid in members:
+        try:
+            home = parent if legacy else origin_of(int(pid), origins)
+        except ValueError:
+            continue
+        if home is None:
+            if not rec.get("made"):
+                continue  # not ours, in a group we did not make: left alone
+            home = default
+        err = _move(pid, home)
+        if err and err != errno.ESRCH and home != parent:
+            err = _move(pid, parent)  # its group is gone, or refuses it
+        moved += not err
+    return moved
+
+
+def release_share(rec: object) -> bool:
+    """Lift a CPU-share cap a dead daemon left (``share`` record), move the group's members
+    back to the groups they came from (:func:`return_members`) and remove the group when the
+    daemon made it. :meth:`gpucontrol.node.actuators.cpu_share.CpuShare.close` does the same.
+
+    Parameters
+    ----------
+    rec : dict
+        ``{"path": abs path, "backend": "cpu.max" | "cfs_quota_us", "made": bool,
+        "root": the controller's root, "origins": [{"pid", "start", "cgroup"}, ...]}``:
+        ``origins`` lists each process the daemon moved in, with its start time (clock ticks)
+        and the absolute group it came from.
 
     Returns
     -------
@@ -233,6 +352,7 @@ def release_share(rec: object) -> bool:
     if (not isinstance(path, str) or not os.path.isabs(path) or not os.path.isdir(path)
             or backend not in ("cpu.max", "cfs_quota_us")):
         return False
+    lifted = True
     try:
         if backend == "cpu.max":
             with open(os.path.join(path, "cpu.max")) as f:
@@ -243,17 +363,11 @@ def release_share(rec: object) -> bool:
             with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
                 f.write("-1")
     except OSError:
-        return False
-    with contextlib.suppress(OSError):
-        with open(os.path.join(path, "cgroup.procs")) as f:
-            members = f.read().split()
-        for pid in members:
-            with contextlib.suppress(OSError), \
-                    open(os.path.join(os.path.dirname(path), "cgroup.procs"), "w") as f:
-                f.write(pid)
+        lifted = False
+    return_members(rec)  # even when the cap stayed: out of the capped group
     if rec.get("made"):
         remove_cgroup(path)
-    return True
+    return lifted
 
 
 def cleanup_owned(doc: dict, grace_s: float = 10.0) -> dict[str, int]:

@@ -26,8 +26,8 @@ Crash paths: the green-context share lives in the hook file's flags, so whatever
 sleep withdraws the share too -- :meth:`HookWriter.close` at exit, the guardian's and the next
 daemon's :func:`~gpucontrol.node.hooks.clear_hook_file`, and the reader's staleness check when
 no daemon beats any more: the training is back on the full device (100 %). The CPU cap is
-lifted by :func:`gpucontrol.node.records.release_share`; an MPS training is ended with its
-daemon.
+lifted, and each capped process returned to the cgroup it came from, by
+:func:`gpucontrol.node.records.release_share`; an MPS training is ended with its daemon.
 
 Examples
 --------
@@ -40,6 +40,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -140,12 +141,33 @@ class ShareWiring:
 
     def start_cpu(self, pids: Sequence[int], *, cgroup: str, initial_pct: float,
                   record: Callable[..., None]) -> dict[str, Any]:
-        """``cpu``: cap the training's CPU share; the ``share`` record goes into the state
-        file at once, so a crash lifts the cap. Returns the ``cpu_share_ready`` event."""
+        """``cpu``: cap the training's CPU share. The ``share`` record goes into the state file
+        as soon as the group exists and again, with the group each process comes from, before
+        the processes are moved, so a crash lifts the cap and returns them. All or nothing: a
+        failure (a process the controller refuses, a state write that fails) undoes what was
+        done -- the processes back where they were, a group made here removed, the record
+        withdrawn -- and raises. Returns the ``cpu_share_ready`` event."""
         from gpucontrol.node.actuators.cpu_share import CpuShare
 
-        self._cpu = CpuShare(pids, name=cgroup, share_pct=initial_pct)
-        record(share=self._cpu.record())
+        recorded = False
+
+        def keep(rec: dict[str, object]) -> None:
+            nonlocal recorded
+            recorded = True
+            record(share=rec)
+
+        try:
+            self._cpu = CpuShare(pids, name=cgroup, share_pct=initial_pct, on_record=keep)
+        except BaseException as exc:
+            if recorded:  # withdrawn: the group it names is undone (or not ours)
+                with contextlib.suppress(OSError):
+                    record(share=None)
+            if isinstance(exc, OSError):
+                err = OSError(f"--share-backend cpu: {exc}; undone: the training is back in "
+                              "its own cgroups and no group is left capped")
+                err.errno = exc.errno
+                raise err from exc
+            raise
         self.backend = make_backend("cpu.max", actuator=self._cpu)
         self.backend.share_pct = initial_pct
         self.reason = ("--share-backend cpu: the training's cgroup CPU quota "

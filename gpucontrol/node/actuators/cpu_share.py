@@ -14,8 +14,9 @@ Backends, chosen by :func:`detect_backend`:
 
 :class:`CpuShare` has the face a spatial-share actuator needs: ``set_share_pct(pct)`` returns
 the measured change latency (s), ``granularity_pct`` and ``backend``. It creates its group when
-missing, moves the given processes (and their descendants) in, and :meth:`CpuShare.close`
-lifts the cap, moves the processes to the parent group and removes a group it made.
+missing, records the group each process comes from and moves the given processes (and their
+descendants) in; :meth:`CpuShare.close` lifts the cap, returns every process to the group it
+came from and removes a group it made. A set-up that fails part-way is undone the same way.
 
 Examples
 --------
@@ -28,16 +29,18 @@ Examples
 
 from __future__ import annotations
 
+import errno
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gpucontrol._validate import in_range, int_at_least
 from gpucontrol.errors import ConfigurationError
-from gpucontrol.node.actuators.procs import descendants
+from gpucontrol.node.actuators.procs import descendants, read_stat
+from gpucontrol.node.records import release_share
 
-__all__ = ["CpuShare", "detect_backend", "quota_for"]
+__all__ = ["CpuShare", "cgroup_of", "detect_backend", "group_path", "quota_for"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: The kernel's smallest quota, microseconds.
@@ -107,8 +110,81 @@ def detect_backend(root: Path = CGROUP_ROOT) -> tuple[str, Path]:
                              "with cpu.cfs_quota_us); --share-backend cpu needs one (root)")
 
 
+def cgroup_of(pid: int, backend: str, base: Path) -> Path | None:
+    """The group of ``pid`` in the CPU controller's hierarchy, as a directory under ``base``.
+
+    Parameters
+    ----------
+    pid : int
+        The process.
+    backend : str
+        ``"cpu.max"`` (the v2 hierarchy) or ``"cfs_quota_us"`` (the v1 ``cpu`` hierarchy).
+    base : pathlib.Path
+        That hierarchy's mount point (:func:`detect_backend`).
+
+    Returns
+    -------
+    pathlib.Path or None
+        The directory; None when the process is gone or its group is not visible from here.
+    """
+    try:
+        text = Path(f"/proc/{int(pid)}/cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        hier, ctrls, rel = [*line.split(":", 2), "", ""][:3]
+        v2 = hier == "0" and not ctrls
+        if (v2 if backend == "cpu.max" else "cpu" in ctrls.split(",")):
+            if not rel.startswith("/") or ".." in rel.split("/"):
+                return None  # outside our cgroup namespace
+            return base / rel.lstrip("/")
+    return None
+
+
+def _refusal(exc: OSError, pid: int, group: Path) -> OSError:
+    """The error of a process the controller would not move, saying which and why."""
+    why = exc.strerror or str(exc)
+    try:
+        rt = os.sched_getscheduler(pid) in (os.SCHED_FIFO, os.SCHED_RR)
+    except OSError:
+        rt = False
+    if rt:
+        why += (" (it runs under a real-time policy, SCHED_FIFO/SCHED_RR, which a cgroup v1 "
+                "cpu group without a real-time budget, cpu.rt_runtime_us, refuses)")
+    err = OSError(f"cannot move pid {pid} into {group}: {why}")
+    err.errno = exc.errno
+    return err
+
+
+def group_path(name: str, root: Path = CGROUP_ROOT) -> Path:
+    """Where :class:`CpuShare` puts the group ``name`` on this host (nothing is made).
+
+    Parameters
+    ----------
+    name : str
+        Group name, relative to the CPU controller's root.
+    root : pathlib.Path
+        The cgroup mount point.
+
+    Returns
+    -------
+    pathlib.Path
+        The group directory.
+
+    Raises
+    ------
+    ConfigurationError
+        No writable CPU controller (:func:`detect_backend`).
+    """
+    return detect_backend(Path(root))[1] / name
+
+
 class CpuShare:
     """Cap a group of processes at a percentage of the machine's CPUs, without a restart.
+
+    Set-up is all or nothing: if the group cannot be made, capped or every process moved in,
+    whatever was done is undone (:meth:`close`: the processes back where they were, the group
+    removed when it was made here) before the error is raised.
 
     Parameters
     ----------
@@ -127,6 +203,10 @@ class CpuShare:
     weight : int or None
         CPU weight of the group against its siblings, in [1, 10000] (cgroup v2 units, 100 the
         default; v1 ``cpu.shares`` = weight * 1024 / 100); None leaves it.
+    on_record : callable or None
+        Called with :meth:`record` whenever it changes: once the group exists, and with the
+        groups the processes come from *before* they are moved (a write-ahead for a crash
+        clean-up). An exception from it undoes the set-up like any other.
 
     Attributes
     ----------
@@ -136,41 +216,73 @@ class CpuShare:
         The smallest share step the controller can express (1 us of quota per period).
     min_share_pct : float
         The smallest share (the kernel's 1 ms minimum quota).
+    origins : list of dict
+        ``{"pid", "start", "cgroup"}`` for every process moved in: its start time (clock
+        ticks) and the group it came from, where :meth:`close` returns it.
     """
 
     def __init__(self, pids: Iterable[int] = (), *, name: str = "gpucontrol-training",
                  share_pct: float = 100.0, period_us: int = 100_000,
                  ncpus: int | None = None, root: Path = CGROUP_ROOT,
-                 weight: int | None = None) -> None:
+                 weight: int | None = None,
+                 on_record: Callable[[dict[str, object]], None] | None = None) -> None:
         self.backend, self.base = detect_backend(Path(root))
         self.ncpus = int_at_least("ncpus", int(ncpus or os.cpu_count() or 1), 1)
         self.period_us = int(in_range("period_us", period_us, 1000, 1_000_000))
         self.granularity_pct = 100.0 / (self.ncpus * self.period_us)
         self.min_share_pct = 100.0 * MIN_QUOTA_US / (self.ncpus * self.period_us)
+        w = None if weight is None else int(in_range("weight", weight, 1, 10000))
         self.path = self.base / name
         self._made = False
-        if not self.path.is_dir():
-            self.path.mkdir(parents=False)
-            self._made = True
+        self._on_record = on_record
+        self.origins: list[dict[str, object]] = []
         self.share_pct = 100.0
         self.changes: list[float] = []
-        if self.backend == "cfs_quota_us":
-            (self.path / "cpu.cfs_period_us").write_text(str(self.period_us))
-        if weight is not None:
-            w = int(in_range("weight", weight, 1, 10000))
-            if self.backend == "cpu.max":
-                (self.path / "cpu.weight").write_text(str(w))
-            else:
-                (self.path / "cpu.shares").write_text(str(max(2, w * 1024 // 100)))
-        self.set_share_pct(share_pct)
-        self.add(pids)
+        try:
+            if not self.path.is_dir():
+                self.path.mkdir(parents=False)
+                self._made = True
+            self._publish()  # from here a crash clean-up lifts the cap and removes the group
+            if self.backend == "cfs_quota_us":
+                (self.path / "cpu.cfs_period_us").write_text(str(self.period_us))
+            if w is not None:
+                if self.backend == "cpu.max":
+                    (self.path / "cpu.weight").write_text(str(w))
+                else:
+                    (self.path / "cpu.shares").write_text(str(max(2, w * 1024 // 100)))
+            self.set_share_pct(share_pct)
+            self.add(pids)
+        except BaseException:
+            self.close()  # nothing half-done: the processes back home, our group removed
+            raise
+
+    def _publish(self) -> None:
+        if self._on_record is not None:
+            self._on_record(self.record())
 
     # ---------------------------------------------------------------- membership
     def _procs_file(self, group: Path) -> Path:
         return group / "cgroup.procs"
 
+    def _inside(self, pid: int) -> bool:
+        home = cgroup_of(pid, self.backend, self.base)
+        return home is not None and (home == self.path or self.path in home.parents)
+
+    def _origin(self, pid: int) -> dict[str, object] | None:
+        st = read_stat(pid)
+        home = cgroup_of(pid, self.backend, self.base)
+        if st is None or home is None:
+            return None  # gone
+        if home == self.path or self.path in home.parents:
+            home = self.path.parent  # already inside: the record knows no other home
+        return {"pid": pid, "start": st.start_ticks, "cgroup": str(home)}
+
     def add(self, pids: Iterable[int]) -> list[int]:
         """Move processes and their descendants into the group.
+
+        The group each one comes from is recorded first (:attr:`origins`, passed to
+        ``on_record``), where :meth:`close` returns it. A descendant forked while the moves
+        run is picked up by a second scan.
 
         Parameters
         ----------
@@ -181,19 +293,38 @@ class CpuShare:
         -------
         list of int
             The PIDs moved (ones that exited meanwhile are skipped).
+
+        Raises
+        ------
+        OSError
+            The controller refused a process (the message says which, and why); the ones
+            moved before it stay in the group (the constructor undoes them).
         """
         roots = list(pids)
-        moved = []
-        for pid in roots + descendants(roots):
-            try:
-                self._procs_file(self.path).write_text(str(pid))
+        known = {(o["pid"], o["start"]) for o in self.origins}
+        moved: list[int] = []
+        seen: set[int] = set()
+        for scan in range(3):
+            todo = [p for p in dict.fromkeys(roots + descendants(roots)) if p not in seen]
+            seen.update(todo)
+            if scan:  # forked in the group by a process already moved: it needs no move
+                todo = [p for p in todo if not self._inside(p)]
+            if not todo:
+                break
+            new = [o for o in map(self._origin, todo)
+                   if o is not None and (o["pid"], o["start"]) not in known]
+            if new:
+                self.origins += new
+                known |= {(o["pid"], o["start"]) for o in new}
+                self._publish()  # written before the moves
+            for pid in todo:
+                try:
+                    self._procs_file(self.path).write_text(str(pid))
+                except OSError as exc:
+                    if exc.errno == errno.ESRCH:
+                        continue
+                    raise _refusal(exc, pid, self.path) from None
                 moved.append(pid)
-            except ProcessLookupError:
-                continue
-            except OSError as exc:
-                if exc.errno == 3:  # ESRCH
-                    continue
-                raise
         return moved
 
     def members(self) -> list[int]:
@@ -280,29 +411,17 @@ class CpuShare:
         return float("nan")
 
     def record(self) -> dict[str, object]:
-        """What a crash clean-up needs to lift this cap (the state file's ``share`` record,
-        :func:`gpucontrol.node.records.release_share`)."""
-        return {"path": str(self.path), "backend": self.backend, "made": self._made}
+        """What a crash clean-up needs to lift this cap and return the processes (the state
+        file's ``share`` record, :func:`gpucontrol.node.records.release_share`)."""
+        return {"path": str(self.path), "backend": self.backend, "made": self._made,
+                "root": str(self.base), "origins": [dict(o) for o in self.origins]}
 
     def close(self) -> None:
-        """Lift the cap, move the members to the parent group, remove a group we made."""
-        try:
-            self._write(None)
-        except OSError:
-            pass
-        for pid in self.members():
-            try:
-                self._procs_file(self.path.parent).write_text(str(pid))
-            except OSError:
-                pass
-        if self._made:
-            for _ in range(50):
-                try:
-                    self.path.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.02)
-            self._made = False
+        """Lift the cap, return each member to the group it came from (a worker forked in the
+        group: its parent's; a group that is gone: the parent group) and remove a group we
+        made (:func:`gpucontrol.node.records.release_share`)."""
+        release_share(self.record())
+        self._made = False
 
     def __enter__(self) -> CpuShare:
         return self

@@ -62,6 +62,55 @@ def cgroup_factory():
 
 
 @pytest.fixture
+def cpu_groups():
+    """Returns ``make(quota_pct=None) -> Path``: fresh groups under the cgroup CPU controller's
+    root (optionally capped at ``quota_pct`` % of one CPU), for a training's own group; skips
+    where no CPU controller is writable. At teardown their members go to the root group and
+    the groups are removed."""
+    from gpucontrol.errors import ConfigurationError
+    from gpucontrol.node.actuators.cpu_share import detect_backend
+
+    try:
+        backend, base = detect_backend()
+    except ConfigurationError:
+        pytest.skip("no writable cgroup CPU controller here")
+    made: list[Path] = []
+
+    def make(quota_pct=None):
+        path = base / f"gpucontrol-test-home-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        path.mkdir()
+        made.append(path)
+        if quota_pct is not None:
+            quota = int(quota_pct * 1000)  # of a 100 ms period
+            if backend == "cpu.max":
+                (path / "cpu.max").write_text(f"{quota} 100000")
+            else:
+                (path / "cpu.cfs_period_us").write_text("100000")
+                (path / "cpu.cfs_quota_us").write_text(str(quota))
+        return path
+
+    try:
+        yield make
+    finally:
+        import time
+
+        for path in reversed(made):
+            for _ in range(200):
+                try:
+                    for pid in (path / "cgroup.procs").read_text().split():
+                        try:
+                            (base / "cgroup.procs").write_text(pid)
+                        except OSError:
+                            pass
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
+@pytest.fixture
 def cgroup_dir(cgroup_factory):
     """A fresh, empty cgroup v2 group we may write (skips where none can be created)."""
     path = cgroup_factory()

@@ -22,6 +22,7 @@ import uuid
 import pytest
 from actuators._children import (
     BUSY,
+    cpu_cgroup_of,
     cpu_controller_writable,
     daemon_argv,
     slow_inference_metrics,
@@ -177,16 +178,6 @@ def test_chaos_never_leaves_a_process_stopped_or_orphaned(children, tmp_path):
                     pass
 
 
-def _cpu_cgroup_of(pid):
-    """The v1 ``cpu`` (or v2 unified) cgroup path of ``pid``, as /proc shows it."""
-    with open(f"/proc/{pid}/cgroup") as f:
-        rows = [line.rstrip("\n").split(":", 2) for line in f]
-    for _id, ctrls, path in rows:
-        if "cpu" in ctrls.split(","):
-            return path
-    return next(path for _id, ctrls, path in rows if ctrls == "")
-
-
 def test_chaos_cpu_share_cap_never_outlives_the_daemon(children, tmp_path):
     """The restart-free CPU-share backend under the same faults: a daemon that has capped the
     training's CPU share is killed (or stopped then killed, or stopped during shutdown). After
@@ -196,7 +187,7 @@ def test_chaos_cpu_share_cap_never_outlives_the_daemon(children, tmp_path):
         pytest.skip("no writable cgroup CPU controller here")
     rng = random.Random(SEED)
     busy = children.spawn()
-    home = _cpu_cgroup_of(busy.pid)
+    home = cpu_cgroup_of(busy.pid)
     (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
     log = []
     groups = []
@@ -227,7 +218,7 @@ def test_chaos_cpu_share_cap_never_outlives_the_daemon(children, tmp_path):
                 cg = made.get("cgroup")
                 assert cg, log
                 assert wait_for(lambda c=cg: not os.path.exists(c), 5.0), (log, cg)
-                assert _cpu_cgroup_of(busy.pid) == home, log
+                assert cpu_cgroup_of(busy.pid) == home, log
                 assert alive(busy.pid)
         finally:
             for g in groups:      # a failed round must not leave a capped group behind

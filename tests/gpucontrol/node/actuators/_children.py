@@ -16,12 +16,19 @@ import time
 
 from gpucontrol.node.actuators.procs import stop_requested
 
-__all__ = ["BUSY", "SLEEPER", "Children", "cpu_controller_writable", "daemon_argv", "group_pids",
-           "histogram_text", "metrics_server", "read_events", "send_body", "state",
+__all__ = ["BUSY", "FORKER", "SLEEPER", "Children", "child_pids", "cpu_cgroup_of",
+           "cpu_controller_writable", "daemon_argv", "group_pids", "histogram_text",
+           "metrics_server", "read_events", "send_body", "state",
            "stop_requested", "stopped_pids", "wait_for", "wait_state"]
 
 BUSY = "while True: pass"
 SLEEPER = "import time\nwhile True: time.sleep(1)"
+#: Sleeps; forks one sleeping worker per line read from stdin (a training starting workers).
+FORKER = ("import os, sys, time\n"
+          "for _ in sys.stdin:\n"
+          "    if os.fork() == 0:\n"
+          "        break\n"
+          "while True: time.sleep(1)")
 
 
 class Children:
@@ -134,6 +141,25 @@ def read_events(stream, until: str, timeout: float = 20.0) -> list[dict]:
         if rec.get("event") == until:
             return out
     raise AssertionError(f"no {until!r} event; got {out}")
+
+
+def child_pids(pid: int) -> list[int]:
+    """The direct children of ``pid`` (empty when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def cpu_cgroup_of(pid: int) -> str:
+    """The v1 ``cpu`` (or v2 unified) cgroup path of ``pid``, as /proc shows it."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        rows = [line.rstrip("\n").split(":", 2) for line in f]
+    for _id, ctrls, path in rows:
+        if "cpu" in ctrls.split(","):
+            return path
+    return next(path for _id, ctrls, path in rows if ctrls == "")
 
 
 def cpu_controller_writable() -> bool:

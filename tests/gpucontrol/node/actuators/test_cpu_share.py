@@ -1,6 +1,8 @@
 """The cgroup CPU-share actuator: quota arithmetic everywhere; on a host whose cgroup CPU
 controller we may write (v2 cpu.max or v1 cpu.cfs_quota_us), a real capped process."""
 
+import errno
+import json
 import os
 import subprocess
 import sys
@@ -8,7 +10,14 @@ import time
 import uuid
 
 import pytest
-from _children import cpu_controller_writable
+from _children import (
+    FORKER,
+    SLEEPER,
+    child_pids,
+    cpu_cgroup_of,
+    cpu_controller_writable,
+    wait_for,
+)
 
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node.actuators.cpu_share import CpuShare, detect_backend, quota_for
@@ -88,3 +97,136 @@ def test_crash_clean_up_lifts_the_cap_from_the_state_record():
             share.close()
         p.kill()
         p.wait()
+
+
+# ------------------------------------------------------------------ where processes go back
+def _rel(group) -> str:
+    """A group directory as /proc/PID/cgroup names it (relative to the controller root)."""
+    rel = group.relative_to(detect_backend()[1]).as_posix()
+    return "/" if rel == "." else "/" + rel
+
+
+def _quota(group) -> str:
+    f = group / "cpu.max"
+    return f.read_text().split()[0] if f.exists() else (group / "cpu.cfs_quota_us").read_text()
+
+
+def _spawn_forker(children):
+    return children.spawn(FORKER, stdin=subprocess.PIPE, text=True)
+
+
+def _fork_worker(p) -> int:
+    """Make the FORKER child ``p`` fork one worker now; returns the worker's pid."""
+    before = set(child_pids(p.pid))
+    p.stdin.write("fork\n")
+    p.stdin.flush()
+    new = wait_for(lambda: set(child_pids(p.pid)) - before, 5.0)
+    assert new, "the training did not fork"
+    return new.pop()
+
+
+def test_close_returns_each_process_to_the_group_it_came_from(children, cpu_groups):
+    """A training in a group of its own (capped at 50 % by someone else) goes back there when
+    the share is closed -- not to the share group's parent, where it would escape that cap --
+    and so does a worker it forked while capped."""
+    home = cpu_groups(quota_pct=50)
+    p = _spawn_forker(children)
+    (home / "cgroup.procs").write_text(str(p.pid))
+    home_quota = _quota(home)
+    share = CpuShare([p.pid], name=f"gpucontrol-test-{uuid.uuid4().hex[:8]}", share_pct=10.0)
+    try:
+        assert cpu_cgroup_of(p.pid) == _rel(share.path)
+        rec = share.record()
+        assert [(o["pid"], o["cgroup"]) for o in rec["origins"]] == [(p.pid, str(home))]
+        worker = _fork_worker(p)  # forked inside the share group: not in the record
+        assert cpu_cgroup_of(worker) == _rel(share.path)
+    finally:
+        share.close()
+    assert not share.path.exists()
+    assert cpu_cgroup_of(p.pid) == _rel(home)
+    assert cpu_cgroup_of(worker) == _rel(home)  # its parent's group
+    assert _quota(home) == home_quota  # that cap untouched
+
+
+def test_crash_clean_up_returns_processes_home_or_to_the_parent(children, cpu_groups):
+    """The guardian's path (the state record, no close()): each process back in its own group;
+    one whose group was removed meanwhile goes to the share group's parent."""
+    from gpucontrol.node.records import cleanup_owned
+
+    homes = [cpu_groups(quota_pct=50), cpu_groups()]
+    procs = [_spawn_forker(children) for _ in homes]
+    for h, p in zip(homes, procs):
+        (h / "cgroup.procs").write_text(str(p.pid))
+    share = CpuShare([p.pid for p in procs], name=f"gpucontrol-test-{uuid.uuid4().hex[:8]}",
+                     share_pct=10.0)
+    try:
+        worker = _fork_worker(procs[0])
+        homes[1].rmdir()  # empty now: its process sits in the share group
+        out = cleanup_owned({"share": json.loads(json.dumps(share.record()))})  # no close()
+        assert out["share_released"] == 1
+    finally:
+        if share.path.exists():
+            share.close()
+    assert not share.path.exists()
+    assert cpu_cgroup_of(procs[0].pid) == _rel(homes[0])
+    assert cpu_cgroup_of(worker) == _rel(homes[0])
+    assert cpu_cgroup_of(procs[1].pid) == _rel(share.path.parent)
+
+
+@pytest.mark.parametrize("fail_at", [1, 2])
+def test_a_failed_state_write_undoes_the_set_up(children, cpu_groups, fail_at):
+    """The record cannot be written (1: once the group exists; 2: the write-ahead of the
+    processes' groups): the error comes out, the group made is gone, the training never left
+    its own group."""
+    home = cpu_groups(quota_pct=50)
+    p = children.spawn(SLEEPER)
+    (home / "cgroup.procs").write_text(str(p.pid))
+    calls = []
+
+    def record(rec):
+        calls.append(rec)
+        if len(calls) == fail_at:
+            raise OSError(28, "No space left on device")
+
+    name = f"gpucontrol-test-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(OSError, match="No space"):
+        CpuShare([p.pid], name=name, share_pct=10.0, on_record=record)
+    assert calls[0]["made"] and calls[0]["origins"] == []
+    assert not (detect_backend()[1] / name).exists()
+    assert cpu_cgroup_of(p.pid) == _rel(home)
+
+
+def test_a_refused_process_undoes_the_set_up(children, cpu_groups):
+    """A SCHED_FIFO worker the v1 cpu controller refuses (a group without a real-time budget):
+    the training's main process, moved just before, goes back to its own group, the group is
+    removed and the error names the process and why."""
+    backend, base = detect_backend()
+    if backend != "cfs_quota_us" or not (base / "cpu.rt_runtime_us").exists():
+        pytest.skip("needs the v1 cpu controller with real-time group scheduling")
+    home = cpu_groups()
+    p = children.spawn(RT_CHILD)
+    rt = wait_for(lambda: [c for c in child_pids(p.pid) if _fifo(c)], 5.0)
+    if not rt:
+        pytest.skip("cannot make a SCHED_FIFO process here")
+    (home / "cgroup.procs").write_text(str(p.pid))  # the worker stays in the root group
+    rt_home = cpu_cgroup_of(rt[0])
+    name = f"gpucontrol-test-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(OSError, match=rf"cannot move pid {rt[0]} .*real-time") as exc:
+        CpuShare([p.pid], name=name, share_pct=10.0)
+    assert exc.value.errno == errno.EINVAL
+    assert not (base / name).exists()
+    assert cpu_cgroup_of(p.pid) == _rel(home)
+    assert cpu_cgroup_of(rt[0]) == rt_home
+
+
+RT_CHILD = ("import os, time\n"
+            "if os.fork() == 0:\n"
+            "    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))\n"
+            "while True: time.sleep(1)")
+
+
+def _fifo(pid: int) -> bool:
+    try:
+        return os.sched_getscheduler(pid) == os.SCHED_FIFO
+    except OSError:
+        return False

@@ -1,0 +1,165 @@
+"""The daemon's ``--share-backend cpu`` as real processes: where the training goes when the
+daemon stops or dies (back to its own group, workers included), and a set-up that fails
+part-way (undone). Skipped where no cgroup CPU controller is writable (the ``cpu_groups``
+fixture)."""
+
+import json
+import os
+import signal
+import subprocess
+import uuid
+
+import pytest
+from actuators._children import (
+    FORKER,
+    SLEEPER,
+    child_pids,
+    cpu_cgroup_of,
+    daemon_argv,
+    read_events,
+    stopped_pids,
+    wait_for,
+)
+
+from gpucontrol.node.actuators.cpu_share import detect_backend
+from gpucontrol.node.records import release_share
+from gpucontrol.node.share import ShareWiring
+
+OPEN_LOOP = ("--fixed-sleep", "0", "--share-backend", "cpu", "--sleep-method", "signal",
+             "--period-s", "0.2")
+
+
+def _rel(group) -> str:
+    rel = group.relative_to(detect_backend()[1]).as_posix()
+    return "/" if rel == "." else "/" + rel
+
+
+def _quota(group) -> str:
+    f = group / "cpu.max"
+    return f.read_text().split()[0] if f.exists() else (group / "cpu.cfs_quota_us").read_text()
+
+
+def _fork_worker(p) -> int:
+    before = set(child_pids(p.pid))
+    p.stdin.write("fork\n")
+    p.stdin.flush()
+    new = wait_for(lambda: set(child_pids(p.pid)) - before, 5.0)
+    assert new, "the training did not fork"
+    return new.pop()
+
+
+def _guardian_of(daemon_pid: int) -> int | None:
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"--daemon-pid" in argv and str(daemon_pid).encode() in argv and any(
+                    a.endswith(b"guardian.py") for a in argv):
+                return int(name)
+    return None
+
+
+def _group_name() -> str:
+    return f"gpucontrol-test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.parametrize("stop", ["term", "kill"])
+def test_the_training_goes_back_to_its_own_group(children, cpu_groups, tmp_path, stop):
+    """A training that runs in a group of its own, capped at 50 % by someone else, is back
+    there -- with the worker it forked while capped -- after a SIGTERM (the daemon's shutdown)
+    and after a SIGKILL (its guardian, from the state record); it never lands in the root
+    group, outside that cap."""
+    home = cpu_groups(quota_pct=50)
+    train = children.spawn(FORKER, stdin=subprocess.PIPE, text=True)
+    (home / "cgroup.procs").write_text(str(train.pid))
+    home_quota = _quota(home)
+    d = children.popen(daemon_argv(tmp_path, "a", "--training-pid", str(train.pid), *OPEN_LOOP,
+                                   "--fixed-mps", "30", "--share-cgroup", _group_name()),
+                       stdout=subprocess.PIPE, text=True)
+    ready = [r for r in read_events(d.stdout, "started") if r.get("event") == "cpu_share_ready"]
+    group = ready[0]["cgroup"]
+    try:
+        assert cpu_cgroup_of(train.pid) == _rel(detect_backend()[1] / os.path.basename(group))
+        worker = _fork_worker(train)
+        state = json.loads((tmp_path / "a.state.json").read_text())
+        assert [(o["pid"], o["cgroup"]) for o in state["share"]["origins"]] == \
+            [(train.pid, str(home))]
+        d.send_signal(signal.SIGTERM if stop == "term" else signal.SIGKILL)
+        d.wait(20)
+        assert wait_for(lambda: not os.path.exists(group), 5.0)
+        assert cpu_cgroup_of(train.pid) == _rel(home)
+        assert cpu_cgroup_of(worker) == _rel(home)
+        assert _quota(home) == home_quota
+        assert stopped_pids([train.pid, worker]) == []
+    finally:
+        release_share({"path": group, "backend": ready[0]["backend"], "made": True})
+
+
+RT_CHILD = ("import os, time\n"
+            "if os.fork() == 0:\n"
+            "    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))\n"
+            "while True: time.sleep(1)")
+
+
+def test_a_refused_worker_leaves_the_training_as_it_was(children, cpu_groups, tmp_path):
+    """A SCHED_FIFO worker the v1 cpu controller will not move: the daemon exits 1 with one
+    line naming the process and saying it undid the set-up; the training is back in its own
+    group, the share group is gone and so is the state file."""
+    backend, base = detect_backend()
+    if backend != "cfs_quota_us" or not (base / "cpu.rt_runtime_us").exists():
+        pytest.skip("needs the v1 cpu controller with real-time group scheduling")
+    home = cpu_groups(quota_pct=50)
+    train = children.spawn(RT_CHILD)
+
+    def fifo_child():
+        for c in child_pids(train.pid):
+            try:
+                if os.sched_getscheduler(c) == os.SCHED_FIFO:
+                    return c
+            except OSError:
+                pass
+        return None
+
+    rt = wait_for(fifo_child, 5.0)
+    if not rt:
+        pytest.skip("cannot make a SCHED_FIFO process here")
+    (home / "cgroup.procs").write_text(str(train.pid))
+    name = _group_name()
+    out = subprocess.run(daemon_argv(tmp_path, "a", "--training-pid", str(train.pid),
+                                     *OPEN_LOOP, "--fixed-mps", "20", "--share-cgroup", name),
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                         check=False)
+    assert out.returncode == 1, out.stderr
+    errors = [line for line in out.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and f"cannot move pid {rt}" in errors[0] \
+        and "undone" in errors[0], out.stderr
+    assert not (base / name).exists()
+    assert cpu_cgroup_of(train.pid) == _rel(home)
+    assert not (tmp_path / "a.state.json").exists()
+
+
+def test_a_failed_state_write_withdraws_the_share(children, cpu_groups):
+    """The daemon's state write fails while the share is set up: the error says the set-up
+    was undone, no backend is left, the record is withdrawn and the training never left its
+    own group."""
+    home = cpu_groups(quota_pct=50)
+    train = children.spawn(SLEEPER)
+    (home / "cgroup.procs").write_text(str(train.pid))
+    calls = []
+
+    def record(**recs):
+        calls.append(recs)
+        if recs["share"] and recs["share"]["origins"]:  # the write-ahead before the move
+            raise OSError(28, "No space left on device")
+
+    name = _group_name()
+    wiring = ShareWiring("cpu", [])
+    with pytest.raises(OSError, match=r"--share-backend cpu: .*No space.*undone"):
+        wiring.start_cpu([train.pid], cgroup=name, initial_pct=30.0, record=record)
+    assert wiring.backend is None
+    assert calls[-1] == {"share": None}
+    assert not (detect_backend()[1] / name).exists()
+    assert cpu_cgroup_of(train.pid) == _rel(home)
