@@ -145,8 +145,9 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
                         "green-context change it without a restart, so --outer-every may be "
                         "short, down to 1 (a decision still averages the last 8 periods; see "
                         "docs/daemon.md)")
-    s.add_argument("--share-cgroup", default="gpucontrol-training",
-                   help="CPU-share group name under the cgroup cpu controller")
+    s.add_argument("--share-cgroup", default=None,
+                   help="CPU-share group name under the cgroup cpu controller (default "
+                        "gpucontrol-training-gpu<N>, N the --gpu); one daemon per group")
     s.add_argument("--green-shares", default=None,
                    help="with --share-backend green-context: the partitions the training "
                         "created, %% comma-separated (e.g. 25,50,75,100, its --green-shares); "

@@ -42,7 +42,7 @@ from typing import Literal
 from gpucontrol._validate import choice, in_range, int_at_least, positive
 from gpucontrol.errors import ConfigurationError
 
-__all__ = ["DaemonConfig"]
+__all__ = ["DaemonConfig", "default_share_cgroup"]
 
 OUTER_LOOPS = ("throughput", "paper", "mid-range", "none")
 MODES = ("mean", "p99")
@@ -54,6 +54,15 @@ SHARE_BACKENDS = ("mps", "cpu", "green-context")
 SCRAPE_TIMEOUT_S = 1.0
 #: The shortest scrape deadline the period and stall timeout may leave, seconds.
 MIN_SCRAPE_TIMEOUT_S = 0.05
+
+
+def default_share_cgroup(gpu: int) -> str:
+    """The default ``--share-cgroup`` of GPU ``gpu``'s daemon: one group per GPU.
+
+    >>> default_share_cgroup(1)
+    'gpucontrol-training-gpu1'
+    """
+    return f"gpucontrol-training-gpu{int(gpu)}"
 
 
 @dataclass(frozen=True)
@@ -168,8 +177,9 @@ class DaemonConfig:
         next iteration, commanded through the hook file (no restart); see
         :mod:`gpucontrol.node.share`.
     share_cgroup : str
-        The CPU-share group, relative to the CPU controller's root; made when missing
-        [``--share-cgroup``].
+        The CPU-share group, relative to the CPU controller's root; made when missing; one
+        daemon per group [``--share-cgroup``]. Empty: ``gpucontrol-training-gpu<gpu>``, so the
+        daemons of two GPUs never share one.
     green_shares : tuple of float
         The green-context partitions the training created, % in [1, 100] [``--green-shares``,
         comma-separated]: the training runs a command on the largest partition not above it,
@@ -225,7 +235,7 @@ class DaemonConfig:
     prometheus_url: str | None = None
     prometheus_metric: str = "inference_latency_seconds"
     share_backend: Literal["mps", "cpu", "green-context"] = "mps"
-    share_cgroup: str = "gpucontrol-training"
+    share_cgroup: str = ""
     green_shares: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
@@ -315,8 +325,9 @@ class DaemonConfig:
                 f"--latency-source prometheus needs --period-s >= {2 * lo:g} and "
                 f"--stall-timeout-s >= {4 * lo:g} (or 0): a scrape gets min({SCRAPE_TIMEOUT_S:g}"
                 f" s, --period-s/2, --stall-timeout-s/4), here {self.scrape_timeout_s:.3g} s")
-        if self.share_backend == "cpu" and (not self.share_cgroup
-                                            or self.share_cgroup.startswith("/")
+        if not self.share_cgroup:
+            object.__setattr__(self, "share_cgroup", default_share_cgroup(self.gpu))
+        if self.share_backend == "cpu" and (self.share_cgroup.startswith("/")
                                             or ".." in self.share_cgroup.split("/")):
             raise ConfigurationError(f"--share-cgroup must be a relative group name, got "
                                      f"{self.share_cgroup!r}")

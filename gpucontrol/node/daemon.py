@@ -139,6 +139,7 @@ class Daemon(DaemonSafety):
         self._restart_thread: threading.Thread | None = None
         self._restarted = False
         self._made_cgroup: str | None = None
+        self._share_lock: str | None = None  # the CPU-share group's lock file, once claimed
         self._actuator_error = ""
         self.periods = 0
         self._owner: FileLock | None = None  # the state file is ours while this is held
@@ -218,6 +219,10 @@ class Daemon(DaemonSafety):
             ensure_private_dir(Path(p).parent)
         self._take_ownership()
         self._resume_leftovers()
+        if cfg.share_backend == "cpu":  # one daemon per CPU-share group, before it is touched
+            from gpucontrol.node.actuators.cpu_share import group_path
+
+            self._share_lock = self._claim_share_group(group_path(cfg.share_cgroup))
         self.guardian = Guardian(
             cfg.state, heartbeat_timeout_s=self.heartbeat.guardian_timeout_s).start()
         if cfg.latency_source == "prometheus":
@@ -301,7 +306,8 @@ class Daemon(DaemonSafety):
             check_cgroup_holds(cfg.cgroup, pids)  # never freeze a group without the training
         if cfg.share_backend == "cpu":  # restart-free share: the cgroup CPU quota
             self.emit(**self.share.start_cpu(pids, cgroup=cfg.share_cgroup,
-                                             initial_pct=initial_share, record=self._record))
+                                             initial_pct=initial_share, record=self._record,
+                                             lock=self._share_lock))
         self.share.start_mps(self.trainer, mps_ok=mps_ok, why_not=mps_error)
 
         quantum = 0.2 if cfg.run_quantum_s == "auto" else float(cfg.run_quantum_s)

@@ -3,8 +3,8 @@
 
 * The state file: written under the cycler's lock, with the owned-resource records of
   :mod:`gpucontrol.node.records` and the controller record of :mod:`gpucontrol.node.persist`.
-* Ownership: the owner lock of the state file and the per-target locks
-  (:mod:`gpucontrol.node.locks`).
+* Ownership: the owner lock of the state file, the per-target locks and the lock of the
+  CPU-share group (:mod:`gpucontrol.node.locks`).
 * Leftovers of a previous run: resumed, and what it owned ended.
 * The sleep actuator's errors, reported when they change (held or stopped).
 """
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpucontrol.errors import ConfigurationError
 from gpucontrol.node._runtime import unlink_quietly
 from gpucontrol.node.actuators.procs import ProcessHandle, TargetRefused
 from gpucontrol.node.actuators.sleep import DutyCycler
@@ -27,6 +28,7 @@ from gpucontrol.node.locks import (
     LockHeld,
     TargetLocks,
     cgroup_lock_name,
+    share_lock_name,
     target_lock_name,
 )
 from gpucontrol.node.persist import controller_record
@@ -102,6 +104,23 @@ class DaemonSafety:
             self._locks.claim(cgroup_lock_name(path), f"cgroup {path}")
         except LockHeld as exc:
             raise TargetRefused(str(exc)) from None
+
+    def _claim_share_group(self, path: str | os.PathLike[str]) -> str:
+        """One daemon per CPU-share group, claimed before the group is made or touched (raises
+        ConfigurationError naming ``--share-cgroup``); returns the lock file's path, which the
+        ``share`` record names. A group left by a dead daemon is free again: its lock died with
+        it."""
+        assert self._locks is not None
+        name = share_lock_name(path)
+        try:
+            self._locks.claim(name, f"CPU-share group {path}")
+        except LockHeld as exc:
+            who = f" (pid {exc.holder})" if exc.holder else ""
+            raise ConfigurationError(
+                f"--share-cgroup {self.cfg.share_cgroup}: the CPU-share group {path} is "
+                f"already used by another daemon{who}; give each daemon its own "
+                "--share-cgroup") from None
+        return str(self._locks.dir / name)
 
     def _resume_leftovers(self) -> None:
         doc = read_state(self.cfg.state)  # ValueError for a file that is not ours

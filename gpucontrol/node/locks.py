@@ -5,7 +5,9 @@
   first daemon's state file.
 * **Target locks** (``target-<pid>-<start ticks>.lock`` and ``cgroup-<dev>-<ino>.lock`` in the
   runtime directory): one daemon per training process or cgroup, whatever its ``--gpu``, so two
-  daemons never cycle the same process against each other.
+  daemons never cycle the same process against each other. The CPU-share group
+  (``--share-backend cpu``) is claimed by its path (``cgroup-share-<hash>.lock``), before it is
+  made, so two daemons never cap one group against each other nor remove it under the other.
 
 A lock is held by an open descriptor, so the kernel releases it when its daemon dies by any
 means (SIGKILL included); the file left behind is stale and is reused or pruned. Files are
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import stat
 from pathlib import Path
 
-__all__ = ["FileLock", "LockHeld", "TargetLocks", "cgroup_lock_name", "target_lock_name"]
+__all__ = ["FileLock", "LockHeld", "TargetLocks", "cgroup_lock_name", "share_lock_name",
+           "target_lock_name"]
 
 
 class LockHeld(ValueError):
@@ -135,6 +139,28 @@ def cgroup_lock_name(path: str | os.PathLike[str]) -> str:
     """
     st = os.stat(path)
     return f"cgroup-{st.st_dev}-{st.st_ino}.lock"
+
+
+def share_lock_name(path: str | os.PathLike[str]) -> str:
+    """File name of the lock of one CPU-share group, by its path (it may not exist yet).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The group directory, absolute.
+
+    Returns
+    -------
+    str
+        ``cgroup-share-<hash of the resolved path>.lock``.
+
+    Examples
+    --------
+    >>> share_lock_name("/sys/fs/cgroup/cpu/a") == share_lock_name("/sys/fs/cgroup/cpu/b/../a")
+    True
+    """
+    real = os.path.realpath(os.fspath(path))
+    return f"cgroup-share-{hashlib.sha256(os.fsencode(real)).hexdigest()[:24]}.lock"
 
 
 class TargetLocks:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import select
 import shutil
@@ -328,6 +329,26 @@ def return_members(rec: dict) -> int:
     return moved
 
 
+def _claimed_by_another(lock: object) -> bool:
+    """Whether a live process holds the ``flock`` of the lock file ``lock`` (a daemon that took
+    the share group over since the record was written). The file is neither made nor removed."""
+    if not isinstance(lock, str) or not os.path.isabs(lock):
+        return False
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False  # no file: nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # drops our probe lock too
+    return False
+
+
 def release_share(rec: object) -> bool:
     """Lift a CPU-share cap a dead daemon left (``share`` record), move the group's members
     back to the groups they came from (:func:`return_members`) and remove the group when the
@@ -337,9 +358,11 @@ def release_share(rec: object) -> bool:
     ----------
     rec : dict
         ``{"path": abs path, "backend": "cpu.max" | "cfs_quota_us", "made": bool,
-        "root": the controller's root, "origins": [{"pid", "start", "cgroup"}, ...]}``:
-        ``origins`` lists each process the daemon moved in, with its start time (clock ticks)
-        and the absolute group it came from.
+        "root": the controller's root, "origins": [{"pid", "start", "cgroup"}, ...],
+        "lock": the daemon's lock file of the group}``: ``origins`` lists each process the
+        daemon moved in, with its start time (clock ticks) and the absolute group it came
+        from. A group whose ``lock`` a live process holds belongs to another daemon now and is
+        left alone.
 
     Returns
     -------
@@ -350,7 +373,7 @@ def release_share(rec: object) -> bool:
         return False
     path, backend = rec.get("path"), rec.get("backend")
     if (not isinstance(path, str) or not os.path.isabs(path) or not os.path.isdir(path)
-            or backend not in ("cpu.max", "cfs_quota_us")):
+            or backend not in ("cpu.max", "cfs_quota_us") or _claimed_by_another(rec.get("lock"))):
         return False
     lifted = True
     try:

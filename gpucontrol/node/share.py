@@ -27,7 +27,8 @@ sleep withdraws the share too -- :meth:`HookWriter.close` at exit, the guardian'
 daemon's :func:`~gpucontrol.node.hooks.clear_hook_file`, and the reader's staleness check when
 no daemon beats any more: the training is back on the full device (100 %). The CPU cap is
 lifted, and each capped process returned to the cgroup it came from, by
-:func:`gpucontrol.node.records.release_share`; an MPS training is ended with its daemon.
+:func:`gpucontrol.node.records.release_share` (one daemon per share group: the daemon locks it
+before it is made); an MPS training is ended with its daemon.
 
 Examples
 --------
@@ -140,13 +141,15 @@ class ShareWiring:
                             "that cannot create partitions runs on the full device")
 
     def start_cpu(self, pids: Sequence[int], *, cgroup: str, initial_pct: float,
-                  record: Callable[..., None]) -> dict[str, Any]:
+                  record: Callable[..., None], lock: str | None = None) -> dict[str, Any]:
         """``cpu``: cap the training's CPU share. The ``share`` record goes into the state file
         as soon as the group exists and again, with the group each process comes from, before
         the processes are moved, so a crash lifts the cap and returns them. All or nothing: a
         failure (a process the controller refuses, a state write that fails) undoes what was
         done -- the processes back where they were, a group made here removed, the record
-        withdrawn -- and raises. Returns the ``cpu_share_ready`` event."""
+        withdrawn -- and raises. ``lock``: the daemon's lock file of the group, named in the
+        record (a crash clean-up leaves a group alone that another daemon has claimed since).
+        Returns the ``cpu_share_ready`` event."""
         from gpucontrol.node.actuators.cpu_share import CpuShare
 
         recorded = False
@@ -154,7 +157,7 @@ class ShareWiring:
         def keep(rec: dict[str, object]) -> None:
             nonlocal recorded
             recorded = True
-            record(share=rec)
+            record(share=rec if lock is None else {**rec, "lock": lock})
 
         try:
             self._cpu = CpuShare(pids, name=cgroup, share_pct=initial_pct, on_record=keep)

@@ -1,7 +1,7 @@
 """The daemon's ``--share-backend cpu`` as real processes: where the training goes when the
-daemon stops or dies (back to its own group, workers included), and a set-up that fails
-part-way (undone). Skipped where no cgroup CPU controller is writable (the ``cpu_groups``
-fixture)."""
+daemon stops or dies (back to its own group, workers included), a set-up that fails part-way
+(undone), and one daemon per share group (a second is refused, a dead one's group is reused).
+Skipped where no cgroup CPU controller is writable (the ``cpu_groups`` fixture)."""
 
 import json
 import os
@@ -96,6 +96,61 @@ def test_the_training_goes_back_to_its_own_group(children, cpu_groups, tmp_path,
         assert stopped_pids([train.pid, worker]) == []
     finally:
         release_share({"path": group, "backend": ready[0]["backend"], "made": True})
+
+
+def test_a_second_daemon_is_refused_and_a_dead_ones_group_reused(children, cpu_groups,
+                                                                  tmp_path):
+    """Two daemons given one --share-cgroup: the second exits 2 with one line naming the flag
+    and touches nothing (the first's cap stays, its own training stays in its group). Once the
+    first is gone with its guardian (SIGKILL), the group it left is free: a new daemon uses
+    it, and --resume-only on the dead one's state file returns its training and removes it."""
+    name = _group_name()
+    base = detect_backend()[1]
+    group = base / name
+    home = cpu_groups()
+    t0, t1 = children.spawn(SLEEPER), children.spawn(SLEEPER)
+    (home / "cgroup.procs").write_text(str(t1.pid))
+    home0 = cpu_cgroup_of(t0.pid)
+    d0 = children.popen(daemon_argv(tmp_path, "a", "--training-pid", str(t0.pid), *OPEN_LOOP,
+                                    "--fixed-mps", "30", "--share-cgroup", name),
+                        stdout=subprocess.PIPE, text=True)
+    try:
+        read_events(d0.stdout, "started")
+        quota = _quota(group)
+        second = daemon_argv(tmp_path, "b", "--training-pid", str(t1.pid), *OPEN_LOOP,
+                             "--fixed-mps", "70", "--share-cgroup", name)
+        out = subprocess.run(second, capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL, check=False)
+        assert out.returncode == 2, out.stderr
+        errors = [line for line in out.stderr.splitlines() if "error" in line]
+        assert len(errors) == 1 and "--share-cgroup" in errors[0] \
+            and "already used by another daemon" in errors[0], out.stderr
+        assert _quota(group) == quota
+        assert cpu_cgroup_of(t0.pid) == _rel(group)
+        assert cpu_cgroup_of(t1.pid) == _rel(home)
+
+        guardian = _guardian_of(d0.pid)
+        assert guardian is not None
+        os.kill(guardian, signal.SIGKILL)
+        d0.kill()
+        d0.wait(10)
+        assert wait_for(lambda: not os.path.exists(f"/proc/{guardian}"), 5.0)
+        assert group.exists() and cpu_cgroup_of(t0.pid) == _rel(group)  # left capped
+
+        out = subprocess.run([*second, "--duration-s", "0.5"], capture_output=True, text=True,
+                             timeout=60, stdin=subprocess.DEVNULL, check=False)
+        assert out.returncode == 0, out.stderr
+        assert any(json.loads(x).get("event") == "cpu_share_ready"
+                   for x in out.stdout.splitlines())
+        assert cpu_cgroup_of(t1.pid) == _rel(home)
+
+        out = subprocess.run(daemon_argv(tmp_path, "a", "--resume-only"), capture_output=True,
+                             text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+        assert json.loads(out.stdout)["share_released"] == 1, out
+        assert not group.exists()
+        assert cpu_cgroup_of(t0.pid) == home0
+    finally:
+        release_share({"path": str(group), "backend": detect_backend()[0], "made": True})
 
 
 RT_CHILD = ("import os, time\n"

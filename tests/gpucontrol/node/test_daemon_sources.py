@@ -37,6 +37,18 @@ def test_flags_reach_the_config():
     assert DaemonConfig(training_pids=(4242,), fixed_sleep=0).latency_source == "socket"
 
 
+def test_default_share_group_is_one_per_gpu():
+    """Without --share-cgroup each GPU's daemon gets a group of its own (two daemons on one
+    group are refused); a given name is kept."""
+    cfg = {gpu: DaemonConfig.from_args(build_parser().parse_args(
+        ["--training-pid", "4242", "--fixed-sleep", "0", "--share-backend", "cpu",
+         "--gpu", str(gpu)])) for gpu in (0, 1)}
+    assert cfg[0].share_cgroup == "gpucontrol-training-gpu0"
+    assert cfg[1].share_cgroup == "gpucontrol-training-gpu1"
+    assert DaemonConfig(training_pids=(4242,), fixed_sleep=0, gpu=1,
+                        share_cgroup="plant/training").share_cgroup == "plant/training"
+
+
 def test_detune_reaches_the_inner_loop(tmp_path):
     """--detune sets the inner gain as a fraction of deadbeat on the model (default 0.5)."""
     import sys

@@ -230,3 +230,28 @@ def _fifo(pid: int) -> bool:
         return os.sched_getscheduler(pid) == os.SCHED_FIFO
     except OSError:
         return False
+
+
+def test_crash_clean_up_leaves_a_group_another_daemon_has_claimed(children, tmp_path):
+    """A dead daemon's record names its lock file: while another process holds that lock (a
+    daemon that took the group over), the clean-up leaves the group -- its cap and members --
+    alone."""
+    from gpucontrol.node.locks import FileLock
+    from gpucontrol.node.records import release_share
+
+    if not cpu_controller_writable():
+        pytest.skip("no writable cgroup CPU controller here")
+    p = children.spawn(SLEEPER)
+    share = CpuShare([p.pid], name=f"gpucontrol-test-{uuid.uuid4().hex[:8]}", share_pct=10.0)
+    lock = FileLock(tmp_path / "share.lock").acquire()
+    try:
+        rec = {**share.record(), "lock": lock.path}
+        assert release_share(rec) is False
+        assert share.read_quota_us() is not None and p.pid in share.members()
+        lock.release()
+        assert release_share(rec) is True
+        assert not share.path.exists()
+    finally:
+        lock.release()
+        if share.path.exists():
+            share.close()
