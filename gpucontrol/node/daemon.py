@@ -124,6 +124,7 @@ class Daemon(DaemonSafety):
         # stopping: a flag and a self-pipe (made by run), no lock (a signal handler must never
         # take a lock the interrupted main thread may hold, as Event.set would)
         self._stopping = False
+        self._emitted = False  # whether any line was logged (a refused start logs none)
         self._stop_r = self._stop_w = -1
         self._state_lock = threading.Lock()
         self.guardian: Guardian | None = None
@@ -151,6 +152,7 @@ class Daemon(DaemonSafety):
 
     # ------------------------------------------------------------------ output
     def emit(self, **rec: Any) -> None:
+        self._emitted = True
         rec = {"ts": round(time.time(), 3), **{k: _clean(v) for k, v in rec.items()}}
         if self.metrics is not None:  # first: a reader of the line finds them updated
             self.metrics.observe(rec, log_dropped=self._sink.dropped if self._sink else 0)
@@ -493,18 +495,32 @@ class Daemon(DaemonSafety):
         Returns
         -------
         int
-            0 (the exit status of a clean stop); setup errors raise.
+            0 (the exit status of a clean stop); setup errors raise. A start refused before
+            anything was logged writes nothing: no line, and a ``log`` file it created is
+            removed again.
         """
         with contextlib.ExitStack() as stack:
             if self._own_log:
                 assert self.cfg.log is not None
+                existed = os.path.lexists(self.cfg.log)
                 self.log_file = stack.enter_context(open_log(self.cfg.log))
+                if not existed:
+                    stack.callback(self._remove_unused_log, os.fstat(self.log_file.fileno()))
             self._sink = LogSink(self.log_file)
             try:
                 return self._run()
             finally:
                 sink, self._sink = self._sink, None
                 sink.close(timeout=1.0)
+
+    def _remove_unused_log(self, made: os.stat_result) -> None:
+        """The ``log`` file this run created, if no line went into it (a refused start)."""
+        assert self.cfg.log is not None
+        with contextlib.suppress(OSError):
+            st = os.lstat(self.cfg.log)
+            if (not self._emitted and st.st_size == 0
+                    and (st.st_dev, st.st_ino) == (made.st_dev, made.st_ino)):
+                os.unlink(self.cfg.log)
 
     def _run(self) -> int:
         self._stop_r, self._stop_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -594,7 +610,8 @@ class Daemon(DaemonSafety):
             if fd >= 0:
                 os.close(fd)
         self._stop_r = self._stop_w = -1
-        self.emit(event="stopped", periods=self.periods)
+        if self._emitted:  # a start refused before its first line writes none
+            self.emit(event="stopped", periods=self.periods)
 
 
 if __name__ == "__main__":  # python -m gpucontrol.node.daemon (same as gpucontrol.daemon)
