@@ -29,6 +29,7 @@ from gpucontrol.node.config import (
     MODES,
     OUTER_LOOPS,
     READY_MODES,
+    RUN_QUANTUM_S,
     SHARE_BACKENDS,
     SLEEP_METHODS,
     DaemonConfig,
@@ -43,12 +44,15 @@ DESCRIPTION = "The per-GPU control daemon: monitor -> TwoTierController -> actua
 
 
 def _quantum(text: str) -> float | str:
+    """``auto`` or a number of seconds (its range is checked by :class:`DaemonConfig`)."""
     if text == "auto":
         return text
-    v = float(text)
-    if not v > 0:
-        raise argparse.ArgumentTypeError("must be > 0 or 'auto'")
-    return v
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be 'auto' or seconds in [{RUN_QUANTUM_S[0]:g}, {RUN_QUANTUM_S[1]:g}], "
+            f"got {text!r}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,7 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("control")
     g.add_argument("--slo-ms", type=float, help="latency set point (ms per batch)")
     g.add_argument("--model", help="model.json: {gain, offset} or a list of MPS-level rows")
-    g.add_argument("--period-s", type=float, default=4.0, help="control period (default 4)")
+    g.add_argument("--period-s", type=float, default=4.0,
+                   help="control period, s, in [0.01, 3600] (default 4)")
     g.add_argument("--outer-every", type=int, default=25, help="outer loop every N periods")
     g.add_argument("--outer", choices=OUTER_LOOPS, default="throughput",
                    help="outer (share) loop: throughput (default; highest training rate at "
@@ -70,13 +75,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mode", choices=MODES, default="mean")
     g.add_argument("--detune", type=float, help="inner-loop gain, fraction of deadbeat on the "
                    "model, in (0, 2) (default 0.5; lower for a noisy plant)")
-    g.add_argument("--max-sleep-s", type=float, default=1.0, help="sleep upper bound (s)")
+    g.add_argument("--max-sleep-s", type=float, default=1.0,
+                   help="sleep upper bound, s, in (0, 3600] (default 1; at most 60 with "
+                        "--sleep-method hook)")
     g.add_argument("--initial-mps", type=float, default=100.0)
     g.add_argument("--fixed-sleep", type=float, help="open loop: this sleep (s) always")
     g.add_argument("--fixed-mps", type=float,
                    help="open loop: hold the share at this %% (mps: the launched training's "
                         "MPS %%)")
-    g.add_argument("--duration-s", type=float, help="stop after this long")
+    g.add_argument("--duration-s", type=float,
+                   help="stop after this long, s, in (0, 604800] (default: until stopped)")
     t = p.add_argument_group("training")
     t.add_argument("--training-pid", type=int, action="append", help="repeatable")
     t.add_argument("--training-cmd", help="command the daemon launches (and restarts for MPS)")
@@ -86,14 +94,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--training-pid it must hold every training process; with --training-cmd "
                    "it is created if missing and the training started in it)")
     t.add_argument("--run-quantum-s", type=_quantum, default=0.2,
-                   help="run time between pauses (about one iteration), or 'auto'")
+                   help="run time between pauses (about one iteration), s, in [0.001, 3600], "
+                        "or 'auto' (default 0.2)")
     t.add_argument("--shadow", action="store_true", help="MPS change: pre-start the new one")
     t.add_argument("--ready", choices=READY_MODES, default="notify")
-    t.add_argument("--ready-timeout-s", type=float, default=120.0)
+    t.add_argument("--ready-timeout-s", type=float, default=120.0,
+                   help="wait this long for a restarted training, s, in (0, 3600] "
+                        "(default 120)")
     t.add_argument("--mps-binary", default="nvidia-cuda-mps-control")
     t.add_argument("--mps-pipe-dir", help="use this existing MPS daemon instead of a private one")
     t.add_argument("--mps-health-s", type=float, default=10.0,
-                   help="check the MPS daemon this often (back-off on failure; default 10)")
+                   help="check the MPS daemon this often, s, in [0.1, 300] (back-off on "
+                        "failure; default 10)")
     t.add_argument("--allow-other-users", action="store_true",
                    help="root only: allow training processes of other users")
     f = p.add_argument_group("files")
@@ -121,7 +133,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "lists as stopped, then exit; for systemd ExecStopPost=")
     s.add_argument("--stall-timeout-s", type=float,
                    help="guardian resumes the training and kills a daemon whose loop is "
-                   "silent this long (default 1.5 periods, at least 2 s; 0: off)")
+                   "silent this long, s, in [0.1, 3600] (default 1.5 periods, at least 2 s; "
+                   "0: off)")
     _add_source_arguments(p)
 
 

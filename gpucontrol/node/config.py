@@ -26,7 +26,7 @@ Examples
 >>> DaemonConfig(training_pids=(4242,), fixed_sleep=0.1, period_s=0)
 Traceback (most recent call last):
 ...
-gpucontrol.errors.ConfigurationError: --period-s must be > 0, got 0
+gpucontrol.errors.ConfigurationError: --period-s must be in [0.01, 3600], got 0
 """
 
 from __future__ import annotations
@@ -51,6 +51,17 @@ READY_MODES = ("notify", "spawn")
 LATENCY_SOURCES = ("socket", "prometheus")
 SHARE_BACKENDS = ("mps", "cpu", "green-context")
 
+# The allowed ranges of the duration flags, in seconds (docs/daemon.md lists them). Every one
+# is bounded: the guardian poll()s with the stall timeout (default 1.5 periods, <= 5400 s),
+# and poll() takes at most 2**31 - 1 ms; a tiny period would flood the log.
+PERIOD_S = (0.01, 3600.0)  # >= 0.01: the stress tests run 0.02 s periods; 3600: one an hour
+MAX_SLEEP_S = 3600.0  # the controller's sleep bound
+RUN_QUANTUM_S = (0.001, 3600.0)  # the controller's range of the run quantum
+STALL_TIMEOUT_S = (0.1, 3600.0)  # or 0: off
+READY_TIMEOUT_S = 3600.0
+MPS_HEALTH_S = (0.1, 300.0)  # 300: the back-off's cap
+DURATION_S = 7 * 86400.0  # a week; leave --duration-s out to run until stopped
+
 
 @dataclass(frozen=True)
 class DaemonConfig:
@@ -69,7 +80,7 @@ class DaemonConfig:
         Path of the latency model JSON [``--model``]; needed in closed loop
         (see :func:`gpucontrol.node.daemon.load_model`).
     period_s : float
-        Control period in seconds, > 0 [``--period-s``].
+        Control period in seconds, in [0.01, 3600] [``--period-s``].
     outer_every : int
         Run the outer (MPS) loop every this many periods, >= 1 [``--outer-every``].
     outer : {'throughput', 'paper', 'mid-range', 'none'}
@@ -84,7 +95,8 @@ class DaemonConfig:
         Lower is slower but passes less of a noisy plant's per-period scatter back into
         the sleep.
     max_sleep_s : float
-        Upper bound of the commanded sleep in seconds, > 0 [``--max-sleep-s``].
+        Upper bound of the commanded sleep in seconds, in (0, 3600] (60 with the hook)
+        [``--max-sleep-s``].
     initial_mps : float
         MPS active-thread percentage the training starts at, in [1, 100] [``--initial-mps``].
     fixed_sleep : float or None
@@ -93,27 +105,28 @@ class DaemonConfig:
         Open loop: hold the share at this percentage, in [1, 100] [``--fixed-mps``]; with
         the ``mps`` share backend it needs ``training_cmd`` (MPS applies at process start).
     duration_s : float or None
-        Stop after this many seconds, > 0 (None: run until stopped) [``--duration-s``].
+        Stop after this many seconds, in (0, 604800] (a week; None: run until stopped)
+        [``--duration-s``].
     sleep_method : {'auto', 'signal', 'cgroup', 'hook'}
         How the training is paused [``--sleep-method``].
     cgroup : str or None
         cgroup v2 directory holding the training [``--cgroup``].
     run_quantum_s : float or 'auto'
-        Run time between two pauses in seconds, > 0, or ``'auto'`` (the measured iteration
-        time) [``--run-quantum-s``].
+        Run time between two pauses in seconds, in [0.001, 3600], or ``'auto'`` (the
+        measured iteration time) [``--run-quantum-s``].
     shadow : bool
         On an MPS change, pre-start the new training before stopping the old [``--shadow``].
     ready : {'notify', 'spawn'}
         When a (re)started training counts as ready [``--ready``].
     ready_timeout_s : float
-        How long to wait for that, seconds, > 0 [``--ready-timeout-s``].
+        How long to wait for that, seconds, in (0, 3600] [``--ready-timeout-s``].
     mps_binary : str
         The ``nvidia-cuda-mps-control`` executable [``--mps-binary``].
     mps_pipe_dir : str or None
         Use this running MPS control daemon instead of a private one [``--mps-pipe-dir``].
     mps_health_s : float
-        Check the MPS control daemon this often, seconds, > 0 (doubling after each failure,
-        up to 300 s); a private one that died is restarted [``--mps-health-s``].
+        Check the MPS control daemon this often, seconds, in [0.1, 300] (doubling after each
+        failure, up to 300 s); a private one that died is restarted [``--mps-health-s``].
     allow_other_users : bool
         Root only: accept training processes of other users [``--allow-other-users``].
     gpu : int
@@ -146,8 +159,8 @@ class DaemonConfig:
         [``--socket-group``].
     stall_timeout_s : float or None
         Seconds without a control-loop heartbeat after which the guardian resumes the
-        training and kills the daemon, in [0, 3600]; 0 turns that off; None: 1.5 periods,
-        at least 2 s [``--stall-timeout-s``].
+        training and kills the daemon, 0 (off) or in [0.1, 3600]; None: 1.5 periods, at
+        least 2 s [``--stall-timeout-s``].
     latency_source : {'socket', 'prometheus'}
         Where the latency comes from: the datagram socket (``report_latency``) or a scraped
         Prometheus histogram [``--latency-source``].
@@ -242,8 +255,8 @@ class DaemonConfig:
                                      "(or run open loop with --fixed-sleep)")
         if self.slo_ms is not None:
             positive("--slo-ms", self.slo_ms)
-        positive("--period-s", self.period_s)
-        positive("--max-sleep-s", self.max_sleep_s)
+        in_range("--period-s", self.period_s, *PERIOD_S)
+        in_range("--max-sleep-s", self.max_sleep_s, 0.0, MAX_SLEEP_S, lo_open=True)
         int_at_least("--outer-every", self.outer_every, 1)
         choice("--outer", self.outer, OUTER_LOOPS)
         choice("--mode", self.mode, MODES)
@@ -263,14 +276,15 @@ class DaemonConfig:
         if self.fixed_mps is not None:
             in_range("--fixed-mps", self.fixed_mps, 1, 100)
         if self.duration_s is not None:
-            positive("--duration-s", self.duration_s)
+            in_range("--duration-s", self.duration_s, 0.0, DURATION_S, lo_open=True)
         if self.run_quantum_s != "auto":
             if isinstance(self.run_quantum_s, str):
-                raise ConfigurationError(f"--run-quantum-s must be > 0 or 'auto', got "
-                                         f"{self.run_quantum_s!r}")
-            positive("--run-quantum-s", self.run_quantum_s)
-        positive("--ready-timeout-s", self.ready_timeout_s)
-        positive("--mps-health-s", self.mps_health_s)
+                raise ConfigurationError(
+                    f"--run-quantum-s must be 'auto' or in [{RUN_QUANTUM_S[0]:g}, "
+                    f"{RUN_QUANTUM_S[1]:g}], got {self.run_quantum_s!r}")
+            in_range("--run-quantum-s", self.run_quantum_s, *RUN_QUANTUM_S)
+        in_range("--ready-timeout-s", self.ready_timeout_s, 0.0, READY_TIMEOUT_S, lo_open=True)
+        in_range("--mps-health-s", self.mps_health_s, *MPS_HEALTH_S)
         int_at_least("--gpu", self.gpu, 0)
         int_at_least("--silent-periods", self.silent_periods, 1)
         if self.socket_group is not None:
@@ -280,8 +294,8 @@ class DaemonConfig:
                 resolve_group(self.socket_group)
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
-        if self.stall_timeout_s is not None:
-            in_range("--stall-timeout-s", self.stall_timeout_s, 0, 3600)
+        if self.stall_timeout_s is not None and self.stall_timeout_s != 0:
+            in_range("--stall-timeout-s (0: off)", self.stall_timeout_s, *STALL_TIMEOUT_S)
         if self.metrics_port is not None:
             int_at_least("--metrics-port", self.metrics_port, 0)
             in_range("--metrics-port", self.metrics_port, 0, 65535)

@@ -1,5 +1,5 @@
-"""The daemon's command line as a user meets it: a refused start is one line naming the flag,
-exit 2, and writes nothing."""
+"""The daemon's command line as a user meets it: every flag checked before anything runs (one
+line naming the flag and its range, exit 2, nothing written)."""
 
 import json
 import subprocess
@@ -7,19 +7,75 @@ import subprocess
 import pytest
 from actuators._children import SLEEPER, daemon_argv, stopped_pids
 
+from gpucontrol.errors import ConfigurationError
+from gpucontrol.node.config import DaemonConfig
+from gpucontrol.node.health import Heartbeat
+
+POLL_MAX_MS = 2**31 - 1  # the largest timeout select.poll().poll() takes
+
+
+def _cfg(**kw):
+    return DaemonConfig(**{"training_pids": (4242,), "fixed_sleep": 0.0, **kw})
+
+
+# ------------------------------------------------------------------------------ ranges
+@pytest.mark.parametrize("field, bad, message", [
+    ("period_s", 1e9, "--period-s must be in [0.01, 3600]"),
+    ("period_s", 1e-6, "--period-s must be in [0.01, 3600]"),
+    ("max_sleep_s", 1e9, "--max-sleep-s must be in (0, 3600]"),
+    ("run_quantum_s", 1e9, "--run-quantum-s must be in [0.001, 3600]"),
+    ("run_quantum_s", 1e-6, "--run-quantum-s must be in [0.001, 3600]"),
+    ("stall_timeout_s", 1e9, "--stall-timeout-s (0: off) must be in [0.1, 3600]"),
+    ("stall_timeout_s", 0.001, "--stall-timeout-s (0: off) must be in [0.1, 3600]"),
+    ("ready_timeout_s", 1e9, "--ready-timeout-s must be in (0, 3600]"),
+    ("mps_health_s", 1e9, "--mps-health-s must be in [0.1, 300]"),
+    ("mps_health_s", 1e-6, "--mps-health-s must be in [0.1, 300]"),
+    ("duration_s", 1e12, "--duration-s must be in (0, 604800]"),
+])
+def test_every_duration_flag_has_a_bounded_range(field, bad, message):
+    kw = {field: bad}
+    if field == "ready_timeout_s":  # it acts on the restart of a launched training only
+        kw.update(training_pids=(), training_cmd="true")
+    with pytest.raises(ConfigurationError) as exc:
+        _cfg(**kw)
+    assert str(exc.value).startswith(message), exc.value
+
+
+def test_the_range_ends_are_accepted_and_the_guardian_can_poll_them():
+    for period in (0.01, 0.2, 3600.0):
+        cfg = _cfg(period_s=period)
+        timeout_ms = 1e3 * Heartbeat(cfg.period_s, cfg.stall_timeout_s).guardian_timeout_s
+        assert timeout_ms < POLL_MAX_MS  # the default: 1.5 periods
+    for stall in (0, 0.1, 3600.0):
+        assert _cfg(stall_timeout_s=stall).stall_timeout_s == stall
+    assert _cfg(max_sleep_s=3600.0, run_quantum_s=0.001, mps_health_s=300.0,
+                duration_s=604800.0).duration_s == 604800.0
+
 
 # ------------------------------------------------------------------------------ end to end
 def _refusals(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"gain": -12.0, "offset": 95.0}))
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"gain": 1.0, "offset": 2.0}))
+    closed = ["--slo-ms", "90", "--model", str(good)]
     return {
+        "period-huge": (["--fixed-sleep", "0", "--period-s", "1e9"],
+                        "--period-s must be in [0.01, 3600], got 1000000000.0"),
+        "period-tiny": (["--fixed-sleep", "0", "--period-s", "1e-6"], "--period-s must be in"),
+        "stall-huge": (["--fixed-sleep", "0", "--stall-timeout-s", "1e9"],
+                       "--stall-timeout-s (0: off) must be in [0.1, 3600]"),
         "state-is-dir": (["--fixed-sleep", "0", "--state", str(tmp_path)],
                          f"{tmp_path} is not a regular file"),
+        "max-sleep": ([*closed, "--max-sleep-s", "1e9"], "--max-sleep-s must be in (0, 3600]"),
+        "run-quantum": ([*closed, "--run-quantum-s", "1e9"],
+                        "--run-quantum-s must be in [0.001, 3600]"),
         "model": (["--slo-ms", "90", "--model", str(bad)], "gain must be < 0"),
     }
 
 
-CASES = ["state-is-dir", "model"]
+CASES = ["period-huge", "period-tiny", "stall-huge", "state-is-dir", "max-sleep", "run-quantum",
+         "model"]
 
 
 @pytest.mark.parametrize("case", CASES)
