@@ -79,10 +79,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sleep upper bound, s, in (0, 3600] (default 1; at most 60 with "
                         "--sleep-method hook)")
     g.add_argument("--initial-mps", type=float, default=100.0)
-    g.add_argument("--fixed-sleep", type=float, help="open loop: this sleep (s) always")
+    g.add_argument("--fixed-sleep", type=float, help="open loop: this sleep (s) always, in "
+                   "[0, --max-sleep-s]; instead of --slo-ms and --model")
     g.add_argument("--fixed-mps", type=float,
-                   help="open loop: hold the share at this %% (mps: the launched training's "
-                        "MPS %%)")
+                   help="hold the share at this %% (mps: the launched training's MPS %%), "
+                        "with --fixed-sleep or with the closed-loop sleep (no outer loop)")
     g.add_argument("--duration-s", type=float,
                    help="stop after this long, s, in (0, 604800] (default: until stopped)")
     t = p.add_argument_group("training")
@@ -95,7 +96,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "it is created if missing and the training started in it)")
     t.add_argument("--run-quantum-s", type=_quantum, default=0.2,
                    help="run time between pauses (about one iteration), s, in [0.001, 3600], "
-                        "or 'auto' (default 0.2)")
+                        "or 'auto' (default 0.2; not with --sleep-method hook)")
     t.add_argument("--shadow", action="store_true", help="MPS change: pre-start the new one")
     t.add_argument("--ready", choices=READY_MODES, default="notify")
     t.add_argument("--ready-timeout-s", type=float, default=120.0,
@@ -117,7 +118,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--metrics-port", type=int,
                    help="serve Prometheus metrics on METRICS_ADDR:PORT (off by default)")
     f.add_argument("--metrics-addr", default="127.0.0.1",
-                   help="address of the metrics server (default 127.0.0.1, loopback only)")
+                   help="address of the metrics server, with --metrics-port (default "
+                        "127.0.0.1, loopback only)")
     f.add_argument("--metrics-textfile",
                    help="also write the metrics to this file every period (node-exporter "
                    "text-file collector)")
@@ -143,9 +145,11 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--latency-source", choices=LATENCY_SOURCES, default="socket",
                    help="socket: report_latency datagrams (default); prometheus: scrape a "
                         "latency histogram (bucket deltas per period)")
-    s.add_argument("--prometheus-url", help="the inference server's /metrics URL")
+    s.add_argument("--prometheus-url", help="with --latency-source prometheus: the inference "
+                   "server's /metrics URL")
     s.add_argument("--prometheus-metric", default="inference_latency_seconds",
-                   help="histogram base name, in seconds (default inference_latency_seconds)")
+                   help="with --latency-source prometheus: histogram base name, in seconds "
+                        "(default inference_latency_seconds)")
     s.add_argument("--share-backend", choices=SHARE_BACKENDS, default="mps",
                    help="outer-loop knob: mps (restart the launched training with a new MPS "
                         "percentage, default), cpu (the training's cgroup CPU quota) or "
@@ -155,7 +159,8 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
                         "short, down to 1 (a decision still averages the last 8 periods; see "
                         "docs/daemon.md)")
     s.add_argument("--share-cgroup", default="gpucontrol-training",
-                   help="CPU-share group name under the cgroup cpu controller")
+                   help="with --share-backend cpu: the CPU-share group name under the cgroup "
+                        "cpu controller (default gpucontrol-training)")
     s.add_argument("--green-shares", default=None,
                    help="with --share-backend green-context: the partitions the training "
                         "created, %% comma-separated (e.g. 25,50,75,100, its --green-shares); "

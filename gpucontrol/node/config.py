@@ -27,6 +27,13 @@ Examples
 Traceback (most recent call last):
 ...
 gpucontrol.errors.ConfigurationError: --period-s must be in [0.01, 3600], got 0
+
+A setting that would have no effect is refused too, rather than silently ignored:
+
+>>> DaemonConfig(training_pids=(4242,), fixed_sleep=0.1, slo_ms=90.0)
+Traceback (most recent call last):
+...
+gpucontrol.errors.ConfigurationError: --slo-ms is for the closed loop, and --fixed-sleep ...
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -102,8 +110,10 @@ class DaemonConfig:
     fixed_sleep : float or None
         Open loop: always this sleep, in [0, ``max_sleep_s``] [``--fixed-sleep``].
     fixed_mps : float or None
-        Open loop: hold the share at this percentage, in [1, 100] [``--fixed-mps``]; with
-        the ``mps`` share backend it needs ``training_cmd`` (MPS applies at process start).
+        Hold the share at this percentage, in [1, 100] [``--fixed-mps``], with either sleep:
+        ``fixed_sleep`` (open loop) or the closed-loop sleep (``slo_ms`` and ``model``; no
+        outer loop then runs). With the ``mps`` share backend it needs ``training_cmd``
+        (MPS applies at process start).
     duration_s : float or None
         Stop after this many seconds, in (0, 604800] (a week; None: run until stopped)
         [``--duration-s``].
@@ -113,9 +123,11 @@ class DaemonConfig:
         cgroup v2 directory holding the training [``--cgroup``].
     run_quantum_s : float or 'auto'
         Run time between two pauses in seconds, in [0.001, 3600], or ``'auto'`` (the
-        measured iteration time) [``--run-quantum-s``].
+        measured iteration time) [``--run-quantum-s``]; not with ``sleep_method='hook'``.
     shadow : bool
-        On an MPS change, pre-start the new training before stopping the old [``--shadow``].
+        On an MPS change, pre-start the new training before stopping the old [``--shadow``];
+        ``shadow``, ``ready`` and ``ready_timeout_s`` go with ``training_cmd`` and the ``mps``
+        share backend.
     ready : {'notify', 'spawn'}
         When a (re)started training counts as ready [``--ready``].
     ready_timeout_s : float
@@ -143,7 +155,8 @@ class DaemonConfig:
         Serve Prometheus metrics on this port, in [0, 65535] (0: any free port; None: no
         metrics) [``--metrics-port``].
     metrics_addr : str
-        Address the metrics server binds [``--metrics-addr``]; loopback by default.
+        Address the metrics server binds [``--metrics-addr``]; loopback by default; only
+        with ``metrics_port``.
     silent_periods : int
         Warn (event ``inference_silent``, metric ``gpucontrol_inference_silent``) after this
         many consecutive periods without a latency report, >= 1 [``--silent-periods``].
@@ -152,7 +165,7 @@ class DaemonConfig:
         collector [``--metrics-textfile``].
     metrics_target : str or None
         The ``target`` label of every metric; None: the cgroup's name, the training script
-        or the PIDs [``--metrics-target``].
+        or the PIDs [``--metrics-target``]; only with ``metrics_port`` or ``metrics_textfile``.
     socket_group : str or None
         Group (name or number) given access to the latency socket (read-write) and the hook
         file (read), so non-root inference and training can use a root daemon
@@ -165,9 +178,11 @@ class DaemonConfig:
         Where the latency comes from: the datagram socket (``report_latency``) or a scraped
         Prometheus histogram [``--latency-source``].
     prometheus_url : str or None
-        The inference server's ``/metrics`` URL; needed by ``prometheus`` [``--prometheus-url``].
+        The inference server's ``/metrics`` URL; needed by ``prometheus``, and only with it
+        [``--prometheus-url``].
     prometheus_metric : str
-        Base name of its latency histogram, in seconds [``--prometheus-metric``].
+        Base name of its latency histogram, in seconds; only with ``prometheus``
+        [``--prometheus-metric``].
     share_backend : {'mps', 'cpu', 'green-context'}
         The outer loop's knob [``--share-backend``]: the MPS percentage (a restart of the
         launched training), the training's CPU share through the cgroup CPU controller (no
@@ -175,8 +190,8 @@ class DaemonConfig:
         next iteration, commanded through the hook file (no restart); see
         :mod:`gpucontrol.node.share`.
     share_cgroup : str
-        The CPU-share group, relative to the CPU controller's root; made when missing
-        [``--share-cgroup``].
+        The CPU-share group, relative to the CPU controller's root; made when missing; only
+        with the ``cpu`` share backend [``--share-cgroup``].
     green_shares : tuple of float
         The green-context partitions the training created, % in [1, 100] [``--green-shares``,
         comma-separated]: the training runs a command on the largest partition not above it,
@@ -186,6 +201,12 @@ class DaemonConfig:
 
     Notes
     -----
+    A setting that would be ignored is refused (:data:`NEEDS`): a closed-loop setting
+    (``slo_ms``, ``model``, ``detune``, ``outer``, ``outer_every``, ``mode``) with
+    ``fixed_sleep``, ``outer``/``outer_every``/``initial_mps`` with ``fixed_mps``, and each
+    setting of a latency source, share backend or metrics output that is not the chosen one.
+    A field left at its default is never refused.
+
     ``socket``, ``state`` and ``hook`` are made absolute (or filled with the defaults of
     :func:`gpucontrol.node._runtime.default_path`) at construction, so the built object holds
     the paths the daemon will use.
@@ -251,6 +272,10 @@ class DaemonConfig:
         for pid in self.training_pids:
             int_at_least("--training-pid", pid, 1)
         if self.fixed_sleep is None and (self.slo_ms is None or self.model is None):
+            if self.fixed_mps is not None and self.slo_ms is None and self.model is None:
+                raise ConfigurationError(
+                    "--fixed-mps holds the share only: the sleep needs --fixed-sleep (open "
+                    "loop) or --slo-ms and --model (closed loop)")
             raise ConfigurationError("closed-loop operation needs --slo-ms and --model "
                                      "(or run open loop with --fixed-sleep)")
         if self.slo_ms is not None:
@@ -300,6 +325,7 @@ class DaemonConfig:
             int_at_least("--metrics-port", self.metrics_port, 0)
             in_range("--metrics-port", self.metrics_port, 0, 65535)
         self._validate_sources()
+        self._check_needs()
 
     def _validate_sources(self) -> None:
         choice("--latency-source", self.latency_source, LATENCY_SOURCES)
@@ -313,8 +339,6 @@ class DaemonConfig:
                                          f"got {self.green_shares!r}") from None
         object.__setattr__(self, "green_shares", tuple(
             in_range("--green-shares", float(x), 1.0, 100.0) for x in shares))
-        if self.green_shares and self.share_backend != "green-context":
-            raise ConfigurationError("--green-shares goes with --share-backend green-context")
         if self.latency_source == "prometheus" and not self.prometheus_url:
             raise ConfigurationError("--latency-source prometheus needs --prometheus-url")
         if self.share_backend == "cpu" and (not self.share_cgroup
@@ -322,6 +346,17 @@ class DaemonConfig:
                                             or ".." in self.share_cgroup.split("/")):
             raise ConfigurationError(f"--share-cgroup must be a relative group name, got "
                                      f"{self.share_cgroup!r}")
+
+    def _check_needs(self) -> None:
+        """Refuse a setting that would be ignored: every rule of :data:`NEEDS` whose fields
+        are away from their defaults must hold."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for fields, holds, why in NEEDS:
+            if holds(self):
+                continue
+            for name in fields:
+                if getattr(self, name) != defaults[name]:
+                    raise ConfigurationError(f"{_flag(name)} {why}")
 
     # ------------------------------------------------------------------ derived
     @property
@@ -379,6 +414,43 @@ class DaemonConfig:
         if pids:
             kw["training_pids"] = tuple(pids)
         return cls(**kw)
+
+
+def _flag(field: str) -> str:
+    """The command-line flag of a :class:`DaemonConfig` field."""
+    return "--" + field.replace("_", "-")
+
+
+#: Settings that act only together with another one: (fields, when they act, why not). A
+#: field away from its default while the condition is false would be silently ignored, so
+#: :class:`DaemonConfig` refuses it, naming the flag.
+NEEDS: tuple[tuple[tuple[str, ...], Callable[[DaemonConfig], bool], str], ...] = (
+    (("slo_ms", "model", "detune", "outer", "outer_every", "mode"),
+     lambda c: c.fixed_sleep is None,
+     "is for the closed loop, and --fixed-sleep runs open loop, which would ignore it: give "
+     "--fixed-sleep or --slo-ms and --model, not both"),
+    (("outer", "outer_every"), lambda c: c.fixed_mps is None,
+     "has no effect with --fixed-mps: the share is held, no outer loop runs"),
+    (("initial_mps",), lambda c: c.fixed_mps is None,
+     "has no effect with --fixed-mps: the share starts (and stays) at --fixed-mps"),
+    (("prometheus_url", "prometheus_metric"), lambda c: c.latency_source == "prometheus",
+     "goes with --latency-source prometheus (the latency comes from the socket otherwise)"),
+    (("share_cgroup",), lambda c: c.share_backend == "cpu",
+     "goes with --share-backend cpu"),
+    (("green_shares",), lambda c: c.share_backend == "green-context",
+     "goes with --share-backend green-context"),
+    (("shadow", "ready", "ready_timeout_s"),
+     lambda c: bool(c.training_cmd) and c.share_backend == "mps",
+     "goes with --training-cmd and --share-backend mps (it shapes the restart of a launched "
+     "training for a new MPS share)"),
+    (("run_quantum_s",), lambda c: c.sleep_method != "hook",
+     "has no effect with --sleep-method hook (the training sleeps between its own "
+     "iterations)"),
+    (("metrics_addr",), lambda c: c.metrics_port is not None,
+     "goes with --metrics-port (no metrics server runs without it)"),
+    (("metrics_target",), lambda c: c.metrics_port is not None or bool(c.metrics_textfile),
+     "goes with --metrics-port or --metrics-textfile"),
+)
 
 
 def _check_program(cmd: str) -> None:

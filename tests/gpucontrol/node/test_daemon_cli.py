@@ -1,5 +1,5 @@
 """The daemon's command line as a user meets it: every flag checked before anything runs (one
-line naming the flag and its range, exit 2, nothing written)."""
+line naming the flag and its range, exit 2, nothing written), no flag silently ignored."""
 
 import json
 import subprocess
@@ -52,6 +52,55 @@ def test_the_range_ends_are_accepted_and_the_guardian_can_poll_them():
                 duration_s=604800.0).duration_s == 604800.0
 
 
+# ------------------------------------------------------------------------------ no-op flags
+@pytest.mark.parametrize("kw, message", [
+    ({"prometheus_url": "http://127.0.0.1:1/metrics"},
+     "--prometheus-url goes with --latency-source prometheus"),
+    ({"prometheus_metric": "other_seconds"},
+     "--prometheus-metric goes with --latency-source prometheus"),
+    ({"share_cgroup": "mine"}, "--share-cgroup goes with --share-backend cpu"),
+    ({"green_shares": "25,100"}, "--green-shares goes with --share-backend green-context"),
+    ({"slo_ms": 90.0}, "--slo-ms is for the closed loop, and --fixed-sleep runs open loop"),
+    ({"model": "m.json"}, "--model is for the closed loop"),
+    ({"detune": 0.3}, "--detune is for the closed loop"),
+    ({"outer": "paper"}, "--outer is for the closed loop"),
+    ({"fixed_sleep": None, "slo_ms": 90.0, "model": "m.json", "fixed_mps": 50.0,
+      "share_backend": "cpu", "outer_every": 5}, "--outer-every has no effect with --fixed-mps"),
+    ({"fixed_mps": 50.0, "share_backend": "cpu", "initial_mps": 30.0},
+     "--initial-mps has no effect with --fixed-mps"),
+    ({"shadow": True}, "--shadow goes with --training-cmd and --share-backend mps"),
+    ({"sleep_method": "hook", "run_quantum_s": 0.05},
+     "--run-quantum-s has no effect with --sleep-method hook"),
+    ({"metrics_addr": "0.0.0.0"}, "--metrics-addr goes with --metrics-port"),
+    ({"metrics_target": "train"}, "--metrics-target goes with --metrics-port or"),
+])
+def test_a_flag_that_would_be_ignored_is_refused(kw, message):
+    with pytest.raises(ConfigurationError) as exc:
+        _cfg(**kw)
+    assert str(exc.value).startswith(message), exc.value
+
+
+def test_the_same_flags_are_accepted_where_they_act():
+    assert _cfg(latency_source="prometheus", prometheus_url="http://x/metrics",
+                prometheus_metric="other_seconds").prometheus_metric == "other_seconds"
+    assert _cfg(share_backend="cpu", share_cgroup="mine").share_cgroup == "mine"
+    assert _cfg(metrics_port=0, metrics_addr="0.0.0.0", metrics_target="t").metrics_target
+    assert _cfg(metrics_textfile="/tmp/x.prom", metrics_target="t").metrics_target == "t"
+    closed = DaemonConfig(training_cmd="true", slo_ms=90.0, model="m.json", detune=0.3,
+                          outer="paper", outer_every=5, shadow=True, ready="spawn")
+    assert closed.closed_loop and closed.shadow
+    # a fixed share under the closed-loop sleep, as docs/daemon.md shows
+    held = DaemonConfig(training_cmd="true", slo_ms=90.0, model="m.json", fixed_mps=50.0)
+    assert held.closed_loop and held.initial_mps_pct == 50.0
+
+
+def test_a_fixed_share_alone_says_what_the_sleep_needs():
+    with pytest.raises(ConfigurationError) as exc:
+        DaemonConfig(training_cmd="true", fixed_mps=50.0)
+    assert str(exc.value) == ("--fixed-mps holds the share only: the sleep needs --fixed-sleep "
+                              "(open loop) or --slo-ms and --model (closed loop)")
+
+
 # ------------------------------------------------------------------------------ end to end
 def _refusals(tmp_path):
     good = tmp_path / "good.json"
@@ -65,6 +114,13 @@ def _refusals(tmp_path):
         "period-tiny": (["--fixed-sleep", "0", "--period-s", "1e-6"], "--period-s must be in"),
         "stall-huge": (["--fixed-sleep", "0", "--stall-timeout-s", "1e9"],
                        "--stall-timeout-s (0: off) must be in [0.1, 3600]"),
+        "prometheus-url": (["--fixed-sleep", "0", "--prometheus-url", "http://127.0.0.1:1/m"],
+                           "--prometheus-url goes with --latency-source prometheus"),
+        "share-cgroup": (["--fixed-sleep", "0", "--share-cgroup", "mine"],
+                         "--share-cgroup goes with --share-backend cpu"),
+        "fixed-and-slo": (["--fixed-sleep", "0", *closed], "--slo-ms is for the closed loop"),
+        "fixed-mps-alone": (["--fixed-mps", "50", "--share-backend", "cpu"],
+                            "--fixed-mps holds the share only"),
         "state-is-dir": (["--fixed-sleep", "0", "--state", str(tmp_path)],
                          f"{tmp_path} is not a regular file"),
         "max-sleep": ([*closed, "--max-sleep-s", "1e9"], "--max-sleep-s must be in (0, 3600]"),
@@ -74,8 +130,8 @@ def _refusals(tmp_path):
     }
 
 
-CASES = ["period-huge", "period-tiny", "stall-huge", "state-is-dir", "max-sleep", "run-quantum",
-         "model"]
+CASES = ["period-huge", "period-tiny", "stall-huge", "prometheus-url", "share-cgroup",
+         "fixed-and-slo", "fixed-mps-alone", "state-is-dir", "max-sleep", "run-quantum", "model"]
 
 
 @pytest.mark.parametrize("case", CASES)
