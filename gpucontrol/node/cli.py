@@ -118,8 +118,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--metrics-port", type=int,
                    help="serve Prometheus metrics on METRICS_ADDR:PORT (off by default)")
     f.add_argument("--metrics-addr", default="127.0.0.1",
-                   help="address of the metrics server, with --metrics-port (default "
-                        "127.0.0.1, loopback only)")
+                   help="IPv4 address or host name of the metrics server, with --metrics-port "
+                        "(default 127.0.0.1, loopback only; 0.0.0.0: every interface)")
     f.add_argument("--metrics-textfile",
                    help="also write the metrics to this file every period (node-exporter "
                    "text-file collector)")

@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import os
 import shlex
 import shutil
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -155,8 +157,8 @@ class DaemonConfig:
         Serve Prometheus metrics on this port, in [0, 65535] (0: any free port; None: no
         metrics) [``--metrics-port``].
     metrics_addr : str
-        Address the metrics server binds [``--metrics-addr``]; loopback by default; only
-        with ``metrics_port``.
+        IPv4 address or host name the metrics server binds [``--metrics-addr``]; loopback by
+        default, ``0.0.0.0`` for every interface; only with ``metrics_port``.
     silent_periods : int
         Warn (event ``inference_silent``, metric ``gpucontrol_inference_silent``) after this
         many consecutive periods without a latency report, >= 1 [``--silent-periods``].
@@ -324,6 +326,7 @@ class DaemonConfig:
         if self.metrics_port is not None:
             int_at_least("--metrics-port", self.metrics_port, 0)
             in_range("--metrics-port", self.metrics_port, 0, 65535)
+        _check_metrics_addr(self.metrics_addr)
         self._validate_sources()
         self._check_needs()
 
@@ -376,7 +379,8 @@ class DaemonConfig:
         ------
         ConfigurationError
             ``allow_other_users`` without root; a ``training_cmd`` whose program cannot be
-            run (not found on PATH, not executable, or an empty command).
+            run (not found on PATH, not executable, or an empty command); a metrics address
+            or port the server could not listen on (a trial bind).
         gpucontrol.errors.TargetRefused
             A ``training_pids`` entry may not be paused (init, ourselves, an ancestor, a
             kernel thread, another user's process, or no such process).
@@ -385,6 +389,8 @@ class DaemonConfig:
 
         if self.allow_other_users and os.geteuid() != 0:
             raise ConfigurationError("--allow-other-users is for root only")
+        if self.metrics_port is not None:
+            _check_metrics_listen(self.metrics_addr, self.metrics_port)
         if self.training_cmd is not None:
             _check_program(self.training_cmd)
         for pid in self.training_pids:
@@ -451,6 +457,36 @@ NEEDS: tuple[tuple[tuple[str, ...], Callable[[DaemonConfig], bool], str], ...] =
     (("metrics_target",), lambda c: c.metrics_port is not None or bool(c.metrics_textfile),
      "goes with --metrics-port or --metrics-textfile"),
 )
+
+
+def _check_metrics_addr(addr: str) -> None:
+    """Refuse an empty ``--metrics-addr`` (the server would listen on every interface) and
+    a dotted number that is no IPv4 address (it would be looked up as a host name)."""
+    if not isinstance(addr, str) or not addr.strip():
+        raise ConfigurationError(f"--metrics-addr must be an IPv4 address or a host name "
+                                 f"(0.0.0.0 for every interface), got {addr!r}")
+    if addr.replace(".", "").isdigit():
+        try:
+            ipaddress.IPv4Address(addr)
+        except ValueError:
+            raise ConfigurationError(f"--metrics-addr must be an IPv4 address or a host "
+                                     f"name, got {addr!r}") from None
+
+
+def _check_metrics_listen(addr: str, port: int) -> None:
+    """Bind (and close) where the metrics server will listen, as it will (IPv4,
+    ``SO_REUSEADDR``): an unknown host, an address not of this machine or a port in use is
+    one line naming the flag, before anything runs."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((addr, port))
+    except socket.gaierror as exc:
+        raise ConfigurationError(f"--metrics-addr {addr!r}: no IPv4 address of that name "
+                                 f"({exc.strerror})") from None
+    except OSError as exc:
+        raise ConfigurationError(f"--metrics-addr {addr} --metrics-port {port}: cannot "
+                                 f"listen there ({exc.strerror})") from None
 
 
 def _check_program(cmd: str) -> None:

@@ -2,6 +2,7 @@
 line naming the flag and its range, exit 2, nothing written), no flag silently ignored."""
 
 import json
+import socket
 import subprocess
 
 import pytest
@@ -121,6 +122,12 @@ def _refusals(tmp_path):
         "fixed-and-slo": (["--fixed-sleep", "0", *closed], "--slo-ms is for the closed loop"),
         "fixed-mps-alone": (["--fixed-mps", "50", "--share-backend", "cpu"],
                             "--fixed-mps holds the share only"),
+        "addr-empty": (["--fixed-sleep", "0", "--metrics-port", "0", "--metrics-addr", ""],
+                       "--metrics-addr must be an IPv4 address or a host name"),
+        "addr-bad": (["--fixed-sleep", "0", "--metrics-port", "0", "--metrics-addr",
+                      "999.1.1.1"], "--metrics-addr must be an IPv4 address or a host name"),
+        "addr-foreign": (["--fixed-sleep", "0", "--metrics-port", "0", "--metrics-addr",
+                          "192.0.2.1"], "--metrics-addr 192.0.2.1 --metrics-port 0: cannot"),
         "state-is-dir": (["--fixed-sleep", "0", "--state", str(tmp_path)],
                          f"{tmp_path} is not a regular file"),
         "max-sleep": ([*closed, "--max-sleep-s", "1e9"], "--max-sleep-s must be in (0, 3600]"),
@@ -131,7 +138,8 @@ def _refusals(tmp_path):
 
 
 CASES = ["period-huge", "period-tiny", "stall-huge", "prometheus-url", "share-cgroup",
-         "fixed-and-slo", "fixed-mps-alone", "state-is-dir", "max-sleep", "run-quantum", "model"]
+         "fixed-and-slo", "fixed-mps-alone", "addr-empty", "addr-bad", "addr-foreign",
+         "state-is-dir", "max-sleep", "run-quantum", "model"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -155,6 +163,24 @@ def test_a_refused_command_line_is_one_line_exit_2_and_writes_nothing(children, 
     assert not log.exists()
     assert not (tmp_path / "r.state.json").exists()
     assert stopped_pids([t.pid]) == []
+
+
+def test_a_metrics_port_in_use_is_refused_before_the_start(children, tmp_path):
+    """Tried before anything runs (it used to fail at the end of the set-up, exit 1, after
+    pausing had begun)."""
+    t = children.spawn(SLEEPER)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run(daemon_argv(tmp_path, "p", "--training-pid", str(t.pid),
+                                       "--fixed-sleep", "0", "--metrics-port", str(port)),
+                           capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL, check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"gpucontrol-daemon: error: --metrics-addr 127.0.0.1 --metrics-port "
+                        f"{port}: cannot listen there (Address already in use)\n")
+    assert r.stdout == ""
 
 
 def test_a_refused_start_on_stdout_writes_no_stopped_line(children, tmp_path):
