@@ -379,8 +379,9 @@ class DaemonConfig:
         ------
         ConfigurationError
             ``allow_other_users`` without root; a ``training_cmd`` whose program cannot be
-            run (not found on PATH, not executable, or an empty command); a metrics address
-            or port the server could not listen on (a trial bind).
+            run (not found on PATH, not executable, or an empty command); a ``socket``,
+            ``state`` or ``hook`` path that is a directory; a metrics address or port the
+            server could not listen on (a trial bind).
         gpucontrol.errors.TargetRefused
             A ``training_pids`` entry may not be paused (init, ourselves, an ancestor, a
             kernel thread, another user's process, or no such process).
@@ -389,6 +390,9 @@ class DaemonConfig:
 
         if self.allow_other_users and os.geteuid() != 0:
             raise ConfigurationError("--allow-other-users is for root only")
+        for flag, path in (("--socket", self.socket), ("--state", self.state),
+                           ("--hook", self.hook)):
+            _check_file_path(flag, path)
         if self.metrics_port is not None:
             _check_metrics_listen(self.metrics_addr, self.metrics_port)
         if self.training_cmd is not None:
@@ -487,6 +491,12 @@ def _check_metrics_listen(addr: str, port: int) -> None:
     except OSError as exc:
         raise ConfigurationError(f"--metrics-addr {addr} --metrics-port {port}: cannot "
                                  f"listen there ({exc.strerror})") from None
+
+
+def _check_file_path(flag: str, path: str) -> None:
+    """Refuse a ``--socket``/``--state``/``--hook`` that is a directory."""
+    if os.path.isdir(path):
+        raise ConfigurationError(f"{flag} {path} is a directory; give the path of a file")
 
 
 def _check_program(cmd: str) -> None:

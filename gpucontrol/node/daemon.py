@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import math
@@ -83,6 +84,12 @@ from gpucontrol.two_tier import Actuation, TwoTierController
 __all__ = ["Daemon", "load_model"]  # load_model lives in model_file (re-exported)
 
 logger = logging.getLogger(__name__)
+
+
+# errors that say a --socket/--state/--hook path is wrong (refused naming the flag, exit 2);
+# any other OSError at set-up (no space, too many files) is the machine's (exit 1)
+_PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS,
+                          errno.ELOOP, errno.ENAMETOOLONG, errno.EEXIST})
 
 
 def _clean(x: Any) -> Any:
@@ -181,8 +188,17 @@ class Daemon(DaemonSafety):
         if cfg.fixed_sleep is not None:
             return None
         assert cfg.model is not None and cfg.slo_ms is not None  # DaemonConfig checked it
+        try:
+            return self._build_controller(cfg.model, cfg.slo_ms, mps_ok)
+        except ValueError as exc:  # the model file, or the controller on that model
+            msg = str(exc)
+            raise ConfigurationError(f"--model {cfg.model}: {msg}" if cfg.model not in msg
+                                     else f"--model: {msg}") from None
+
+    def _build_controller(self, model: str, slo_ms: float, mps_ok: bool) -> TwoTierController:
+        cfg = self.cfg
         outer = cfg.outer if mps_ok and cfg.fixed_mps is None else "none"
-        kw: dict[str, Any] = {"identified_span_s": load_sleep_span(cfg.model)}
+        kw: dict[str, Any] = {"identified_span_s": load_sleep_span(model)}
         if cfg.outer == "throughput":  # the default: delay-robust even without a share knob
             kw["detune"] = 0.5
             if (restart_s := controller_restart_s(cfg.share_backend)) is not None:
@@ -194,7 +210,7 @@ class Daemon(DaemonSafety):
         if cfg.green_shares:  # the training's partitions, and the whole device (no command)
             kw["mps_levels_pct"] = (*cfg.green_shares, 100.0)
         return TwoTierController(
-            load_model(cfg.model), cfg.slo_ms, inner_period_s=cfg.period_s,
+            load_model(model), slo_ms, inner_period_s=cfg.period_s,
             outer_every=cfg.outer_every,
             sleep_bounds_s=(0.0, cfg.max_sleep_s), mode=cfg.mode, outer=outer, **kw,
             initial_mps_pct=(self._restored["mps_pct"] if self._restored and mps_ok
@@ -206,8 +222,13 @@ class Daemon(DaemonSafety):
         # the controller first: a bad model or setting fails before anything is touched
         mps_possible = (is_restart_free(cfg.share_backend)
                         or (bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available()))
-        with contextlib.suppress(ValueError, OSError):  # a bad file is refused further down
+        try:
             prev = read_state(cfg.state)
+        except OSError:  # unreadable here: refused further down, with the flag named
+            prev = None
+        except ValueError as exc:  # not a file of ours: nothing is touched
+            raise ConfigurationError(f"--state {cfg.state}: {exc}") from None
+        with contextlib.suppress(ValueError):
             self._restored = restorable(prev, cfg)
             if self._restored is not None and prev is not None:  # kept until our first period
                 self._records["controller"] = prev["controller"]
@@ -216,8 +237,15 @@ class Daemon(DaemonSafety):
         except Exception:
             self._resume_leftovers_and_fail()
             raise
-        for p in (cfg.socket, cfg.state, cfg.hook):
-            ensure_private_dir(Path(p).parent)
+        for flag, p in (("--socket", cfg.socket), ("--state", cfg.state), ("--hook", cfg.hook)):
+            try:
+                ensure_private_dir(Path(p).parent)
+            except (OSError, ValueError) as exc:  # the path's fault (not e.g. a full disk)
+                if isinstance(exc, OSError) and exc.errno not in _PATH_ERRNOS:
+                    raise
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise ConfigurationError(f"{flag} {p}: cannot use its directory "
+                                         f"{Path(p).parent} ({why})") from None
         self._take_ownership()
         self._resume_leftovers()
         self.guardian = Guardian(

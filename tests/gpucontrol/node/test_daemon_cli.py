@@ -1,7 +1,9 @@
 """The daemon's command line as a user meets it: every flag checked before anything runs (one
 line naming the flag and its range, exit 2, nothing written), no flag silently ignored."""
 
+import errno
 import json
+import os
 import socket
 import subprocess
 
@@ -9,6 +11,7 @@ import pytest
 from actuators._children import SLEEPER, daemon_argv, stopped_pids
 
 from gpucontrol.errors import ConfigurationError
+from gpucontrol.node.cli import main as daemon_main
 from gpucontrol.node.config import DaemonConfig
 from gpucontrol.node.health import Heartbeat
 
@@ -128,18 +131,24 @@ def _refusals(tmp_path):
                       "999.1.1.1"], "--metrics-addr must be an IPv4 address or a host name"),
         "addr-foreign": (["--fixed-sleep", "0", "--metrics-port", "0", "--metrics-addr",
                           "192.0.2.1"], "--metrics-addr 192.0.2.1 --metrics-port 0: cannot"),
+        "state-dir-missing": (["--fixed-sleep", "0", "--state", "/proc/x/s.json"],
+                              "--state /proc/x/s.json: cannot use its directory /proc/x"),
+        "socket-dir-missing": (["--fixed-sleep", "0", "--socket", "/proc/x/s.sock"],
+                               "--socket /proc/x/s.sock: cannot use its directory /proc/x"),
         "state-is-dir": (["--fixed-sleep", "0", "--state", str(tmp_path)],
-                         f"{tmp_path} is not a regular file"),
+                         f"--state {tmp_path} is a directory"),
         "max-sleep": ([*closed, "--max-sleep-s", "1e9"], "--max-sleep-s must be in (0, 3600]"),
         "run-quantum": ([*closed, "--run-quantum-s", "1e9"],
                         "--run-quantum-s must be in [0.001, 3600]"),
-        "model": (["--slo-ms", "90", "--model", str(bad)], "gain must be < 0"),
+        "model": (["--slo-ms", "90", "--model", str(bad)],
+                  f"--model {bad}: gain must be < 0"),
     }
 
 
 CASES = ["period-huge", "period-tiny", "stall-huge", "prometheus-url", "share-cgroup",
          "fixed-and-slo", "fixed-mps-alone", "addr-empty", "addr-bad", "addr-foreign",
-         "state-is-dir", "max-sleep", "run-quantum", "model"]
+         "state-dir-missing", "socket-dir-missing", "state-is-dir", "max-sleep", "run-quantum",
+         "model"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -193,7 +202,7 @@ def test_a_refused_start_on_stdout_writes_no_stopped_line(children, tmp_path):
                                    "--slo-ms", "90", "--model", str(bad)),
                        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
                        check=False)
-    assert r.returncode == 2 and "cannot read model" in r.stderr
+    assert r.returncode == 2 and "--model: cannot read model" in r.stderr
     assert r.stdout == ""
 
 
@@ -209,5 +218,28 @@ def test_a_refused_start_leaves_an_existing_log_file_as_it_was(children, tmp_pat
                                        "90", "--model", str(bad), "--log", str(log)),
                            capture_output=True, text=True, timeout=60,
                            stdin=subprocess.DEVNULL, check=False)
-        assert r.returncode == 2 and f"cannot read model {bad}" in r.stderr
+        assert r.returncode == 2 and f"--model: cannot read model {bad}" in r.stderr
         assert log.read_text() == before  # ours from before: kept, nothing appended
+
+
+def test_an_os_error_no_flag_explains_is_one_line_exit_1(tmp_path, capfd, monkeypatch):
+    """A full disk while the state directory is made is the machine's fault, not --state's:
+    exit 1, one line, nothing on standard output."""
+    import gpucontrol.node.daemon as daemon_mod
+
+    def full(path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(daemon_mod, "ensure_private_dir", full)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        rc = daemon_main(daemon_argv(tmp_path, "n", "--training-pid", str(sleeper.pid),
+                                     "--fixed-sleep", "0")[3:])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    out, err = capfd.readouterr()
+    assert rc == 1
+    assert err.splitlines() == [f"gpucontrol-daemon: error: [Errno {errno.ENOSPC}] "
+                                f"{os.strerror(errno.ENOSPC)}: '{tmp_path}'"]
+    assert out == ""
