@@ -84,8 +84,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fixed-mps", type=float,
                    help="hold the share at this %% (mps: the launched training's MPS %%), "
                         "with --fixed-sleep or with the closed-loop sleep (no outer loop)")
-    g.add_argument("--duration-s", type=float,
-                   help="stop after this long, s, in (0, 604800] (default: until stopped)")
+    g.add_argument("--duration-s", type=float, help="run floor(D / period) periods, then "
+                   "stop once D seconds have passed; D in (0, 604800] (default: until "
+                   "stopped)")
     t = p.add_argument_group("training")
     t.add_argument("--training-pid", type=int, action="append", help="repeatable")
     t.add_argument("--training-cmd", help="command the daemon launches (and restarts for MPS)")

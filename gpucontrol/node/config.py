@@ -117,8 +117,8 @@ class DaemonConfig:
         outer loop then runs). With the ``mps`` share backend it needs ``training_cmd``
         (MPS applies at process start).
     duration_s : float or None
-        Stop after this many seconds, in (0, 604800] (a week; None: run until stopped)
-        [``--duration-s``].
+        Run ``floor(duration_s / period_s)`` periods and stop, once this many seconds have
+        passed, in (0, 604800] (a week; None: run until stopped) [``--duration-s``].
     sleep_method : {'auto', 'signal', 'cgroup', 'hook'}
         How the training is paused [``--sleep-method``].
     cgroup : str or None

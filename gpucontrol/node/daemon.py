@@ -566,18 +566,24 @@ class Daemon(DaemonSafety):
                 return 0
             self.heartbeat.ready(f"controlling {self._method()} targets")
             t0 = time.monotonic()
-            deadline = t0 + self.cfg.duration_s if self.cfg.duration_s else math.inf
-            nxt = t0 + self.cfg.period_s
+            duration, period = self.cfg.duration_s, self.cfg.period_s
+            # --duration-s D: floor(D / T) whole periods (the last one included), and at
+            # least D seconds (D < T: no period)
+            left = math.floor(duration / period + 1e-9) if duration else math.inf
+            nxt = t0 + period
             while not self._stopping:
-                self._wait_beating(min(nxt, deadline))
+                if left <= 0:
+                    if duration:
+                        self._wait_beating(t0 + duration)
+                    break
+                self._wait_beating(nxt)
                 if self._stopping:
                     break
-                if time.monotonic() >= deadline:
-                    break
                 self.step()
-                nxt += self.cfg.period_s
+                left -= 1
+                nxt += period
                 if nxt < time.monotonic():
-                    nxt = time.monotonic() + self.cfg.period_s
+                    nxt = time.monotonic() + period
                 if not self.training_alive():
                     self.emit(event="training_finished")
                     break

@@ -1,5 +1,6 @@
 """The daemon's command line as a user meets it: every flag checked before anything runs (one
-line naming the flag and its range, exit 2, nothing written), no flag silently ignored."""
+line naming the flag and its range, exit 2, nothing written), no flag silently ignored, and
+``--duration-s`` counted in whole periods."""
 
 import errno
 import json
@@ -243,3 +244,22 @@ def test_an_os_error_no_flag_explains_is_one_line_exit_1(tmp_path, capfd, monkey
     assert err.splitlines() == [f"gpucontrol-daemon: error: [Errno {errno.ENOSPC}] "
                                 f"{os.strerror(errno.ENOSPC)}: '{tmp_path}'"]
     assert out == ""
+
+
+# ------------------------------------------------------------------------------ duration
+@pytest.mark.parametrize("duration, period, periods", [("0.6", "0.2", 3), ("0.5", "0.2", 2),
+                                                       ("0.1", "0.2", 0)])
+def test_duration_runs_every_whole_period_it_holds(children, tmp_path, duration, period,
+                                                   periods):
+    """--duration-s D runs floor(D / T) periods, the last one included (0.6 s of 0.2 s
+    periods used to log 2)."""
+    t = children.spawn(SLEEPER)
+    r = subprocess.run(daemon_argv(tmp_path, "d", "--training-pid", str(t.pid),
+                                   "--fixed-sleep", "0", "--period-s", period,
+                                   "--duration-s", duration),
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [x["period"] for x in recs if "period" in x] == list(range(1, periods + 1))
+    assert recs[-1] == {**recs[-1], "event": "stopped", "periods": periods}
