@@ -3,8 +3,10 @@
 :func:`add_arguments` declares the flags (the harness mounts them as the ``gpucontrol daemon``
 subcommand); :func:`run_from_args` turns the parsed namespace into a
 :class:`~gpucontrol.node.config.DaemonConfig` once and runs the
-:class:`~gpucontrol.node.daemon.Daemon`; :func:`main` adds the exit codes (0 ok, 2 for a
-configuration error, 130 on Ctrl-C) and the stderr log format. The parser lives in the node so
+:class:`~gpucontrol.node.daemon.Daemon`; :func:`main` adds the exit codes (0 after a clean stop
+or SIGTERM, 2 for a configuration error, 130 after SIGINT / Ctrl-C) and the stderr log format.
+Every flag is checked before anything runs: a bad value is one line naming the flag and its
+allowed range, exit status 2, and nothing is written. The parser lives in the node so
 that a node runs the daemon without the harness.
 
 Examples
@@ -179,7 +181,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     Returns
     -------
     int
-        The daemon's exit status (0).
+        The daemon's exit status (0; 130 when SIGINT stopped it).
 
     Raises
     ------
@@ -246,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        0 after a clean stop, 2 for a configuration error, 1 for an operating-system error
-        at set-up (one line, no traceback), 130 on Ctrl-C.
+        0 after a clean stop (SIGTERM, the duration, the training's end), 2 for a
+        configuration error (one line naming the flag; nothing written), 1 for an
+        operating-system error at set-up (one line, no traceback), 130 after SIGINT (Ctrl-C).
     """
     args = build_parser().parse_args(argv)
     _configure_logging()

@@ -11,7 +11,8 @@ MPS by restart, a CPU quota, or a green-context partition), and writes one JSON 
 
 Crash safety (see :mod:`gpucontrol.node.guardian`): leftovers of a previous run are resumed first;
 a guardian process is running before anything is paused; the state file lists every target
-before it is paused; SIGTERM/SIGINT resume everything and exit cleanly.
+before it is paused; SIGTERM/SIGINT resume everything and exit cleanly (status 0 after SIGTERM,
+130 after SIGINT, as for any Ctrl-C).
 
 The daemon reads only its :class:`~gpucontrol.node.config.DaemonConfig`; from Python::
 
@@ -131,6 +132,7 @@ class Daemon(DaemonSafety):
         # stopping: a flag and a self-pipe (made by run), no lock (a signal handler must never
         # take a lock the interrupted main thread may hold, as Event.set would)
         self._stopping = False
+        self._stop_signal: int | None = None  # the signal that asked for the stop
         self._emitted = False  # whether any line was logged (a refused start logs none)
         self._stop_r = self._stop_w = -1
         self._state_lock = threading.Lock()
@@ -493,8 +495,16 @@ class Daemon(DaemonSafety):
                        targets=duty.targets)
         self.emit(**rec)  # emit updates the metrics before it writes the line
 
-    def request_stop(self) -> None:
-        """Ask the loop to stop (safe from a signal handler or another thread)."""
+    def request_stop(self, signum: int | None = None) -> None:
+        """Ask the loop to stop (safe from a signal handler or another thread).
+
+        Parameters
+        ----------
+        signum : int or None
+            The signal that asks (SIGINT makes :meth:`run` return 130), if one does.
+        """
+        if not self._stopping:
+            self._stop_signal = signum
         self._stopping = True
         if self._stop_w >= 0:
             try:
@@ -523,9 +533,9 @@ class Daemon(DaemonSafety):
         Returns
         -------
         int
-            0 (the exit status of a clean stop); setup errors raise. A start refused before
-            anything was logged writes nothing: no line, and a ``log`` file it created is
-            removed again.
+            The exit status of a clean stop: 0, or 130 when SIGINT asked for it (the shell's
+            status of a Ctrl-C); setup errors raise. A start refused before anything was
+            logged writes nothing: no line, and a ``log`` file it created is removed again.
         """
         with contextlib.ExitStack() as stack:
             if self._own_log:
@@ -550,12 +560,15 @@ class Daemon(DaemonSafety):
                     and (st.st_dev, st.st_ino) == (made.st_dev, made.st_ino)):
                 os.unlink(self.cfg.log)
 
+    def _exit_status(self) -> int:
+        return 128 + signal.SIGINT if self._stop_signal == signal.SIGINT else 0
+
     def _run(self) -> int:
         self._stop_r, self._stop_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         handlers = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                handlers[sig] = signal.signal(sig, lambda *_: self.request_stop())
+                handlers[sig] = signal.signal(sig, lambda n, _: self.request_stop(n))
         try:
             try:
                 self.setup()
@@ -563,7 +576,7 @@ class Daemon(DaemonSafety):
                 if not self._stopping:
                     raise
                 self.emit(event="start_cancelled", error=str(exc))  # SIGTERM during set-up
-                return 0
+                return self._exit_status()
             self.heartbeat.ready(f"controlling {self._method()} targets")
             t0 = time.monotonic()
             duration, period = self.cfg.duration_s, self.cfg.period_s
@@ -587,7 +600,7 @@ class Daemon(DaemonSafety):
                 if not self.training_alive():
                     self.emit(event="training_finished")
                     break
-            return 0
+            return self._exit_status()
         finally:
             self.shutdown()
             for sig, h in handlers.items():

@@ -1,15 +1,16 @@
 """The daemon's command line as a user meets it: every flag checked before anything runs (one
-line naming the flag and its range, exit 2, nothing written), no flag silently ignored, and
-``--duration-s`` counted in whole periods."""
+line naming the flag and its range, exit 2, nothing written), no flag silently ignored,
+``--duration-s`` counted in whole periods, and Ctrl-C's exit status."""
 
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 
 import pytest
-from actuators._children import SLEEPER, daemon_argv, stopped_pids
+from actuators._children import BUSY, SLEEPER, daemon_argv, read_events, stopped_pids, wait_for
 
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node.cli import main as daemon_main
@@ -263,3 +264,20 @@ def test_duration_runs_every_whole_period_it_holds(children, tmp_path, duration,
     recs = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["period"] for x in recs if "period" in x] == list(range(1, periods + 1))
     assert recs[-1] == {**recs[-1], "event": "stopped", "periods": periods}
+
+
+# ------------------------------------------------------------------------------ signals
+def test_sigint_stops_cleanly_with_status_130(children, tmp_path):
+    """Ctrl-C (SIGINT): the same clean stop as SIGTERM -- the training resumed, "stopped"
+    logged -- and the exit status a shell reports for it, 130 (SIGTERM stays 0)."""
+    t = children.spawn(BUSY)
+    d = children.popen(daemon_argv(tmp_path, "i", "--training-pid", str(t.pid),
+                                   "--fixed-sleep", "1.0", "--run-quantum-s", "0.001",
+                                   "--period-s", "0.2"),
+                       stdout=subprocess.PIPE, text=True)
+    read_events(d.stdout, "started")
+    assert wait_for(lambda: stopped_pids([t.pid]) == [t.pid], timeout=5.0)
+    d.send_signal(signal.SIGINT)
+    assert d.wait(15) == 130
+    assert json.loads(d.stdout.read().splitlines()[-1])["event"] == "stopped"
+    assert wait_for(lambda: stopped_pids([t.pid]) == [], timeout=2.0)
