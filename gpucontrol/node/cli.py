@@ -3,9 +3,11 @@
 :func:`add_arguments` declares the flags (the harness mounts them as the ``gpucontrol daemon``
 subcommand); :func:`run_from_args` turns the parsed namespace into a
 :class:`~gpucontrol.node.config.DaemonConfig` once and runs the
-:class:`~gpucontrol.node.daemon.Daemon`; :func:`main` adds the exit codes (0 ok, 2 for a
-configuration error, 1 for a failure, 130 on Ctrl-C) and the stderr log
-format. The parser lives in the node so that a node runs the daemon without the harness.
+:class:`~gpucontrol.node.daemon.Daemon`; :func:`main` adds the exit codes (0 after a clean stop
+or SIGTERM, 2 for a configuration error, 1 for a failure, 130 after SIGINT / Ctrl-C) and the
+stderr log format. Every flag is checked before anything runs: a bad value is one line naming
+the flag and its allowed range, exit status 2, and nothing is written. The parser lives in the
+node so that a node runs the daemon without the harness.
 
 Examples
 --------
@@ -31,6 +33,7 @@ from gpucontrol.node.config import (
     MODES,
     OUTER_LOOPS,
     READY_MODES,
+    RUN_QUANTUM_S,
     SHARE_BACKENDS,
     SLEEP_METHODS,
     DaemonConfig,
@@ -45,12 +48,15 @@ DESCRIPTION = "The per-GPU control daemon: monitor -> TwoTierController -> actua
 
 
 def _quantum(text: str) -> float | str:
+    """``auto`` or a number of seconds (its range is checked by :class:`DaemonConfig`)."""
     if text == "auto":
         return text
-    v = float(text)
-    if not v > 0:
-        raise argparse.ArgumentTypeError("must be > 0 or 'auto'")
-    return v
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be 'auto' or seconds in [{RUN_QUANTUM_S[0]:g}, {RUN_QUANTUM_S[1]:g}], "
+            f"got {text!r}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,7 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("control")
     g.add_argument("--slo-ms", type=float, help="latency set point (ms per batch)")
     g.add_argument("--model", help="model.json: {gain, offset} or a list of MPS-level rows")
-    g.add_argument("--period-s", type=float, default=4.0, help="control period (default 4)")
+    g.add_argument("--period-s", type=float, default=4.0,
+                   help="control period, s, in [0.01, 3600] (default 4)")
     g.add_argument("--outer-every", type=int, default=25, help="outer loop every N periods")
     g.add_argument("--outer", choices=OUTER_LOOPS, default="throughput",
                    help="outer (share) loop: throughput (default; highest training rate at "
@@ -72,13 +79,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mode", choices=MODES, default="mean")
     g.add_argument("--detune", type=float, help="inner-loop gain, fraction of deadbeat on the "
                    "model, in (0, 2) (default 0.5; lower for a noisy plant)")
-    g.add_argument("--max-sleep-s", type=float, default=1.0, help="sleep upper bound (s)")
+    g.add_argument("--max-sleep-s", type=float, default=1.0,
+                   help="sleep upper bound, s, in (0, 3600] (default 1; at most 60 with "
+                        "--sleep-method hook)")
     g.add_argument("--initial-mps", type=float, default=100.0)
-    g.add_argument("--fixed-sleep", type=float, help="open loop: this sleep (s) always")
+    g.add_argument("--fixed-sleep", type=float, help="open loop: this sleep (s) always, in "
+                   "[0, --max-sleep-s]; instead of --slo-ms and --model")
     g.add_argument("--fixed-mps", type=float,
-                   help="open loop: hold the share at this %% (mps: the launched training's "
-                        "MPS %%)")
-    g.add_argument("--duration-s", type=float, help="stop after this long")
+                   help="hold the share at this %% (mps: the launched training's MPS %%), "
+                        "with --fixed-sleep or with the closed-loop sleep (no outer loop)")
+    g.add_argument("--duration-s", type=float, help="run floor(D / period) periods, then "
+                   "stop once D seconds have passed; D in (0, 604800] (default: until "
+                   "stopped)")
     t = p.add_argument_group("training")
     t.add_argument("--training-pid", type=int, action="append", help="repeatable")
     t.add_argument("--training-cmd", help="command the daemon launches (and restarts for MPS)")
@@ -88,14 +100,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--training-pid it must hold every training process; with --training-cmd "
                    "it is created if missing and the training started in it)")
     t.add_argument("--run-quantum-s", type=_quantum, default=0.2,
-                   help="run time between pauses (about one iteration), or 'auto'")
+                   help="run time between pauses (about one iteration), s, in [0.001, 3600], "
+                        "or 'auto' (default 0.2; not with --sleep-method hook)")
     t.add_argument("--shadow", action="store_true", help="MPS change: pre-start the new one")
     t.add_argument("--ready", choices=READY_MODES, default="notify")
-    t.add_argument("--ready-timeout-s", type=float, default=120.0)
+    t.add_argument("--ready-timeout-s", type=float, default=120.0,
+                   help="wait this long for a restarted training, s, in (0, 3600] "
+                        "(default 120)")
     t.add_argument("--mps-binary", default="nvidia-cuda-mps-control")
     t.add_argument("--mps-pipe-dir", help="use this existing MPS daemon instead of a private one")
     t.add_argument("--mps-health-s", type=float, default=10.0,
-                   help="check the MPS daemon this often (back-off on failure; default 10)")
+                   help="check the MPS daemon this often, s, in [0.1, 300] (back-off on "
+                        "failure; default 10)")
     t.add_argument("--allow-other-users", action="store_true",
                    help="root only: allow training processes of other users")
     f = p.add_argument_group("files")
@@ -107,7 +123,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--metrics-port", type=int,
                    help="serve Prometheus metrics on METRICS_ADDR:PORT (off by default)")
     f.add_argument("--metrics-addr", default="127.0.0.1",
-                   help="address of the metrics server (default 127.0.0.1, loopback only)")
+                   help="IPv4 address or host name of the metrics server, with --metrics-port "
+                        "(default 127.0.0.1, loopback only; 0.0.0.0: every interface)")
     f.add_argument("--metrics-textfile",
                    help="also write the metrics to this file every period (node-exporter "
                    "text-file collector)")
@@ -123,7 +140,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "lists as stopped, then exit; for systemd ExecStopPost=")
     s.add_argument("--stall-timeout-s", type=float,
                    help="guardian resumes the training and kills a daemon whose loop is "
-                   "silent this long (default 1.5 periods, at least 2 s; 0: off)")
+                   "silent this long, s, in [0.1, 3600] (default 1.5 periods, at least 2 s; "
+                   "0: off)")
     _add_source_arguments(p)
 
 
@@ -132,11 +150,12 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--latency-source", choices=LATENCY_SOURCES, default="socket",
                    help="socket: report_latency datagrams (default); prometheus: scrape a "
                         "latency histogram (bucket deltas per period)")
-    s.add_argument("--prometheus-url", help="the inference server's /metrics URL (each scrape "
-                   "waited for at most min(1 s, --period-s/2, --stall-timeout-s/4); a late "
-                   "one is a period without samples)")
+    s.add_argument("--prometheus-url", help="with --latency-source prometheus: the inference "
+                   "server's /metrics URL (each scrape waited for at most min(1 s, "
+                   "--period-s/2, --stall-timeout-s/4); a late one is a period without samples)")
     s.add_argument("--prometheus-metric", default="inference_latency_seconds",
-                   help="histogram base name, in seconds (default inference_latency_seconds)")
+                   help="with --latency-source prometheus: histogram base name, in seconds "
+                        "(default inference_latency_seconds)")
     s.add_argument("--share-backend", choices=SHARE_BACKENDS, default="mps",
                    help="outer-loop knob: mps (restart the launched training with a new MPS "
                         "percentage, default), cpu (the training's cgroup CPU quota) or "
@@ -146,8 +165,9 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
                         "short, down to 1 (a decision still averages the last 8 periods; see "
                         "docs/daemon.md)")
     s.add_argument("--share-cgroup", default=None,
-                   help="CPU-share group name under the cgroup cpu controller (default "
-                        "gpucontrol-training-gpu<N>, N the --gpu); one daemon per group")
+                   help="with --share-backend cpu: the CPU-share group name under the cgroup "
+                        "cpu controller (default gpucontrol-training-gpu<N>, N the --gpu); one "
+                        "daemon per group")
     s.add_argument("--green-shares", default=None,
                    help="with --share-backend green-context: the partitions the training "
                         "created, %% comma-separated (e.g. 25,50,75,100, its --green-shares); "
@@ -165,7 +185,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     Returns
     -------
     int
-        The daemon's exit status (0).
+        The daemon's exit status (0; 130 when SIGINT stopped it).
 
     Raises
     ------
@@ -232,9 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     Returns
     -------
     int
-        0 after a clean stop, 2 for a configuration error, 1 for an operating-system error
-        at set-up (one line, no traceback) or a failure of the control loop after set-up
-        (one line and the traceback; everything was resumed first), 130 on Ctrl-C.
+        0 after a clean stop (SIGTERM, the duration, the training's end), 2 for a
+        configuration error (one line naming the flag; nothing written), 1 for an
+        operating-system error at set-up (one line, no traceback) or a failure of the control
+        loop after set-up (one line and the traceback; everything was resumed first), 130
+        after SIGINT (Ctrl-C).
     """
     args = build_parser().parse_args(argv)
     _configure_logging()

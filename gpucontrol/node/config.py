@@ -26,16 +26,26 @@ Examples
 >>> DaemonConfig(training_pids=(4242,), fixed_sleep=0.1, period_s=0)
 Traceback (most recent call last):
 ...
-gpucontrol.errors.ConfigurationError: --period-s must be > 0, got 0
+gpucontrol.errors.ConfigurationError: --period-s must be in [0.01, 3600], got 0
+
+A setting that would have no effect is refused too, rather than silently ignored:
+
+>>> DaemonConfig(training_pids=(4242,), fixed_sleep=0.1, slo_ms=90.0)
+Traceback (most recent call last):
+...
+gpucontrol.errors.ConfigurationError: --slo-ms is for the closed loop, and --fixed-sleep ...
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import os
 import shlex
 import shutil
+import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -64,6 +74,17 @@ def default_share_cgroup(gpu: int) -> str:
     """
     return f"gpucontrol-training-gpu{int(gpu)}"
 
+# The allowed ranges of the duration flags, in seconds (docs/daemon.md lists them). Every one
+# is bounded: the guardian poll()s with the stall timeout (default 1.5 periods, <= 5400 s),
+# and poll() takes at most 2**31 - 1 ms; a tiny period would flood the log.
+PERIOD_S = (0.01, 3600.0)  # >= 0.01: the stress tests run 0.02 s periods; 3600: one an hour
+MAX_SLEEP_S = 3600.0  # the controller's sleep bound
+RUN_QUANTUM_S = (0.001, 3600.0)  # the controller's range of the run quantum
+STALL_TIMEOUT_S = (0.1, 3600.0)  # or 0: off
+READY_TIMEOUT_S = 3600.0
+MPS_HEALTH_S = (0.1, 300.0)  # 300: the back-off's cap
+DURATION_S = 7 * 86400.0  # a week; leave --duration-s out to run until stopped
+
 
 @dataclass(frozen=True)
 class DaemonConfig:
@@ -82,7 +103,7 @@ class DaemonConfig:
         Path of the latency model JSON [``--model``]; needed in closed loop
         (see :func:`gpucontrol.node.daemon.load_model`).
     period_s : float
-        Control period in seconds, > 0 [``--period-s``].
+        Control period in seconds, in [0.01, 3600] [``--period-s``].
     outer_every : int
         Run the outer (MPS) loop every this many periods, >= 1 [``--outer-every``].
     outer : {'throughput', 'paper', 'mid-range', 'none'}
@@ -97,36 +118,42 @@ class DaemonConfig:
         Lower is slower but passes less of a noisy plant's per-period scatter back into
         the sleep.
     max_sleep_s : float
-        Upper bound of the commanded sleep in seconds, > 0 [``--max-sleep-s``].
+        Upper bound of the commanded sleep in seconds, in (0, 3600] (60 with the hook)
+        [``--max-sleep-s``].
     initial_mps : float
         MPS active-thread percentage the training starts at, in [1, 100] [``--initial-mps``].
     fixed_sleep : float or None
         Open loop: always this sleep, in [0, ``max_sleep_s``] [``--fixed-sleep``].
     fixed_mps : float or None
-        Open loop: hold the share at this percentage, in [1, 100] [``--fixed-mps``]; with
-        the ``mps`` share backend it needs ``training_cmd`` (MPS applies at process start).
+        Hold the share at this percentage, in [1, 100] [``--fixed-mps``], with either sleep:
+        ``fixed_sleep`` (open loop) or the closed-loop sleep (``slo_ms`` and ``model``; no
+        outer loop then runs). With the ``mps`` share backend it needs ``training_cmd``
+        (MPS applies at process start).
     duration_s : float or None
-        Stop after this many seconds, > 0 (None: run until stopped) [``--duration-s``].
+        Run ``floor(duration_s / period_s)`` periods and stop, once this many seconds have
+        passed, in (0, 604800] (a week; None: run until stopped) [``--duration-s``].
     sleep_method : {'auto', 'signal', 'cgroup', 'hook'}
         How the training is paused [``--sleep-method``].
     cgroup : str or None
         cgroup v2 directory holding the training [``--cgroup``].
     run_quantum_s : float or 'auto'
-        Run time between two pauses in seconds, > 0, or ``'auto'`` (the measured iteration
-        time) [``--run-quantum-s``].
+        Run time between two pauses in seconds, in [0.001, 3600], or ``'auto'`` (the
+        measured iteration time) [``--run-quantum-s``]; not with ``sleep_method='hook'``.
     shadow : bool
-        On an MPS change, pre-start the new training before stopping the old [``--shadow``].
+        On an MPS change, pre-start the new training before stopping the old [``--shadow``];
+        ``shadow``, ``ready`` and ``ready_timeout_s`` go with ``training_cmd`` and the ``mps``
+        share backend.
     ready : {'notify', 'spawn'}
         When a (re)started training counts as ready [``--ready``].
     ready_timeout_s : float
-        How long to wait for that, seconds, > 0 [``--ready-timeout-s``].
+        How long to wait for that, seconds, in (0, 3600] [``--ready-timeout-s``].
     mps_binary : str
         The ``nvidia-cuda-mps-control`` executable [``--mps-binary``].
     mps_pipe_dir : str or None
         Use this running MPS control daemon instead of a private one [``--mps-pipe-dir``].
     mps_health_s : float
-        Check the MPS control daemon this often, seconds, > 0 (doubling after each failure,
-        up to 300 s); a private one that died is restarted [``--mps-health-s``].
+        Check the MPS control daemon this often, seconds, in [0.1, 300] (doubling after each
+        failure, up to 300 s); a private one that died is restarted [``--mps-health-s``].
     allow_other_users : bool
         Root only: accept training processes of other users [``--allow-other-users``].
     gpu : int
@@ -143,7 +170,8 @@ class DaemonConfig:
         Serve Prometheus metrics on this port, in [0, 65535] (0: any free port; None: no
         metrics) [``--metrics-port``].
     metrics_addr : str
-        Address the metrics server binds [``--metrics-addr``]; loopback by default.
+        IPv4 address or host name the metrics server binds [``--metrics-addr``]; loopback by
+        default, ``0.0.0.0`` for every interface; only with ``metrics_port``.
     silent_periods : int
         Warn (event ``inference_silent``, metric ``gpucontrol_inference_silent``) after this
         many consecutive periods without a latency report, >= 1 [``--silent-periods``].
@@ -152,24 +180,26 @@ class DaemonConfig:
         collector [``--metrics-textfile``].
     metrics_target : str or None
         The ``target`` label of every metric; None: the cgroup's name, the training script
-        or the PIDs [``--metrics-target``].
+        or the PIDs [``--metrics-target``]; only with ``metrics_port`` or ``metrics_textfile``.
     socket_group : str or None
         Group (name or number) given access to the latency socket (read-write) and the hook
         file (read), so non-root inference and training can use a root daemon
         [``--socket-group``].
     stall_timeout_s : float or None
         Seconds without a control-loop heartbeat after which the guardian resumes the
-        training and kills the daemon, in [0, 3600]; 0 turns that off; None: 1.5 periods,
-        at least 2 s [``--stall-timeout-s``].
+        training and kills the daemon, 0 (off) or in [0.1, 3600]; None: 1.5 periods, at
+        least 2 s [``--stall-timeout-s``].
     latency_source : {'socket', 'prometheus'}
         Where the latency comes from: the datagram socket (``report_latency``) or a scraped
         Prometheus histogram [``--latency-source``].
     prometheus_url : str or None
-        The inference server's ``/metrics`` URL; needed by ``prometheus`` [``--prometheus-url``].
-        Each scrape must end within :attr:`scrape_timeout_s`; with ``prometheus`` a
-        ``period_s`` and ``stall_timeout_s`` that leave it less than 0.05 s are refused.
+        The inference server's ``/metrics`` URL; needed by ``prometheus``, and only with it
+        [``--prometheus-url``]. Each scrape must end within :attr:`scrape_timeout_s`; with
+        ``prometheus`` a ``period_s`` and ``stall_timeout_s`` that leave it less than 0.05 s
+        are refused.
     prometheus_metric : str
-        Base name of its latency histogram, in seconds [``--prometheus-metric``].
+        Base name of its latency histogram, in seconds; only with ``prometheus``
+        [``--prometheus-metric``].
     share_backend : {'mps', 'cpu', 'green-context'}
         The outer loop's knob [``--share-backend``]: the MPS percentage (a restart of the
         launched training), the training's CPU share through the cgroup CPU controller (no
@@ -178,8 +208,8 @@ class DaemonConfig:
         :mod:`gpucontrol.node.share`.
     share_cgroup : str
         The CPU-share group, relative to the CPU controller's root; made when missing; one
-        daemon per group [``--share-cgroup``]. Empty: ``gpucontrol-training-gpu<gpu>``, so the
-        daemons of two GPUs never share one.
+        daemon per group; only with the ``cpu`` share backend [``--share-cgroup``]. Empty:
+        ``gpucontrol-training-gpu<gpu>``, so the daemons of two GPUs never share one.
     green_shares : tuple of float
         The green-context partitions the training created, % in [1, 100] [``--green-shares``,
         comma-separated]: the training runs a command on the largest partition not above it,
@@ -189,6 +219,12 @@ class DaemonConfig:
 
     Notes
     -----
+    A setting that would be ignored is refused (:data:`NEEDS`): a closed-loop setting
+    (``slo_ms``, ``model``, ``detune``, ``outer``, ``outer_every``, ``mode``) with
+    ``fixed_sleep``, ``outer``/``outer_every``/``initial_mps`` with ``fixed_mps``, and each
+    setting of a latency source, share backend or metrics output that is not the chosen one.
+    A field left at its default is never refused.
+
     ``socket``, ``state`` and ``hook`` are made absolute (or filled with the defaults of
     :func:`gpucontrol.node._runtime.default_path`) at construction, so the built object holds
     the paths the daemon will use.
@@ -254,12 +290,16 @@ class DaemonConfig:
         for pid in self.training_pids:
             int_at_least("--training-pid", pid, 1)
         if self.fixed_sleep is None and (self.slo_ms is None or self.model is None):
+            if self.fixed_mps is not None and self.slo_ms is None and self.model is None:
+                raise ConfigurationError(
+                    "--fixed-mps holds the share only: the sleep needs --fixed-sleep (open "
+                    "loop) or --slo-ms and --model (closed loop)")
             raise ConfigurationError("closed-loop operation needs --slo-ms and --model "
                                      "(or run open loop with --fixed-sleep)")
         if self.slo_ms is not None:
             positive("--slo-ms", self.slo_ms)
-        positive("--period-s", self.period_s)
-        positive("--max-sleep-s", self.max_sleep_s)
+        in_range("--period-s", self.period_s, *PERIOD_S)
+        in_range("--max-sleep-s", self.max_sleep_s, 0.0, MAX_SLEEP_S, lo_open=True)
         int_at_least("--outer-every", self.outer_every, 1)
         choice("--outer", self.outer, OUTER_LOOPS)
         choice("--mode", self.mode, MODES)
@@ -279,14 +319,15 @@ class DaemonConfig:
         if self.fixed_mps is not None:
             in_range("--fixed-mps", self.fixed_mps, 1, 100)
         if self.duration_s is not None:
-            positive("--duration-s", self.duration_s)
+            in_range("--duration-s", self.duration_s, 0.0, DURATION_S, lo_open=True)
         if self.run_quantum_s != "auto":
             if isinstance(self.run_quantum_s, str):
-                raise ConfigurationError(f"--run-quantum-s must be > 0 or 'auto', got "
-                                         f"{self.run_quantum_s!r}")
-            positive("--run-quantum-s", self.run_quantum_s)
-        positive("--ready-timeout-s", self.ready_timeout_s)
-        positive("--mps-health-s", self.mps_health_s)
+                raise ConfigurationError(
+                    f"--run-quantum-s must be 'auto' or in [{RUN_QUANTUM_S[0]:g}, "
+                    f"{RUN_QUANTUM_S[1]:g}], got {self.run_quantum_s!r}")
+            in_range("--run-quantum-s", self.run_quantum_s, *RUN_QUANTUM_S)
+        in_range("--ready-timeout-s", self.ready_timeout_s, 0.0, READY_TIMEOUT_S, lo_open=True)
+        in_range("--mps-health-s", self.mps_health_s, *MPS_HEALTH_S)
         int_at_least("--gpu", self.gpu, 0)
         int_at_least("--silent-periods", self.silent_periods, 1)
         if self.socket_group is not None:
@@ -296,12 +337,14 @@ class DaemonConfig:
                 resolve_group(self.socket_group)
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
-        if self.stall_timeout_s is not None:
-            in_range("--stall-timeout-s", self.stall_timeout_s, 0, 3600)
+        if self.stall_timeout_s is not None and self.stall_timeout_s != 0:
+            in_range("--stall-timeout-s (0: off)", self.stall_timeout_s, *STALL_TIMEOUT_S)
         if self.metrics_port is not None:
             int_at_least("--metrics-port", self.metrics_port, 0)
             in_range("--metrics-port", self.metrics_port, 0, 65535)
+        _check_metrics_addr(self.metrics_addr)
         self._validate_sources()
+        self._check_needs()
 
     def _validate_sources(self) -> None:
         choice("--latency-source", self.latency_source, LATENCY_SOURCES)
@@ -315,8 +358,6 @@ class DaemonConfig:
                                          f"got {self.green_shares!r}") from None
         object.__setattr__(self, "green_shares", tuple(
             in_range("--green-shares", float(x), 1.0, 100.0) for x in shares))
-        if self.green_shares and self.share_backend != "green-context":
-            raise ConfigurationError("--green-shares goes with --share-backend green-context")
         if self.latency_source == "prometheus" and not self.prometheus_url:
             raise ConfigurationError("--latency-source prometheus needs --prometheus-url")
         if self.latency_source == "prometheus" and self.scrape_timeout_s < MIN_SCRAPE_TIMEOUT_S:
@@ -331,6 +372,19 @@ class DaemonConfig:
                                             or ".." in self.share_cgroup.split("/")):
             raise ConfigurationError(f"--share-cgroup must be a relative group name, got "
                                      f"{self.share_cgroup!r}")
+
+    def _check_needs(self) -> None:
+        """Refuse a setting that would be ignored: every rule of :data:`NEEDS` whose fields
+        are away from their defaults must hold."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        also_unset = {"share_cgroup": default_share_cgroup(self.gpu)}  # filled in when empty
+        for fields, holds, why in NEEDS:
+            if holds(self):
+                continue
+            for name in fields:
+                value = getattr(self, name)
+                if value != defaults[name] and value != also_unset.get(name, defaults[name]):
+                    raise ConfigurationError(f"{_flag(name)} {why}")
 
     # ------------------------------------------------------------------ derived
     @property
@@ -365,7 +419,9 @@ class DaemonConfig:
         ------
         ConfigurationError
             ``allow_other_users`` without root; a ``training_cmd`` whose program cannot be
-            run (not found on PATH, not executable, or an empty command).
+            run (not found on PATH, not executable, or an empty command); a ``socket``,
+            ``state`` or ``hook`` path that is a directory; a metrics address or port the
+            server could not listen on (a trial bind).
         gpucontrol.errors.TargetRefused
             A ``training_pids`` entry may not be paused (init, ourselves, an ancestor, a
             kernel thread, another user's process, or no such process).
@@ -374,6 +430,11 @@ class DaemonConfig:
 
         if self.allow_other_users and os.geteuid() != 0:
             raise ConfigurationError("--allow-other-users is for root only")
+        for flag, path in (("--socket", self.socket), ("--state", self.state),
+                           ("--hook", self.hook)):
+            _check_file_path(flag, path)
+        if self.metrics_port is not None:
+            _check_metrics_listen(self.metrics_addr, self.metrics_port)
         if self.training_cmd is not None:
             _check_program(self.training_cmd)
         for pid in self.training_pids:
@@ -403,6 +464,79 @@ class DaemonConfig:
         if pids:
             kw["training_pids"] = tuple(pids)
         return cls(**kw)
+
+
+def _flag(field: str) -> str:
+    """The command-line flag of a :class:`DaemonConfig` field."""
+    return "--" + field.replace("_", "-")
+
+
+#: Settings that act only together with another one: (fields, when they act, why not). A
+#: field away from its default while the condition is false would be silently ignored, so
+#: :class:`DaemonConfig` refuses it, naming the flag.
+NEEDS: tuple[tuple[tuple[str, ...], Callable[[DaemonConfig], bool], str], ...] = (
+    (("slo_ms", "model", "detune", "outer", "outer_every", "mode"),
+     lambda c: c.fixed_sleep is None,
+     "is for the closed loop, and --fixed-sleep runs open loop, which would ignore it: give "
+     "--fixed-sleep or --slo-ms and --model, not both"),
+    (("outer", "outer_every"), lambda c: c.fixed_mps is None,
+     "has no effect with --fixed-mps: the share is held, no outer loop runs"),
+    (("initial_mps",), lambda c: c.fixed_mps is None,
+     "has no effect with --fixed-mps: the share starts (and stays) at --fixed-mps"),
+    (("prometheus_url", "prometheus_metric"), lambda c: c.latency_source == "prometheus",
+     "goes with --latency-source prometheus (the latency comes from the socket otherwise)"),
+    (("share_cgroup",), lambda c: c.share_backend == "cpu",
+     "goes with --share-backend cpu"),
+    (("green_shares",), lambda c: c.share_backend == "green-context",
+     "goes with --share-backend green-context"),
+    (("shadow", "ready", "ready_timeout_s"),
+     lambda c: bool(c.training_cmd) and c.share_backend == "mps",
+     "goes with --training-cmd and --share-backend mps (it shapes the restart of a launched "
+     "training for a new MPS share)"),
+    (("run_quantum_s",), lambda c: c.sleep_method != "hook",
+     "has no effect with --sleep-method hook (the training sleeps between its own "
+     "iterations)"),
+    (("metrics_addr",), lambda c: c.metrics_port is not None,
+     "goes with --metrics-port (no metrics server runs without it)"),
+    (("metrics_target",), lambda c: c.metrics_port is not None or bool(c.metrics_textfile),
+     "goes with --metrics-port or --metrics-textfile"),
+)
+
+
+def _check_metrics_addr(addr: str) -> None:
+    """Refuse an empty ``--metrics-addr`` (the server would listen on every interface) and
+    a dotted number that is no IPv4 address (it would be looked up as a host name)."""
+    if not isinstance(addr, str) or not addr.strip():
+        raise ConfigurationError(f"--metrics-addr must be an IPv4 address or a host name "
+                                 f"(0.0.0.0 for every interface), got {addr!r}")
+    if addr.replace(".", "").isdigit():
+        try:
+            ipaddress.IPv4Address(addr)
+        except ValueError:
+            raise ConfigurationError(f"--metrics-addr must be an IPv4 address or a host "
+                                     f"name, got {addr!r}") from None
+
+
+def _check_metrics_listen(addr: str, port: int) -> None:
+    """Bind (and close) where the metrics server will listen, as it will (IPv4,
+    ``SO_REUSEADDR``): an unknown host, an address not of this machine or a port in use is
+    one line naming the flag, before anything runs."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((addr, port))
+    except socket.gaierror as exc:
+        raise ConfigurationError(f"--metrics-addr {addr!r}: no IPv4 address of that name "
+                                 f"({exc.strerror})") from None
+    except OSError as exc:
+        raise ConfigurationError(f"--metrics-addr {addr} --metrics-port {port}: cannot "
+                                 f"listen there ({exc.strerror})") from None
+
+
+def _check_file_path(flag: str, path: str) -> None:
+    """Refuse a ``--socket``/``--state``/``--hook`` that is a directory."""
+    if os.path.isdir(path):
+        raise ConfigurationError(f"{flag} {path} is a directory; give the path of a file")
 
 
 def _check_program(cmd: str) -> None:

@@ -11,7 +11,8 @@ MPS by restart, a CPU quota, or a green-context partition), and writes one JSON 
 
 Crash safety (see :mod:`gpucontrol.node.guardian`): leftovers of a previous run are resumed first;
 a guardian process is running before anything is paused; the state file lists every target
-before it is paused; SIGTERM/SIGINT resume everything and exit cleanly.
+before it is paused; SIGTERM/SIGINT resume everything and exit cleanly (status 0 after SIGTERM,
+130 after SIGINT, as for any Ctrl-C).
 
 The daemon reads only its :class:`~gpucontrol.node.config.DaemonConfig`; from Python::
 
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import math
@@ -85,6 +87,12 @@ __all__ = ["Daemon", "load_model"]  # load_model lives in model_file (re-exporte
 logger = logging.getLogger(__name__)
 
 
+# errors that say a --socket/--state/--hook path is wrong (refused naming the flag, exit 2);
+# any other OSError at set-up (no space, too many files) is the machine's (exit 1)
+_PATH_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS,
+                          errno.ELOOP, errno.ENAMETOOLONG, errno.EEXIST})
+
+
 def _clean(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
@@ -124,6 +132,8 @@ class Daemon(DaemonSafety):
         # stopping: a flag and a self-pipe (made by run), no lock (a signal handler must never
         # take a lock the interrupted main thread may hold, as Event.set would)
         self._stopping = False
+        self._stop_signal: int | None = None  # the signal that asked for the stop
+        self._emitted = False  # whether any line was logged (a refused start logs none)
         self._stop_r = self._stop_w = -1
         self._state_lock = threading.Lock()
         self.guardian: Guardian | None = None
@@ -152,6 +162,7 @@ class Daemon(DaemonSafety):
 
     # ------------------------------------------------------------------ output
     def emit(self, **rec: Any) -> None:
+        self._emitted = True
         rec = {"ts": round(time.time(), 3), **{k: _clean(v) for k, v in rec.items()}}
         if self.metrics is not None:  # first: a reader of the line finds them updated
             self.metrics.observe(rec, log_dropped=self._sink.dropped if self._sink else 0)
@@ -180,8 +191,17 @@ class Daemon(DaemonSafety):
         if cfg.fixed_sleep is not None:
             return None
         assert cfg.model is not None and cfg.slo_ms is not None  # DaemonConfig checked it
+        try:
+            return self._build_controller(cfg.model, cfg.slo_ms, mps_ok)
+        except ValueError as exc:  # the model file, or the controller on that model
+            msg = str(exc)
+            raise ConfigurationError(f"--model {cfg.model}: {msg}" if cfg.model not in msg
+                                     else f"--model: {msg}") from None
+
+    def _build_controller(self, model: str, slo_ms: float, mps_ok: bool) -> TwoTierController:
+        cfg = self.cfg
         outer = cfg.outer if mps_ok and cfg.fixed_mps is None else "none"
-        kw: dict[str, Any] = {"identified_span_s": load_sleep_span(cfg.model)}
+        kw: dict[str, Any] = {"identified_span_s": load_sleep_span(model)}
         if cfg.outer == "throughput":  # the default: delay-robust even without a share knob
             kw["detune"] = 0.5
             if (restart_s := controller_restart_s(cfg.share_backend)) is not None:
@@ -193,7 +213,7 @@ class Daemon(DaemonSafety):
         if cfg.green_shares:  # the training's partitions, and the whole device (no command)
             kw["mps_levels_pct"] = (*cfg.green_shares, 100.0)
         return TwoTierController(
-            load_model(cfg.model), cfg.slo_ms, inner_period_s=cfg.period_s,
+            load_model(model), slo_ms, inner_period_s=cfg.period_s,
             outer_every=cfg.outer_every,
             sleep_bounds_s=(0.0, cfg.max_sleep_s), mode=cfg.mode, outer=outer, **kw,
             initial_mps_pct=(self._restored["mps_pct"] if self._restored and mps_ok
@@ -205,8 +225,13 @@ class Daemon(DaemonSafety):
         # the controller first: a bad model or setting fails before anything is touched
         mps_possible = (is_restart_free(cfg.share_backend)
                         or (bool(cfg.training_cmd) and MPSControl(cfg.mps_binary).available()))
-        with contextlib.suppress(ValueError, OSError):  # a bad file is refused further down
+        try:
             prev = read_state(cfg.state)
+        except OSError:  # unreadable here: refused further down, with the flag named
+            prev = None
+        except ValueError as exc:  # not a file of ours: nothing is touched
+            raise ConfigurationError(f"--state {cfg.state}: {exc}") from None
+        with contextlib.suppress(ValueError):
             self._restored = restorable(prev, cfg)
             if self._restored is not None and prev is not None:  # kept until our first period
                 self._records["controller"] = prev["controller"]
@@ -215,8 +240,15 @@ class Daemon(DaemonSafety):
         except Exception:
             self._resume_leftovers_and_fail()
             raise
-        for p in (cfg.socket, cfg.state, cfg.hook):
-            ensure_private_dir(Path(p).parent)
+        for flag, p in (("--socket", cfg.socket), ("--state", cfg.state), ("--hook", cfg.hook)):
+            try:
+                ensure_private_dir(Path(p).parent)
+            except (OSError, ValueError) as exc:  # the path's fault (not e.g. a full disk)
+                if isinstance(exc, OSError) and exc.errno not in _PATH_ERRNOS:
+                    raise
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise ConfigurationError(f"{flag} {p}: cannot use its directory "
+                                         f"{Path(p).parent} ({why})") from None
         self._take_ownership()
         self._resume_leftovers()
         if cfg.share_backend == "cpu":  # one daemon per CPU-share group, before it is touched
@@ -475,8 +507,16 @@ class Daemon(DaemonSafety):
                        targets=duty.targets)
         self.emit(**rec)  # emit updates the metrics before it writes the line
 
-    def request_stop(self) -> None:
-        """Ask the loop to stop (safe from a signal handler or another thread)."""
+    def request_stop(self, signum: int | None = None) -> None:
+        """Ask the loop to stop (safe from a signal handler or another thread).
+
+        Parameters
+        ----------
+        signum : int or None
+            The signal that asks (SIGINT makes :meth:`run` return 130), if one does.
+        """
+        if not self._stopping:
+            self._stop_signal = signum
         self._stopping = True
         if self._stop_w >= 0:
             try:
@@ -505,7 +545,9 @@ class Daemon(DaemonSafety):
         Returns
         -------
         int
-            0 (the exit status of a clean stop); setup errors raise.
+            The exit status of a clean stop: 0, or 130 when SIGINT asked for it (the shell's
+            status of a Ctrl-C); setup errors raise. A start refused before anything was
+            logged writes nothing: no line, and a ``log`` file it created is removed again.
 
         Raises
         ------
@@ -516,7 +558,10 @@ class Daemon(DaemonSafety):
         with contextlib.ExitStack() as stack:
             if self._own_log:
                 assert self.cfg.log is not None
+                existed = os.path.lexists(self.cfg.log)
                 self.log_file = stack.enter_context(open_log(self.cfg.log))
+                if not existed:
+                    stack.callback(self._remove_unused_log, os.fstat(self.log_file.fileno()))
             self._sink = LogSink(self.log_file)
             try:
                 return self._run()
@@ -524,12 +569,24 @@ class Daemon(DaemonSafety):
                 sink, self._sink = self._sink, None
                 sink.close(timeout=1.0)
 
+    def _remove_unused_log(self, made: os.stat_result) -> None:
+        """The ``log`` file this run created, if no line went into it (a refused start)."""
+        assert self.cfg.log is not None
+        with contextlib.suppress(OSError):
+            st = os.lstat(self.cfg.log)
+            if (not self._emitted and st.st_size == 0
+                    and (st.st_dev, st.st_ino) == (made.st_dev, made.st_ino)):
+                os.unlink(self.cfg.log)
+
+    def _exit_status(self) -> int:
+        return 128 + signal.SIGINT if self._stop_signal == signal.SIGINT else 0
+
     def _run(self) -> int:
         self._stop_r, self._stop_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         handlers = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                handlers[sig] = signal.signal(sig, lambda *_: self.request_stop())
+                handlers[sig] = signal.signal(sig, lambda n, _: self.request_stop(n))
         try:
             try:
                 self.setup()
@@ -537,22 +594,28 @@ class Daemon(DaemonSafety):
                 if not self._stopping:
                     raise
                 self.emit(event="start_cancelled", error=str(exc))  # SIGTERM during set-up
-                return 0
+                return self._exit_status()
             self.heartbeat.ready(f"controlling {self._method()} targets")
             t0 = time.monotonic()
-            deadline = t0 + self.cfg.duration_s if self.cfg.duration_s else math.inf
-            nxt = t0 + self.cfg.period_s
+            duration, period = self.cfg.duration_s, self.cfg.period_s
+            # --duration-s D: floor(D / T) whole periods (the last one included), and at
+            # least D seconds (D < T: no period)
+            left = math.floor(duration / period + 1e-9) if duration else math.inf
+            nxt = t0 + period
             try:
                 while not self._stopping:
-                    self._wait_beating(min(nxt, deadline))
+                    if left <= 0:
+                        if duration:
+                            self._wait_beating(t0 + duration)
+                        break
+                    self._wait_beating(nxt)
                     if self._stopping:
                         break
-                    if time.monotonic() >= deadline:
-                        break
                     self.step()
-                    nxt += self.cfg.period_s
+                    left -= 1
+                    nxt += period
                     if nxt < time.monotonic():
-                        nxt = time.monotonic() + self.cfg.period_s
+                        nxt = time.monotonic() + period
                     if not self.training_alive():
                         self.emit(event="training_finished")
                         break
@@ -561,7 +624,7 @@ class Daemon(DaemonSafety):
                 self.emit(event="loop_failed", periods=self.periods, error=what)
                 raise ControlLoopError(f"the control loop failed after {self.periods} periods "
                                        f"({what}); everything was resumed") from exc
-            return 0
+            return self._exit_status()
         finally:
             self.shutdown()
             for sig, h in handlers.items():
@@ -618,7 +681,8 @@ class Daemon(DaemonSafety):
             if fd >= 0:
                 os.close(fd)
         self._stop_r = self._stop_w = -1
-        self.emit(event="stopped", periods=self.periods)
+        if self._emitted:  # a start refused before its first line writes none
+            self.emit(event="stopped", periods=self.periods)
 
 
 if __name__ == "__main__":  # python -m gpucontrol.node.daemon (same as gpucontrol.daemon)

@@ -562,14 +562,17 @@ def descendants_of(pid):
     return descendants([pid])
 
 
-def test_an_os_error_at_set_up_is_one_line_exit_1(children, tmp_path):
-    """B7: an operating-system error at set-up ends with one line and exit 1, no traceback."""
+def test_a_state_directory_that_cannot_be_made_is_one_line_exit_2(children, tmp_path):
+    """B7: a --state whose directory cannot be made ends with one line naming the flag, exit
+    2, no traceback (an operating-system error no flag explains, such as a full disk, exits
+    1: test_daemon_cli.py)."""
     t = children.spawn(SLEEPER)
     argv = daemon_argv(tmp_path, "o", "--training-pid", str(t.pid), "--fixed-sleep", "0")
     argv[argv.index("--state") + 1] = "/proc/self/no/such/dir/o.state.json"
     r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    assert r.returncode == 1, r.stderr
-    assert r.stderr.startswith("gpucontrol-daemon: error:") and "Traceback" not in r.stderr
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("gpucontrol-daemon: error: --state /proc/self/no/such/dir/")
+    assert "Traceback" not in r.stderr and r.stdout == ""
 
 
 def test_a_guardian_stopped_while_its_daemon_lives_ends_nothing(children, tmp_path):

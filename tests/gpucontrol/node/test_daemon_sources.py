@@ -85,11 +85,11 @@ def test_duty_cycler_quantum_and_identified_span_reach_the_controller(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         ctls = {}
-        for method in ("signal", "hook"):
+        for method, quantum in (("signal", ["--run-quantum-s", "0.03"]), ("hook", [])):
             ns = build_parser().parse_args([
                 "--training-pid", str(child.pid), "--slo-ms", "15", "--model", str(model),
                 "--share-backend", "cpu", "--socket", str(tmp_path / "g.sock"),
-                "--sleep-method", method, "--run-quantum-s", "0.03", "--max-sleep-s", "0.15"])
+                "--sleep-method", method, *quantum, "--max-sleep-s", "0.15"])
             ctls[method] = Daemon(DaemonConfig.from_args(ns))._make_controller(True)
         sig, hook = ctls["signal"], ctls["hook"]
         assert sig.run_quantum_s == 0.03 and sig.identified_span_s == (0.0, 0.03)

@@ -1,0 +1,283 @@
+"""The daemon's command line as a user meets it: every flag checked before anything runs (one
+line naming the flag and its range, exit 2, nothing written), no flag silently ignored,
+``--duration-s`` counted in whole periods, and Ctrl-C's exit status."""
+
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+
+import pytest
+from actuators._children import BUSY, SLEEPER, daemon_argv, read_events, stopped_pids, wait_for
+
+from gpucontrol.errors import ConfigurationError
+from gpucontrol.node.cli import main as daemon_main
+from gpucontrol.node.config import DaemonConfig
+from gpucontrol.node.health import Heartbeat
+
+POLL_MAX_MS = 2**31 - 1  # the largest timeout select.poll().poll() takes
+
+
+def _cfg(**kw):
+    return DaemonConfig(**{"training_pids": (4242,), "fixed_sleep": 0.0, **kw})
+
+
+# ------------------------------------------------------------------------------ ranges
+@pytest.mark.parametrize("field, bad, message", [
+    ("period_s", 1e9, "--period-s must be in [0.01, 3600]"),
+    ("period_s", 1e-6, "--period-s must be in [0.01, 3600]"),
+    ("max_sleep_s", 1e9, "--max-sleep-s must be in (0, 3600]"),
+    ("run_quantum_s", 1e9, "--run-quantum-s must be in [0.001, 3600]"),
+    ("run_quantum_s", 1e-6, "--run-quantum-s must be in [0.001, 3600]"),
+    ("stall_timeout_s", 1e9, "--stall-timeout-s (0: off) must be in [0.1, 3600]"),
+    ("stall_timeout_s", 0.001, "--stall-timeout-s (0: off) must be in [0.1, 3600]"),
+    ("ready_timeout_s", 1e9, "--ready-timeout-s must be in (0, 3600]"),
+    ("mps_health_s", 1e9, "--mps-health-s must be in [0.1, 300]"),
+    ("mps_health_s", 1e-6, "--mps-health-s must be in [0.1, 300]"),
+    ("duration_s", 1e12, "--duration-s must be in (0, 604800]"),
+])
+def test_every_duration_flag_has_a_bounded_range(field, bad, message):
+    kw = {field: bad}
+    if field == "ready_timeout_s":  # it acts on the restart of a launched training only
+        kw.update(training_pids=(), training_cmd="true")
+    with pytest.raises(ConfigurationError) as exc:
+        _cfg(**kw)
+    assert str(exc.value).startswith(message), exc.value
+
+
+def test_the_range_ends_are_accepted_and_the_guardian_can_poll_them():
+    for period in (0.01, 0.2, 3600.0):
+        cfg = _cfg(period_s=period)
+        timeout_ms = 1e3 * Heartbeat(cfg.period_s, cfg.stall_timeout_s).guardian_timeout_s
+        assert timeout_ms < POLL_MAX_MS  # the default: 1.5 periods
+    for stall in (0, 0.1, 3600.0):
+        assert _cfg(stall_timeout_s=stall).stall_timeout_s == stall
+    assert _cfg(max_sleep_s=3600.0, run_quantum_s=0.001, mps_health_s=300.0,
+                duration_s=604800.0).duration_s == 604800.0
+
+
+# ------------------------------------------------------------------------------ no-op flags
+@pytest.mark.parametrize("kw, message", [
+    ({"prometheus_url": "http://127.0.0.1:1/metrics"},
+     "--prometheus-url goes with --latency-source prometheus"),
+    ({"prometheus_metric": "other_seconds"},
+     "--prometheus-metric goes with --latency-source prometheus"),
+    ({"share_cgroup": "mine"}, "--share-cgroup goes with --share-backend cpu"),
+    ({"green_shares": "25,100"}, "--green-shares goes with --share-backend green-context"),
+    ({"slo_ms": 90.0}, "--slo-ms is for the closed loop, and --fixed-sleep runs open loop"),
+    ({"model": "m.json"}, "--model is for the closed loop"),
+    ({"detune": 0.3}, "--detune is for the closed loop"),
+    ({"outer": "paper"}, "--outer is for the closed loop"),
+    ({"fixed_sleep": None, "slo_ms": 90.0, "model": "m.json", "fixed_mps": 50.0,
+      "share_backend": "cpu", "outer_every": 5}, "--outer-every has no effect with --fixed-mps"),
+    ({"fixed_mps": 50.0, "share_backend": "cpu", "initial_mps": 30.0},
+     "--initial-mps has no effect with --fixed-mps"),
+    ({"shadow": True}, "--shadow goes with --training-cmd and --share-backend mps"),
+    ({"sleep_method": "hook", "run_quantum_s": 0.05},
+     "--run-quantum-s has no effect with --sleep-method hook"),
+    ({"metrics_addr": "0.0.0.0"}, "--metrics-addr goes with --metrics-port"),
+    ({"metrics_target": "train"}, "--metrics-target goes with --metrics-port or"),
+])
+def test_a_flag_that_would_be_ignored_is_refused(kw, message):
+    with pytest.raises(ConfigurationError) as exc:
+        _cfg(**kw)
+    assert str(exc.value).startswith(message), exc.value
+
+
+def test_the_same_flags_are_accepted_where_they_act():
+    assert _cfg(latency_source="prometheus", prometheus_url="http://x/metrics",
+                prometheus_metric="other_seconds").prometheus_metric == "other_seconds"
+    assert _cfg(share_backend="cpu", share_cgroup="mine").share_cgroup == "mine"
+    assert _cfg(metrics_port=0, metrics_addr="0.0.0.0", metrics_target="t").metrics_target
+    assert _cfg(metrics_textfile="/tmp/x.prom", metrics_target="t").metrics_target == "t"
+    closed = DaemonConfig(training_cmd="true", slo_ms=90.0, model="m.json", detune=0.3,
+                          outer="paper", outer_every=5, shadow=True, ready="spawn")
+    assert closed.closed_loop and closed.shadow
+    # a fixed share under the closed-loop sleep, as docs/daemon.md shows
+    held = DaemonConfig(training_cmd="true", slo_ms=90.0, model="m.json", fixed_mps=50.0)
+    assert held.closed_loop and held.initial_mps_pct == 50.0
+
+
+def test_a_fixed_share_alone_says_what_the_sleep_needs():
+    with pytest.raises(ConfigurationError) as exc:
+        DaemonConfig(training_cmd="true", fixed_mps=50.0)
+    assert str(exc.value) == ("--fixed-mps holds the share only: the sleep needs --fixed-sleep "
+                              "(open loop) or --slo-ms and --model (closed loop)")
+
+
+# ------------------------------------------------------------------------------ end to end
+def _refusals(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"gain": -12.0, "offset": 95.0}))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"gain": 1.0, "offset": 2.0}))
+    closed = ["--slo-ms", "90", "--model", str(good)]
+    return {
+        "period-huge": (["--fixed-sleep", "0", "--period-s", "1e9"],
+                        "--period-s must be in [0.01, 3600], got 1000000000.0"),
+        "period-tiny": (["--fixed-sleep", "0", "--period-s", "1e-6"], "--period-s must be in"),
+        "stall-huge": (["--fixed-sleep", "0", "--stall-timeout-s", "1e9"],
+                       "--stall-timeout-s (0: off) must be in [0.1, 3600]"),
+        "prometheus-url": (["--fixed-sleep", "0", "--prometheus-url", "http://127.0.0.1:1/m"],
+                           "--prometheus-url goes with --latency-source prometheus"),
+        "share-cgroup": (["--fixed-sleep", "0", "--share-cgroup", "mine"],
+                         "--share-cgroup goes with --share-backend cpu"),
+        "fixed-and-slo": (["--fixed-sleep", "0", *closed], "--slo-ms is for the closed loop"),
+        "fixed-mps-alone": (["--fixed-mps", "50", "--share-backend", "cpu"],
+                            "--fixed-mps holds the share only"),
+        "addr-empty": (["--fixed-sleep", "0", "--metrics-port", "0", "--metrics-addr", ""],
+                       "--metrics-addr must be an IPv4 address or a host name"),
+        "addr-bad": (["--fixed-sleep", "0", "--metrics-port", "0", "--metrics-addr",
+                      "999.1.1.1"], "--metrics-addr must be an IPv4 address or a host name"),
+        "addr-foreign": (["--fixed-sleep", "0", "--metrics-port", "0", "--metrics-addr",
+                          "192.0.2.1"], "--metrics-addr 192.0.2.1 --metrics-port 0: cannot"),
+        "state-dir-missing": (["--fixed-sleep", "0", "--state", "/proc/x/s.json"],
+                              "--state /proc/x/s.json: cannot use its directory /proc/x"),
+        "socket-dir-missing": (["--fixed-sleep", "0", "--socket", "/proc/x/s.sock"],
+                               "--socket /proc/x/s.sock: cannot use its directory /proc/x"),
+        "state-is-dir": (["--fixed-sleep", "0", "--state", str(tmp_path)],
+                         f"--state {tmp_path} is a directory"),
+        "max-sleep": ([*closed, "--max-sleep-s", "1e9"], "--max-sleep-s must be in (0, 3600]"),
+        "run-quantum": ([*closed, "--run-quantum-s", "1e9"],
+                        "--run-quantum-s must be in [0.001, 3600]"),
+        "model": (["--slo-ms", "90", "--model", str(bad)],
+                  f"--model {bad}: gain must be < 0"),
+    }
+
+
+CASES = ["period-huge", "period-tiny", "stall-huge", "prometheus-url", "share-cgroup",
+         "fixed-and-slo", "fixed-mps-alone", "addr-empty", "addr-bad", "addr-foreign",
+         "state-dir-missing", "socket-dir-missing", "state-is-dir", "max-sleep", "run-quantum",
+         "model"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_refused_command_line_is_one_line_exit_2_and_writes_nothing(children, tmp_path,
+                                                                      case):
+    """Each command line (a bad range, a flag that would be ignored, a path or address that
+    cannot be used, a bad model) exits 2 with exactly one line naming the flag, no
+    traceback, nothing on standard output, no --log file and no state file."""
+    args, message = _refusals(tmp_path)[case]
+    t = children.spawn(SLEEPER)
+    log = tmp_path / "d.log"
+    argv = daemon_argv(tmp_path, "r", "--training-pid", str(t.pid), "--log", str(log),
+                       "--duration-s", "0.5", *args)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL, check=False)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpucontrol-daemon: error: "), r.stderr
+    assert message in lines[0], r.stderr
+    assert r.stdout == ""
+    assert not log.exists()
+    assert not (tmp_path / "r.state.json").exists()
+    assert stopped_pids([t.pid]) == []
+
+
+def test_a_metrics_port_in_use_is_refused_before_the_start(children, tmp_path):
+    """Tried before anything runs (it used to fail at the end of the set-up, exit 1, after
+    pausing had begun)."""
+    t = children.spawn(SLEEPER)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run(daemon_argv(tmp_path, "p", "--training-pid", str(t.pid),
+                                       "--fixed-sleep", "0", "--metrics-port", str(port)),
+                           capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL, check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"gpucontrol-daemon: error: --metrics-addr 127.0.0.1 --metrics-port "
+                        f"{port}: cannot listen there (Address already in use)\n")
+    assert r.stdout == ""
+
+
+def test_a_refused_start_on_stdout_writes_no_stopped_line(children, tmp_path):
+    """Without --log a refused start prints nothing either (it used to print a "stopped"
+    event with 0 periods)."""
+    t = children.spawn(SLEEPER)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = subprocess.run(daemon_argv(tmp_path, "s", "--training-pid", str(t.pid),
+                                   "--slo-ms", "90", "--model", str(bad)),
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                       check=False)
+    assert r.returncode == 2 and "--model: cannot read model" in r.stderr
+    assert r.stdout == ""
+
+
+def test_a_refused_start_leaves_an_existing_log_file_as_it_was(children, tmp_path):
+    t = children.spawn(SLEEPER)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for before in ("", '{"event": "stopped", "periods": 3}\n'):
+        log = tmp_path / "d.log"
+        log.write_text(before)
+        log.chmod(0o600)
+        r = subprocess.run(daemon_argv(tmp_path, "e", "--training-pid", str(t.pid), "--slo-ms",
+                                       "90", "--model", str(bad), "--log", str(log)),
+                           capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL, check=False)
+        assert r.returncode == 2 and f"--model: cannot read model {bad}" in r.stderr
+        assert log.read_text() == before  # ours from before: kept, nothing appended
+
+
+def test_an_os_error_no_flag_explains_is_one_line_exit_1(tmp_path, capfd, monkeypatch):
+    """A full disk while the state directory is made is the machine's fault, not --state's:
+    exit 1, one line, nothing on standard output."""
+    import gpucontrol.node.daemon as daemon_mod
+
+    def full(path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(daemon_mod, "ensure_private_dir", full)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        rc = daemon_main(daemon_argv(tmp_path, "n", "--training-pid", str(sleeper.pid),
+                                     "--fixed-sleep", "0")[3:])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    out, err = capfd.readouterr()
+    assert rc == 1
+    assert err.splitlines() == [f"gpucontrol-daemon: error: [Errno {errno.ENOSPC}] "
+                                f"{os.strerror(errno.ENOSPC)}: '{tmp_path}'"]
+    assert out == ""
+
+
+# ------------------------------------------------------------------------------ duration
+@pytest.mark.parametrize("duration, period, periods", [("0.6", "0.2", 3), ("0.5", "0.2", 2),
+                                                       ("0.1", "0.2", 0)])
+def test_duration_runs_every_whole_period_it_holds(children, tmp_path, duration, period,
+                                                   periods):
+    """--duration-s D runs floor(D / T) periods, the last one included (0.6 s of 0.2 s
+    periods used to log 2)."""
+    t = children.spawn(SLEEPER)
+    r = subprocess.run(daemon_argv(tmp_path, "d", "--training-pid", str(t.pid),
+                                   "--fixed-sleep", "0", "--period-s", period,
+                                   "--duration-s", duration),
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [x["period"] for x in recs if "period" in x] == list(range(1, periods + 1))
+    assert recs[-1] == {**recs[-1], "event": "stopped", "periods": periods}
+
+
+# ------------------------------------------------------------------------------ signals
+def test_sigint_stops_cleanly_with_status_130(children, tmp_path):
+    """Ctrl-C (SIGINT): the same clean stop as SIGTERM -- the training resumed, "stopped"
+    logged -- and the exit status a shell reports for it, 130 (SIGTERM stays 0)."""
+    t = children.spawn(BUSY)
+    d = children.popen(daemon_argv(tmp_path, "i", "--training-pid", str(t.pid),
+                                   "--fixed-sleep", "1.0", "--run-quantum-s", "0.001",
+                                   "--period-s", "0.2"),
+                       stdout=subprocess.PIPE, text=True)
+    read_events(d.stdout, "started")
+    assert wait_for(lambda: stopped_pids([t.pid]) == [t.pid], timeout=5.0)
+    d.send_signal(signal.SIGINT)
+    assert d.wait(15) == 130
+    assert json.loads(d.stdout.read().splitlines()[-1])["event"] == "stopped"
+    assert wait_for(lambda: stopped_pids([t.pid]) == [], timeout=2.0)
