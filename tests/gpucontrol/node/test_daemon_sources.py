@@ -45,8 +45,12 @@ def test_default_share_group_is_one_per_gpu():
          "--gpu", str(gpu)])) for gpu in (0, 1)}
     assert cfg[0].share_cgroup == "gpucontrol-training-gpu0"
     assert cfg[1].share_cgroup == "gpucontrol-training-gpu1"
-    assert DaemonConfig(training_pids=(4242,), fixed_sleep=0, gpu=1,
+    assert DaemonConfig(training_pids=(4242,), fixed_sleep=0, gpu=1, share_backend="cpu",
                         share_cgroup="plant/training").share_cgroup == "plant/training"
+    with pytest.raises(ConfigurationError, match="--share-cgroup goes with --share-backend cpu"):
+        DaemonConfig(training_pids=(4242,), fixed_sleep=0, share_cgroup="plant/training")
+    assert DaemonConfig(training_pids=(4242,), fixed_sleep=0, gpu=1).share_cgroup == \
+        "gpucontrol-training-gpu1"  # the default, filled in: not refused without cpu
 
 
 def test_detune_reaches_the_inner_loop(tmp_path):
