@@ -3,22 +3,28 @@
 Every bad value is refused, never changed: an ``argparse`` type says which range the value
 must lie in (argparse prefixes the flag's name), :class:`OneLineParser` prints that as one
 line with exit status 2, and :func:`check_out_dir` refuses an output folder that cannot be
-written before anything runs.
+written before anything runs. :func:`terminate_cleanly` turns SIGTERM and SIGHUP into
+:class:`Terminated`, so a command stopped that way unwinds through its ``finally`` blocks (the
+plants' ``close``) as Ctrl-C does, instead of dying with its services, cgroups and temporary
+folders left behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
-__all__ = ["OneLineParser", "UsageError", "check_out_dir", "integer", "number", "seed", "warn",
-           "whole_periods"]
+__all__ = ["OneLineParser", "Terminated", "UsageError", "check_out_dir", "integer", "number",
+           "seed", "terminate_cleanly", "warn", "whole_periods"]
 
 #: Largest seed numpy's generators take.
 SEED_MAX = 2**32 - 1
@@ -199,3 +205,71 @@ def warn(text: str) -> None:
         Nothing.
     """
     print(f"gpucontrol: note: {text}", file=sys.stderr)
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived (:func:`terminate_cleanly`). A ``BaseException``, like
+    ``KeyboardInterrupt``: no ``except Exception`` swallows it, every ``finally`` runs.
+
+    Parameters
+    ----------
+    signum : int
+        The signal.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
+
+    @property
+    def signame(self) -> str:
+        """The signal's name, e.g. ``"SIGTERM"``."""
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_status(self) -> int:
+        """The conventional status of a command ended by the signal: 128 + its number."""
+        return 128 + self.signum
+
+
+def _ignore_further(signum: int, frame: Any) -> None:
+    """A second SIGTERM while the first one's cleanup runs: let the cleanup finish (a Python
+    handler, not ``SIG_IGN``, so processes started meanwhile keep the default action)."""
+
+
+@contextlib.contextmanager
+def terminate_cleanly(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
+                      ) -> Iterator[None]:
+    """Within the block, the first of ``signums`` raises :class:`Terminated` in the main
+    thread and later ones are ignored until the block ends, so the cleanup it set off is not
+    cut short. A signal ignored when the block starts (``nohup``) stays ignored. The handlers
+    in force before are restored at the end. Outside the main thread it does nothing.
+
+    Parameters
+    ----------
+    signums : tuple of int
+        The signals to handle.
+
+    Yields
+    ------
+    None
+        Nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old: dict[int, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        for s in old:
+            signal.signal(s, _ignore_further)
+        raise Terminated(signum)
+
+    for s in signums:
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            old[s] = signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

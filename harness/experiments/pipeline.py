@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -233,15 +234,18 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     stop = threading.Event()
     daemon: subprocess.Popen[bytes] | None = None
     say(f"starting the {plant} plant ({preset})")
-    p = make_plant(plant, preset, workdir=out / "services", **plant_overrides)
-    if sleep_range is None:
-        q = getattr(getattr(p, "config", None), "run_quantum_s", None)
-        sleep_range = (0.0, float(q)) if q else (0.0, 0.5)
-    rec = _Recorder(p)
+    rec: _Recorder | None = None
     burst_at: list[float] = []
-    pids = [p.inference_pid, p.training_pid, *descendants([p.training_pid])]
+    pids: list[int] = []
     rc: int | None = None
-    try:
+    run_dir: str | None = None
+    p = make_plant(plant, preset, workdir=out / "services", **plant_overrides)
+    try:  # from here on, whatever ends the run (SIGTERM too) stops what it started
+        if sleep_range is None:
+            q = getattr(getattr(p, "config", None), "run_quantum_s", None)
+            sleep_range = (0.0, float(q)) if q else (0.0, 0.5)
+        rec = _Recorder(p)
+        pids += [p.inference_pid, p.training_pid, *descendants([p.training_pid])]
         say(f"identifying: {identify_periods} periods of {period_s:g} s, {excitation} sleep in "
             f"[{sleep_range[0]:g}, {sleep_range[1]:g}] s")
         ident = identify(plant=rec, mps_levels=(100.0,), sleep_range=sleep_range,
@@ -310,7 +314,10 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                 daemon.kill()
                 daemon.wait(5)
         p.close()
+        if run_dir is not None:  # the daemon's socket, state and hook files
+            shutil.rmtree(run_dir, ignore_errors=True)
         say("services stopped")
+    assert rec is not None  # set before anything that can fail in the run
     rows = _identify_rows(rec.results, slo) + _closed_rows(log, slo, samples, burst_at,
                                                            len(rec.results), rec.results)
     summary = summarize(rows, slo)
