@@ -62,6 +62,16 @@ BAD = [
     (["burst", "--period", "1000"], "--period: must be in [0.1, 60] s"),
     (["burst", "--period", "-4"], "--period: must be in [0.1, 60] s, got -4"),
     (["demo", "--duration", "30"], "--duration 30 s is not a whole number of 4 s periods"),
+    (["demo", "--slo", "50"], "--slo 50: the demo on the sim plant runs the Fig 8 burst at its "
+                              "SLO of 90 ms; --slo is for --plant cpu"),
+    (["demo", "--plant", "cpu", "--duration", "3", "--period", "4"],
+     "--duration 3 s is shorter than one --period (4 s)"),
+    (["demo", "--plant", "cpu", "--duration", "6", "--period", "4"],
+     "--duration 6 s is not a whole number of 4 s periods"),
+    (["demo", "--plant", "cpu", "--duration", "10", "--period", "1"],
+     "--duration 10 s with --plant cpu is 10 closed-loop periods of 1 s; it needs at least 20"),
+    (["demo", "--plant", "cpu", "--preset", "fig4"],
+     "--preset 'fig4': the CPU plant's presets are default, fig8, small"),
     (["burst", "--duration", "0"], "--duration: must be in (0, 86400] s"),
     (["burst", "--duration", "1e9"], "--duration: must be in (0, 86400] s"),
     (["burst", "--duration", "nan"], "--duration: must be in (0, 86400] s"),
@@ -213,3 +223,26 @@ def test_the_gpu_campaign_commands_pass_the_checks(tmp_path):
             assert args.func
             n += 1
     assert n >= 4
+
+
+def test_the_cpu_demo_runs_the_duration_and_seed_it_is_given(tmp_path, monkeypatch, capsys):
+    """--duration is the closed-loop phase, also when it equals the sim demo's default (it
+    was read as "not given" and replaced by 120 s); --seed reaches the identification."""
+    from harness.experiments import pipeline
+
+    seen = {}
+
+    def fake(out, **kw):
+        seen.update(kw)
+        return {"slo_choice": "given", "identify_r2": 0.9, "identify_r2_validation": 0.8,
+                "closed_periods": kw["closed_periods"], "median_abs_err_pct": 1.0,
+                "over_105_pct": 0.0, "training_it_per_period": 1.0, "wall_s": 1.0,
+                "files": [], "daemon_exit": 0}
+
+    monkeypatch.setattr(pipeline, "run_pipeline", fake)
+    argv = ["demo", "--plant", "cpu", "--out", str(tmp_path), "--no-progress"]
+    assert main([*argv, "--duration", "400", "--seed", "7"]) == 0
+    assert (seen["closed_periods"], seen["period_s"], seen["seed"]) == (100, 4.0, 7)
+    assert main(argv) == 0  # the default: 120 s of closed loop
+    assert seen["closed_periods"] == 30
+    capsys.readouterr()
