@@ -8,7 +8,14 @@ from typing import Any
 
 from harness.cli.args import check_out_dir, integer, number, warn
 from harness.cli.experiments import preset_arg
-from harness.experiments.calibrate import format_report, run_calibration, unpinned
+from harness.experiments.calibrate import (
+    format_report,
+    has_stderr,
+    no_stderr_reason,
+    pin_text,
+    run_calibration,
+    unpinned,
+)
 from harness.sim.calibration import CALIBRATE_FIELDS, FIT_BOUNDS
 
 
@@ -29,9 +36,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                                  min_periods=args.min_periods, sm_weight=args.sm_weight)
     print(format_report(doc, args.out))
     for n in unpinned(doc):
-        f = doc["fitted"][n]
-        warn(f"calibrate: {n} = {f['value']:.4g} ± {f['stderr']:.4g} is not pinned by these "
-             "data (see the warning in calibration.md)")
+        why = "" if has_stderr(doc, n) else f": {no_stderr_reason(doc)}"
+        warn(f"calibrate: {n} = {pin_text(doc, n)} is not pinned by these data{why} (see the "
+             "warning in calibration.md)")
     print("Results: " + ", ".join(str(f) for f in files))
     return 0
 
