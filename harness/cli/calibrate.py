@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.cli.args import check_out_dir, integer, number, warn
+from harness.cli.args import check_out_dir, integer, number, out_dir, warn
 from harness.cli.experiments import preset_arg
 from harness.experiments.calibrate import (
     format_report,
@@ -58,7 +58,7 @@ def register(sub: Any) -> None:
     p.add_argument("--preset", type=preset_arg, default=None,
                    help="preset to start from and to calibrate: fig4, fig8 or an earlier "
                         "calibration.json (default: the one the sources ran with)")
-    p.add_argument("--out", default="results/calibration",
+    p.add_argument("--out", type=out_dir, default="results/calibration",
                    help="output folder (default ./results/calibration)")
     p.add_argument("--fit", type=_fields, default=list(CALIBRATE_FIELDS),
                    help=f"comma-separated fields to fit (default {','.join(CALIBRATE_FIELDS)})")

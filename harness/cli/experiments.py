@@ -14,7 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.cli.args import UsageError, check_out_dir, integer, number, seed, whole_periods
+from harness.cli.args import (
+    UsageError,
+    check_out_dir,
+    integer,
+    number,
+    number_list,
+    out_dir,
+    seed,
+    whole_periods,
+)
 
 __all__ = ["register"]
 
@@ -37,7 +46,7 @@ def _common(p: argparse.ArgumentParser, *, duration: float, period: float,
                            "CPUs" if "cpu" in plants else ""))
     p.add_argument("--seed", type=seed, default=0,
                    help="random seed of the plant, 0..2^32-1 (default 0)")
-    p.add_argument("--out", default=out, help=f"output folder (default ./{out})")
+    p.add_argument("--out", type=out_dir, default=out, help=f"output folder (default ./{out})")
     p.add_argument("--duration", type=DURATION, default=duration,
                    help=duration_help or f"seconds per run, a whole number of periods, "
                                          f"(0, 86400] (default {duration:g})")
@@ -91,23 +100,6 @@ def _pair(kind: type, lo: float | None = None, hi: float | None = None,
             raise argparse.ArgumentTypeError(f"expected A < B, got {text!r}")
         return a, b
     return parse
-
-
-def _floats_in(lo: float, hi: float, *, lo_open: bool = False, unit: str = ""
-               ) -> Callable[[str], list[float]]:
-    """argparse type of a comma list of numbers, each in the range (see :func:`number`)."""
-    one = number(lo, hi, lo_open=lo_open, unit=unit)
-
-    def parse(text: str) -> list[float]:
-        parts = [x for x in text.replace(",", " ").split() if x]
-        if not parts:
-            raise argparse.ArgumentTypeError("expected at least one number, e.g. 75,80,85")
-        return [one(x) for x in parts]
-    return parse
-
-
-#: Any list of numbers (kept for callers of the old name).
-_floats = _floats_in(-math.inf, math.inf)
 
 
 def controllers_arg(text: str) -> list[str]:
@@ -323,9 +315,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("sweep", help="SLO sweep 75..95 ms (GPUColo paper, Fig. 9)")
     _common(p, duration=400.0, period=4.0)
     add_preset(p, "fig8")
-    p.add_argument("--slos", type=_floats_in(0, 10000, lo_open=True, unit="ms"),
+    p.add_argument("--slos", type=number_list(0, 10000, lo_open=True, unit="ms"),
                    default=[75, 80, 85, 90, 95],
-                   help="SLOs in ms, each in (0, 10000] (default 75,80,85,90,95); the table "
+                   help="SLOs in ms, each in (0, 10000] and none twice (default "
+                        "75,80,85,90,95); the table "
                         "marks the ones no setting of the knobs can meet as not feasible")
     p.add_argument("--relative-slo", action="store_true",
                    help="read the SLOs as stated for the paper's RTX 3090 (the fig8 preset) and "

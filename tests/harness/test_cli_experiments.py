@@ -87,6 +87,8 @@ BAD = [
     (["sweep", "--warmup", "-1"], "--warmup: must be in [0, inf), got -1"),
     (["sweep", "--slos", "90,-5"], "--slos: must be in (0, 10000] ms, got -5"),
     (["sweep", "--slos", ""], "--slos: expected at least one number"),
+    (["sweep", "--slos", "90,85,90"], "--slos: 90 given more than once; give each value once"),
+    (["identify", "--mps", "80,80"], "--mps: 80 given more than once"),
     (["identify", "--train", "1"], "--train: must be in (0, 1), got 1"),
     (["identify", "--train", "0.02"], "--train 0.02 of --periods 100 leaves 2 periods"),
     (["identify", "--periods", "5"], "--periods: must be in [10, 100000], got 5"),
@@ -97,6 +99,15 @@ BAD = [
     (["cluster", "--days", "-3"], "--days: must be in (0, 3650], got -3"),
     (["cluster", "--seed", "-1"], "--seed: must be in [0, 4294967295]"),
     (["cluster", "--ratios", "1,0"], "--ratios: must be in (0, 100], got 0"),
+    (["cluster", "--ratios", ""], "--ratios: expected at least one number, e.g. 1,2,3,4,5"),
+    (["cluster", "--ratios", "2,2"], "--ratios: 2 given more than once"),
+    (["cluster", "--no-burst", "--burst-days", "1", "2"],
+     "--burst-days 1 2 and --no-burst contradict each other"),
+    (["cluster", "--days", "5"], "--days 5 is for --trace synthetic only; the openb trace"),
+    (["cluster", "--trace", "pai", "x.csv", "--scale", "10"],
+     "--scale 10 is for --trace synthetic only; the pai trace"),
+    # one line: the "expect N min" note of a long synthetic run comes after the checks
+    (["cluster", "--trace", "synthetic", "extra"], "--trace synthetic takes no file, got 'extra'"),
     (["cluster", "--burst-days", "40", "20"], "--burst-days 40 20: START must be before END"),
     (["cluster", "--window", "0", "0"], "--window 0 0: DAYS must be > 0"),
     (["cluster", "--window", "900", "10"], "--window 900 10 holds no tasks"),
@@ -246,3 +257,23 @@ def test_the_cpu_demo_runs_the_duration_and_seed_it_is_given(tmp_path, monkeypat
     assert main(argv) == 0  # the default: 120 s of closed loop
     assert seen["closed_periods"] == 30
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv", [["demo"], ["knobs"], ["burst"], ["sweep"], ["identify"],
+                                  ["calibrate", "--from", "x"], ["cluster"]],
+                         ids=lambda a: a[0])
+def test_an_empty_out_is_refused(argv, tmp_path, monkeypatch, capsys):
+    """An empty --out would write into the current folder: refused, one line, nothing
+    written ('.' says the current folder)."""
+    monkeypatch.chdir(tmp_path)
+    assert _rc([*argv, "--out", ""]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "argument --out: an empty path; give a folder" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cluster_help_is_plain_text(capsys):
+    assert _rc(["cluster", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "``" not in out and "(default: None)" not in out and "(default: False)" not in out
+    assert "Trace-driven cluster simulation" in out
