@@ -43,7 +43,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import numpy as np  # noqa: E402
 
 from gpucontrol import LinearLatencyModel, TwoTierController  # noqa: E402
-from harness.cli.args import UsageError, check_out_dir, integer  # noqa: E402
+from harness.cli.args import integer, out_file  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 from harness.sim.protocol import run_loop  # noqa: E402
 from sysid import fit_static  # noqa: E402
@@ -348,17 +348,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=integer(1, 1000), default=8,
                     help="plant seeds per figure (default 8: at 2 a verdict can be luck)")
-    ap.add_argument("--out", default=None, help="also write the table to this Markdown file")
-    ap.add_argument("--plot", default=None, metavar="PNG",
+    # an unwritable place is refused before the minute of runs
+    ap.add_argument("--out", type=out_file, default=None,
+                    help="also write the table to this Markdown file")
+    ap.add_argument("--plot", type=out_file, default=None, metavar="PNG",
                     help="also draw seed 0's trace runs (MPS paths against the references, "
                          "latency / SLO) into this PNG")
     args = ap.parse_args()
-    for flag, target in (("--out", args.out), ("--plot", args.plot)):
-        if target:      # refuse an unwritable place before the minute of runs
-            try:
-                check_out_dir(Path(target).parent, flag)
-            except UsageError as exc:
-                ap.error(str(exc))
     t0 = time.perf_counter()
     res = bench(args.seeds)
     text = report(res, args.seeds, time.perf_counter() - t0)

@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 from gpucontrol import Actuation  # noqa: E402
 from gpucontrol.errors import ConfigurationError  # noqa: E402
 from gpucontrol.node.actuators.cpu_share import CpuShare  # noqa: E402
-from harness.cli.args import integer, number  # noqa: E402
+from harness.cli.args import integer, number, out_dir  # noqa: E402
 from harness.experiments.pipeline import run_pipeline  # noqa: E402
 from harness.hil.cpu.plant import make_cpu_plant  # noqa: E402
 
@@ -104,7 +104,8 @@ def main() -> int:
     ap.add_argument("--resizes", type=integer(1, 1_000_000), default=200)
     ap.add_argument("--floor", type=integer(0, 100_000), default=15,
                     help="periods of the fixed-sleep floor after each run (0: skip)")
-    ap.add_argument("--out", default="results/bench_cpu_plant")
+    ap.add_argument("--out", type=out_dir, default="results/bench_cpu_plant",
+                    help="results folder (checked before the benchmark runs)")
     a = ap.parse_args()
     print(f"# CPU plant, {time.strftime('%Y-%m-%d')}, {platform.node()}, "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")

@@ -41,7 +41,7 @@ import numpy as np
 
 import sysid
 from gpucontrol import Actuation
-from harness.cli.args import integer
+from harness.cli.args import integer, out_file
 from harness.sim.simulated import SimulatedColocation
 
 S0, DELTA, PERIODS, T = 0.5, 0.3, 50, 4.0
@@ -168,13 +168,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=integer(1, 10_000), default=30,
                     help="seeds per gain configuration")
-    ap.add_argument("--out", default=None, help="also write the Markdown section to this file")
+    ap.add_argument("--out", type=out_file, default=None,
+                    help="also write the Markdown section to this file (checked before the "
+                         "benchmark runs)")
     args = ap.parse_args()
     text = report(args.seeds)
     print(text)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        from harness.results import atomic_write_text
+
+        atomic_write_text(args.out, text)
 
 
 if __name__ == "__main__":

@@ -99,7 +99,11 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
         elif self.mode == "lines" and self._wrote:
-            self.stream.write(f"{self.label}: done in {time.monotonic() - self._t0:.0f} s\n")
+            el = time.monotonic() - self._t0
+            self.stream.write(f"{self.label}: done in {el:.0f} s\n" if exc[0] is None else
+                              # an error or a signal ended it
+                              f"{self.label}: stopped after {el:.0f} s ({self.done} of "
+                              f"{self.total} steps)\n")
             self.stream.flush()
 
 

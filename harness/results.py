@@ -29,6 +29,7 @@ __all__ = [
     "IntFile",
     "atomic_write_bytes",
     "atomic_write_text",
+    "json_line",
     "markdown_table",
     "read_csv",
     "read_json",
@@ -174,6 +175,16 @@ def _jsonable(x: Any) -> Any:
     if hasattr(x, "item") and callable(x.item):  # numpy scalars
         return _jsonable(x.item())
     return x
+
+
+def json_line(obj: Any) -> str:
+    """``obj`` as one line of valid JSON: NaN and infinities become ``null`` (``json.dumps``
+    writes them as ``NaN``/``Infinity``, which JSON readers refuse), numpy scalars numbers.
+
+    >>> json_line({"iter_s": 0.2, "sm_fraction": float("nan")})
+    '{"iter_s": 0.2, "sm_fraction": null}'
+    """
+    return json.dumps(_jsonable(obj), allow_nan=False)
 
 
 def write_json(obj: Any, path: str | os.PathLike) -> Path:

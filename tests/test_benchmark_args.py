@@ -34,3 +34,25 @@ def test_a_benchmark_refuses_a_bad_number(script, flag, value):
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2, r.stderr[-2000:]
     assert f"argument {flag}:" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("script, flag, value, text", [
+    ("sysid.py", "--out", "/proc/x/y.md", "'/proc' is not writable"),
+    ("sysid.py", "--out", "{tmp}", "is a folder; give a file"),
+    ("sysid.py", "--out", "", "an empty path; give a file"),
+    ("control_quality.py", "--plot", "/proc/x.png", "'/proc' is not writable"),
+    ("cpu_plant.py", "--out", "/proc/x", "'/proc' is not writable"),
+    ("cpu_plant.py", "--out", "{tmp}/f/sub", "is not a folder"),
+])
+def test_a_benchmark_refuses_a_bad_out_before_it_measures(script, flag, value, text, tmp_path):
+    """The sysid benchmark computed everything, then died with a traceback on the write; the
+    CPU-plant benchmark died with one after its resize phase: now argparse refuses the
+    place (exit 2, the flag named) and nothing runs (no output)."""
+    (tmp_path / "f").write_text("")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--seeds" if
+                        script != "cpu_plant.py" else "--runs", "1", flag,
+                        value.format(tmp=tmp_path)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"argument {flag}:" in r.stderr and text in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""

@@ -37,16 +37,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.cli.args import Terminated, terminate_cleanly
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with terminate_cleanly():  # SIGTERM/SIGHUP unwind like Ctrl-C: every finally runs
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(f"gpucontrol {args.command}: terminated by {exc.signame}; stopped what it had "
+              f"started", file=sys.stderr)
+        return exc.exit_status
     except ValueError as exc:  # configuration errors: say what is wrong, no traceback
         print(f"gpucontrol {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -2,23 +2,31 @@
 
 Every bad value is refused, never changed: an ``argparse`` type says which range the value
 must lie in (argparse prefixes the flag's name), :class:`OneLineParser` prints that as one
-line with exit status 2, and :func:`check_out_dir` refuses an output folder that cannot be
-written before anything runs.
+line with exit status 2, and :func:`check_out_dir` / :func:`check_out_file` (as argparse
+types: :data:`out_dir`, :data:`out_file`) refuse an output folder or file that cannot be
+written, or an empty path, before anything runs. :func:`terminate_cleanly` turns SIGTERM and
+SIGHUP into :class:`Terminated`, so a command stopped that way unwinds through its
+``finally`` blocks (the plants' ``close``) as Ctrl-C does, instead of dying with its
+services, cgroups and temporary folders left behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
-__all__ = ["OneLineParser", "UsageError", "check_out_dir", "integer", "number", "seed", "warn",
-           "whole_periods"]
+__all__ = ["DefaultsHelpFormatter", "OneLineParser", "Terminated", "UsageError", "check_out_dir",
+           "check_out_file", "integer", "number", "number_list", "out_dir", "out_file", "seed",
+           "terminate_cleanly", "warn", "whole_periods"]
 
 #: Largest seed numpy's generators take.
 SEED_MAX = 2**32 - 1
@@ -47,6 +55,17 @@ class OneLineParser(argparse.ArgumentParser):
             It exits.
         """
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} -h')\n")
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``ArgumentDefaultsHelpFormatter`` that shows no ``(default: None)`` (an option whose
+    default depends on other flags says so in its own help) and no ``(default: False)`` of a
+    switch."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _interval(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
@@ -97,6 +116,41 @@ def number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = 
     return parse
 
 
+def number_list(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+                hi_open: bool = False, unit: str = "", example: str = "75,80,85"
+                ) -> Callable[[str], list[float]]:
+    """An argparse ``type`` for a comma (or space) separated list of numbers, each one as
+    :func:`number` takes it: at least one, none twice (a value given twice would run, and
+    write, the same thing twice).
+
+    Parameters
+    ----------
+    lo, hi, lo_open, hi_open, unit
+        The range of each value, as for :func:`number`.
+    example : str
+        A valid list, for the message about an empty one.
+
+    Returns
+    -------
+    Callable[[str], list[float]]
+        Parses the text or raises ``argparse.ArgumentTypeError``.
+    """
+    one = number(lo, hi, lo_open=lo_open, hi_open=hi_open, unit=unit)
+
+    def parse(text: str) -> list[float]:
+        parts = [x for x in text.replace(",", " ").split() if x]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"expected at least one number, e.g. {example}")
+        values = [one(x) for x in parts]
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise argparse.ArgumentTypeError(
+                f"{', '.join(f'{v:g}' for v in twice)} given more than once; give each value "
+                f"once, got {text!r}")
+        return values
+    return parse
+
+
 def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
     """An argparse ``type`` for an integer in ``[lo, hi]``.
 
@@ -128,35 +182,92 @@ def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int
 seed = integer(0, SEED_MAX)
 
 
-def check_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> Path:
+def _name(flag: str | None, path: str | os.PathLike[str]) -> str:
+    return f"{flag} {str(path)!r}" if flag else repr(str(path))
+
+
+def _check_writable(target: Path, start: Path, flag: str | None) -> None:
+    """Refuse ``target`` unless the nearest existing folder from ``start`` up is a folder
+    in which a file can be created."""
+    probe = start
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{_name(flag, target)}: {str(probe)!r} is not a folder")
+    try:  # os.access says yes to root everywhere: try a file (removed at once)
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{_name(flag, target)}: {str(probe)!r} is not writable "
+                         f"({exc.strerror or exc})") from None
+
+
+def check_out_dir(path: str | os.PathLike[str], flag: str | None = "--out") -> Path:
     """Refuse an output folder that could not be created or written, before anything runs;
-    nothing is created here (the writers create the folder when they write).
+    nothing is created here (the writers create the folder when they write). An empty path
+    is refused too: it would write into the current folder unasked ('.' says so).
 
     Parameters
     ----------
     path : str or os.PathLike
         The folder.
-    flag : str
-        The option's name, for the message.
+    flag : str or None
+        The option's name, for the message (None: the message names the path only, as an
+        argparse type's message, which argparse prefixes with the option).
 
     Returns
     -------
     Path
         ``path``.
     """
+    if not str(path).strip():
+        raise UsageError(f"{flag + ': ' if flag else ''}an empty path; give a folder "
+                         f"('.' for the current one)")
     p = Path(path)
-    probe = p
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UsageError(f"{flag} {str(p)!r}: {str(probe)!r} is not a folder")
-    try:  # os.access says yes to root everywhere: try a file (removed at once)
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as exc:
-        raise UsageError(f"{flag} {str(p)!r}: {str(probe)!r} is not writable "
-                         f"({exc.strerror or exc})") from None
+    _check_writable(p, p, flag)
     return p
+
+
+def check_out_file(path: str | os.PathLike[str], flag: str | None = "--out") -> Path:
+    """Refuse an output file that could not be written (an empty path, a folder, a place
+    where no file can be created), before anything runs; nothing is created here.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    flag : str or None
+        The option's name, for the message (see :func:`check_out_dir`).
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    if not str(path).strip():
+        raise UsageError(f"{flag + ': ' if flag else ''}an empty path; give a file")
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{_name(flag, p)} is a folder; give a file")
+    _check_writable(p, p.parent, flag)
+    return p
+
+
+def _as_type(check: Callable[..., Path]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        try:
+            check(text, None)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+    return parse
+
+
+#: The argparse type of an output folder (``--out`` of every command): :func:`check_out_dir`
+#: when the flag is parsed.
+out_dir = _as_type(check_out_dir)
+#: The argparse type of an output file: :func:`check_out_file` when the flag is parsed.
+out_file = _as_type(check_out_file)
 
 
 def whole_periods(duration_s: float, period_s: float) -> None:
@@ -199,3 +310,71 @@ def warn(text: str) -> None:
         Nothing.
     """
     print(f"gpucontrol: note: {text}", file=sys.stderr)
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived (:func:`terminate_cleanly`). A ``BaseException``, like
+    ``KeyboardInterrupt``: no ``except Exception`` swallows it, every ``finally`` runs.
+
+    Parameters
+    ----------
+    signum : int
+        The signal.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
+
+    @property
+    def signame(self) -> str:
+        """The signal's name, e.g. ``"SIGTERM"``."""
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_status(self) -> int:
+        """The conventional status of a command ended by the signal: 128 + its number."""
+        return 128 + self.signum
+
+
+def _ignore_further(signum: int, frame: Any) -> None:
+    """A second SIGTERM while the first one's cleanup runs: let the cleanup finish (a Python
+    handler, not ``SIG_IGN``, so processes started meanwhile keep the default action)."""
+
+
+@contextlib.contextmanager
+def terminate_cleanly(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
+                      ) -> Iterator[None]:
+    """Within the block, the first of ``signums`` raises :class:`Terminated` in the main
+    thread and later ones are ignored until the block ends, so the cleanup it set off is not
+    cut short. A signal ignored when the block starts (``nohup``) stays ignored. The handlers
+    in force before are restored at the end. Outside the main thread it does nothing.
+
+    Parameters
+    ----------
+    signums : tuple of int
+        The signals to handle.
+
+    Yields
+    ------
+    None
+        Nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old: dict[int, Any] = {}
+
+    def handler(signum: int, frame: Any) -> None:
+        for s in old:
+            signal.signal(s, _ignore_further)
+        raise Terminated(signum)
+
+    for s in signums:
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            old[s] = signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -6,9 +6,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.cli.args import check_out_dir, integer, number, warn
+from harness.cli.args import check_out_dir, integer, number, out_dir, warn
 from harness.cli.experiments import preset_arg
-from harness.experiments.calibrate import format_report, run_calibration, unpinned
+from harness.experiments.calibrate import (
+    format_report,
+    has_stderr,
+    no_stderr_reason,
+    pin_text,
+    run_calibration,
+    unpinned,
+)
 from harness.sim.calibration import CALIBRATE_FIELDS, FIT_BOUNDS
 
 
@@ -29,9 +36,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                                  min_periods=args.min_periods, sm_weight=args.sm_weight)
     print(format_report(doc, args.out))
     for n in unpinned(doc):
-        f = doc["fitted"][n]
-        warn(f"calibrate: {n} = {f['value']:.4g} ± {f['stderr']:.4g} is not pinned by these "
-             "data (see the warning in calibration.md)")
+        why = "" if has_stderr(doc, n) else f": {no_stderr_reason(doc)}"
+        warn(f"calibrate: {n} = {pin_text(doc, n)} is not pinned by these data{why} (see the "
+             "warning in calibration.md)")
     print("Results: " + ", ".join(str(f) for f in files))
     return 0
 
@@ -51,7 +58,7 @@ def register(sub: Any) -> None:
     p.add_argument("--preset", type=preset_arg, default=None,
                    help="preset to start from and to calibrate: fig4, fig8 or an earlier "
                         "calibration.json (default: the one the sources ran with)")
-    p.add_argument("--out", default="results/calibration",
+    p.add_argument("--out", type=out_dir, default="results/calibration",
                    help="output folder (default ./results/calibration)")
     p.add_argument("--fit", type=_fields, default=list(CALIBRATE_FIELDS),
                    help=f"comma-separated fields to fit (default {','.join(CALIBRATE_FIELDS)})")

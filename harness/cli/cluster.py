@@ -14,7 +14,15 @@ import math
 import sys
 import time
 
-from harness.cli.args import UsageError, check_out_dir, number, seed
+from harness.cli.args import (
+    DefaultsHelpFormatter,
+    UsageError,
+    check_out_dir,
+    number,
+    number_list,
+    out_dir,
+    seed,
+)
 from harness.cluster.engine import GpuType, SimConfig, Simulation
 from harness.cluster.figures import (
     daily_rows,
@@ -47,15 +55,17 @@ OPENB_GPU_SPECS = {"P100": (0.65, 16.0), "T4": (0.6, 16.0), "V100M16": (1.0, 16.
                    "G3": (1.0, 32.0)}
 
 
-def _ratios(text: str) -> list[float]:
-    one = number(0, 100, lo_open=True)
-    return [one(x) for x in text.replace(",", " ").split()]
+#: Defaults of the flags whose default depends on others (None in the parser: "not given").
+BURST_DAYS, SYNTHETIC_DAYS, SYNTHETIC_SCALE = (20.0, 40.0), 57.0, 3000.0
+
+DESCRIPTION = ("Trace-driven cluster simulation (GPUColo paper, Sec. VIII, Figs. 12 and 13): "
+               "place a trace's inference and training tasks on GPUs under each co-location "
+               "policy and placement, and report the GPUs used and the SLO violations.")
 
 
 def register(sub) -> None:
     p = sub.add_parser("cluster", help="trace-driven cluster simulation (Fig 12/13)",
-                       description=__doc__.split("\n\n")[0],
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       description=DESCRIPTION, formatter_class=DefaultsHelpFormatter)
     p.add_argument("--trace", nargs="+", default=["openb"], metavar="KIND_OR_FILE",
                    help="openb [POD_CSV] | pai FILE | synthetic")
     p.add_argument("--policy", default=DEFAULT_POLICIES,
@@ -63,22 +73,27 @@ def register(sub) -> None:
     p.add_argument("--placement", default="first-fit",
                    help=f"comma list of {', '.join(PLACEMENTS)}, or 'all'")
     p.add_argument("--no-burst", action="store_true",
-                   help="do not duplicate the inference tasks of days 20-40")
-    p.add_argument("--burst-days", type=number(0, 3650), nargs=2, default=(20.0, 40.0),
+                   help="do not duplicate the inference tasks of the burst days")
+    p.add_argument("--burst-days", type=number(0, 3650), nargs=2, default=None,
                    metavar=("START", "END"),
-                   help="days of the inference burst, 0 <= START < END, START inside the trace")
+                   help=f"days of the inference burst, 0 <= START < END, START inside the "
+                        f"trace (default {BURST_DAYS[0]:g} {BURST_DAYS[1]:g}; not with "
+                        f"--no-burst)")
     p.add_argument("--window", type=number(0, 3650), nargs=2, default=None,
                    metavar=("START_DAY", "DAYS"),
                    help="simulate only tasks arriving in this window (re-based to day 0); "
                         "DAYS > 0 and the window must hold tasks")
-    p.add_argument("--days", type=number(0, 3650, lo_open=True), default=57.0,
-                   help="synthetic: trace length in days, (0, 3650]")
-    p.add_argument("--scale", type=number(0, 100000, lo_open=True), default=3000.0,
-                   help="synthetic: mean busy GPUs under No Co-location, (0, 100000]")
+    p.add_argument("--days", type=number(0, 3650, lo_open=True), default=None,
+                   help=f"--trace synthetic only: trace length in days, (0, 3650] (default "
+                        f"{SYNTHETIC_DAYS:g})")
+    p.add_argument("--scale", type=number(0, 100000, lo_open=True), default=None,
+                   help=f"--trace synthetic only: mean busy GPUs under No Co-location, "
+                        f"(0, 100000] (default {SYNTHETIC_SCALE:g})")
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0..2^32-1")
-    p.add_argument("--ratios", type=_ratios, default=[],
+    p.add_argument("--ratios", type=number_list(0, 100, lo_open=True, example="1,2,3,4,5"),
+                   default=None,
                    help="comma list of inference:training ratios for Fig 13b (GSLICE, "
-                        "GPUColo), each in (0, 100]")
+                        "GPUColo), each in (0, 100] and none twice (default: no ratio sweep)")
     p.add_argument("--slo-factor", type=number(0, 2, lo_open=True), default=0.96,
                    help="SLO as a multiple of the task's solo time, (0, 2]")
     p.add_argument("--slo-mode", choices=("rate", "deadline"), default="rate")
@@ -89,7 +104,7 @@ def register(sub) -> None:
     p.add_argument("--gain", choices=("scheduled", "fixed"), default="scheduled")
     p.add_argument("--gpus", choices=("homogeneous", "openb"), default="homogeneous",
                    help="GPU pool: one type (speed 1, 32 GB) or the openb node list's mix")
-    p.add_argument("--out", default="results/cluster", help="output folder")
+    p.add_argument("--out", type=out_dir, default="results/cluster", help="output folder")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -98,26 +113,57 @@ def _list(arg: str, allowed: tuple[str, ...], what: str) -> list[str]:
     items = list(allowed) if arg == "all" else [x.strip() for x in arg.split(",") if x.strip()]
     bad = [x for x in items if x not in allowed]
     if bad or not items:
-        raise ValueError(f"unknown {what} {', '.join(bad) or '(none)'}; choose from "
+        raise UsageError(f"unknown {what} {', '.join(bad) or '(none)'}; choose from "
                          f"{', '.join(allowed)} or 'all'")
     return items
 
 
-def load_trace(spec: list[str], args) -> Trace:
+def check_trace(spec: list[str]) -> None:
+    """Refuse a ``--trace`` that names no known kind or has the wrong number of files."""
     kind = spec[0]
     if kind == "openb":
         if len(spec) > 2:
-            raise ValueError("--trace openb takes at most one file")
+            raise UsageError("--trace openb takes at most one file")
+    elif kind == "pai":
+        if len(spec) != 2:
+            raise UsageError("--trace pai needs the pai_task_table file: --trace pai FILE")
+    elif kind == "synthetic":
+        if len(spec) != 1:
+            raise UsageError(f"--trace synthetic takes no file, got "
+                             f"{' '.join(map(repr, spec[1:]))}")
+    else:
+        raise UsageError(f"unknown trace {kind!r}; use openb [FILE], pai FILE or synthetic")
+
+
+def load_trace(spec: list[str], args) -> Trace:
+    check_trace(spec)
+    kind = spec[0]
+    if kind == "openb":
         return load_openb(spec[1] if len(spec) > 1 else OPENB_PODS, seed=args.seed)
     if kind == "pai":
-        if len(spec) != 2:
-            raise ValueError("--trace pai needs the pai_task_table file: --trace pai FILE")
         return load_pai(spec[1], seed=args.seed)
-    if kind == "synthetic":
-        if len(spec) != 1:
-            raise ValueError("--trace synthetic takes no file")
-        return synthetic(SyntheticConfig(days=args.days, target_gpus=args.scale, seed=args.seed))
-    raise ValueError(f"unknown trace {kind!r}; use openb [FILE], pai FILE or synthetic")
+    return synthetic(SyntheticConfig(days=args.days, target_gpus=args.scale, seed=args.seed))
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that contradict each other or would do nothing, before anything runs;
+    then fill in the defaults that depend on other flags."""
+    check_trace(args.trace)
+    if args.no_burst and args.burst_days is not None:
+        raise UsageError(f"--burst-days {args.burst_days[0]:g} {args.burst_days[1]:g} and "
+                         f"--no-burst contradict each other; give one of them")
+    kind = args.trace[0]
+    if kind != "synthetic":
+        for flag, v in (("--days", args.days), ("--scale", args.scale)):
+            if v is not None:
+                raise UsageError(f"{flag} {v:g} is for --trace synthetic only; the {kind} "
+                                 f"trace has its own length and size")
+    if args.burst_days is None:
+        args.burst_days = BURST_DAYS
+    if args.days is None:
+        args.days = SYNTHETIC_DAYS
+    if args.scale is None:
+        args.scale = SYNTHETIC_SCALE
 
 
 def gpu_pool(name: str) -> tuple[GpuType, ...]:
@@ -219,9 +265,10 @@ def _warn_if_long(gpu_days: float, runs: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_flags(args)
     policies = _list(args.policy, POLICIES, "policy")
     placements = _list(args.placement, PLACEMENTS, "placement")
-    ratios = list(args.ratios)
+    ratios = list(args.ratios or [])
     show: bool | None = False if args.no_progress else None  # None: bar or lines
     out = check_out_dir(args.out)
     if args.trace[0] == "synthetic":

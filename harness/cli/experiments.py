@@ -14,7 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.cli.args import UsageError, check_out_dir, integer, number, seed, whole_periods
+from harness.cli.args import (
+    UsageError,
+    check_out_dir,
+    integer,
+    number,
+    number_list,
+    out_dir,
+    seed,
+    whole_periods,
+)
 
 __all__ = ["register"]
 
@@ -23,10 +32,13 @@ DURATION = number(0, 86400, lo_open=True, unit="s")
 PERIOD = number(0.1, 60, unit="s")
 SLO = number(0, 10000, lo_open=True, unit="ms")
 BATCH = (1, 4096)
+#: Default length of the CPU demo's closed-loop phase, s.
+CPU_DEMO_DURATION = 120.0
 
 
 def _common(p: argparse.ArgumentParser, *, duration: float, period: float,
-            out: str = "results", plants: tuple[str, ...] = ("sim", "gpu")) -> None:
+            out: str = "results", plants: tuple[str, ...] = ("sim", "gpu"),
+            duration_help: str | None = None) -> None:
     p.add_argument("--plant", choices=plants, default="sim",
                    help="simulated plant (default) or the real GPU (needs the GPU harness)"
                         + ("; cpu: the whole pipeline (identify, model.json, the daemon "
@@ -34,10 +46,10 @@ def _common(p: argparse.ArgumentParser, *, duration: float, period: float,
                            "CPUs" if "cpu" in plants else ""))
     p.add_argument("--seed", type=seed, default=0,
                    help="random seed of the plant, 0..2^32-1 (default 0)")
-    p.add_argument("--out", default=out, help=f"output folder (default ./{out})")
+    p.add_argument("--out", type=out_dir, default=out, help=f"output folder (default ./{out})")
     p.add_argument("--duration", type=DURATION, default=duration,
-                   help=f"seconds per run, a whole number of periods, (0, 86400] "
-                        f"(default {duration:g})")
+                   help=duration_help or f"seconds per run, a whole number of periods, "
+                                         f"(0, 86400] (default {duration:g})")
     p.add_argument("--period", type=PERIOD, default=period,
                    help=f"control period in s, [0.1, 60] (default {period:g})")
     p.add_argument("--no-progress", action="store_true",
@@ -90,23 +102,6 @@ def _pair(kind: type, lo: float | None = None, hi: float | None = None,
     return parse
 
 
-def _floats_in(lo: float, hi: float, *, lo_open: bool = False, unit: str = ""
-               ) -> Callable[[str], list[float]]:
-    """argparse type of a comma list of numbers, each in the range (see :func:`number`)."""
-    one = number(lo, hi, lo_open=lo_open, unit=unit)
-
-    def parse(text: str) -> list[float]:
-        parts = [x for x in text.replace(",", " ").split() if x]
-        if not parts:
-            raise argparse.ArgumentTypeError("expected at least one number, e.g. 75,80,85")
-        return [one(x) for x in parts]
-    return parse
-
-
-#: Any list of numbers (kept for callers of the old name).
-_floats = _floats_in(-math.inf, math.inf)
-
-
 def controllers_arg(text: str) -> list[str]:
     """argparse type of ``--controllers``: a non-empty comma list of known names/aliases."""
     from harness.experiments.common import resolve_names
@@ -142,13 +137,23 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
     return run
 
 
+#: Closed-loop periods the CPU demo needs (its summary leaves out the first 5, the loop
+#: settling from no sleep).
+CPU_DEMO_MIN_PERIODS = 20
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.duration is None:  # the whole burst run; on the CPU plant the closed-loop phase
+        args.duration = CPU_DEMO_DURATION if args.plant == "cpu" else 400.0
+    whole_periods(args.duration, args.period)
     if args.plant == "cpu":
         return _cmd_demo_cpu(args)
     from harness.experiments.demo import demo
 
-    if args.period is None:
-        args.period = 4.0
+    if args.slo is not None:
+        raise UsageError(f"--slo {args.slo:g}: the demo on the {args.plant} plant runs the "
+                         f"Fig 8 burst at its SLO of 90 ms; --slo is for --plant cpu (use "
+                         f"'gpucontrol burst --slo' for another SLO)")
     try:
         preset_arg(args.preset)
     except argparse.ArgumentTypeError as exc:
@@ -161,13 +166,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_demo_cpu(args: argparse.Namespace) -> int:
     from harness.experiments.pipeline import run_pipeline
+    from harness.hil.cpu.plant import PRESETS
 
-    period = args.period or 4.0
-    check_out_dir(Path(args.out))
-    closed = max(20, round((args.duration if args.duration != 400.0 else 120.0) / period))
+    if args.preset not in PRESETS:
+        raise UsageError(f"--preset {args.preset!r}: the CPU plant's presets are "
+                         f"{', '.join(sorted(PRESETS))}")
+    closed = round(args.duration / args.period)
+    if closed < CPU_DEMO_MIN_PERIODS:
+        raise UsageError(f"--duration {args.duration:g} s with --plant cpu is {closed} "
+                         f"closed-loop periods of {args.period:g} s; it needs at least "
+                         f"{CPU_DEMO_MIN_PERIODS} (--duration >= "
+                         f"{CPU_DEMO_MIN_PERIODS * args.period:g} s)")
+    check_out_dir(Path(args.out) / "cpu_demo")
     res = run_pipeline(args.out, preset="default" if args.preset == "fig8" else args.preset,
-                       period_s=period, closed_periods=closed, slo_ms=args.slo,
-                       progress=not args.no_progress)
+                       period_s=args.period, closed_periods=closed, slo_ms=args.slo,
+                       seed=args.seed, progress=not args.no_progress)
     print(f"SLO {res['slo_choice']}")
     print(f"identification R² {res['identify_r2']:.2f} (held-out "
           f"{res['identify_r2_validation']:.2f}); closed loop over {res['closed_periods']} "
@@ -255,14 +268,18 @@ def register(sub: Any) -> None:
                        "simulated "
                                    "plant and print, per controller, latency, SLO violations and "
                                    "throughputs. Results go to ./results/burst/.")
-    _common(p, duration=400.0, period=4.0, plants=("sim", "gpu", "cpu"))
-    p.set_defaults(period=None)  # 4 s on the simulated and GPU plants, 2 s on the CPU plant
+    _common(p, duration=400.0, period=4.0, plants=("sim", "gpu", "cpu"),
+            duration_help=f"seconds per run, a whole number of periods, (0, 86400] (default "
+                          f"400); with --plant cpu the closed-loop phase, at least "
+                          f"{CPU_DEMO_MIN_PERIODS} periods (default {CPU_DEMO_DURATION:g})")
+    p.set_defaults(duration=None)  # per plant, see _cmd_demo
     p.add_argument("--preset", default="fig8",
                    help="plant preset: fig4, fig8 or a calibration.json (sim, gpu); default "
                         "or small (cpu)")
     p.add_argument("--slo", type=number(0.0, None, lo_open=True), default=None,
-                   help="--plant cpu: the SLO in ms, > 0 (default: chosen inside the "
-                        "identified latency range)")
+                   help="--plant cpu only: the SLO in ms, > 0 (default: chosen inside the "
+                        "identified latency range; the sim and gpu demos run the Fig 8 "
+                        "burst at 90 ms, 'gpucontrol burst --slo' takes another)")
     p.set_defaults(func=_guard(_cmd_demo))
 
     p = sub.add_parser("knobs", help="MPS vs Sleep vs Sleep+MPS (GPUColo paper, Fig. 4)")
@@ -298,9 +315,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("sweep", help="SLO sweep 75..95 ms (GPUColo paper, Fig. 9)")
     _common(p, duration=400.0, period=4.0)
     add_preset(p, "fig8")
-    p.add_argument("--slos", type=_floats_in(0, 10000, lo_open=True, unit="ms"),
+    p.add_argument("--slos", type=number_list(0, 10000, lo_open=True, unit="ms"),
                    default=[75, 80, 85, 90, 95],
-                   help="SLOs in ms, each in (0, 10000] (default 75,80,85,90,95); the table "
+                   help="SLOs in ms, each in (0, 10000] and none twice (default "
+                        "75,80,85,90,95); the table "
                         "marks the ones no setting of the knobs can meet as not feasible")
     p.add_argument("--relative-slo", action="store_true",
                    help="read the SLOs as stated for the paper's RTX 3090 (the fig8 preset) and "

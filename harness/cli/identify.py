@@ -8,8 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.args import UsageError, check_out_dir, integer, number, seed
-from harness.cli.experiments import _floats_in, _pair, preset_arg
+from harness.cli.args import (
+    UsageError,
+    check_out_dir,
+    integer,
+    number,
+    number_list,
+    out_dir,
+    seed,
+)
+from harness.cli.experiments import _pair, preset_arg
 from harness.experiments.common import PlantUnavailable
 from harness.experiments.identify import format_summary, identify
 
@@ -59,9 +67,12 @@ def register(sub: Any) -> None:
                    help="plant preset: fig4, fig8 or a calibration.json written by "
                         "'gpucontrol calibrate' (sim, gpu); default or small (cpu)")
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0..2^32-1 (default 0)")
-    p.add_argument("--out", default="results", help="output folder (default ./results)")
-    p.add_argument("--mps", type=_floats_in(1, 100, unit="%"), default=[40.0, 60.0, 80.0, 100.0],
-                   help="training MPS levels in %%, each in [1, 100] (default 40,60,80,100)")
+    p.add_argument("--out", type=out_dir, default="results",
+                   help="output folder (default ./results)")
+    p.add_argument("--mps", type=number_list(1, 100, unit="%", example="40,60,80,100"),
+                   default=[40.0, 60.0, 80.0, 100.0],
+                   help="training MPS levels in %%, each in [1, 100] and none twice (default "
+                        "40,60,80,100)")
     p.add_argument("--sleep", type=_pair(float, 0.0, 10.0, increasing=True), default=(0.1, 0.7),
                    help="sleep range of the excitation in s, 0 <= lo < hi <= 10 "
                         "(default 0.1,0.7)")

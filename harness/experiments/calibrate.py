@@ -24,7 +24,8 @@ from harness.results import atomic_write_text, markdown_table, save_figure, writ
 from harness.sim.calibration import calibrate, find_records
 from harness.sim.simulated import PRESETS, base_preset_name
 
-__all__ = ["format_report", "plot_calibration", "run_calibration"]
+__all__ = ["format_report", "has_stderr", "no_stderr_reason", "pin_text", "plot_calibration",
+           "run_calibration", "unpinned"]
 
 
 def _infer_preset(sources: Sequence[str]) -> str:
@@ -63,9 +64,19 @@ def run_calibration(sources: Sequence[str | Path], out_dir: str | Path,
 UNPINNED_REL = 0.5
 
 
+def _no_stderr(err: Any) -> bool:
+    return err is None or (isinstance(err, float) and math.isnan(err))
+
+
+def has_stderr(doc: Mapping[str, Any], name: str) -> bool:
+    """Whether the fitted constant ``name`` has a standard error (see :func:`unpinned`)."""
+    return not _no_stderr(doc["fitted"][name].get("stderr"))
+
+
 def unpinned(doc: Mapping[str, Any]) -> list[str]:
     """The fitted constants the data cannot pin: standard error above
-    :data:`UNPINNED_REL` of the value (or infinite).
+    :data:`UNPINNED_REL` of the value, infinite, or none at all (a fit with no more measured
+    quantities than fitted constants has no residual to estimate it from).
 
     Parameters
     ----------
@@ -80,11 +91,39 @@ def unpinned(doc: Mapping[str, Any]) -> list[str]:
     out = []
     for n, f in doc["fitted"].items():
         err, v = f.get("stderr"), f.get("value")
-        if err is None or v is None or (isinstance(err, float) and math.isnan(err)):
+        if v is None:
             continue
-        if not math.isfinite(err) or err > UNPINNED_REL * abs(v):
+        if _no_stderr(err) or not math.isfinite(err) or err > UNPINNED_REL * abs(v):
             out.append(n)
     return out
+
+
+def pin_text(doc: Mapping[str, Any], name: str) -> str:
+    """``"value ± std. error"`` of a fitted constant, or ``"value (no standard error)"``.
+
+    Parameters
+    ----------
+    doc : Mapping
+        The calibration document.
+    name : str
+        A field of ``doc["fitted"]``.
+
+    Returns
+    -------
+    str
+        The text.
+    """
+    f = doc["fitted"][name]
+    if not has_stderr(doc, name):
+        return f"{f['value']:.4g} (no standard error)"
+    return f"{f['value']:.4g} ± {f['stderr']:.4g}"
+
+
+def no_stderr_reason(doc: Mapping[str, Any]) -> str:
+    """Why a fit has no standard errors: too few measured quantities for its constants."""
+    fit = doc["fit"]
+    return (f"{fit['residuals']} measured quantities for {fit['fields']} fitted constants "
+            f"leave no residual to estimate it from")
 
 
 def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> str:
@@ -117,13 +156,14 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
                                 ("field", "base", "fitted", "± std. error", "change %", "note"),
                                 digits=4))
     if loose:
+        none = not all(has_stderr(doc, n) for n in loose)
         lines += [("**Warning**: the data cannot pin "
-                   + ", ".join(f"{n} ({doc['fitted'][n]['value']:.4g} ± "
-                               f"{doc['fitted'][n]['stderr']:.4g})" for n in loose)
-                   + f": the standard error exceeds {100 * UNPINNED_REL:g} % of the value, so "
-                   "the fitted number is one of many that fit equally well. Record operating "
-                   "points that move it (other MPS levels, sleeps or batches) or leave it out "
-                   "of --fit."), ""]
+                   + ", ".join(f"{n} = {pin_text(doc, n)}" for n in loose)
+                   + f": the standard error exceeds {100 * UNPINNED_REL:g} % of the value"
+                   + (f" or there is none ({no_stderr_reason(doc)})" if none else "")
+                   + ", so the fitted number is one of many that fit equally well. Record "
+                   "operating points that move it (other MPS levels, sleeps or batches) or "
+                   "leave it out of --fit."), ""]
     if doc["undetermined"]:
         lines += [(f"Not determined by these facts (left at the base): "
                    f"{', '.join(doc['undetermined'])}."), ""]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -170,7 +171,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                  closed_periods: int = 30, burst: tuple[float, float] = (0.35, 0.7),
                  sleep_range: tuple[float, float] | None = None, slo_ms: float | None = None,
                  outer_every: int = 25, excitation: str = "prbs", detune: float | None = 0.35,
-                 progress: bool = True,
+                 seed: int = 0, progress: bool = True,
                  **plant_overrides: Any) -> dict[str, Any]:
     """Identify, write model.json, run the daemon process through a load burst.
 
@@ -203,6 +204,8 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
         Identification input: a pseudo-random binary sequence at the two ends of
         ``sleep_range`` (default; the most input power against this plant's noise) or the
         paper's uniform white noise.
+    seed : int
+        Seed of the identification's excitation (>= 0).
     progress : bool
         Print what happens to stderr.
     **plant_overrides : Any
@@ -217,6 +220,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     """
     _check_pipeline_args(period_s, identify_periods, closed_periods, burst, sleep_range,
                          slo_ms, outer_every, excitation, detune)
+    _whole("seed", seed, 0)
     out = Path(out_dir) / "cpu_demo"
     out.mkdir(parents=True, exist_ok=True)
 
@@ -233,20 +237,23 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     stop = threading.Event()
     daemon: subprocess.Popen[bytes] | None = None
     say(f"starting the {plant} plant ({preset})")
-    p = make_plant(plant, preset, workdir=out / "services", **plant_overrides)
-    if sleep_range is None:
-        q = getattr(getattr(p, "config", None), "run_quantum_s", None)
-        sleep_range = (0.0, float(q)) if q else (0.0, 0.5)
-    rec = _Recorder(p)
+    rec: _Recorder | None = None
     burst_at: list[float] = []
-    pids = [p.inference_pid, p.training_pid, *descendants([p.training_pid])]
+    pids: list[int] = []
     rc: int | None = None
-    try:
+    run_dir: str | None = None
+    p = make_plant(plant, preset, workdir=out / "services", **plant_overrides)
+    try:  # from here on, whatever ends the run (SIGTERM too) stops what it started
+        if sleep_range is None:
+            q = getattr(getattr(p, "config", None), "run_quantum_s", None)
+            sleep_range = (0.0, float(q)) if q else (0.0, 0.5)
+        rec = _Recorder(p)
+        pids += [p.inference_pid, p.training_pid, *descendants([p.training_pid])]
         say(f"identifying: {identify_periods} periods of {period_s:g} s, {excitation} sleep in "
             f"[{sleep_range[0]:g}, {sleep_range[1]:g}] s")
         ident = identify(plant=rec, mps_levels=(100.0,), sleep_range=sleep_range,
                          periods=identify_periods, period_s=period_s, warmup=warmup,
-                         excitation=excitation,
+                         excitation=excitation, seed=int(seed),
                          out_dir=out / "identify")
         row = ident.summary[0]
         model = out / "identify" / "model.json"
@@ -310,7 +317,10 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                 daemon.kill()
                 daemon.wait(5)
         p.close()
+        if run_dir is not None:  # the daemon's socket, state and hook files
+            shutil.rmtree(run_dir, ignore_errors=True)
         say("services stopped")
+    assert rec is not None  # set before anything that can fail in the run
     rows = _identify_rows(rec.results, slo) + _closed_rows(log, slo, samples, burst_at,
                                                            len(rec.results), rec.results)
     summary = summarize(rows, slo)
@@ -321,7 +331,8 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                    identify_r2=float(row["r2"]), identify_r2_validation=float(
                        row["r2_validation"]),
                    gain_ms_per_s=float(row["gain"]), offset_ms=float(row["offset"]),
-                   period_s=period_s, wall_s=round(time.monotonic() - t_start, 1),
+                   period_s=period_s, seed=int(seed),
+                   wall_s=round(time.monotonic() - t_start, 1),
                    share_backend=getattr(getattr(p, "share", None), "backend", None) or
                    "cfs_quota_us/cpu.max when writable",
                    backend=p.config.backend, pids=sorted(set(pids)))

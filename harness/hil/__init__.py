@@ -18,9 +18,24 @@ No GPU package (cupy, torch, pynvml) is imported at module level anywhere in thi
 raise :class:`GPUUnavailableError` with an install hint when they are missing.
 """
 
+from typing import Any
+
 from harness.hil._lazy import GPUUnavailableError, cupy_device_count, torch_cuda_available
-from harness.hil.mps_session import client_env, mps_session
-from harness.hil.smid import SMIDSampler, SMSample, summarize_smids
+
+#: Names exported from submodules, imported on first use: a submodule imported here eagerly
+#: would already be in ``sys.modules`` when ``python -m harness.hil.smid`` runs it as
+#: ``__main__`` (runpy's RuntimeWarning, and two copies of the module).
+_LAZY = {"SMIDSampler": "harness.hil.smid", "SMSample": "harness.hil.smid",
+         "summarize_smids": "harness.hil.smid", "client_env": "harness.hil.mps_session",
+         "mps_session": "harness.hil.mps_session"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'harness.hil' has no attribute {name!r}")
 
 __all__ = [
            "GPUUnavailableError",

@@ -6,10 +6,14 @@ need them call these helpers, so ``import harness.hil`` works on a machine witho
 
 from __future__ import annotations
 
+import functools
 import importlib
+import sys
+from collections.abc import Callable
 from types import ModuleType
+from typing import Protocol
 
-from gpucontrol.errors import GPUUnavailableError
+from gpucontrol.errors import GPUUnavailableError, PlantUnavailable
 
 _HINTS = {
     "cupy": "install the CuPy build matching your CUDA driver: "
@@ -59,3 +63,37 @@ def torch_cuda_available() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+
+
+class EntryPoint(Protocol):
+    """A command's ``main(argv=None) -> exit status``."""
+
+    def __call__(self, argv: list[str] | None = None) -> int: ...
+
+
+def gpu_entry_point(prog: str) -> Callable[[EntryPoint], EntryPoint]:
+    """Decorate the ``main(argv)`` of a GPU harness command: a missing GPU package or device
+    (:class:`~gpucontrol.errors.PlantUnavailable`, :class:`GPUUnavailableError`) ends it
+    with one line ``PROG: MESSAGE`` on stderr and exit status 3, as ``gpucontrol ... --plant
+    gpu`` does, instead of a traceback.
+
+    Parameters
+    ----------
+    prog : str
+        The command's name, e.g. ``"python -m harness.hil.smid"``.
+
+    Returns
+    -------
+    Callable
+        The decorator.
+    """
+    def wrap(main: EntryPoint) -> EntryPoint:
+        @functools.wraps(main)
+        def run(argv: list[str] | None = None) -> int:
+            try:
+                return main(argv)
+            except PlantUnavailable as exc:
+                sys.stderr.write(f"{prog}: {exc}\n")
+                return 3
+        return run
+    return wrap

@@ -47,7 +47,7 @@ from gpucontrol.node.hooks import ENV_HOOK_FILE, HookWriter
 from harness.hil._tail import CSVTail, first_and_last_rows
 from harness.hil.mps_session import client_env, mps_session, validate_pct
 from harness.results import read_json, write_int
-from harness.sim.protocol import PeriodResult, inference_mps_of
+from harness.sim.protocol import PeriodResult, actuation_knobs, inference_mps_of
 
 if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are not evaluated at run time
     from typing_extensions import Self
@@ -469,10 +469,16 @@ class GPUPlant:
             raise RuntimeError("the training process is gone (see its output above)")
 
     def step(self, actuation: Any, period_s: float) -> PeriodResult:
-        """Apply ``actuation``, run ``period_s`` seconds of real time, report the period."""
+        """Apply ``actuation``, run ``period_s`` seconds of real time, report the period.
+
+        An actuation with a sleep that is not a finite number >= 0 s or an MPS share outside
+        [1, 100] % is refused (:func:`~harness.sim.protocol.actuation_knobs`) before anything
+        starts or moves; a sleep above ``max_sleep_s`` is held there (the result says so).
+        """
         T = float(period_s)
         if not (math.isfinite(T) and T > 0):
             raise ValueError(f"period_s must be a finite number > 0, got {period_s!r}")
+        actuation_knobs(actuation)
         self.start()
         self._check_alive()
         t_start = time.time()

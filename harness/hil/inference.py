@@ -21,7 +21,6 @@ Run ``python -m harness.hil.inference --help``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -32,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from harness.hil._lazy import GPUUnavailableError, require
+from harness.hil._lazy import GPUUnavailableError, gpu_entry_point, require
 from harness.hil._signals import stop_on_signals
-from harness.results import CSVLog, IntFile, write_json
+from harness.results import CSVLog, IntFile, json_line, write_json
 
 LOG_FIELDS = ("batch", "t_unix", "batch_size", "gpu_ms", "wall_ms")
 
@@ -236,7 +235,7 @@ class InferenceLoop:
                                       stacklevel=2)
                         self.reporter = None
                 if self.cfg.json_lines:
-                    self.out.write(json.dumps(rec.as_row()) + "\n")
+                    self.out.write(json_line(rec.as_row()) + "\n")
                     self.out.flush()
                 i += 1
                 if self.cfg.interval_s > 0:
@@ -286,6 +285,7 @@ def config_from_args(args: argparse.Namespace) -> InferenceConfig:
         json_lines=args.json_lines, seed=args.seed)
 
 
+@gpu_entry_point("python -m harness.hil.inference")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     loop = InferenceLoop(cfg, backend)
     loop.install_signal_handlers()
     summary = loop.run()
-    print(json.dumps({"summary": summary.as_dict()}), file=sys.stderr)
+    print(json_line({"summary": summary.as_dict()}), file=sys.stderr)
     return 0
 
 

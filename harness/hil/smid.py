@@ -19,7 +19,6 @@ Examples
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Iterable
@@ -27,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.hil._lazy import require
+from harness.hil._lazy import gpu_entry_point, require
+from harness.results import json_line
 
 #: Environment variable that overrides the folder holding the ``.cu`` sources.
 KERNELS_ENV = "GPUCONTROL_CUDA_KERNELS"
@@ -203,21 +203,34 @@ class SMIDSampler:
         return self.collect(stream)
 
 
+def _at_least_1(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return v
+
+
+@gpu_entry_point("python -m harness.hil.smid")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.hil.smid",
                                  description="Print the SMs a %smid sample reaches (JSON).")
-    ap.add_argument("--samples", type=int, default=5)
-    ap.add_argument("--blocks", type=int, default=None)
-    ap.add_argument("--spin-cycles", type=int, default=20_000)
+    ap.add_argument("--samples", type=_at_least_1, default=5, help="samples, >= 1 (default 5)")
+    ap.add_argument("--blocks", type=_at_least_1, default=None,
+                    help="blocks per launch, >= 1 (default: 4 per SM)")
+    ap.add_argument("--spin-cycles", type=_at_least_1, default=20_000,
+                    help="cycles each block spins, >= 1 (default 20000)")
     args = ap.parse_args(argv)
     sampler = SMIDSampler(blocks=args.blocks, spin_cycles=args.spin_cycles)
     seen: set[int] = set()
-    for _ in range(max(1, args.samples)):
+    for _ in range(args.samples):
         s = sampler.sample()
         seen.update(s.sm_ids)
-        print(json.dumps(s.as_dict()))
+        print(json_line(s.as_dict()))
     union = summarize_smids(seen, sampler.multiprocessor_count)
-    print(json.dumps({"union_n_sms": union.n_sms, "union_fraction": union.fraction,
+    print(json_line({"union_n_sms": union.n_sms, "union_fraction": union.fraction,
                       "out_of_range": list(union.out_of_range)}))
     return 0
 

@@ -44,10 +44,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.hil._lazy import require
+from harness.hil._lazy import gpu_entry_point, require
 from harness.hil._signals import stop_on_signals
 from harness.hil.smid import SMSample
-from harness.results import CSVLog, write_json
+from harness.results import CSVLog, json_line, write_json
 
 MPS_PCT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 LOG_FIELDS = ("iteration", "t_s", "t_unix", "iter_s", "copy_s", "compute_s", "sleep_s", "n_sms",
@@ -500,7 +500,7 @@ class TrainingEmulator:
                 summary.sm_share.append(rec.sm_share)
                 log.write(rec.as_row())
                 if self.cfg.json_lines:
-                    self.out.write(json.dumps(rec.as_row()) + "\n")
+                    self.out.write(json_line(rec.as_row()) + "\n")
                     self.out.flush()
                 i += 1
         return summary
@@ -570,6 +570,7 @@ def config_from_args(args: argparse.Namespace) -> EmulatorConfig:
         start_timeout_s=args.start_timeout_s)
 
 
+@gpu_entry_point("python -m harness.hil.training_emulator")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -591,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     emu = TrainingEmulator(cfg, backend)
     emu.install_signal_handlers()
     summary = emu.run()
-    print(json.dumps({"summary": summary.as_dict()}), file=sys.stderr)
+    print(json_line({"summary": summary.as_dict()}), file=sys.stderr)
     return 0
 
 

@@ -23,8 +23,8 @@ import numpy as np
 from harness.results import read_csv
 from harness.sim.simulated import preset_overrides
 
-__all__ = ["RECORD_FILES", "Fact", "MeasuredFacts", "RecordSource", "facts_from_records",
-           "facts_from_source", "find_records"]
+__all__ = ["COLUMN_RANGES", "RECORD_FILES", "Fact", "MeasuredFacts", "RecordSource",
+           "facts_from_records", "facts_from_source", "find_records"]
 
 
 class Fact(NamedTuple):
@@ -46,6 +46,32 @@ class Fact(NamedTuple):
 #: The per-period CSV each experiment writes next to its ``<experiment>_meta.json``.
 RECORD_FILES: dict[str, str] = {"knobs": "knobs.csv", "identify": "identify_periods.csv",
                                 "burst": "burst.csv", "slo_sweep": "slo_sweep.csv"}
+
+
+#: Allowed range of each number column a per-period record may carry (``[lo, hi]``; a
+#: missing value, an empty cell, is allowed: such a period is left out).
+COLUMN_RANGES: dict[str, tuple[float, float]] = {
+    "latency_ms": (0.0, math.inf), "sleep_s": (0.0, math.inf), "mps_pct": (1.0, 100.0),
+    "inference_mps_pct": (1.0, 100.0), "batch": (1.0, 4096.0), "count": (0.0, math.inf),
+    "training_sm_share": (0.0, 1.0)}
+
+
+def _check_rows(csv: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse a number column holding text (a damaged or foreign file) or a value outside
+    :data:`COLUMN_RANGES`, naming the file, line, column and range."""
+    for i, row in enumerate(rows):
+        for c in (*COLUMN_RANGES, "t_start_s"):
+            v = row.get(c)
+            if isinstance(v, str):
+                raise ValueError(f"source {str(csv)!r}: line {i + 2}: {c} is {v!r}, not a "
+                                 f"number")
+            if c not in COLUMN_RANGES or v is None or (isinstance(v, float) and math.isnan(v)):
+                continue
+            lo, hi = COLUMN_RANGES[c]
+            if not lo <= float(v) <= hi or not math.isfinite(float(v)):
+                rng = f"[{lo:g}, {hi:g}]" if math.isfinite(hi) else f"[{lo:g}, inf)"
+                raise ValueError(f"source {str(csv)!r}: line {i + 2}: {c} is {v:g}, outside "
+                                 f"its range {rng}")
 
 
 @dataclass(frozen=True)
@@ -264,7 +290,9 @@ def facts_from_source(src: RecordSource, *, label: str | None = None, settle_per
                       ) -> tuple[list[Fact], list[dict[str, Any]], dict[str, Any]]:
     """Facts from one experiment's per-period records.
 
-    A period is steady when it has a latency, neither process was restarting, and it is not
+    Every number column must hold a number in its :data:`COLUMN_RANGES` range or be empty
+    (ValueError naming the file, line, column and range otherwise). A period is steady when
+    it has a latency, neither process was restarting, and it is not
     among the first ``settle_periods`` periods of a run, of an operating point or after a
     restart. Steady periods are grouped per run and operating point: training MPS, inference
     MPS, batch, whether MPS was on (from the meta JSON: the knobs "Sleep" run is time-sliced)
@@ -302,12 +330,7 @@ def facts_from_source(src: RecordSource, *, label: str | None = None, settle_per
     if rows and missing:
         raise ValueError(f"source {str(src.csv)!r}: column(s) {', '.join(missing)} missing; "
                          f"per-period records need latency_ms, sleep_s and mps_pct")
-    for i, row in enumerate(rows):  # a number column holding text: a damaged/foreign file
-        bad = [c for c in ("latency_ms", "sleep_s", "mps_pct", "t_start_s")
-               if isinstance(row.get(c), str)]
-        if bad:
-            raise ValueError(f"source {str(src.csv)!r}: line {i + 2}: {bad[0]} is "
-                             f"{row[bad[0]]!r}, not a number")
+    _check_rows(src.csv, rows)
     defaults = _source_defaults(src.meta)
     count = {"periods": len(rows), "restarting": 0, "settling": 0, "no_latency": 0,
              "thin": 0, "used": 0}

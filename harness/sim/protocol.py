@@ -42,6 +42,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from gpucontrol import Actuation
+from harness.sim.checks import integer, number
 
 __all__ = [
     "LoadEvent",
@@ -50,6 +51,7 @@ __all__ = [
     "PlantActuation",
     "Records",
     "Scenario",
+    "actuation_knobs",
     "free_resize_of",
     "inference_mps_of",
     "run_loop",
@@ -86,6 +88,35 @@ class PlantActuation(Actuation):
 
     inference_mps_pct: float | None = None
     free_resize: bool = False
+
+
+def actuation_knobs(actuation: Any) -> tuple[float, float, float | None]:
+    """The knobs an actuation asks for, checked: ``(sleep_s, mps_pct, inference_mps_pct)``
+    with the sleep a finite number >= 0 s and the MPS shares in [1, 100] % (the inference's
+    None: leave it as configured). A plant calls this on every ``step``, so a controller's
+    bad output is refused where it enters the plant instead of being clamped.
+
+    Parameters
+    ----------
+    actuation : Any
+        An :class:`~gpucontrol.Actuation` (or anything with ``sleep_s`` and ``mps_pct``).
+
+    Returns
+    -------
+    tuple
+        The sleep (s), the training MPS (%) and the inference MPS (% or None).
+
+    Raises
+    ------
+    ValueError, TypeError
+        Naming the field and its range.
+    """
+    s = number("actuation.sleep_s", getattr(actuation, "sleep_s", None), 0.0, None)
+    m = number("actuation.mps_pct", getattr(actuation, "mps_pct", None), 1.0, 100.0)
+    ci = getattr(actuation, "inference_mps_pct", None)
+    if ci is not None:
+        ci = number("actuation.inference_mps_pct", ci, 1.0, 100.0)
+    return s, m, ci
 
 
 def inference_mps_of(actuation: Any) -> float | None:
@@ -256,7 +287,14 @@ class Records(list):
     """
 
     def col(self, name: str) -> np.ndarray:
-        """One column as a float array (booleans become 0/1, missing values NaN)."""
+        """One column as a float array (booleans become 0/1, missing values NaN).
+
+        Raises ``KeyError`` naming the available columns when no row has ``name`` (empty
+        records give an empty array).
+        """
+        if self and not any(name in r for r in self):
+            raise KeyError(f"no column {name!r}; the records have "
+                           f"{', '.join(self.columns())}")
         return np.array([_num(r.get(name, math.nan)) for r in self], dtype=float)
 
     def columns(self) -> list[str]:
@@ -319,18 +357,16 @@ def run_loop(controller: Any, plant: Plant, periods: int, scenario: Scenario | N
         knobs that were in force during the period; ``next_*`` what the controller asked for
         after it.
     """
-    if int(periods) != periods or periods < 1:
-        raise ValueError(f"periods must be an integer >= 1, got {periods!r}")
-    T = float(period_s if period_s is not None else getattr(controller, "inner_period_s", 4.0))
-    if not (math.isfinite(T) and T > 0):
-        raise ValueError(f"period_s must be a finite number > 0, got {period_s!r}")
+    periods = integer("periods", periods, 1)
+    T = number("period_s", period_s if period_s is not None else
+               getattr(controller, "inner_period_s", 4.0), 0.0, None, lo_open=True)
     name = label or getattr(controller, "name", None) or type(controller).__name__
     slo = float(getattr(controller, "slo_ms", math.nan))
     act = controller.initial_actuation()
     out = Records()
     t = 0.0
     pending = list(scenario.events) if scenario is not None else []
-    for k in range(int(periods)):
+    for k in range(periods):
         while pending and pending[0].time_s <= t + 1e-9:
             plant.set_load(**dict(pending.pop(0).changes))
         res = plant.step(act, T)

@@ -48,7 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.sim.protocol import PeriodResult, free_resize_of, inference_mps_of
+from harness.sim.checks import integer, number, numbers_in
+from harness.sim.protocol import PeriodResult, actuation_knobs, free_resize_of
 
 __all__ = ["CALIBRATION_KIND", "PRESETS", "ColocationParams", "SimulatedColocation",
            "base_preset_name", "preset_overrides"]
@@ -290,7 +291,7 @@ class SimulatedColocation:
                 raise ValueError(f"unknown plant parameter(s): {', '.join(sorted(unknown))}")
             p = replace(p, **overrides)
         self.params = p
-        self.seed = int(seed)
+        self.seed = integer("seed", seed, 0)
         ss = np.random.SeedSequence(self.seed)
         s_inf, s_train = ss.spawn(2)
         self._rng_inf = np.random.default_rng(s_inf)
@@ -329,9 +330,11 @@ class SimulatedColocation:
 
     # ---- noise-free views ------------------------------------------------------------------------
     def _args(self, mps_pct, batch, inference_mps_pct):
-        b = self.params.batch if batch is None else batch
-        ci = self.inference_mps_pct if inference_mps_pct is None else inference_mps_pct
-        return np.asarray(mps_pct, float), b, ci
+        """The checked operating point of a noise-free view (defaults: the plant's own)."""
+        b = self.params.batch if batch is None else integer("batch", batch, 1, 4096)
+        ci = (self.inference_mps_pct if inference_mps_pct is None else
+              number("inference_mps_pct", inference_mps_pct, 1.0, 100.0))
+        return numbers_in("mps_pct", mps_pct, 1.0, 100.0), b, ci
 
     def expected_iteration_s(self, mps_pct: ArrayLike, batch: int | None = None,
                              inference_mps_pct: float | None = None) -> np.ndarray:
@@ -342,7 +345,7 @@ class SimulatedColocation:
     def expected_duty(self, sleep_s: ArrayLike, mps_pct: ArrayLike, batch: int | None = None,
                       inference_mps_pct: float | None = None) -> np.ndarray:
         t = self.expected_iteration_s(mps_pct, batch, inference_mps_pct)
-        return t / (t + np.asarray(sleep_s, float))
+        return t / (t + numbers_in("sleep_s", sleep_s, 0.0, None))
 
     def expected_latency_ms(self, sleep_s: ArrayLike, mps_pct: ArrayLike,
                             batch: int | None = None,
@@ -366,7 +369,7 @@ class SimulatedColocation:
         m, b, ci = self._args(mps_pct, batch, inference_mps_pct)
         p = self.params
         t = self.expected_iteration_s(m, b, ci)
-        s = np.asarray(sleep_s, float)
+        s = numbers_in("sleep_s", sleep_s, 0.0, None)
         d = t / (t + s)
         lb = p.busy_latency_ms(b, m, ci)
         li = p.idle_latency_ms(b, ci)
@@ -381,7 +384,7 @@ class SimulatedColocation:
                                      ) -> np.ndarray | float:
         """Training iterations per second at a static operating point (no restarts)."""
         t = self.expected_iteration_s(mps_pct, batch, inference_mps_pct)
-        out = 1.0 / (t + np.asarray(sleep_s, float))
+        out = 1.0 / (t + numbers_in("sleep_s", sleep_s, 0.0, None))
         return float(out) if np.ndim(out) == 0 else out
 
     def expected_inference_throughput(self, sleep_s: ArrayLike, mps_pct: ArrayLike,
@@ -412,10 +415,13 @@ class SimulatedColocation:
         self.params = replace(self.params, **changes)
 
     def step(self, actuation: Any, period_s: float) -> PeriodResult:
-        """Apply the actuation, simulate ``period_s`` seconds, report the period."""
-        T = float(period_s)
-        if not (math.isfinite(T) and T > 0):
-            raise ValueError(f"period_s must be a finite number > 0, got {period_s!r}")
+        """Apply the actuation, simulate ``period_s`` seconds, report the period.
+
+        The actuation is checked (:func:`~harness.sim.protocol.actuation_knobs`): a sleep
+        that is not a finite number >= 0 s, or an MPS share outside [1, 100] %, raises
+        ``ValueError`` (``TypeError`` for one that is not a number) before anything moves.
+        """
+        T = number("period_s", period_s, 0.0, None, lo_open=True)
         self._apply(actuation)
         p = self.params
         t_end = self.t + T
@@ -476,12 +482,8 @@ class SimulatedColocation:
 
     # ---- internals -------------------------------------------------------------------------------
     def _apply(self, act: Any) -> None:
-        s = _finite_or(getattr(act, "sleep_s", None), self.sleep_s if self.sleep_s is not None
-                       else 0.0)
-        m = _finite_or(getattr(act, "mps_pct", None), self.mps_pct if self.mps_pct is not None
-                       else 100.0)
-        self.sleep_s = max(0.0, s)
-        m = min(max(m, 1.0), 100.0)
+        s, m, ci = actuation_knobs(act)
+        self.sleep_s = s
         free = free_resize_of(act)
         first = self.mps_pct is None      # the processes start with the first actuation
         if first:
@@ -490,13 +492,10 @@ class SimulatedColocation:
             self.mps_pct = m
             if self.params.mps_enabled and not free:
                 self._restart_training()
-        ci = inference_mps_of(act)
-        if ci is not None and self.params.mps_enabled:
-            ci = min(max(ci, 1.0), 100.0)
-            if ci != self.inference_mps_pct:
-                self.inference_mps_pct = ci
-                if not (free or first):
-                    self._restart_inference()
+        if ci is not None and self.params.mps_enabled and ci != self.inference_mps_pct:
+            self.inference_mps_pct = ci
+            if not (free or first):
+                self._restart_inference()
 
     def _restart_training(self) -> None:
         # the partial iteration is lost; the process is down for restart_s
@@ -562,14 +561,6 @@ class SimulatedColocation:
             done.append(eps * lat_s)
             work -= float(cum[-1])
         out.append(np.concatenate(done))
-
-
-def _finite_or(v: Any, default: float) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return float(default)
-    return f if math.isfinite(f) else float(default)
 
 
 def make_simulated_plant(preset: str = "fig8", *, seed: int = 0,

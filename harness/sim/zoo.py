@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.sim.protocol import LoadEvent, PeriodResult, Scenario
+from harness.sim.protocol import LoadEvent, PeriodResult, Scenario, actuation_knobs
 from harness.sim.simulated import SimulatedColocation
 
 __all__ = ["PLANTS", "BatchMixturePlant", "DelayedPlant", "GlitchPlant", "HyperbolicPlant",
@@ -66,15 +66,9 @@ class ZooResult(PeriodResult):
     iteration_s: float = math.nan
 
 
-def _knobs(act: Any, sleep: float, mps: float) -> tuple[float, float]:
-    def f(v: Any, d: float) -> float:
-        try:
-            x = float(v)
-        except (TypeError, ValueError):
-            return d
-        return x if math.isfinite(x) else d
-    s = max(0.0, f(getattr(act, "sleep_s", sleep), sleep))
-    m = min(max(f(getattr(act, "mps_pct", mps), mps), 1.0), 100.0)
+def _knobs(act: Any) -> tuple[float, float]:
+    """The actuation's sleep and training MPS, checked (:func:`actuation_knobs`)."""
+    s, m, _ = actuation_knobs(act)
     return s, m
 
 
@@ -123,7 +117,7 @@ class _AnalyticPlant:
     def step(self, actuation: Any, period_s: float) -> ZooResult:
         """Apply the actuation, run ``period_s`` seconds, report the period."""
         T = float(period_s)
-        s, m = _knobs(actuation, self.sleep_s, self.mps_pct or 100.0)
+        s, m = _knobs(actuation)
         if self.mps_pct is None:
             self.mps_pct = m
         elif m != self.mps_pct:

@@ -276,7 +276,7 @@ def test_constants_the_data_cannot_pin_are_flagged(tmp_path, capsys):
     doc = {"fitted": {"a": {"value": 0.0388, "stderr": 0.3184}, "b": {"value": 2.0,
                                                                       "stderr": 0.1},
                       "c": {"value": 1.0, "stderr": float("nan")}}}
-    assert unpinned(doc) == ["a"]
+    assert unpinned(doc) == ["a", "c"]  # c: no standard error at all (too few facts)
     # the knobs records alone (one batch size) leave the saturation constant loose
     assert main(["knobs", "--out", str(tmp_path), "--no-progress"]) == 0
     assert main(["calibrate", "--from", str(tmp_path / "knobs"),
@@ -285,3 +285,52 @@ def test_constants_the_data_cannot_pin_are_flagged(tmp_path, capsys):
     assert "is not pinned by these data" in err
     md = (tmp_path / "cal" / "calibration.md").read_text()
     assert "**Warning**: the data cannot pin" in md and "not pinned by these data |" in md
+
+
+def test_an_underdetermined_fit_warns_for_every_constant(tmp_path, capsys):
+    """Two facts (one MPS level, two sleep bins), six constants: no standard error at all;
+    each constant gets its warning on stderr and in calibration.md (it used to pass in
+    silence, every std. error shown as a dash)."""
+    assert main(["identify", "--plant", "sim", "--mps", "80", "--periods", "20",
+                 "--sleep", "0.1,0.2", "--out", str(tmp_path), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["calibrate", "--from", str(tmp_path / "identify"), "--preset", "fig8",
+                 "--out", str(tmp_path / "cal")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    doc = json.loads((tmp_path / "cal" / "calibration.json").read_text())
+    assert doc["fit"]["residuals"] < doc["fit"]["fields"] == 6
+    assert len(err) == 6
+    for name, line in zip(doc["fitted"], err):
+        assert line.startswith(f"gpucontrol: note: calibrate: {name} = ")
+        assert "(no standard error) is not pinned by these data: 2 measured quantities for " \
+               "6 fitted constants" in line
+    md = (tmp_path / "cal" / "calibration.md").read_text()
+    assert "**Warning**: the data cannot pin" in md and md.count("(no standard error)") == 6
+
+
+@pytest.mark.parametrize("column, value, text", [
+    ("mps_pct", "500", "mps_pct is 500, outside its range [1, 100]"),
+    ("sleep_s", "-3", "sleep_s is -3, outside its range [0, inf)"),
+    ("sleep_s", "inf", "sleep_s is inf, outside its range [0, inf)"),
+    ("latency_ms", "-1", "latency_ms is -1, outside its range [0, inf)"),
+    ("training_sm_share", "1.5", "training_sm_share is 1.5, outside its range [0, 1]"),
+    ("batch", "0", "batch is 0, outside its range [1, 4096]"),
+])
+def test_out_of_range_records_are_refused(tmp_path, capsys, column, value, text):
+    """A record with a value no experiment writes is refused, naming the file, line, column
+    and range (an MPS of 500 % and a sleep of -3 s gave a calibration with an inference
+    weight 11 times the base)."""
+    cols = ["t_start_s", "latency_ms", "mps_pct", "sleep_s", "training_sm_share", "batch"]
+    good = {"latency_ms": "90", "mps_pct": "80", "sleep_s": "0.5", "training_sm_share": "0.3",
+            "batch": "105"}
+    rows = [{**good, "t_start_s": str(4 * k)} for k in range(4)]
+    rows[2][column] = value
+    f = tmp_path / "x.csv"
+    f.write_text(",".join(cols) + "\n" + "".join(",".join(r[c] for c in cols) + "\n"
+                                                for r in rows))
+    out = tmp_path / "out"
+    assert main(["calibrate", "--from", str(f), "--preset", "fig8", "--settle", "0",
+                 "--min-periods", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"gpucontrol calibrate: error: source {str(f)!r}: line 4: {text}"
+    assert not out.exists()

@@ -62,6 +62,16 @@ BAD = [
     (["burst", "--period", "1000"], "--period: must be in [0.1, 60] s"),
     (["burst", "--period", "-4"], "--period: must be in [0.1, 60] s, got -4"),
     (["demo", "--duration", "30"], "--duration 30 s is not a whole number of 4 s periods"),
+    (["demo", "--slo", "50"], "--slo 50: the demo on the sim plant runs the Fig 8 burst at its "
+                              "SLO of 90 ms; --slo is for --plant cpu"),
+    (["demo", "--plant", "cpu", "--duration", "3", "--period", "4"],
+     "--duration 3 s is shorter than one --period (4 s)"),
+    (["demo", "--plant", "cpu", "--duration", "6", "--period", "4"],
+     "--duration 6 s is not a whole number of 4 s periods"),
+    (["demo", "--plant", "cpu", "--duration", "10", "--period", "1"],
+     "--duration 10 s with --plant cpu is 10 closed-loop periods of 1 s; it needs at least 20"),
+    (["demo", "--plant", "cpu", "--preset", "fig4"],
+     "--preset 'fig4': the CPU plant's presets are default, fig8, small"),
     (["burst", "--duration", "0"], "--duration: must be in (0, 86400] s"),
     (["burst", "--duration", "1e9"], "--duration: must be in (0, 86400] s"),
     (["burst", "--duration", "nan"], "--duration: must be in (0, 86400] s"),
@@ -77,6 +87,8 @@ BAD = [
     (["sweep", "--warmup", "-1"], "--warmup: must be in [0, inf), got -1"),
     (["sweep", "--slos", "90,-5"], "--slos: must be in (0, 10000] ms, got -5"),
     (["sweep", "--slos", ""], "--slos: expected at least one number"),
+    (["sweep", "--slos", "90,85,90"], "--slos: 90 given more than once; give each value once"),
+    (["identify", "--mps", "80,80"], "--mps: 80 given more than once"),
     (["identify", "--train", "1"], "--train: must be in (0, 1), got 1"),
     (["identify", "--train", "0.02"], "--train 0.02 of --periods 100 leaves 2 periods"),
     (["identify", "--periods", "5"], "--periods: must be in [10, 100000], got 5"),
@@ -87,6 +99,15 @@ BAD = [
     (["cluster", "--days", "-3"], "--days: must be in (0, 3650], got -3"),
     (["cluster", "--seed", "-1"], "--seed: must be in [0, 4294967295]"),
     (["cluster", "--ratios", "1,0"], "--ratios: must be in (0, 100], got 0"),
+    (["cluster", "--ratios", ""], "--ratios: expected at least one number, e.g. 1,2,3,4,5"),
+    (["cluster", "--ratios", "2,2"], "--ratios: 2 given more than once"),
+    (["cluster", "--no-burst", "--burst-days", "1", "2"],
+     "--burst-days 1 2 and --no-burst contradict each other"),
+    (["cluster", "--days", "5"], "--days 5 is for --trace synthetic only; the openb trace"),
+    (["cluster", "--trace", "pai", "x.csv", "--scale", "10"],
+     "--scale 10 is for --trace synthetic only; the pai trace"),
+    # one line: the "expect N min" note of a long synthetic run comes after the checks
+    (["cluster", "--trace", "synthetic", "extra"], "--trace synthetic takes no file, got 'extra'"),
     (["cluster", "--burst-days", "40", "20"], "--burst-days 40 20: START must be before END"),
     (["cluster", "--window", "0", "0"], "--window 0 0: DAYS must be > 0"),
     (["cluster", "--window", "900", "10"], "--window 900 10 holds no tasks"),
@@ -213,3 +234,46 @@ def test_the_gpu_campaign_commands_pass_the_checks(tmp_path):
             assert args.func
             n += 1
     assert n >= 4
+
+
+def test_the_cpu_demo_runs_the_duration_and_seed_it_is_given(tmp_path, monkeypatch, capsys):
+    """--duration is the closed-loop phase, also when it equals the sim demo's default (it
+    was read as "not given" and replaced by 120 s); --seed reaches the identification."""
+    from harness.experiments import pipeline
+
+    seen = {}
+
+    def fake(out, **kw):
+        seen.update(kw)
+        return {"slo_choice": "given", "identify_r2": 0.9, "identify_r2_validation": 0.8,
+                "closed_periods": kw["closed_periods"], "median_abs_err_pct": 1.0,
+                "over_105_pct": 0.0, "training_it_per_period": 1.0, "wall_s": 1.0,
+                "files": [], "daemon_exit": 0}
+
+    monkeypatch.setattr(pipeline, "run_pipeline", fake)
+    argv = ["demo", "--plant", "cpu", "--out", str(tmp_path), "--no-progress"]
+    assert main([*argv, "--duration", "400", "--seed", "7"]) == 0
+    assert (seen["closed_periods"], seen["period_s"], seen["seed"]) == (100, 4.0, 7)
+    assert main(argv) == 0  # the default: 120 s of closed loop
+    assert seen["closed_periods"] == 30
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv", [["demo"], ["knobs"], ["burst"], ["sweep"], ["identify"],
+                                  ["calibrate", "--from", "x"], ["cluster"]],
+                         ids=lambda a: a[0])
+def test_an_empty_out_is_refused(argv, tmp_path, monkeypatch, capsys):
+    """An empty --out would write into the current folder: refused, one line, nothing
+    written ('.' says the current folder)."""
+    monkeypatch.chdir(tmp_path)
+    assert _rc([*argv, "--out", ""]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "argument --out: an empty path; give a folder" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cluster_help_is_plain_text(capsys):
+    assert _rc(["cluster", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "``" not in out and "(default: None)" not in out and "(default: False)" not in out
+    assert "Trace-driven cluster simulation" in out

@@ -121,3 +121,27 @@ def test_records_col_handles_missing_and_bool():
     assert rec.col("a").tolist() == [1.0, 0.0]
     assert math.isnan(rec.col("b")[1])
     assert len(rec.where(lambda r: r["a"])) == 1
+
+
+def test_records_col_of_an_unknown_column_names_the_columns():
+    """It returned an array of NaN, hiding a misspelt column name."""
+    rec = Records([{"a": 1.0, "b": 2.0}, {"a": 3.0}])
+    with pytest.raises(KeyError, match="no column 'nope'; the records have a, b"):
+        rec.col("nope")
+    assert Records().col("nope").size == 0  # no rows, nothing to name
+
+
+@pytest.mark.parametrize("kw, error, text", [
+    ({"periods": math.nan}, ValueError, "periods must be an integer in [1, inf), got nan"),
+    ({"periods": 2.5}, ValueError, "periods must be an integer in [1, inf), got 2.5"),
+    ({"periods": 0}, ValueError, "periods must be an integer in [1, inf), got 0"),
+    ({"periods": "3"}, TypeError, "periods must be an integer in [1, inf), got '3'"),
+    ({"periods": 3, "period_s": -4.0}, ValueError,
+     "period_s must be a number in (0, inf), got -4.0"),
+])
+def test_run_loop_refuses_bad_periods(kw, error, text):
+    """run_loop(periods=nan) said "cannot convert float NaN to integer"."""
+    ctl = FixedAllocation(0.1, 80.0)
+    with pytest.raises(error) as exc:
+        run_loop(ctl, SimulatedColocation.preset("fig8"), **kw)
+    assert str(exc.value) == text

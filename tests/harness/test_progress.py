@@ -38,3 +38,20 @@ def test_short_runs_and_off_write_nothing():
     with Progress(4, "x", stream=s, enabled=False) as bar:
         bar.advance(4)
     assert s.getvalue() == ""
+
+
+def test_a_run_ended_by_an_error_or_a_signal_is_not_reported_done(monkeypatch):
+    """SIGTERM in the middle of identify printed "identify: done in 19 s" before the
+    "terminated" line."""
+    import pytest
+
+    from harness.cli.args import Terminated
+
+    monkeypatch.setattr(prog, "LINE_EVERY_S", 0.0)
+    s = io.StringIO()
+    with pytest.raises(Terminated), Progress(4, "identify", stream=s) as bar:
+        bar.advance()
+        raise Terminated(15)
+    last = s.getvalue().splitlines()[-1]
+    assert last.startswith("identify: stopped after") and last.endswith("(1 of 4 steps)")
+    assert "done in" not in s.getvalue()

@@ -225,15 +225,76 @@ def test_unknown_override_and_preset_rejected():
         SimulatedColocation.preset("fig99")
 
 
-def test_bad_actuation_values_do_not_crash():
+@pytest.mark.parametrize("sleep, mps, error, text", [
+    (-1.0, 80.0, ValueError, "actuation.sleep_s must be a number in [0, inf), got -1.0"),
+    (math.nan, 80.0, ValueError, "actuation.sleep_s must be a number in [0, inf), got nan"),
+    (math.inf, 80.0, ValueError, "actuation.sleep_s must be a number in [0, inf), got inf"),
+    ("x", 80.0, TypeError, "actuation.sleep_s must be a number in [0, inf), got 'x'"),
+    (0.1, 0.0, ValueError, "actuation.mps_pct must be a number in [1, 100], got 0.0"),
+    (0.1, 500.0, ValueError, "actuation.mps_pct must be a number in [1, 100], got 500.0"),
+    (0.1, math.nan, ValueError, "actuation.mps_pct must be a number in [1, 100], got nan"),
+    (0.1, "x", TypeError, "actuation.mps_pct must be a number in [1, 100], got 'x'"),
+])
+def test_a_bad_actuation_is_refused_not_clamped(sleep, mps, error, text):
+    """The plant used to clamp a negative sleep to 0 and an MPS of 500 to 100, and to read
+    NaN or text as "keep the last value": a controller's bug went unseen."""
     plant = SimulatedColocation.preset("fig8")
     run(plant, 0.5, 80.0, 1)
-    r = plant.step(Actuation(math.nan, math.inf), 4.0)
-    assert r.sleep_s == 0.5 and r.mps_pct == 80.0
-    r = plant.step(Actuation(-1.0, 150.0), 4.0)
-    assert r.sleep_s == 0.0 and r.mps_pct == 100.0
-    with pytest.raises(ValueError, match="period_s"):
+    t = plant.t
+    with pytest.raises(error) as exc:
+        plant.step(Actuation(sleep, mps), 4.0)
+    assert str(exc.value) == text
+    assert (plant.t, plant.sleep_s, plant.mps_pct) == (t, 0.5, 80.0)  # nothing moved
+
+    with pytest.raises(ValueError, match=r"actuation.inference_mps_pct must be a number in "
+                                         r"\[1, 100\], got 0.0"):
+        plant.step(PlantActuation(0.1, 80.0, inference_mps_pct=0.0), 4.0)
+    with pytest.raises(ValueError, match=r"period_s must be a number in \(0, inf\), got 0.0"):
         plant.step(Actuation(0.1, 80.0), 0.0)
+
+
+def test_the_zoo_plants_refuse_a_bad_actuation_too():
+    from harness.sim.zoo import make_plant
+
+    plant = make_plant("hyperbolic")
+    with pytest.raises(ValueError, match=r"actuation.mps_pct must be a number in \[1, 100\]"):
+        plant.step(Actuation(0.1, 500.0), 4.0)
+
+
+@pytest.mark.parametrize("call, error, text", [
+    (lambda p: p.expected_latency_ms(-1, 80), ValueError,
+     "sleep_s must be in [0, inf), got -1.0"),
+    (lambda p: p.expected_latency_ms([0.1, math.nan], 80), ValueError,
+     "sleep_s must be in [0, inf), got nan"),
+    (lambda p: p.expected_latency_ms(0.1, 0), ValueError, "mps_pct must be in [1, 100], got 0.0"),
+    (lambda p: p.local_gain(0.1, 101), ValueError, "mps_pct must be in [1, 100], got 101.0"),
+    (lambda p: p.expected_training_throughput(-0.5, 80), ValueError,
+     "sleep_s must be in [0, inf), got -0.5"),
+    (lambda p: p.expected_latency_ms(0.1, 80, batch=0), ValueError,
+     "batch must be an integer in [1, 4096], got 0"),
+    (lambda p: p.expected_latency_ms(0.1, 80, inference_mps_pct=200), ValueError,
+     "inference_mps_pct must be a number in [1, 100], got 200"),
+    (lambda p: p.expected_latency_ms("x", 80), TypeError, "sleep_s must be numbers in [0, inf)"),
+])
+def test_the_noise_free_views_refuse_an_operating_point_outside_the_knobs(call, error, text):
+    """``expected_latency_ms(-1, 80)`` returned 29.8 ms, a latency no setting gives."""
+    with pytest.raises(error) as exc:
+        call(SimulatedColocation.preset("fig8"))
+    assert str(exc.value).startswith(text)
+
+
+@pytest.mark.parametrize("seed, error, text", [
+    (-1, ValueError, "seed must be an integer in [0, inf), got -1"),
+    (1.5, ValueError, "seed must be an integer in [0, inf), got 1.5"),
+    (math.nan, ValueError, "seed must be an integer in [0, inf), got nan"),
+    ("1", TypeError, "seed must be an integer in [0, inf), got '1'"),
+])
+def test_a_bad_seed_is_refused(seed, error, text):
+    """seed=-1 raised numpy's internal error; seed=1.5 was silently read as 1."""
+    with pytest.raises(error) as exc:
+        SimulatedColocation.preset("fig8", seed=seed)
+    assert str(exc.value) == text
+    assert SimulatedColocation.preset("fig8", seed=2.0).seed == 2  # a whole float is fine
 
 
 def test_shipped_constants_are_the_fig4_fit():

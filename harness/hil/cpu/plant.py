@@ -34,7 +34,7 @@ from gpucontrol.errors import ConfigurationError, PlantUnavailable
 from gpucontrol.node.actuators.cpu_share import CpuShare
 from gpucontrol.node.actuators.sleep import SignalDutyCycler
 from gpucontrol.node.prom_source import PrometheusSource
-from harness.sim.protocol import PeriodResult
+from harness.sim.protocol import PeriodResult, actuation_knobs
 
 __all__ = ["CPUPlant", "CPUPlantConfig", "make_cpu_plant"]
 
@@ -245,12 +245,13 @@ class CPUPlant:
         PeriodResult
             Latency from the histogram deltas, training iterations, knobs in force.
         """
+        sleep_s, mps_pct, _ = actuation_knobs(actuation)  # a bad one is refused, not clamped
         if self.cycler is None:
             raise RuntimeError("the plant's knobs were released")
-        self.cycler.set_sleep(max(0.0, float(actuation.sleep_s)))
+        self.cycler.set_sleep(sleep_s)
         share = 100.0
         if self.share is not None:
-            share = min(100.0, max(float(actuation.mps_pct), 5.0))
+            share = max(mps_pct, 5.0)  # the quota's floor; the result reports the share held
             if share != self.share.share_pct:
                 self.share.set_share_pct(share)
         self.source.collect()  # the period starts now (drops what came before)
@@ -262,7 +263,7 @@ class CPUPlant:
         return PeriodResult(mean_ms=st.mean_ms, p99_ms=st.p99_ms, count=st.count,
                             t_end_s=self.t, period_s=period_s, inference_batches=st.count,
                             inference_images=st.count * self.batch, training_iterations=d_it,
-                            sleep_s=float(actuation.sleep_s), mps_pct=share, batch=self.batch)
+                            sleep_s=sleep_s, mps_pct=share, batch=self.batch)
 
     def expected_latency_ms(self, *_: Any, **__: Any) -> float:
         """A real plant has no noise-free view (NaN)."""
