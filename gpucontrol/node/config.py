@@ -489,6 +489,9 @@ NEEDS: tuple[tuple[tuple[str, ...], Callable[[DaemonConfig], bool], str], ...] =
      "goes with --share-backend cpu"),
     (("green_shares",), lambda c: c.share_backend == "green-context",
      "goes with --share-backend green-context"),
+    (("mps_pipe_dir",), lambda c: bool(c.training_cmd) and c.share_backend == "mps",
+     "goes with --training-cmd and --share-backend mps (only a training the daemon launches "
+     "is restarted at a new MPS share)"),
     (("shadow", "ready", "ready_timeout_s"),
      lambda c: bool(c.training_cmd) and c.share_backend == "mps",
      "goes with --training-cmd and --share-backend mps (it shapes the restart of a launched "

@@ -75,6 +75,8 @@ def test_the_range_ends_are_accepted_and_the_guardian_can_poll_them():
     ({"fixed_mps": 50.0, "share_backend": "cpu", "initial_mps": 30.0},
      "--initial-mps has no effect with --fixed-mps"),
     ({"shadow": True}, "--shadow goes with --training-cmd and --share-backend mps"),
+    ({"mps_pipe_dir": "/tmp/nvidia-mps"},
+     "--mps-pipe-dir goes with --training-cmd and --share-backend mps"),
     ({"sleep_method": "hook", "run_quantum_s": 0.05},
      "--run-quantum-s has no effect with --sleep-method hook"),
     ({"metrics_addr": "0.0.0.0"}, "--metrics-addr goes with --metrics-port"),
@@ -93,7 +95,8 @@ def test_the_same_flags_are_accepted_where_they_act():
     assert _cfg(metrics_port=0, metrics_addr="0.0.0.0", metrics_target="t").metrics_target
     assert _cfg(metrics_textfile="/tmp/x.prom", metrics_target="t").metrics_target == "t"
     closed = DaemonConfig(training_cmd="true", slo_ms=90.0, model="m.json", detune=0.3,
-                          outer="paper", outer_every=5, shadow=True, ready="spawn")
+                          outer="paper", outer_every=5, shadow=True, ready="spawn",
+                          mps_pipe_dir="/tmp/nvidia-mps")
     assert closed.closed_loop and closed.shadow
     # a fixed share under the closed-loop sleep, as docs/daemon.md shows
     held = DaemonConfig(training_cmd="true", slo_ms=90.0, model="m.json", fixed_mps=50.0)
