@@ -13,6 +13,8 @@ import pytest
 from actuators._children import (
     FORKER,
     SLEEPER,
+    cgroup_quota,
+    cgroup_rel,
     child_pids,
     cpu_cgroup_of,
     daemon_argv,
@@ -27,16 +29,6 @@ from gpucontrol.node.share import ShareWiring
 
 OPEN_LOOP = ("--fixed-sleep", "0", "--share-backend", "cpu", "--sleep-method", "signal",
              "--period-s", "0.2")
-
-
-def _rel(group) -> str:
-    rel = group.relative_to(detect_backend()[1]).as_posix()
-    return "/" if rel == "." else "/" + rel
-
-
-def _quota(group) -> str:
-    f = group / "cpu.max"
-    return f.read_text().split()[0] if f.exists() else (group / "cpu.cfs_quota_us").read_text()
 
 
 def _fork_worker(p) -> int:
@@ -75,14 +67,14 @@ def test_the_training_goes_back_to_its_own_group(children, cpu_groups, tmp_path,
     home = cpu_groups(quota_pct=50)
     train = children.spawn(FORKER, stdin=subprocess.PIPE, text=True)
     (home / "cgroup.procs").write_text(str(train.pid))
-    home_quota = _quota(home)
+    home_quota = cgroup_quota(home)
     d = children.popen(daemon_argv(tmp_path, "a", "--training-pid", str(train.pid), *OPEN_LOOP,
                                    "--fixed-mps", "30", "--share-cgroup", _group_name()),
                        stdout=subprocess.PIPE, text=True)
     ready = [r for r in read_events(d.stdout, "started") if r.get("event") == "cpu_share_ready"]
     group = ready[0]["cgroup"]
     try:
-        assert cpu_cgroup_of(train.pid) == _rel(detect_backend()[1] / os.path.basename(group))
+        assert cpu_cgroup_of(train.pid) == cgroup_rel(detect_backend()[1] / os.path.basename(group))
         worker = _fork_worker(train)
         state = json.loads((tmp_path / "a.state.json").read_text())
         assert [(o["pid"], o["cgroup"]) for o in state["share"]["origins"]] == \
@@ -90,9 +82,9 @@ def test_the_training_goes_back_to_its_own_group(children, cpu_groups, tmp_path,
         d.send_signal(signal.SIGTERM if stop == "term" else signal.SIGKILL)
         d.wait(20)
         assert wait_for(lambda: not os.path.exists(group), 5.0)
-        assert cpu_cgroup_of(train.pid) == _rel(home)
-        assert cpu_cgroup_of(worker) == _rel(home)
-        assert _quota(home) == home_quota
+        assert cpu_cgroup_of(train.pid) == cgroup_rel(home)
+        assert cpu_cgroup_of(worker) == cgroup_rel(home)
+        assert cgroup_quota(home) == home_quota
         assert stopped_pids([train.pid, worker]) == []
     finally:
         release_share({"path": group, "backend": ready[0]["backend"], "made": True})
@@ -116,7 +108,7 @@ def test_a_second_daemon_is_refused_and_a_dead_ones_group_reused(children, cpu_g
                         stdout=subprocess.PIPE, text=True)
     try:
         read_events(d0.stdout, "started")
-        quota = _quota(group)
+        quota = cgroup_quota(group)
         second = daemon_argv(tmp_path, "b", "--training-pid", str(t1.pid), *OPEN_LOOP,
                              "--fixed-mps", "70", "--share-cgroup", name)
         out = subprocess.run(second, capture_output=True, text=True, timeout=60,
@@ -125,9 +117,9 @@ def test_a_second_daemon_is_refused_and_a_dead_ones_group_reused(children, cpu_g
         errors = [line for line in out.stderr.splitlines() if "error" in line]
         assert len(errors) == 1 and "--share-cgroup" in errors[0] \
             and "already used by another daemon" in errors[0], out.stderr
-        assert _quota(group) == quota
-        assert cpu_cgroup_of(t0.pid) == _rel(group)
-        assert cpu_cgroup_of(t1.pid) == _rel(home)
+        assert cgroup_quota(group) == quota
+        assert cpu_cgroup_of(t0.pid) == cgroup_rel(group)
+        assert cpu_cgroup_of(t1.pid) == cgroup_rel(home)
 
         guardian = _guardian_of(d0.pid)
         assert guardian is not None
@@ -135,14 +127,14 @@ def test_a_second_daemon_is_refused_and_a_dead_ones_group_reused(children, cpu_g
         d0.kill()
         d0.wait(10)
         assert wait_for(lambda: not os.path.exists(f"/proc/{guardian}"), 5.0)
-        assert group.exists() and cpu_cgroup_of(t0.pid) == _rel(group)  # left capped
+        assert group.exists() and cpu_cgroup_of(t0.pid) == cgroup_rel(group)  # left capped
 
         out = subprocess.run([*second, "--duration-s", "0.5"], capture_output=True, text=True,
                              timeout=60, stdin=subprocess.DEVNULL, check=False)
         assert out.returncode == 0, out.stderr
         assert any(json.loads(x).get("event") == "cpu_share_ready"
                    for x in out.stdout.splitlines())
-        assert cpu_cgroup_of(t1.pid) == _rel(home)
+        assert cpu_cgroup_of(t1.pid) == cgroup_rel(home)
 
         out = subprocess.run(daemon_argv(tmp_path, "a", "--resume-only"), capture_output=True,
                              text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
@@ -192,7 +184,7 @@ def test_a_refused_worker_leaves_the_training_as_it_was(children, cpu_groups, tm
     assert len(errors) == 1 and f"cannot move pid {rt}" in errors[0] \
         and "undone" in errors[0], out.stderr
     assert not (base / name).exists()
-    assert cpu_cgroup_of(train.pid) == _rel(home)
+    assert cpu_cgroup_of(train.pid) == cgroup_rel(home)
     assert not (tmp_path / "a.state.json").exists()
 
 
@@ -217,4 +209,4 @@ def test_a_failed_state_write_withdraws_the_share(children, cpu_groups):
     assert wiring.backend is None
     assert calls[-1] == {"share": None}
     assert not (detect_backend()[1] / name).exists()
-    assert cpu_cgroup_of(train.pid) == _rel(home)
+    assert cpu_cgroup_of(train.pid) == cgroup_rel(home)

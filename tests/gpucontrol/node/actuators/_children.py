@@ -174,6 +174,22 @@ def cpu_controller_writable() -> bool:
     return True
 
 
+def cgroup_rel(group) -> str:
+    """A CPU-controller group directory as /proc/PID/cgroup names it (relative to the
+    controller root)."""
+    from gpucontrol.node.actuators.cpu_share import detect_backend
+
+    rel = group.relative_to(detect_backend()[1]).as_posix()
+    return "/" if rel == "." else "/" + rel
+
+
+def cgroup_quota(group) -> str:
+    """The group's CPU quota as the kernel shows it (v2 ``cpu.max``'s first field, else v1
+    ``cpu.cfs_quota_us``)."""
+    f = group / "cpu.max"
+    return f.read_text().split()[0] if f.exists() else (group / "cpu.cfs_quota_us").read_text()
+
+
 @contextlib.contextmanager
 def slow_inference_metrics(latency_s: float = 0.2):
     """A Prometheus ``/metrics`` endpoint whose latency histogram observes ``latency_s`` every

@@ -13,6 +13,8 @@ import pytest
 from _children import (
     FORKER,
     SLEEPER,
+    cgroup_quota,
+    cgroup_rel,
     child_pids,
     cpu_cgroup_of,
     cpu_controller_writable,
@@ -100,17 +102,6 @@ def test_crash_clean_up_lifts_the_cap_from_the_state_record():
 
 
 # ------------------------------------------------------------------ where processes go back
-def _rel(group) -> str:
-    """A group directory as /proc/PID/cgroup names it (relative to the controller root)."""
-    rel = group.relative_to(detect_backend()[1]).as_posix()
-    return "/" if rel == "." else "/" + rel
-
-
-def _quota(group) -> str:
-    f = group / "cpu.max"
-    return f.read_text().split()[0] if f.exists() else (group / "cpu.cfs_quota_us").read_text()
-
-
 def _spawn_forker(children):
     return children.spawn(FORKER, stdin=subprocess.PIPE, text=True)
 
@@ -132,20 +123,20 @@ def test_close_returns_each_process_to_the_group_it_came_from(children, cpu_grou
     home = cpu_groups(quota_pct=50)
     p = _spawn_forker(children)
     (home / "cgroup.procs").write_text(str(p.pid))
-    home_quota = _quota(home)
+    home_quota = cgroup_quota(home)
     share = CpuShare([p.pid], name=f"gpucontrol-test-{uuid.uuid4().hex[:8]}", share_pct=10.0)
     try:
-        assert cpu_cgroup_of(p.pid) == _rel(share.path)
+        assert cpu_cgroup_of(p.pid) == cgroup_rel(share.path)
         rec = share.record()
         assert [(o["pid"], o["cgroup"]) for o in rec["origins"]] == [(p.pid, str(home))]
         worker = _fork_worker(p)  # forked inside the share group: not in the record
-        assert cpu_cgroup_of(worker) == _rel(share.path)
+        assert cpu_cgroup_of(worker) == cgroup_rel(share.path)
     finally:
         share.close()
     assert not share.path.exists()
-    assert cpu_cgroup_of(p.pid) == _rel(home)
-    assert cpu_cgroup_of(worker) == _rel(home)  # its parent's group
-    assert _quota(home) == home_quota  # that cap untouched
+    assert cpu_cgroup_of(p.pid) == cgroup_rel(home)
+    assert cpu_cgroup_of(worker) == cgroup_rel(home)  # its parent's group
+    assert cgroup_quota(home) == home_quota  # that cap untouched
 
 
 def test_crash_clean_up_returns_processes_home_or_to_the_parent(children, cpu_groups):
@@ -168,9 +159,9 @@ def test_crash_clean_up_returns_processes_home_or_to_the_parent(children, cpu_gr
         if share.path.exists():
             share.close()
     assert not share.path.exists()
-    assert cpu_cgroup_of(procs[0].pid) == _rel(homes[0])
-    assert cpu_cgroup_of(worker) == _rel(homes[0])
-    assert cpu_cgroup_of(procs[1].pid) == _rel(share.path.parent)
+    assert cpu_cgroup_of(procs[0].pid) == cgroup_rel(homes[0])
+    assert cpu_cgroup_of(worker) == cgroup_rel(homes[0])
+    assert cpu_cgroup_of(procs[1].pid) == cgroup_rel(share.path.parent)
 
 
 @pytest.mark.parametrize("fail_at", [1, 2])
@@ -193,7 +184,7 @@ def test_a_failed_state_write_undoes_the_set_up(children, cpu_groups, fail_at):
         CpuShare([p.pid], name=name, share_pct=10.0, on_record=record)
     assert calls[0]["made"] and calls[0]["origins"] == []
     assert not (detect_backend()[1] / name).exists()
-    assert cpu_cgroup_of(p.pid) == _rel(home)
+    assert cpu_cgroup_of(p.pid) == cgroup_rel(home)
 
 
 def test_a_refused_process_undoes_the_set_up(children, cpu_groups):
@@ -215,7 +206,7 @@ def test_a_refused_process_undoes_the_set_up(children, cpu_groups):
         CpuShare([p.pid], name=name, share_pct=10.0)
     assert exc.value.errno == errno.EINVAL
     assert not (base / name).exists()
-    assert cpu_cgroup_of(p.pid) == _rel(home)
+    assert cpu_cgroup_of(p.pid) == cgroup_rel(home)
     assert cpu_cgroup_of(rt[0]) == rt_home
 
 
