@@ -197,14 +197,22 @@ class LatencyModelFamily:
 
     def _batch_points(self, batch: int | None) -> list[OperatingPoint]:
         batches = sorted({p.batch for p in self.points}, key=lambda b: (b is None, b or 0))
-        if batch is None or all(b is None for b in batches):
+        if batch is None and None in batches:
+            chosen = None  # the rows that do not distinguish the batch
+        elif batch is None or all(b is None for b in batches):
             chosen = batches[0]
         else:
             known = [b for b in batches if b is not None]
             chosen = min(known, key=lambda b: abs(b - batch))
         return [p for p in self.points if p.batch == chosen]
 
+    @property
+    def batches(self) -> tuple[int | None, ...]:
+        """The inference batch sizes the points distinguish (None: not distinguished)."""
+        return tuple(sorted({p.batch for p in self.points}, key=lambda b: (b is None, b or 0)))
+
     def at(self, mps_pct: float, batch: int | None = None) -> LinearLatencyModel:
+        mps_pct = finite("mps_pct", mps_pct)
         pts = self._batch_points(batch)
         xs = [p.mps_pct for p in pts]
         if len(pts) == 1 or mps_pct <= xs[0]:
@@ -221,6 +229,7 @@ class LatencyModelFamily:
 
     def mps_gain(self, mps_pct: float, sleep_s: float = 0.0, batch: int | None = None) -> float:
         """d latency / d MPS% (ms per percentage point) at ``sleep_s``; NaN with one level."""
+        mps_pct, sleep_s = finite("mps_pct", mps_pct), finite("sleep_s", sleep_s)
         pts = self._batch_points(batch)
         if len(pts) < 2:
             return math.nan

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
-from gpucontrol._validate import finite
+from gpucontrol._validate import finite, int_at_least
 from gpucontrol.design import (
-    SETTLING_THRESHOLD,
     Design,
     PDesign,
+    _settling,
     check_design,
     check_model,
     step_sequence,
@@ -272,7 +272,8 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
     delay_periods : int, optional
         Measurement delay in periods (>= 0); default the design's ``delay_periods``.
     horizon : int
-        Periods simulated for the step response.
+        Periods simulated for the step response's overshoot (>= 1); the settling time is
+        simulated further when the response has not settled by then.
 
     Returns
     -------
@@ -290,8 +291,11 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
     d = design._delay(delay_periods)
     if model is not None and check_model("model", model) != design.model:
         design = _rebase(design, model)
+    horizon = int_at_least("horizon", horizon, 1)
     if ratios is None:
         ratios = np.round(np.linspace(0.1, 2.5, 25), 6)
+    elif isinstance(ratios, (str, bytes)) or not isinstance(ratios, Iterable):
+        raise TypeError(f"ratios must be a sequence of gain ratios, got {ratios!r}")
     rows = []
     for g in ratios:
         g = finite("ratios[]", g)
@@ -301,10 +305,10 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
         poles = tuple(complex(p) for p in np.roots(char))
         stable = jury(char)
         if stable:
-            y = step_sequence(char, design._closed_loop_num(g, d), horizon)
-            final = float(np.polyval(design._closed_loop_num(g, d), 1.0) / np.polyval(char, 1.0))
-            outside = np.nonzero(np.abs(y - final) > SETTLING_THRESHOLD * abs(final))[0]
-            settle = 0.0 if outside.size == 0 else float(outside[-1] + 1)
+            num = design._closed_loop_num(g, d)
+            y = step_sequence(char, num, horizon)
+            final = float(np.polyval(num, 1.0) / np.polyval(char, 1.0))
+            settle = _settling(char, num, horizon, final=final)
             over = max(0.0, (float(np.max(y)) - final) / abs(final) * 100.0)
             sse = 1.0 - final
         else:
@@ -330,13 +334,16 @@ def robustness_plot(table: RobustnessTable, ax=None, title: str | None = None):
     matplotlib.figure.Figure
         The figure drawn on.
     """
+    rec = sorted(table.to_records(), key=lambda r: r["gain_ratio"])
+    if not rec:
+        raise ConfigurationError("table has no rows: robustness_sweep was given no ratios")
+    own = ax is None
     if ax is None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6.4, 3.6))
     else:
         fig = ax.figure
-    rec = table.to_records()
     g = [r["gain_ratio"] for r in rec]
     ax.plot(g, [r["max_pole_abs"] for r in rec], "o-", label="max |pole|")
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
@@ -346,11 +353,27 @@ def robustness_plot(table: RobustnessTable, ax=None, title: str | None = None):
     ax2.plot(g, [r["settling_periods"] if math.isfinite(r["settling_periods"]) else np.nan
                  for r in rec], "s:", color="tab:orange", label="settling periods")
     ax2.set_ylabel("settling (periods)")
-    unstable = [r["gain_ratio"] for r in rec if not r["stable"]]
-    if unstable:
-        ax.axvspan(min(unstable), max(unstable), color="tab:red", alpha=0.1, label="unstable")
+    # each run of unstable ratios, out to halfway to its stable neighbours
+    label = "unstable"
+    k = 0
+    while k < len(rec):
+        if rec[k]["stable"]:
+            k += 1
+            continue
+        j = k
+        while j + 1 < len(rec) and not rec[j + 1]["stable"]:
+            j += 1
+        lo = g[k] if k == 0 else (g[k - 1] + g[k]) / 2
+        hi = g[j] if j == len(rec) - 1 else (g[j] + g[j + 1]) / 2
+        ax.axvspan(lo, hi, color="tab:red", alpha=0.1, label=label)
+        label = "_nolegend_"
+        k = j + 1
     ax.set_title(title or f"robustness (delay {table.delay_periods} period(s))")
-    ax.legend(loc="upper left")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="upper left")
+    if own:
+        fig.tight_layout()
     return fig
 
 
@@ -367,7 +390,8 @@ class EnvelopeCheck:
 
     def __str__(self) -> str:
         verdict = "STABLE" if self.stable else "UNSTABLE"
-        return (f"{verdict}: envelope {self.envelope[0]:.3g}..{self.envelope[1]:.3g} within "
+        where = "within" if self.stable else "not within"
+        return (f"{verdict}: envelope {self.envelope[0]:.3g}..{self.envelope[1]:.3g} {where} "
                 f"stable range {self.stable_range[0]:.3g}..{self.stable_range[1]:.3g}; "
                 f"worst settling {self.worst_settling_periods:g} periods")
 
@@ -404,10 +428,11 @@ def check_envelope(design: Design, model=None, envelope: tuple[float, float] = (
     True
     """
     try:
-        g_min, g_max = (finite("envelope[0]", envelope[0]), finite("envelope[1]", envelope[1]))
-    except (TypeError, IndexError):
+        g_min, g_max = envelope
+    except (TypeError, ValueError):
         raise ConfigurationError(
             f"envelope must be a (g_min, g_max) pair, got {envelope!r}") from None
+    g_min, g_max = finite("envelope[0]", g_min), finite("envelope[1]", g_max)
     if not (0 < g_min <= g_max):
         raise ConfigurationError(f"envelope must satisfy 0 < g_min <= g_max, got {envelope!r}")
     lo, hi = stable_gain_range(design, model, delay_periods)

@@ -32,6 +32,7 @@ Defaults of the default (``"throughput"``) controller, and what they cost:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -253,6 +254,11 @@ class TwoTierController:
             "initial_mps_pct", initial_mps_pct, *self.mps_bounds_pct)
 
         if isinstance(model, LatencyModelFamily):
+            if len(model.batches) > 1:  # it would schedule on one batch's rows, unsaid
+                raise ConfigurationError(
+                    "model: the family has rows for inference batches "
+                    f"{', '.join('none given' if b is None else str(b) for b in model.batches)}"
+                    "; the controller runs at one batch size: keep that batch's rows")
             self.family: LatencyModelFamily | None = model
             nominal = model.at(mps0)
         elif isinstance(model, LinearLatencyModel):
@@ -266,6 +272,7 @@ class TwoTierController:
         if not isinstance(self.design, Design):
             raise ConfigurationError("design must be a gpucontrol Design (design_p / design_pi)")
         self._kp_scale = self.design.kp * self.design.model.gain  # detune, in gain units
+        self._ki_scale = self.design.ki * self.design.model.gain  # a PI's, likewise
 
         self.inner_settling_periods = self.design.settling_periods(
             delay_periods=self.measurement_delay_periods)
@@ -403,7 +410,8 @@ class TwoTierController:
         if self.family is None:
             return
         self.model = self.family.at(mps_pct)
-        self.inner.kp = self._kp_scale / self.model.gain
+        self.inner.kp = self._kp_scale / self.model.gain  # the design's poles at the new
+        self.inner.ki = self._ki_scale / self.model.gain  # level's gain, for P and PI alike
         if self.inner.estimator is not None:
             self.inner.estimator.reset(self.model.gain)
         g = self.family.mps_gain(mps_pct)
@@ -416,9 +424,16 @@ class TwoTierController:
         Raises
         ------
         TypeError
-            If ``measurement`` is a string, or a sequence/array of several values.
+            If ``measurement`` is a string, or a sequence/array of several values, or (in
+            ``mode="p99"``) a bare number: that is a mean, and the p99 loop would hold on it
+            forever.
         """
         check_measurement(measurement)
+        if self.mode == "p99" and (isinstance(measurement, numbers.Real) or getattr(
+                measurement, "ndim", None) == 0):
+            raise TypeError("mode='p99' controls the period's p99: pass "
+                            "Measurement(mean=..., p99=..., count=...); a bare number "
+                            f"({measurement!r}) is read as the mean")
         self.period += 1
         m: Measurement = as_measurement(measurement)
         if math.isfinite(m.iteration_s) and m.iteration_s > 0 and not m.restarting:

@@ -106,3 +106,72 @@ def test_a_flat_fit_gives_no_gain_and_no_model():
         LinearLatencyModel.from_fit(noisy)
     good = fit_static(u, 95.0 - 12.0 * u + np.random.default_rng(2).normal(0.0, 1.0, 50))
     assert LinearLatencyModel.from_fit(good).gain == pytest.approx(-12.0, abs=2.0)
+
+
+# ------------------------------------------------------------------ analysis edges
+def test_a_slow_loops_settling_time_is_not_cut_at_the_horizon():
+    p = design_p(M)
+    slow = p.settling_periods(0.005)
+    assert 700 < slow < 900  # (1 - 0.005)**k < 0.02: k = 781
+    assert robustness_sweep(p, ratios=[0.005], horizon=1).rows[0].settling_periods == slow
+    assert robustness_sweep(p, ratios=[0.1], horizon=1).rows[0].settling_periods == \
+        p.settling_periods(0.1) == 38.0
+    assert check_envelope(p, M, (0.005, 1.0)).worst_settling_periods == slow
+    with pytest.raises(ConfigurationError, match="horizon"):
+        robustness_sweep(p, horizon=0)
+    with pytest.raises(TypeError, match="ratios"):
+        robustness_sweep(p, ratios=1.0)
+
+
+def test_an_envelope_is_a_pair_and_its_verdict_reads_right():
+    p = design_p(M)
+    with pytest.raises(ConfigurationError, match="pair"):
+        check_envelope(p, M, (0.5, 1.0, 9.0))
+    bad = check_envelope(p, M, (0.5, 2.5))
+    assert not bad.stable and "UNSTABLE" in str(bad) and "not within" in str(bad)
+
+
+def test_p99_mode_refuses_a_bare_number_instead_of_holding_forever():
+    ctl = TwoTierController(M, 90.0, mode="p99")
+    with pytest.raises(TypeError, match="p99"):
+        ctl.update(120.0)
+    assert ctl.update(Measurement(mean=80.0, p99=120.0, count=10)).sleep_s > 0
+
+
+def test_a_pi_design_is_rescheduled_whole_at_a_new_level():
+    fam = LatencyModelFamily((OperatingPoint(50, LinearLatencyModel(-6.0, 70.0)),
+                              OperatingPoint(100, LinearLatencyModel(-12.0, 95.0))))
+    pi = design_pi(fam.at(100), settling_periods=10, max_overshoot=0.3)
+    ctl = TwoTierController(fam, 90.0, design=pi, outer="paper")
+    ctl._schedule(50.0)
+    assert ctl.inner.kp * -6.0 == pytest.approx(pi.kp * -12.0)
+    assert ctl.inner.ki * -6.0 == pytest.approx(pi.ki * -12.0)
+
+
+def test_a_family_of_several_batches_is_refused_and_unbatched_rows_are_preferred():
+    b8, b32 = LinearLatencyModel(-8.0, 80.0), LinearLatencyModel(-40.0, 120.0)
+    two = LatencyModelFamily((OperatingPoint(100, b8, batch=8), OperatingPoint(100, b32, batch=32)))
+    with pytest.raises(ConfigurationError, match="batches 8, 32"):
+        TwoTierController(two, 90.0)
+    mixed = LatencyModelFamily((OperatingPoint(40, LinearLatencyModel(-4.0, 60.0)),
+                                OperatingPoint(80, LinearLatencyModel(-8.0, 80.0)),
+                                OperatingPoint(60, b32, batch=32)))
+    assert mixed.at(60).gain == pytest.approx(-6.0)
+    assert mixed.at(60, batch=32).gain == -40.0
+
+
+def test_robustness_plot_shades_each_unstable_run_and_refuses_an_empty_table():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gpucontrol import robustness_plot
+
+    p = design_p(M)
+    fig = robustness_plot(robustness_sweep(p, ratios=[1e-14, 0.5, 1.0, 1.5, 2.5]))
+    ax = fig.axes[0]
+    spans = list(ax.patches)
+    assert len(spans) == 2  # ratio ~0 and 2.5 unstable, the stable ones between unshaded
+    labels = ax.get_legend_handles_labels()[1] + [t.get_text() for t in ax.get_legend().texts]
+    assert "settling periods" in labels
+    with pytest.raises(ConfigurationError, match="no rows"):
+        robustness_plot(robustness_sweep(p, ratios=[]))
