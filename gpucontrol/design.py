@@ -70,6 +70,7 @@ class Design:
         """Closed-loop characteristic polynomial (descending powers) for the real gain
         ``gain_ratio * model.gain`` and a measurement delay of ``delay_periods`` periods
         (default: the design's): ``z**d (z - 1) den(z) + gain_ratio * gain * num(z)``."""
+        gain_ratio = in_range("gain_ratio", gain_ratio, 0.0, math.inf)  # 0: open-loop poles
         d = self._delay(delay_periods)
         left = np.polymul(np.polymul(np.r_[1.0, np.zeros(d)], [1.0, -1.0]), self.controller_den)
         right = gain_ratio * self.model.gain * self.controller_num
@@ -123,7 +124,7 @@ class Design:
         its end is simulated further (doubling, up to 2**20 periods), so a slow loop's
         settling time is never cut off at the horizon.
         """
-        positive("gain_ratio", gain_ratio)
+        in_range("gain_ratio", gain_ratio, 0.0, math.inf)
         delay_periods = self._delay(delay_periods)
         return _settling(self.characteristic_polynomial(gain_ratio, delay_periods),
                          self._closed_loop_num(gain_ratio, delay_periods),

@@ -176,6 +176,10 @@ class LatencyModelFamily:
     points: tuple[OperatingPoint, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
+        if isinstance(self.points, OperatingPoint) or not hasattr(self.points, "__iter__"):
+            raise TypeError(f"points must be a sequence of OperatingPoint, got "
+                            f"{type(self.points).__name__}")
+        object.__setattr__(self, "points", tuple(self.points))
         if not self.points:
             raise ConfigurationError("points must hold at least one OperatingPoint")
         for p in self.points:
@@ -240,6 +244,8 @@ class LatencyModelFamily:
 
     def gain_ratios(self, nominal: LinearLatencyModel) -> tuple[float, float]:
         """(min, max) of member gain / nominal gain: the envelope to check stability against."""
+        if not isinstance(nominal, LinearLatencyModel):
+            raise TypeError(f"nominal must be a LinearLatencyModel, got {type(nominal).__name__}")
         r = [p.model.gain / nominal.gain for p in self.points]
         return min(r), max(r)
 
@@ -250,8 +256,15 @@ class LatencyModelFamily:
 
     @classmethod
     def from_json(cls, text: str) -> LatencyModelFamily:
-        rows = json.loads(text)
-        return cls(tuple(
-            OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]), r.get("batch"))
-            for r in rows
-        ))
+        try:
+            rows = json.loads(text)
+            return cls(tuple(
+                OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
+                               r.get("batch"))
+                for r in rows))
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"family JSON: {exc}") from None
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ConfigurationError(
+                'family JSON must be a list of {"mps_pct", "gain", "offset"[, "batch"]} rows '
+                f"({type(exc).__name__}: {exc})") from None

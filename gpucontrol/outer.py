@@ -51,6 +51,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from gpucontrol._validate import bounds, flag, in_range, int_at_least, positive
+from gpucontrol.errors import ConfigurationError
 
 __all__ = ["ThroughputOuter"]
 
@@ -160,6 +161,10 @@ class ThroughputOuter:
         self.sleep_lo, self.sleep_hi = bounds("sleep_bounds_s", sleep_bounds_s, 0.0, 3600.0)
         self.aim_from_low = flag("aim_from_low", aim_from_low)
         self.levels: list[float] | None = None
+        if levels_pct is not None and (isinstance(levels_pct, (str, bytes)) or not hasattr(
+                levels_pct, "__len__")):
+            raise ConfigurationError(f"mps_levels_pct must be a sequence of percentages, got "
+                                     f"{levels_pct!r}")
         if levels_pct is not None and len(levels_pct):
             self.levels = sorted({in_range("levels_pct", float(v), self.lo, self.hi)
                                   for v in levels_pct})

@@ -243,6 +243,9 @@ class TwoTierController:
         self.plausible_max_ms = 50.0 * self.slo_ms if plausible_max_ms is None else (
             math.inf if plausible_max_ms == math.inf else in_range(  # a real overload is
                 "plausible_max_ms", plausible_max_ms, 2.0 * self.slo_ms, math.inf))  # acted on
+        if detune is not None and design is not None:
+            raise ConfigurationError("give detune or design, not both: a design carries its "
+                                     "own gains (design_p(model, detune=...))")
         if detune is None:
             detune = 0.5 if modern or self.measurement_delay_periods else 1.0
         if setpoint_margin is None:
@@ -284,10 +287,10 @@ class TwoTierController:
                 f"{self.inner_settling_periods:g} or use a faster design (detune closer to 1)")
         self.decoupled = True
 
-        estimator = None
-        if self.adaptive:
-            estimator = GainEstimator(nominal.gain, forgetting, adaptive_ratio_bounds,
-                                      min_effect_ms=0.01 * self.slo_ms)
+        # checked whether or not adaptive: a bad value is an error, not a dormant one
+        checked = GainEstimator(nominal.gain, forgetting, adaptive_ratio_bounds,
+                                min_effect_ms=0.01 * self.slo_ms)
+        estimator = checked if self.adaptive else None
         self.inner = InnerSleepController(
             self.design.kp, target_ms, self.sleep_bounds_s, ki=self.design.ki,
             initial_sleep_s=initial_sleep_s, estimator=estimator,

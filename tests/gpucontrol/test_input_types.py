@@ -175,3 +175,23 @@ def test_robustness_plot_shades_each_unstable_run_and_refuses_an_empty_table():
     assert "settling periods" in labels
     with pytest.raises(ConfigurationError, match="no rows"):
         robustness_plot(robustness_sweep(p, ratios=[]))
+
+
+@pytest.mark.parametrize("make, err, name", [
+    (lambda: TwoTierController(M, 90.0, mps_levels_pct="50"), ConfigurationError,
+     "mps_levels_pct"),
+    (lambda: TwoTierController(M, 90.0, design=design_p(M), detune=0.5), ConfigurationError,
+     "detune or design"),
+    (lambda: TwoTierController(M, 90.0, forgetting=5.0), ConfigurationError, "forgetting"),
+    (lambda: design_p(M).poles(float("nan")), ConfigurationError, "gain_ratio"),
+    (lambda: is_stable(design_p(M), float("nan")), ConfigurationError, "gain_ratio"),
+    (lambda: LatencyModelFamily((OperatingPoint(50, M),)).gain_ratios(3), TypeError, "nominal"),
+    (lambda: LatencyModelFamily.from_json('[{"x": 1}]'), ConfigurationError, "mps_pct"),
+    (lambda: LatencyModelFamily.from_json("{not json"), ConfigurationError, "family JSON"),
+    (lambda: LatencyModelFamily(OperatingPoint(50, M)), TypeError, "points"),
+    (lambda: LatencyModelFamily((OperatingPoint(50, M),)).at(float("nan")), ConfigurationError,
+     "mps_pct"),
+])
+def test_more_bad_arguments_name_themselves(make, err, name):
+    with pytest.raises(err, match=name):
+        make()
