@@ -210,14 +210,26 @@ def _resume_only(args: argparse.Namespace) -> int:
     gpu = getattr(args, "gpu", 0) or 0
     if gpu < 0:
         raise ValueError(f"--gpu must be >= 0, got {gpu}")
+    defaults = vars(build_parser().parse_args(["--resume-only"]))
+    for name, value in vars(args).items():  # nothing else would be used: refuse, not ignore
+        if name in defaults and name not in _RESUME_ONLY_FLAGS and value != defaults[name]:
+            raise ValueError(f"--{name.replace('_', '-')} has no effect with --resume-only "
+                             "(it reads only the state file: --state or --gpu)")
     path = os.path.abspath(args.state) if getattr(args, "state", None) else str(
         default_path("state", gpu))
-    out = resume_only(path)
+    try:
+        out = resume_only(path)
+    except ValueError as exc:
+        raise ValueError(f"--state {path}: {exc}") from None
     print(json.dumps(out), flush=True)
     if out["owner_alive"]:
         logger.warning("the daemon of %s (pid %s) still runs; resumed its targets anyway",
                        path, out.get("daemon_pid"))
     return 0
+
+
+#: What ``--resume-only`` reads; any other flag given with it is refused.
+_RESUME_ONLY_FLAGS = ("resume_only", "state", "gpu", "socket", "hook")  # the last two: harmless
 
 
 class _OneLineParser(argparse.ArgumentParser):

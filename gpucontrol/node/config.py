@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from gpucontrol._validate import choice, in_range, int_at_least, positive
+from gpucontrol._validate import choice, flag, in_range, int_at_least, positive
 from gpucontrol.errors import ConfigurationError
 
 __all__ = ["DaemonConfig", "default_share_cgroup"]
@@ -275,7 +275,7 @@ class DaemonConfig:
     green_shares: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "training_pids", tuple(self.training_pids))
+        self._check_types()
         self._validate()
         from gpucontrol.node._runtime import default_path
 
@@ -283,6 +283,30 @@ class DaemonConfig:
             value = getattr(self, field)
             path = os.path.abspath(value) if value else str(default_path(kind, self.gpu))
             object.__setattr__(self, field, path)
+
+    def _check_types(self) -> None:
+        """Each field's type, before any value is looked at: node software building a config
+        directly gets the same one-line errors naming the flag as the command line."""
+        pids = self.training_pids
+        if isinstance(pids, (str, bytes)) or not hasattr(pids, "__iter__"):
+            raise ConfigurationError(f"--training-pid: training_pids must be a sequence of "
+                                     f"PIDs, got {pids!r}")
+        object.__setattr__(self, "training_pids", tuple(
+            int_at_least("--training-pid", p, 1) for p in pids))
+        for name in _BOOL_FIELDS:
+            object.__setattr__(self, name, flag(_flag(name), getattr(self, name)))
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if value is None and name not in _TEXT_REQUIRED:
+                continue
+            if not isinstance(value, str) and not (
+                    isinstance(value, os.PathLike) and name in _PATH_FIELDS):
+                raise ConfigurationError(f"{_flag(name)} must be text, got {value!r}")
+            if isinstance(value, os.PathLike):
+                object.__setattr__(self, name, os.fspath(value))
+        if not isinstance(self.green_shares, (str, tuple, list)):
+            raise ConfigurationError(f"--green-shares must be comma-separated percentages, "
+                                     f"got {self.green_shares!r}")
 
     def _validate(self) -> None:
         if bool(self.training_pids) == bool(self.training_cmd):
@@ -430,11 +454,13 @@ class DaemonConfig:
 
         if self.allow_other_users and os.geteuid() != 0:
             raise ConfigurationError("--allow-other-users is for root only")
-        for flag, path in (("--socket", self.socket), ("--state", self.state),
+        for name, path in (("--socket", self.socket), ("--state", self.state),
                            ("--hook", self.hook)):
-            _check_file_path(flag, path)
+            _check_file_path(name, path)
         if self.metrics_port is not None:
             _check_metrics_listen(self.metrics_addr, self.metrics_port)
+        if self.metrics_textfile:
+            _check_textfile(self.metrics_textfile)
         if self.training_cmd is not None:
             _check_program(self.training_cmd)
         for pid in self.training_pids:
@@ -464,6 +490,19 @@ class DaemonConfig:
         if pids:
             kw["training_pids"] = tuple(pids)
         return cls(**kw)
+
+
+#: Fields that are flags (True/False), text, text that must be given, and file paths.
+_BOOL_FIELDS = ("shadow", "allow_other_users")
+_TEXT_FIELDS = ("training_cmd", "model", "cgroup", "mps_binary", "mps_pipe_dir", "socket",
+                "state", "hook", "log", "metrics_addr", "metrics_textfile", "metrics_target",
+                "socket_group", "prometheus_url", "prometheus_metric", "share_cgroup",
+                "outer", "mode", "sleep_method", "ready", "latency_source", "share_backend")
+_TEXT_REQUIRED = ("mps_binary", "socket", "state", "hook", "metrics_addr", "prometheus_metric",
+                  "share_cgroup", "outer", "mode", "sleep_method", "ready", "latency_source",
+                  "share_backend")
+_PATH_FIELDS = ("model", "cgroup", "mps_pipe_dir", "socket", "state", "hook", "log",
+                "metrics_textfile")
 
 
 def _flag(field: str) -> str:
@@ -540,6 +579,24 @@ def _check_file_path(flag: str, path: str) -> None:
     """Refuse a ``--socket``/``--state``/``--hook`` that is a directory."""
     if os.path.isdir(path):
         raise ConfigurationError(f"{flag} {path} is a directory; give the path of a file")
+
+
+def _check_textfile(path: str) -> None:
+    """Refuse a ``--metrics-textfile`` that is a directory or whose directory cannot take it
+    (missing, or not one the daemon may write into safely), before the start: it would
+    otherwise fail every period."""
+    from gpucontrol.node._runtime import open_private_dir
+
+    p = os.path.abspath(path)
+    if os.path.isdir(p):
+        raise ConfigurationError(f"--metrics-textfile {path} is a directory; give the path of "
+                                 "a file")
+    try:
+        os.close(open_private_dir(os.path.dirname(p)))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigurationError(f"--metrics-textfile {path}: cannot write into its directory "
+                                 f"({why})") from None
 
 
 def _check_program(cmd: str) -> None:

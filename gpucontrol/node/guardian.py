@@ -165,7 +165,8 @@ def resume_only(path: str | os.PathLike[str]) -> dict[str, Any]:
     file that is not ours."""
     doc = read_state(path)
     out: dict[str, Any] = {"event": "resume_only", "state": os.fspath(path),
-                           "found": doc is not None, "owner_alive": False}
+                           "found": doc is not None, "owner_alive": False,
+                           "resumed": 0, "thawed": 0, "skipped": 0, "hook": 0}
     if doc is None:
         return out
     out["owner_alive"] = state_owner_alive(doc)

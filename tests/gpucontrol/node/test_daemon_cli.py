@@ -284,3 +284,51 @@ def test_sigint_stops_cleanly_with_status_130(children, tmp_path):
     assert d.wait(15) == 130
     assert json.loads(d.stdout.read().splitlines()[-1])["event"] == "stopped"
     assert wait_for(lambda: stopped_pids([t.pid]) == [], timeout=2.0)
+
+
+# ------------------------------------------------------------------------------ types
+@pytest.mark.parametrize("kw, message", [
+    ({"training_pids": 4242}, "--training-pid"),
+    ({"allow_other_users": "false"}, "--allow-other-users must be True or False"),
+    ({"shadow": "no"}, "--shadow must be True or False"),
+    ({"green_shares": 50}, "--green-shares"),
+    ({"socket": 123}, "--socket must be text"),
+    ({"state": b"x"}, "--state must be text"),
+    ({"mps_binary": None}, "--mps-binary must be text"),
+    ({"prometheus_url": 123}, "--prometheus-url must be text"),
+    ({"training_pids": (), "training_cmd": ["python", "t.py"]}, "--training-cmd must be text"),
+    ({"fixed_sleep": None, "slo_ms": 90.0, "model": 123}, "--model must be text"),
+])
+def test_a_config_built_in_code_gets_the_flag_named_errors_too(kw, message):
+    """Node software that builds a DaemonConfig directly gets one ConfigurationError naming
+    the flag -- a string 'false' never means True (it used to let a root daemon pause
+    another user's process)."""
+    with pytest.raises(ConfigurationError) as exc:
+        _cfg(**kw)
+    assert str(exc.value).startswith(message), exc.value
+
+
+def test_a_metrics_textfile_that_cannot_be_written_is_refused_before_the_start(tmp_path):
+    for bad, why in ((tmp_path, "is a directory"),
+                     (tmp_path / "missing" / "x.prom", "cannot write into its directory")):
+        with pytest.raises(ConfigurationError, match=f"--metrics-textfile .*{why}"):
+            _cfg(socket=str(tmp_path / "s.sock"), state=str(tmp_path / "s.json"),
+                 hook=str(tmp_path / "s.hook"),
+                 metrics_textfile=str(bad)).check_environment()
+
+
+@pytest.mark.parametrize("extra, rc, text", [
+    (["--metrics-port", "9999"], 2, "--metrics-port has no effect with --resume-only"),
+    (["--period-s", "-5"], 2, "--period-s has no effect with --resume-only"),
+    (["--training-cmd", "nosuchprog"], 2, "--training-cmd has no effect"),
+    ([], 0, '"resumed": 0'),
+])
+def test_resume_only_refuses_flags_it_would_ignore(tmp_path, capsys, extra, rc, text):
+    assert daemon_main(["--resume-only", "--state", str(tmp_path / "s.json"), *extra]) == rc
+    out = capsys.readouterr()
+    assert text in (out.err if rc else out.out)
+
+
+def test_resume_only_names_the_state_flag_for_a_bad_file(tmp_path, capsys):
+    assert daemon_main(["--resume-only", "--state", str(tmp_path)]) == 2
+    assert f"--state {tmp_path}" in capsys.readouterr().err
