@@ -62,11 +62,16 @@ def not_constant(name: str, a: np.ndarray) -> None:
                          "excite the system with a varying input")
 
 
+def is_bool(value: Any) -> bool:
+    """Whether ``value`` is a Python or numpy bool."""
+    return isinstance(value, bool) or (type(value).__module__ == "numpy"
+                                       and type(value).__name__ in ("bool", "bool_"))
+
+
 def finite(name: str, value: Any) -> float:
     """``value`` as a float, or raise if it is not a finite real number (a string or a bool
     is not one, even when ``float()`` would take it)."""
-    if isinstance(value, (str, bytes, bytearray, bool)) or (
-            type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")):
+    if isinstance(value, (str, bytes, bytearray)) or is_bool(value):
         raise ValueError(f"{name} must be a finite number, got {value!r} "
                          f"({type(value).__name__})")
     try:
@@ -108,6 +113,14 @@ def int_at_least(name: str, value: Any, lo: int) -> int:
     if v < lo:
         raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
     return v
+
+
+def flag(name: str, value: Any) -> bool:
+    """``value`` if it is a bool (Python's or numpy's), or raise: a string such as ``'no'``
+    is truthy and would silently mean True."""
+    if is_bool(value):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 def low_high(low: Any, high: Any) -> tuple[float, float]:
