@@ -348,7 +348,7 @@ def loo_errors(x, y, model: str | Callable = "piecewise") -> np.ndarray:
     """
     xs, ys = pair(x, y, min_len=3, names=("x", "y"))
     fitter = MODEL_FITTERS.get(model) if isinstance(model, str) else model
-    if fitter is None:
+    if fitter is None or not callable(fitter):
         raise ValueError(f"model must be one of {', '.join(MODEL_FITTERS)} or a callable, "
                          f"got {model!r}")
     out = np.empty(xs.size)

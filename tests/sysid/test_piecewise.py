@@ -161,3 +161,9 @@ def test_min_share_refuses_a_bad_margin(margin, slo):
     for fit in (f, g):
         with pytest.raises(ValueError, match=r"margin must be (in \[0, inf\)|a finite number)"):
             fit.min_share(slo, margin=margin)
+
+
+@pytest.mark.parametrize("model", [3, None, "linear"])
+def test_loo_errors_model_must_be_a_name_or_a_callable(model):
+    with pytest.raises(ValueError, match="model must be one of"):
+        loo_errors(SHARES, knee(SHARES), model)
