@@ -221,7 +221,7 @@ def resid_plot(analysis: ResidualAnalysis, axes=None, title: str | None = None):
     analysis : ResidualAnalysis
         What :func:`resid` returned.
     axes : pair of matplotlib Axes, optional
-        Where to draw (default: a new figure with two panels).
+        Where to draw (default: a new figure with two panels); exactly two.
     title : str, optional
         Title of the first panel.
 
@@ -230,12 +230,24 @@ def resid_plot(analysis: ResidualAnalysis, axes=None, title: str | None = None):
     matplotlib.figure.Figure
         The figure drawn on.
     """
+    if not isinstance(analysis, ResidualAnalysis):
+        raise ValueError(f"analysis must be a ResidualAnalysis (what resid returns), got "
+                         f"{type(analysis).__name__}")
+    if title is not None and not isinstance(title, str):
+        raise ValueError(f"title must be a str or None, got {type(title).__name__}")
     if axes is None:
         import matplotlib.pyplot as plt
 
         fig, axes = plt.subplots(2, 1, figsize=(6.4, 5.0))
-    fig = axes[0].figure
-    a0, a1 = axes
+    try:
+        a0, a1 = axes
+    except (TypeError, ValueError):
+        raise ValueError("axes must be a pair of matplotlib Axes (e.g. plt.subplots(2, 1)[1]), "
+                         f"got {axes!r:.80}") from None
+    if not all(callable(getattr(a, "stem", None)) for a in (a0, a1)):
+        raise ValueError(f"axes must be a pair of matplotlib Axes, got "
+                         f"{type(a0).__name__} and {type(a1).__name__}")
+    fig = a0.figure
     a0.stem(analysis.lags, analysis.autocorr)
     a0.axhspan(-analysis.bound_auto, analysis.bound_auto, color="tab:blue", alpha=0.15,
                label="99% bound")

@@ -105,3 +105,29 @@ def test_coloured_input_false_alarm_rate_is_at_most_about_one_percent():
         ra = correlation_analysis(u, rng.standard_normal(400), max_lag=20)
         rejections += not ra.independent
     assert rejections / 300 < 0.03
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ({"analysis": None}, "analysis must be a ResidualAnalysis"),
+    ({"axes": "one"}, "axes must be a pair of matplotlib Axes"),
+    ({"axes": [1, 2]}, "axes must be a pair of matplotlib Axes"),
+    ({"title": 3}, "title must be a str"),
+])
+def test_resid_plot_bad_arguments(bad, msg):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sysid import resid_plot
+
+    d = ar1_output(200)
+    args = {"analysis": resid(fit_arx(d, 1, 1, 1), d, max_lag=10), **bad}
+    _, ax = plt.subplots()
+    if bad.get("axes") == "one":
+        args["axes"] = [ax]
+    try:
+        with pytest.raises(ValueError, match=msg):
+            resid_plot(args.pop("analysis"), **args)
+    finally:
+        plt.close("all")
