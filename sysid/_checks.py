@@ -7,21 +7,43 @@ The scalar checks mirror :mod:`gpucontrol._validate` (sysid cannot import gpucon
 function with the same name takes the same arguments (the argument's name first, then its
 value, then the allowed range) and words its message the same way; only the exception class
 differs (``ValueError`` here, ``gpucontrol.errors.ConfigurationError``, a ``ValueError``
-subclass, there). :func:`vector`, :func:`pair`, :func:`not_constant` and :func:`low_high` are
-sysid's own.
+subclass, there). :func:`vector`, :func:`pair`, :func:`not_constant`, :func:`low_high`,
+:func:`random_seed` and :func:`int_values` are sysid's own.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 
+def _numeric(name: str, value: Any) -> None:
+    """Raise unless ``value``'s elements are real numbers: ``float()`` would take the strings
+    ``"1"`` and the bools ``True``, and drop a complex number's imaginary part."""
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError):
+        return  # ragged and such: the float conversion below says so
+    kind = raw.dtype.kind
+    if kind in "iuf":
+        return
+    if kind == "O" and all(isinstance(v, numbers.Real) and not is_bool(v)
+                           for v in raw.ravel().tolist()):
+        return
+    what = {"b": "bool", "U": "str", "S": "bytes", "c": "complex"}.get(kind, str(raw.dtype))
+    if kind == "O":
+        what = "non-numeric"
+    raise ValueError(f"{name} must be a sequence of numbers, got {what} values")
+
+
 def vector(name: str, value: Any, *, min_len: int = 1) -> np.ndarray:
-    """``value`` as a 1-D float array of finite numbers with at least ``min_len`` samples."""
+    """``value`` as a 1-D float array of finite numbers with at least ``min_len`` samples
+    (strings, bools and complex numbers refused, even where ``float()`` would take them)."""
+    _numeric(name, value)
     try:
         a = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
@@ -62,11 +84,16 @@ def not_constant(name: str, a: np.ndarray) -> None:
                          "excite the system with a varying input")
 
 
+def is_bool(value: Any) -> bool:
+    """Whether ``value`` is a Python or numpy bool."""
+    return isinstance(value, bool) or (type(value).__module__ == "numpy"
+                                       and type(value).__name__ in ("bool", "bool_"))
+
+
 def finite(name: str, value: Any) -> float:
     """``value`` as a float, or raise if it is not a finite real number (a string or a bool
     is not one, even when ``float()`` would take it)."""
-    if isinstance(value, (str, bytes, bytearray, bool)) or (
-            type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")):
+    if isinstance(value, (str, bytes, bytearray)) or is_bool(value):
         raise ValueError(f"{name} must be a finite number, got {value!r} "
                          f"({type(value).__name__})")
     try:
@@ -110,6 +137,14 @@ def int_at_least(name: str, value: Any, lo: int) -> int:
     return v
 
 
+def flag(name: str, value: Any) -> bool:
+    """``value`` if it is a bool (Python's or numpy's), or raise: a string such as ``'no'``
+    is truthy and would silently mean True."""
+    if is_bool(value):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
 def low_high(low: Any, high: Any) -> tuple[float, float]:
     """Two separate arguments ``low`` and ``high`` as floats with ``low < high``.
 
@@ -119,4 +154,27 @@ def low_high(low: Any, high: Any) -> tuple[float, float]:
     lo, hi = finite("low", low), finite("high", high)
     if not lo < hi:
         raise ValueError(f"low must be < high, got low={low!r}, high={high!r}")
+    if not math.isfinite(hi - lo):
+        raise ValueError(f"high - low must be a finite number, got low={low!r}, "
+                         f"high={high!r}")
     return lo, hi
+
+
+def random_seed(name: str, value: Any) -> int | None:
+    """``value`` as a random seed: None or an integer >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be None or an integer >= 0, got {value!r}")
+    v = int(value)
+    if v < 0:
+        raise ValueError(f"{name} must be None or an integer >= 0, got {value!r}")
+    return v
+
+
+def int_values(name: str, value: Any, lo: int) -> tuple[int, ...]:
+    """``value`` as a tuple of integers >= ``lo`` (any iterable: a range, a list), or raise."""
+    if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Iterable):
+        raise ValueError(f"{name} must be a sequence of integers >= {lo} (e.g. a range or a "
+                         f"list), got {value!r}")
+    return tuple(int_at_least(f"{name} entry", v, lo) for v in value)

@@ -143,7 +143,15 @@ class IdData:
         head: dict[str, Any] = {}
         body = lines
         if lines and lines[0].startswith(_HEADER_TAG):
-            head = json.loads(lines[0][len(_HEADER_TAG):])
+            try:
+                head = json.loads(lines[0][len(_HEADER_TAG):])
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{os.fspath(path)}: the {_HEADER_TAG.strip()} header line is "
+                                 f"not valid JSON ({exc})") from None
+            if not isinstance(head, dict) or not isinstance(head.get("meta", {}), dict):
+                raise ValueError(f"{os.fspath(path)}: the {_HEADER_TAG.strip()} header must be "
+                                 'a JSON object {"period_s": ..., "meta": {...}}, got '
+                                 f"{lines[0][len(_HEADER_TAG):].strip()[:60]}")
             body = lines[1:]
         body = [ln for ln in body if ln.strip() and not ln.startswith("#")]
         rows = list(csv.DictReader(body))
@@ -158,6 +166,8 @@ class IdData:
             yy = [float(r[y]) for r in rows]
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{os.fspath(path)}: non-numeric value ({exc})") from None
+        if meta is not None and not isinstance(meta, Mapping):
+            raise ValueError(f"meta must be a mapping, got {type(meta).__name__}")
         if period_s is None:
             if "period_s" not in head:
                 raise ValueError(f"{os.fspath(path)}: period_s is not recorded in the file; "

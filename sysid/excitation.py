@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._checks import int_at_least, low_high
+from ._checks import int_at_least, low_high, random_seed, vector
 
 __all__ = ["multi_level", "prbs", "white_noise"]
 
@@ -71,7 +71,7 @@ def prbs(n: int, low: float, high: float, hold: int = 1, seed: int | None = None
     if nbits > 32:
         raise ValueError(f"n / hold = {m} is too long for a maximum-length sequence "
                          "(at most 2**32 - 1 bits)")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(random_seed("seed", seed))
     state = rng.integers(0, 2, size=nbits)
     if not state.any():
         state[rng.integers(nbits)] = 1
@@ -90,7 +90,7 @@ def white_noise(n: int, low: float, high: float, seed: int | None = None, hold: 
     low, high : float
         Amplitude range (``low < high``), e.g. the sleep-interval bounds in seconds.
     seed : int, optional
-        Seed of the random generator (None: fresh entropy).
+        Seed of the random generator: an integer >= 0, or None for fresh entropy.
     hold : int
         Samples per drawn value (>= 1).
 
@@ -108,7 +108,7 @@ def white_noise(n: int, low: float, high: float, seed: int | None = None, hold: 
     n = int_at_least("n", n, 1)
     hold = int_at_least("hold", hold, 1)
     lo, hi = low_high(low, high)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(random_seed("seed", seed))
     return _hold(rng.uniform(lo, hi, size=math.ceil(n / hold)), n, hold)
 
 
@@ -132,7 +132,7 @@ def multi_level(n: int, low: float, high: float, levels: int | Sequence[float] =
     hold : int
         Samples per drawn value (>= 1).
     seed : int, optional
-        Seed of the random generator (None: fresh entropy).
+        Seed of the random generator: an integer >= 0, or None for fresh entropy.
 
     Returns
     -------
@@ -151,17 +151,23 @@ def multi_level(n: int, low: float, high: float, levels: int | Sequence[float] =
     if isinstance(levels, (int, np.integer)) and not isinstance(levels, bool):
         k = int_at_least("levels", levels, 2)
         grid = np.linspace(lo, hi, k)
+    elif np.ndim(levels) == 0:  # 3.0, "3", True, None: neither a count nor a sequence
+        raise ValueError(f"levels must be an int >= 2 or a sequence of numbers, "
+                         f"got {levels!r}")
     else:
         try:
-            grid = np.unique(np.asarray(levels, dtype=float).ravel())
-        except (TypeError, ValueError):
+            grid = np.unique(vector("levels", levels))
+        except ValueError as exc:
+            if "NaN or infinite" in str(exc):
+                raise ValueError(f"levels must hold at least two distinct finite values, "
+                                 f"got {levels!r}") from None
             raise ValueError(f"levels must be an int >= 2 or a sequence of numbers, "
                              f"got {levels!r}") from None
-        if grid.size < 2 or not np.all(np.isfinite(grid)):
+        if grid.size < 2:
             raise ValueError(f"levels must hold at least two distinct finite values, "
                              f"got {levels!r}")
         if grid[0] < lo or grid[-1] > hi:
             raise ValueError(f"levels must lie within [low, high] = [{lo:g}, {hi:g}], "
                              f"got {grid.tolist()}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(random_seed("seed", seed))
     return _hold(rng.choice(grid, size=math.ceil(n / hold)), n, hold)

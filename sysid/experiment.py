@@ -12,13 +12,14 @@ Any plant works, by duck typing (sysid imports nothing from the rest of the proj
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import numbers
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._checks import finite, int_at_least, positive, vector
+from ._checks import finite, int_at_least, is_bool, positive, vector
 from .data import IdData
 
 __all__ = ["ExcitationActuation", "measurement_value", "run_experiment"]
@@ -80,7 +81,11 @@ def measurement_value(m: Any, statistic: str = "mean") -> float:
     Raises
     ------
     ValueError
-        If ``statistic`` is unknown, or ``m`` has none of the statistic's keys.
+        If ``statistic`` is unknown, ``m`` has none of the statistic's keys, or its
+        ``count`` is not a whole number.
+    TypeError
+        If ``m`` is a string, a bool, or a sequence or array (several values, or one value
+        in a list): not one period's measurement.
 
     Examples
     --------
@@ -88,16 +93,30 @@ def measurement_value(m: Any, statistic: str = "mean") -> float:
     120.0
     >>> measurement_value({"mean_ms": 90.0, "count": 0})
     nan
+    >>> measurement_value([90.0])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: cannot read a 'mean' latency from a list measurement [90.0] ...
     """
     if statistic not in _KEYS:
         raise ValueError(f"statistic must be 'mean' or 'p99', got {statistic!r}")
-    if isinstance(m, (int, float, np.number)) and not isinstance(m, bool):
+    expected = f"expected a number or one of {', '.join(_KEYS[statistic])}"
+    if isinstance(m, (int, float, np.number)) and not is_bool(m):
         return float(m)
+    if getattr(m, "ndim", None) == 0 and np.asarray(m).dtype.kind in "iuf":
+        return float(m)
+    # A string, a bool, a sequence or an array is not one period's measurement (a list or a
+    # str even has a count() method that would pass for the count field).
+    if isinstance(m, (str, bytes, bytearray, Sequence, np.ndarray)) or is_bool(m):
+        raise TypeError(f"cannot read a {statistic!r} latency from a {type(m).__name__} "
+                        f"measurement {m!r:.60} ({expected}; one value per period)")
     get = m.get if isinstance(m, Mapping) else (lambda k, d=None: getattr(m, k, d))
-    try:
-        if int(get("count", 1)) <= 0:
-            return math.nan
-    except (TypeError, ValueError):
+    count = get("count", 1)
+    if is_bool(count) or not (isinstance(count, numbers.Integral) or (
+            isinstance(count, (float, np.floating)) and float(count).is_integer())):
+        raise ValueError(f"cannot read a {type(m).__name__} measurement: its count must be a "
+                         f"whole number of requests, got {count!r:.60}")
+    if int(count) <= 0:
         return math.nan
     for key in _KEYS[statistic]:
         v = get(key, None)
@@ -107,7 +126,11 @@ def measurement_value(m: Any, statistic: str = "mean") -> float:
             except (TypeError, ValueError):
                 return math.nan
     raise ValueError(f"cannot read a {statistic!r} latency from a {type(m).__name__} "
-                     f"measurement (expected a number or one of {', '.join(_KEYS[statistic])})")
+                     f"measurement ({expected})")
+
+
+#: Metadata keys run_experiment records itself; ``meta`` may not override them.
+_RECORDED = ("statistic", "mps_pct", "warmup", "dropped")
 
 
 def run_experiment(plant: Any, u, *, period_s: float = 4.0, mps_pct: float | None = None,
@@ -140,7 +163,9 @@ def run_experiment(plant: Any, u, *, period_s: float = 4.0, mps_pct: float | Non
     actuation : callable, optional
         ``u_k -> actuation`` object for Plant-like plants (default: :class:`ExcitationActuation`).
     meta : mapping, optional
-        Extra metadata for the record (merged with ``statistic`` and ``mps_pct``).
+        Extra metadata for the record (string keys), merged with what the runner records;
+        it may not contain the keys the runner sets (``statistic``, ``mps_pct``, ``warmup``,
+        ``dropped``).
     progress : callable, optional
         ``progress(done, total)`` after each recorded period.
 
@@ -159,6 +184,13 @@ def run_experiment(plant: Any, u, *, period_s: float = 4.0, mps_pct: float | Non
     """
     uu = vector("u", u, min_len=1)
     T = positive("period_s", period_s)
+    if meta is not None and not isinstance(meta, Mapping):
+        raise ValueError(f"meta must be a mapping (e.g. a dict) or None, got "
+                        f"{type(meta).__name__} {meta!r:.60}")
+    clash = sorted(set(meta or {}) & set(_RECORDED))
+    if clash:
+        raise ValueError(f"meta must not set {', '.join(map(repr, clash))}: run_experiment "
+                         "records these itself (pass statistic=/mps_pct=/warmup= instead)")
     warmup = int_at_least("warmup", warmup, 0)
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
@@ -205,4 +237,4 @@ def run_experiment(plant: Any, u, *, period_s: float = 4.0, mps_pct: float | Non
         uu, ys = uu[~bad], ys[~bad]
     info = {"statistic": statistic, "mps_pct": mps, "warmup": warmup,
             "dropped": int(bad.sum())}
-    return IdData(uu, ys, period_s=T, meta={**info, **dict(meta or {})})
+    return IdData(uu, ys, period_s=T, meta={**dict(meta or {}), **info})

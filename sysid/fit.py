@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._checks import int_at_least, not_constant, pair
+from ._checks import flag, int_at_least, int_values, not_constant, pair, vector
 from .data import IdData, require_record
 from .metrics import fit_percent, r2
 
@@ -115,24 +115,37 @@ def fit_static(u, y) -> StaticFit:
     x, yy = pair(u, y, min_len=3)
     not_constant("u", x)
     n = x.size
-    phi = np.column_stack([x, np.ones(n)])
-    theta, *_ = np.linalg.lstsq(phi, yy, rcond=None)
-    if float(np.ptp(yy)) <= 1e-12 * max(float(np.max(np.abs(yy))), 1.0):
-        theta = np.array([0.0, float(yy[0])])  # constant output: exactly no slope, not roundoff
-    resid = yy - phi @ theta
+    # Fit on u and y scaled to at most 1 in magnitude, so that values whose squares overflow
+    # (1e200) still give the right gain and standard errors; undo the scaling afterwards.
+    su = float(np.max(np.abs(x)))
+    sy = max(float(np.max(np.abs(yy))), np.finfo(float).tiny)
+    xs, ys = x / su, yy / sy
+    phi = np.column_stack([xs, np.ones(n)])
+    theta, *_ = np.linalg.lstsq(phi, ys, rcond=None)
+    with np.errstate(over="ignore"):  # a span past the float range is not constant
+        y_span = float(np.ptp(yy))
+    if y_span <= 1e-12 * max(float(np.max(np.abs(yy))), 1.0):
+        theta = np.array([0.0, float(ys[0])])  # constant output: exactly no slope, not roundoff
+    resid = ys - phi @ theta
     ssr = float(resid @ resid)
     dof = n - 2
     sigma2 = ssr / dof
     cov = sigma2 * np.linalg.inv(phi.T @ phi)
-    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
     q = float(student_t.ppf(0.975, dof))
-    gain, offset = float(theta[0]), float(theta[1])
+    with np.errstate(over="ignore"):
+        se = np.sqrt(np.maximum(np.diag(cov), 0.0)) * np.array([sy / su, sy])
+        gain, offset = float(theta[0]) * sy / su, float(theta[1]) * sy
+        rmse = math.sqrt(ssr / n) * sy
+    if not all(math.isfinite(v) for v in (gain, offset, rmse, *se)):
+        raise ValueError(f"u and y span too many orders of magnitude for a float fit (|u| up "
+                         f"to {su:g}, |y| up to {sy:g}): the gain or its standard error "
+                         "overflows; rescale the data")
     return StaticFit(
         gain=gain, offset=offset,
-        r2=r2(yy, phi @ theta),
+        r2=r2(ys, phi @ theta),
         stderr=(float(se[0]), float(se[1])),
         ci95=((gain - q * se[0], gain + q * se[0]), (offset - q * se[1], offset + q * se[1])),
-        n=n, rmse=math.sqrt(ssr / n))
+        n=n, rmse=rmse)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,13 +262,13 @@ class ArxFit:
         ``y_init`` supplies the first ``max_lag`` outputs (initial conditions); without it they
         are the equilibrium output for the first input value.
         """
-        uu = np.asarray(u, dtype=float).ravel()
+        uu = vector("u", u, min_len=1)
         n0 = self.max_lag
         y = np.empty(uu.size)
         if y_init is None:
             y[:n0] = self.offset + self.static_gain * uu[0] if np.isfinite(self.offset) else 0.0
         else:
-            yi = np.asarray(y_init, dtype=float).ravel()
+            yi = vector("y_init", y_init, min_len=0)
             if yi.size < n0:
                 raise ValueError(f"y_init needs {n0} value(s), got {yi.size}")
             y[:n0] = yi[:n0]
@@ -313,7 +326,8 @@ def fit_arx(data: IdData, na: int = 1, nb: int = 1, nk: int = 1, *,
         Held-out record on which ``r2``/``fit_pct`` are computed by free-run simulation
         (otherwise on the estimation record).
     offset : bool
-        Include the constant term ``c`` (default); pass False for offset-free data.
+        Include the constant term ``c`` (default); pass False for offset-free data. Must be
+        a bool: a string such as ``"no"`` is refused, not taken as true.
 
     Returns
     -------
@@ -324,8 +338,8 @@ def fit_arx(data: IdData, na: int = 1, nb: int = 1, nk: int = 1, *,
     ------
     ValueError
         When the record is too short for the order (fewer samples than parameters + 1 after
-        the initial ``max_lag``), the input is constant, or the regressors are linearly
-        dependent (input not persistently exciting for ``nb``).
+        the initial ``max_lag``), the input or the output is constant, or the regressors are
+        linearly dependent (input not persistently exciting for ``nb``).
 
     Examples
     --------
@@ -340,6 +354,7 @@ def fit_arx(data: IdData, na: int = 1, nb: int = 1, nk: int = 1, *,
     """
     require_record(data)
     na, nb, nk = _check_orders(na, nb, nk)
+    offset = flag("offset", offset)
     return _fit_arx(data, na, nb, nk, validation, offset, max(na, nk + nb - 1))
 
 
@@ -355,6 +370,10 @@ def _fit_arx(data: IdData, na: int, nb: int, nk: int, validation: IdData | None,
                          f"{len(data)} sample(s), need at least {n_min}")
     phi = _arx_matrix(data.u, data.y, na, nb, nk, start, offset)
     target = np.asarray(data.y[start:])
+    if float(np.ptp(data.y)) <= 1e-12 * max(float(np.max(np.abs(data.y))), 1.0):
+        raise ValueError(f"y is constant ({data.y[0]:g}): the output does not respond to the "
+                         "input, so there are no dynamics to fit (use fit_static, which gives "
+                         "gain 0, or check the measurement)")
     if np.linalg.matrix_rank(phi) < d:
         raise ValueError(f"regressors are linearly dependent for na={na}, nb={nb}, nk={nk}: "
                          "the input is not exciting enough for this order")
@@ -485,7 +504,8 @@ def select_order(data: IdData, na: Iterable[int] = range(4), nb: Iterable[int] =
     data : IdData
         Estimation record.
     na, nb, nk : iterable of int
-        Candidate output orders, input orders and input delays.
+        Candidate output orders (>= 0), input orders (>= 1) and input delays (>= 0): each a
+        sequence such as ``range(3)`` or ``[1]``, not a bare int.
     criterion : {"aic", "fpe", "validation"}
         How to compare the candidates.
     validation : IdData, optional
@@ -515,7 +535,9 @@ def select_order(data: IdData, na: Iterable[int] = range(4), nb: Iterable[int] =
     if criterion == "validation" and validation is None:
         raise ValueError("criterion 'validation' needs a validation record")
     require_record(data)
-    orders = [_check_orders(a, b, k) for a in na for b in nb for k in nk]
+    offset = flag("offset", offset)
+    nas, nbs, nks = int_values("na", na, 0), int_values("nb", nb, 1), int_values("nk", nk, 0)
+    orders = [(a, b, k) for a in nas for b in nbs for k in nks]
     if not orders:
         raise ValueError("no candidate orders: na, nb and nk must be non-empty")
     start = max(max(a, k + b - 1) for a, b, k in orders)

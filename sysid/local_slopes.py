@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import not_constant, pair
+from ._checks import flag, not_constant, pair, positive
 
 __all__ = ["LocalSlopes", "local_slopes"]
 
@@ -74,8 +74,9 @@ def local_slopes(u, y, *, stable_ratio: float | None = None, warn: bool = True) 
         Outputs (latency, ms), same length.
     stable_ratio : float, optional
         The loop's largest stable real/nominal ratio (``2 / detune``; ``1 / detune`` with a
-        one-period delay). When the local/fitted ratio exceeds it, the result carries a warning
-        (and :func:`warnings.warn` is called if ``warn``).
+        one-period delay): a finite number > 0, or None for no check. When the local/fitted
+        ratio exceeds it, the result carries a warning (and :func:`warnings.warn` is called if
+        ``warn``).
     warn : bool
         Issue a ``UserWarning`` when the range exceeds ``stable_ratio``.
 
@@ -87,8 +88,11 @@ def local_slopes(u, y, *, stable_ratio: float | None = None, warn: bool = True) 
     Raises
     ------
     ValueError
-        On mismatched lengths, NaN/inf, fewer than 6 samples, a constant or negative input.
+        On mismatched lengths, NaN/inf, fewer than 6 samples, a constant or negative input,
+        a ``stable_ratio`` that is not a finite number > 0, a ``warn`` that is not a bool.
     """
+    sr = math.nan if stable_ratio is None else positive("stable_ratio", stable_ratio)
+    do_warn = flag("warn", warn)
     x, yy = pair(u, y, min_len=6)
     not_constant("u", x)
     if np.any(x < 0):
@@ -113,14 +117,13 @@ def local_slopes(u, y, *, stable_ratio: float | None = None, warn: bool = True) 
         local = np.full(pts.size, gain)
     ratios = local / gain if gain != 0 else np.full(pts.size, math.nan)
     rr = (float(np.min(ratios)), float(np.max(ratios)))
-    sr = math.nan if stable_ratio is None else float(stable_ratio)
     msg = None
     if stable_ratio is not None and (rr[1] >= sr or rr[0] <= 0):
         msg = (f"the local slope ranges over {rr[0]:.2g}..{rr[1]:.2g} x the fitted slope "
                f"{gain:.3g} across u in [{lo:g}, {hi:g}], beyond the loop's stable ratio "
                f"{sr:.3g}: schedule the gain on the operating point (the iteration time fits "
                f"as {best_t:.3g} s), lower the detune or identify over a narrower span")
-        if warn:
+        if do_warn:
             warnings.warn(msg, UserWarning, stacklevel=2)
     return LocalSlopes(gain, (lo, hi), best_t, tuple(float(v) for v in local),
                        tuple(float(v) for v in pts), rr, sr, msg)

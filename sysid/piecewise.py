@@ -50,9 +50,12 @@ def _domain(bounds, default: tuple[float, float]) -> tuple[float, float]:
     return lo, hi
 
 
+def _margin(margin) -> float:
+    """``margin`` as a finite fraction >= 0 (checked whether or not a share meets the SLO)."""
+    return in_range("margin", margin, 0.0, math.inf, hi_open=True)
+
+
 def _with_margin(x: float, margin: float, hi: float) -> float:
-    if margin < 0:
-        raise ValueError(f"margin must be >= 0, got {margin!r}")
     return min(x * (1.0 + margin), hi)
 
 
@@ -105,9 +108,11 @@ class PiecewiseFit:
         if no share in ``bounds`` meets the SLO (Mudi then pauses training).
 
         ``margin`` inflates the answer by a fraction against prediction error (Mudi uses 10 %:
-        ``margin=0.1``), capped at the upper bound.
+        ``margin=0.1``), capped at the upper bound; it must be a finite number >= 0 (not a
+        string or a bool), checked even when no share meets the SLO.
         """
         s = finite("slo", slo)
+        mg = _margin(margin)
         lo, hi = _domain(bounds, self.x_range)
         cands = [lo]
         for k, seg_lo, seg_hi in ((self.k1, -math.inf, self.x0), (self.k2, self.x0, math.inf)):
@@ -118,7 +123,7 @@ class PiecewiseFit:
         cands.append(self.x0)
         ok = sorted(c for c in cands
                     if lo <= c <= hi and self.predict(c) <= s + 1e-9 * max(1.0, abs(s)))
-        return _with_margin(float(ok[0]), margin, hi) if ok else None
+        return _with_margin(float(ok[0]), mg, hi) if ok else None
 
     def __str__(self) -> str:
         return (f"piecewise ({self.method}): cutoff ({self.x0:.4g}, {self.y0:.4g}), slopes "
@@ -259,8 +264,10 @@ class SaturatingFit:
 
     def min_share(self, slo: float, *, margin: float = 0.0,
                   bounds: tuple[float, float] | None = None) -> float | None:
-        """Smallest share in ``bounds`` with ``predict(x) <= slo``, or None."""
+        """Smallest share in ``bounds`` with ``predict(x) <= slo``, or None; ``margin`` as
+        in :meth:`PiecewiseFit.min_share`."""
         s = finite("slo", slo)
+        mg = _margin(margin)
         lo, hi = _domain(bounds, self.x_range)
         if lo <= 0:
             raise ValueError(f"bounds must be > 0 for the a + b/x model, got ({lo}, {hi})")
@@ -271,7 +278,7 @@ class SaturatingFit:
         else:
             x = max(self.b / (s - self.a), lo)
             x = x if x <= hi * (1 + 1e-12) else None
-        return None if x is None else _with_margin(float(min(x, hi)), margin, hi)
+        return None if x is None else _with_margin(float(min(x, hi)), mg, hi)
 
     def __str__(self) -> str:
         return f"saturating: {self.a:.4g} + {self.b:.4g} / x, R² {self.r2:.3f}"
@@ -341,7 +348,7 @@ def loo_errors(x, y, model: str | Callable = "piecewise") -> np.ndarray:
     """
     xs, ys = pair(x, y, min_len=3, names=("x", "y"))
     fitter = MODEL_FITTERS.get(model) if isinstance(model, str) else model
-    if fitter is None:
+    if fitter is None or not callable(fitter):
         raise ValueError(f"model must be one of {', '.join(MODEL_FITTERS)} or a callable, "
                          f"got {model!r}")
     out = np.empty(xs.size)

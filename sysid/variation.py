@@ -37,6 +37,9 @@ def _gains(gains: Any) -> tuple[tuple[str, ...], np.ndarray]:
     """Labels and gain values from numbers, fits (``.gain``) or a mapping of either."""
     if isinstance(gains, Mapping):
         items = list(gains.items())
+    elif isinstance(gains, (str, bytes, bytearray)) or not isinstance(gains, Iterable):
+        raise ValueError(f"gains must be a sequence or a mapping of gains or fits (one per "
+                         f"operating point), got {type(gains).__name__} {gains!r:.60}")
     else:
         items = [(str(i), g) for i, g in enumerate(gains)]
     if not items:

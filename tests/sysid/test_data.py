@@ -87,3 +87,29 @@ def test_bad_period_and_slices():
         IdData([1.0], [1.0], period_s=0)
     with pytest.raises(ValueError, match="contiguous slices"):
         IdData([1.0, 2.0], [1.0, 2.0])[::2]
+
+
+@pytest.mark.parametrize("header, msg", [
+    ('# sysid.IdData {"period_s": 4.0, "meta": [1]}', "header must be a JSON object"),
+    ('# sysid.IdData [4.0]', "header must be a JSON object"),
+    ('# sysid.IdData {"period_s": 4.0,', "header line is not valid JSON"),
+])
+def test_from_csv_bad_header_names_the_file(tmp_path, header, msg):
+    p = tmp_path / "bad.csv"
+    p.write_text(header + "\nk,t,u,y\n0,0,0.1,90\n1,4,0.2,89\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=msg) as info:
+        IdData.from_csv(p)
+    assert "bad.csv" in str(info.value)
+
+
+def test_from_csv_meta_must_be_a_mapping(tmp_path):
+    p = tmp_path / "x.csv"
+    IdData([0.1, 0.2], [90.0, 89.0], period_s=4.0).to_csv(p)
+    with pytest.raises(ValueError, match="meta must be a mapping"):
+        IdData.from_csv(p, meta=[1])
+
+
+@pytest.mark.parametrize("u", [["1", "2"], [True, False]])
+def test_non_numeric_records_are_refused(u):
+    with pytest.raises(ValueError, match="u must be a sequence of numbers, got"):
+        IdData(u, [1.0, 2.0])

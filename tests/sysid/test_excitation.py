@@ -69,3 +69,32 @@ def test_multi_level_explicit_levels():
 def test_bad_arguments(call, msg):
     with pytest.raises(ValueError, match=msg):
         call()
+
+
+@pytest.mark.parametrize("gen", [white_noise, prbs, multi_level])
+@pytest.mark.parametrize("seed", [-1, 1.5, "a", True])
+def test_bad_seed_names_the_parameter(gen, seed):
+    with pytest.raises(ValueError, match="seed must be None or an integer >= 0"):
+        gen(8, 0.0, 1.0, seed=seed)
+
+
+def test_integer_like_seeds_still_work():
+    assert np.array_equal(white_noise(5, 0.0, 1.0, seed=np.int64(3)),
+                          white_noise(5, 0.0, 1.0, seed=3))
+
+
+@pytest.mark.parametrize("gen", [white_noise, prbs, multi_level])
+def test_span_that_overflows_is_refused(gen):
+    with pytest.raises(ValueError, match="high - low must be a finite number"):
+        gen(3, -1e308, 1e308)
+
+
+@pytest.mark.parametrize("levels", [3.0, "3", True, None])
+def test_levels_scalar_that_is_not_an_int_asks_for_a_sequence(levels):
+    with pytest.raises(ValueError, match="levels must be an int >= 2 or a sequence of numbers"):
+        multi_level(8, 0.0, 1.0, levels=levels)
+
+
+def test_levels_as_strings_are_refused():
+    with pytest.raises(ValueError, match="levels must be an int >= 2 or a sequence"):
+        multi_level(8, 0.0, 1.0, levels=["0", "1"])

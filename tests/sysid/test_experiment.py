@@ -6,7 +6,13 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from sysid import ExcitationActuation, fit_static, run_experiment, white_noise
+from sysid import (
+    ExcitationActuation,
+    fit_static,
+    measurement_value,
+    run_experiment,
+    white_noise,
+)
 
 
 @dataclass
@@ -95,6 +101,9 @@ def test_custom_actuation_factory_and_progress():
     ({"on_invalid": "skip"}, "on_invalid must be"),
     ({"mps_pct": 0.0}, r"mps_pct must be in \(0, 100\]"),
     ({"u": []}, "u is too short"),
+    ({"meta": [1]}, "meta must be a mapping"),
+    ({"meta": {"statistic": "p99"}}, "meta must not set 'statistic'"),
+    ({"meta": {"mps_pct": 50, "dropped": 0}}, "meta must not set 'dropped', 'mps_pct'"),
 ])
 def test_bad_arguments(kwargs, msg):
     args = {"plant": lambda s: s, "u": [0.1, 0.2], **kwargs}
@@ -113,3 +122,31 @@ def test_plant_without_a_current_mps_gets_100():
     d = run_experiment(plant, [0.2, 0.4])
     assert d.meta["mps_pct"] == 100.0
     assert plant.calls[0][1] == 100.0
+
+
+@pytest.mark.parametrize("m", ["90", b"90", [5.0], (90.0,), np.array([90.0]), True])
+def test_measurement_that_is_not_one_value_is_refused(m):
+    with pytest.raises(TypeError, match="cannot read a 'mean' latency from a"):
+        measurement_value(m)
+
+
+@pytest.mark.parametrize("count", ["a", 1.5, None, True])
+def test_measurement_count_must_be_whole(count):
+    with pytest.raises(ValueError, match="count must be a whole number"):
+        measurement_value({"mean_ms": 90.0, "count": count})
+
+
+def test_measurement_numbers_still_read():
+    assert measurement_value(np.float32(2.5)) == 2.5
+    assert measurement_value(np.array(3.0)) == 3.0
+    assert measurement_value({"mean": 90.0, "count": 3.0}) == 90.0
+
+
+def test_plant_returning_a_list_is_refused_not_dropped():
+    with pytest.raises(TypeError, match="from a list measurement"):
+        run_experiment(lambda x: [95 - 12 * x], [0.1, 0.2, 0.3], on_invalid="drop")
+
+
+def test_meta_is_kept_next_to_what_is_recorded():
+    d = run_experiment(lambda s: s, [0.1, 0.2], statistic="p99", meta={"plant": "sim"})
+    assert d.meta["statistic"] == "p99" and d.meta["plant"] == "sim"

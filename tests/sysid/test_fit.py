@@ -174,3 +174,68 @@ def test_arx_bad_records():
         select_order(arx_data(n=50), criterion="bic")
     with pytest.raises(ValueError, match="needs a validation record"):
         select_order(arx_data(n=50), criterion="validation")
+
+
+def _record(n=80, seed=0):
+    u = white_noise(n, 0.0, 1.0, seed=seed)
+    y = np.zeros(n)
+    for k in range(1, n):
+        y[k] = 0.5 * y[k - 1] + 2.0 * u[k - 1] + 1.0
+    return IdData(u, y)
+
+
+@pytest.mark.parametrize("kw", [{"na": 3}, {"nb": 2}, {"nk": 1}, {"na": "01"}])
+def test_select_order_needs_sequences_of_orders(kw):
+    name = next(iter(kw))
+    with pytest.raises(ValueError, match=f"{name} must be a sequence of integers"):
+        select_order(_record(), **kw)
+
+
+def test_select_order_refuses_a_negative_order():
+    with pytest.raises(ValueError, match="na entry must be an integer >= 0"):
+        select_order(_record(), na=[-1, 1])
+
+
+def test_simulate_needs_an_input():
+    with pytest.raises(ValueError, match="u is too short"):
+        fit_arx(_record(), 1, 1, 1).simulate([])
+
+
+@pytest.mark.parametrize("offset", ["no", 1, None])
+def test_offset_must_be_a_bool(offset):
+    d = _record()
+    with pytest.raises(ValueError, match="offset must be True or False"):
+        fit_arx(d, offset=offset)
+    with pytest.raises(ValueError, match="offset must be True or False"):
+        select_order(d, na=[1], nb=[1], nk=[1], offset=offset)
+
+
+@pytest.mark.parametrize("u", [["1", "2", "3"], [True, False, True], [1 + 0j, 2, 3]])
+def test_non_numeric_inputs_are_refused(u):
+    with pytest.raises(ValueError, match="u must be a sequence of numbers, got"):
+        fit_static(u, [1.0, 2.0, 4.0])
+
+
+def test_arx_on_a_constant_output_says_the_output_is_constant():
+    u = white_noise(40, 0.0, 1.0, seed=0)
+    with pytest.raises(ValueError, match="y is constant"):
+        fit_arx(IdData(u, np.full(40, 90.0)))
+
+
+def test_static_fit_of_huge_values_is_scaled_not_overflowed():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f = fit_static([1e200, 2e200, 3e200], [1.0, 2.0, 3.5])
+        g = fit_static([1.0, 2.0, 3.0], [1.0, 2.0, 3.5])
+    assert f.gain == pytest.approx(g.gain * 1e-200)
+    assert f.stderr[0] == pytest.approx(g.stderr[0] * 1e-200) and f.stderr[0] > 0
+    assert f.ci95[0][0] < f.gain < f.ci95[0][1]
+    assert (f.offset, f.stderr[1], f.rmse, f.r2) == pytest.approx(
+        (g.offset, g.stderr[1], g.rmse, g.r2))
+
+
+def test_static_fit_that_cannot_be_represented_is_refused():
+    with pytest.raises(ValueError, match="overflows"):
+        fit_static([1.0, 2.0, 3.0], [1e300, -1e308, 1e308])

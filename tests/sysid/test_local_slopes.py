@@ -31,3 +31,16 @@ def test_linear_data_report_ratio_one_and_no_warning():
 def test_bad_input(u, y, match):
     with pytest.raises(ValueError, match=match):
         local_slopes(u, y)
+
+
+@pytest.mark.parametrize("ratio", [np.nan, np.inf, "2", -1.0, 0.0, True])
+def test_bad_stable_ratio_is_refused(ratio):
+    s = np.linspace(0.0, 1.0, 40)
+    with pytest.raises(ValueError, match="stable_ratio must be"):
+        local_slopes(s, 95.0 - 12.0 * s, stable_ratio=ratio)
+
+
+def test_warn_must_be_a_bool():
+    s = np.linspace(0.0, 1.0, 40)
+    with pytest.raises(ValueError, match="warn must be True or False"):
+        local_slopes(s, 95.0 - 12.0 * s, warn="no")

@@ -151,3 +151,19 @@ def test_fit_never_returns_garbage_on_valid_input(xs, seed):
         f = fit_piecewise_linear(x, y, method=m)
         assert np.all(np.isfinite([f.k1, f.k2, f.x0, f.y0, f.r2]))
         assert x.min() <= f.x0 <= x.max()
+
+
+@pytest.mark.parametrize("margin", [np.nan, np.inf, -0.1, "0.1", None, True, [0.1]])
+@pytest.mark.parametrize("slo", [120.0, 80.0])  # a share meets it / none does
+def test_min_share_refuses_a_bad_margin(margin, slo):
+    f = PiecewiseFit(k1=-2.0, k2=-0.2, x0=40.0, y0=100.0, r2=1.0, x_range=(10.0, 90.0))
+    g = SaturatingFit(a=80.0, b=400.0, r2=1.0, x_range=(10.0, 90.0))
+    for fit in (f, g):
+        with pytest.raises(ValueError, match=r"margin must be (in \[0, inf\)|a finite number)"):
+            fit.min_share(slo, margin=margin)
+
+
+@pytest.mark.parametrize("model", [3, None, "linear"])
+def test_loo_errors_model_must_be_a_name_or_a_callable(model):
+    with pytest.raises(ValueError, match="model must be one of"):
+        loo_errors(SHARES, knee(SHARES), model)

@@ -72,3 +72,62 @@ def test_resid_plot_draws_two_panels():
     d = ar1_output(200)
     fig = resid_plot(resid(fit_arx(d, 1, 1, 1), d, max_lag=10))
     assert len(fig.axes) == 2
+
+
+def one_lag_record(seed):
+    """y = 90 - 10 u(k) - 4 u(k-1) + noise: a static fit leaves u(k-1) in the residuals."""
+    rng = np.random.default_rng(seed)
+    u = white_noise(101, 0.0, 1.0, seed=seed)
+    y = 90 - 10 * u[1:] - 4 * u[:-1] + rng.normal(0, 1, 100)
+    return IdData(u[1:], y)
+
+
+def test_one_large_lag_outside_the_band_is_not_independent():
+    d = one_lag_record(142)  # used to print "independent of input (p=0.012)" with lag 1 outside
+    ra = resid(fit_static(d.u, d.y), d, 15)
+    assert list(ra.outside_cross()) == [1]
+    assert not ra.independent and ra.p_independent <= 0.01
+    assert "CORRELATED with input at lag 1" in str(ra)
+
+
+def test_independence_verdict_is_the_band_drawn():
+    for seed in range(130, 170):
+        d = one_lag_record(seed)
+        ra = resid(fit_static(d.u, d.y), d, 15)
+        assert ra.independent == (ra.outside_cross().size == 0) == (ra.p_independent > 0.01)
+
+
+def test_coloured_input_false_alarm_rate_is_at_most_about_one_percent():
+    rng = np.random.default_rng(0)
+    rejections = 0
+    for _ in range(300):  # the chi-square sum over the lags rejected about 12 % of these
+        u = np.convolve(rng.standard_normal(400), np.ones(10) / 10, mode="same")
+        ra = correlation_analysis(u, rng.standard_normal(400), max_lag=20)
+        rejections += not ra.independent
+    assert rejections / 300 < 0.03
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ({"analysis": None}, "analysis must be a ResidualAnalysis"),
+    ({"axes": "one"}, "axes must be a pair of matplotlib Axes"),
+    ({"axes": [1, 2]}, "axes must be a pair of matplotlib Axes"),
+    ({"title": 3}, "title must be a str"),
+])
+def test_resid_plot_bad_arguments(bad, msg):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sysid import resid_plot
+
+    d = ar1_output(200)
+    args = {"analysis": resid(fit_arx(d, 1, 1, 1), d, max_lag=10), **bad}
+    _, ax = plt.subplots()
+    if bad.get("axes") == "one":
+        args["axes"] = [ax]
+    try:
+        with pytest.raises(ValueError, match=msg):
+            resid_plot(args.pop("analysis"), **args)
+    finally:
+        plt.close("all")

@@ -93,3 +93,9 @@ def test_p_loop_polynomial_is_the_core_designs(delay, detune):
     for g in (0.3, 1.0, 1.7):
         np.testing.assert_allclose(_p_loop_polynomial(g, detune, delay),
                                    design.characteristic_polynomial(g, delay), atol=1e-12)
+
+
+@pytest.mark.parametrize("gains", [-4.0, "abc", None])
+def test_gains_that_are_not_a_collection_are_refused(gains):
+    with pytest.raises(ValueError, match="gains must be a sequence or a mapping"):
+        gain_envelope(gains)
