@@ -100,21 +100,32 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def _is_float(v: Any) -> bool:
+    return isinstance(v, float) or (hasattr(v, "dtype") and getattr(v, "ndim", 1) == 0
+                                    and getattr(v.dtype, "kind", "") == "f")
+
+
 def _cell(v: Any) -> Any:
-    if isinstance(v, float):
+    if isinstance(v, bool) or (hasattr(v, "dtype") and getattr(v, "ndim", 1) == 0
+                               and getattr(v.dtype, "kind", "") == "b"):
+        return int(v)
+    if _is_float(v):
         if math.isnan(v):
             return ""
-        v = float(v)  # numpy scalars: repr(np.float64) is "np.float64(...)" since numpy 2
-        return repr(round(v, 6)) if abs(v) < 1e15 else repr(v)
-    if isinstance(v, bool):
-        return int(v)
+        # every digit the value has, never rounded: the shortest text that reads back as
+        # the same number (a float32 as its own shortest text, not its float64 expansion)
+        return repr(float(v)) if isinstance(v, float) else repr(float(str(v)))
     return v
 
 
 def write_csv(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike,
               columns: Sequence[str] | None = None) -> Path:
-    """Write dict rows as CSV (header = ``columns`` or the union of keys in first-seen order;
-    NaN becomes an empty cell, booleans 0/1)."""
+    """Write dict rows as CSV (header = ``columns`` or the union of keys in first-seen order).
+
+    Floats (numpy's too) are written in full, as the shortest text that reads back as the
+    same number (``repr``: ``4e-07``, ``1.23456789e-05``), never rounded; NaN (any float
+    type) becomes an empty cell, booleans 0/1, numpy scalars plain numbers.
+    """
     rows = list(rows)
     if columns is None:
         seen: dict[str, None] = {}
@@ -172,6 +183,8 @@ def _jsonable(x: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
+    if getattr(x, "ndim", 0) and callable(getattr(x, "tolist", None)):  # numpy arrays
+        return _jsonable(x.tolist())
     if hasattr(x, "item") and callable(x.item):  # numpy scalars
         return _jsonable(x.item())
     return x
@@ -188,7 +201,7 @@ def json_line(obj: Any) -> str:
 
 
 def write_json(obj: Any, path: str | os.PathLike) -> Path:
-    """Write JSON (NaN/inf become null; numpy scalars become numbers)."""
+    """Write JSON (NaN/inf become null; numpy scalars become numbers, numpy arrays lists)."""
     return atomic_write_text(path, json.dumps(_jsonable(obj), indent=2, sort_keys=False) + "\n")
 
 
