@@ -3,12 +3,17 @@ calibration of the simulated plant, the cluster simulator and the daemon.
 
 Each area registers its own subcommands: a module listed in :data:`COMMAND_MODULES` exposes
 ``register(subparsers)``, which adds its parsers with ``set_defaults(func=...)``; ``func(args)``
-returns the exit code. The core (``gpucontrol``) never imports this module.
+returns the exit code. A command that writes results also sets ``results=`` a function of the
+arguments giving its results folder and the files it owns there (None: the whole folder); the
+command then runs inside :func:`harness.results.result_set` on that folder, so its files
+replace the previous run's as a whole, and a run stopped part-way leaves the folder as it was
+and says where its partial output is. The core (``gpucontrol``) never imports this module.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -38,30 +43,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from harness.cli.args import Terminated, terminate_cleanly
+    from harness.results import result_note, result_set
 
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    where = getattr(args, "results", None)
+
+    def note(exc: BaseException) -> str:
+        text = result_note(exc)
+        return f"; {text}" if text else ""
+
     try:
-        with terminate_cleanly():  # SIGTERM/SIGHUP unwind like Ctrl-C: every finally runs
+        # SIGTERM/SIGHUP unwind like Ctrl-C: every finally runs, the result set is kept apart
+        with terminate_cleanly(), \
+                result_set(*where(args)) if where else contextlib.nullcontext():
             return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"interrupted{note(exc)}", file=sys.stderr)
         return 130
     except Terminated as exc:
         print(f"gpucontrol {args.command}: terminated by {exc.signame}; stopped what it had "
-              f"started", file=sys.stderr)
+              f"started{note(exc)}", file=sys.stderr)
         return exc.exit_status
     except ValueError as exc:  # configuration errors: say what is wrong, no traceback
-        print(f"gpucontrol {args.command}: error: {exc}", file=sys.stderr)
+        print(f"gpucontrol {args.command}: error: {exc}{note(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file that is missing or cannot be read or written
         if exc.filename is None:
             raise
-        print(f"gpucontrol {args.command}: error: {exc.filename}: {exc.strerror or exc}",
-              file=sys.stderr)
+        print(f"gpucontrol {args.command}: error: {exc.filename}: {exc.strerror or exc}"
+              f"{note(exc)}", file=sys.stderr)
         return 2
 
 

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from harness.cli.args import check_out_dir, integer, number, out_dir, warn
 from harness.cli.experiments import preset_arg
 from harness.experiments.calibrate import (
+    FILES,
     format_report,
     has_stderr,
     no_stderr_reason,
@@ -74,4 +76,5 @@ def register(sub: Any) -> None:
     p.add_argument("--sm-weight", type=number(0, 1000), default=1.0,
                    help="weight of the SM-share errors against the latency errors, [0, 1000]; "
                         "0 ignores them (default 1)")
-    p.set_defaults(func=_cmd_calibrate)
+    # --out may hold other files: only the calibration's are replaced
+    p.set_defaults(func=_cmd_calibrate, results=lambda a: (Path(a.out), FILES))

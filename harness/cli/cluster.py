@@ -13,6 +13,7 @@ import argparse
 import math
 import sys
 import time
+from pathlib import Path
 
 from harness.cli.args import (
     DefaultsHelpFormatter,
@@ -47,6 +48,11 @@ from harness.cluster.traces import (
 from harness.progress import Progress
 
 DEFAULT_POLICIES = "nocolo,separate,gslice,gpucolo"
+
+#: The files a run writes into --out (which may hold others: they are kept). Each run
+#: replaces these as a set: one without --ratios leaves no ratio.csv of an earlier run.
+FILES = ("summary.csv", "daily.csv", "fig12_gpus.png", "fig13a_violation.png", "ratio.csv",
+         "fig13b_ratio.png")
 
 #: rough relative speed and memory of the openb node list's GPU models (G2/G3 are Alibaba
 #: in-house names with no public data: taken as V100-class)
@@ -106,7 +112,7 @@ def register(sub) -> None:
                    help="GPU pool: one type (speed 1, 32 GB) or the openb node list's mix")
     p.add_argument("--out", type=out_dir, default="results/cluster", help="output folder")
     p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, results=lambda a: (Path(a.out), FILES))
 
 
 def _list(arg: str, allowed: tuple[str, ...], what: str) -> list[str]:

@@ -2,7 +2,8 @@
 
 Each subcommand takes ``--plant {sim,gpu}`` (default ``sim``), ``--seed``, ``--out`` and a
 duration; results go to ``<out>/<experiment>/`` as CSV, PNG, a Markdown summary and JSON
-metadata.
+metadata, which replace the previous run's files there as a whole when the run completes
+(:func:`harness.results.result_set`).
 """
 
 from __future__ import annotations
@@ -113,6 +114,15 @@ def controllers_arg(text: str) -> list[str]:
         return resolve_names(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def results_in(sub: str | Callable[[argparse.Namespace], str]
+               ) -> Callable[[argparse.Namespace], tuple[Path, None]]:
+    """The ``results=`` of a command that writes into ``<out>/<sub>/`` (the folder is the
+    experiment's own: each run replaces it as a whole)."""
+    def where(args: argparse.Namespace) -> tuple[Path, None]:
+        return Path(args.out) / (sub(args) if callable(sub) else sub), None
+    return where
 
 
 def _prepare_run(args: argparse.Namespace, sub: str) -> Path:
@@ -280,7 +290,8 @@ def register(sub: Any) -> None:
                    help="--plant cpu only: the SLO in ms, > 0 (default: chosen inside the "
                         "identified latency range; the sim and gpu demos run the Fig 8 "
                         "burst at 90 ms, 'gpucontrol burst --slo' takes another)")
-    p.set_defaults(func=_guard(_cmd_demo))
+    p.set_defaults(func=_guard(_cmd_demo), results=results_in(
+        lambda a: "cpu_demo" if a.plant == "cpu" else "burst"))
 
     p = sub.add_parser("knobs", help="MPS vs Sleep vs Sleep+MPS (GPUColo paper, Fig. 4)")
     _common(p, duration=60.0, period=1.0)
@@ -289,7 +300,7 @@ def register(sub: Any) -> None:
                    default=None,
                    help="times of the reduce and restore steps, s, 0 <= A < B < --duration "
                         "(default a third and two thirds of --duration: 20,40 for 60 s)")
-    p.set_defaults(func=_guard(_cmd_knobs))
+    p.set_defaults(func=_guard(_cmd_knobs), results=results_in("knobs"))
 
     p = sub.add_parser("burst", help="inference burst under every controller "
                                       "(GPUColo paper, Fig. 8)")
@@ -310,7 +321,7 @@ def register(sub: Any) -> None:
                    help="normal,burst batch size, each in [1, 4096] (default 105,115)")
     p.add_argument("--controllers", type=controllers_arg, default=None,
                    help="comma-separated subset, e.g. 'gslice,two-tier,ours,oracle'")
-    p.set_defaults(func=_guard(_cmd_burst))
+    p.set_defaults(func=_guard(_cmd_burst), results=results_in("burst"))
 
     p = sub.add_parser("sweep", help="SLO sweep 75..95 ms (GPUColo paper, Fig. 9)")
     _common(p, duration=400.0, period=4.0)
@@ -331,4 +342,4 @@ def register(sub: Any) -> None:
                         "(default 100, or half of --duration when that is shorter)")
     p.add_argument("--controllers", type=controllers_arg, default=None,
                    help="comma-separated subset")
-    p.set_defaults(func=_guard(_cmd_sweep))
+    p.set_defaults(func=_guard(_cmd_sweep), results=results_in("slo_sweep"))

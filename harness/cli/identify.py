@@ -16,19 +16,20 @@ from harness.cli.args import (
     number_list,
     out_dir,
     seed,
+    warn,
 )
-from harness.cli.experiments import _pair, preset_arg
+from harness.cli.experiments import _pair, preset_arg, results_in
 from harness.experiments.common import PlantUnavailable
-from harness.experiments.identify import format_summary, identify
+from harness.experiments.identify import check_split, format_summary, identify
 
 
 def _cmd_identify(args: argparse.Namespace) -> int:
-    n_fit = int(args.train * args.periods)
-    if n_fit < 3 or args.periods - n_fit < 3:
-        raise UsageError(f"--train {args.train:g} of --periods {args.periods} leaves {n_fit} "
-                         f"periods to fit and {args.periods - n_fit} to hold out; each needs "
-                         "at least 3")
-    check_out_dir(Path(args.out) / "identify")
+    try:
+        check_split(args.train, args.periods, ("--train", "--periods"))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out = check_out_dir(Path(args.out) / "identify")
+    had_model = (out / "model.json").exists()
     if args.plant != "cpu":
         try:
             preset_arg(args.preset)
@@ -38,7 +39,7 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         res = identify(plant=args.plant, preset=args.preset, seed=args.seed,
                        mps_levels=args.mps, sleep_range=args.sleep, periods=args.periods,
                        train_fraction=args.train, period_s=args.period,
-                       out_dir=Path(args.out) / "identify",
+                       out_dir=out,
                        progress=False if args.no_progress else None)
     except PlantUnavailable as exc:
         print(f"gpucontrol identify: {exc}", file=sys.stderr)
@@ -48,6 +49,10 @@ def _cmd_identify(args: argparse.Namespace) -> int:
           f"periods of {args.period:g} s per MPS level, {args.train:.0%} fit / rest held out")
     print(format_summary(res))
     print("Results: " + ", ".join(str(f) for f in res.files))
+    if out / "model.json" not in res.files:
+        warn("no model.json written: no level has a significantly negative gain"
+             + (f"; the previous run's {out / 'model.json'} is removed with its other files"
+                if had_model else ""))
     return 0
 
 
@@ -83,4 +88,4 @@ def register(sub: Any) -> None:
     p.add_argument("--period", type=number(0.1, 60, unit="s"), default=4.0,
                    help="control period in s, [0.1, 60] (default 4)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_identify)
+    p.set_defaults(func=_cmd_identify, results=results_in("identify"))

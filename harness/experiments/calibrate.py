@@ -20,12 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from harness.results import atomic_write_text, markdown_table, save_figure, write_json
+from harness.results import (
+    atomic_write_text,
+    markdown_table,
+    result_set,
+    save_figure,
+    write_json,
+)
 from harness.sim.calibration import calibrate, find_records
 from harness.sim.simulated import PRESETS, base_preset_name
 
-__all__ = ["format_report", "has_stderr", "no_stderr_reason", "pin_text", "plot_calibration",
-           "run_calibration", "unpinned"]
+__all__ = ["FILES", "format_report", "has_stderr", "no_stderr_reason", "pin_text",
+           "plot_calibration", "run_calibration", "unpinned"]
+
+
+#: The files a calibration writes into its folder (which may hold others: they are kept).
+FILES = ("calibration.json", "calibration.md", "calibration.png")
 
 
 def _infer_preset(sources: Sequence[str]) -> str:
@@ -53,9 +63,10 @@ def run_calibration(sources: Sequence[str | Path], out_dir: str | Path,
     srcs = [str(s) for s in sources]
     doc = calibrate(srcs, preset if preset is not None else _infer_preset(srcs), **kw)
     out = Path(out_dir)
-    files = [write_json(doc, out / "calibration.json"),
-             atomic_write_text(out / "calibration.md", format_report(doc, out)),
-             plot_calibration(doc, out / "calibration.png")]
+    with result_set(out, owns=FILES):  # ours replace the previous run's; the rest stays
+        files = [write_json(doc, out / "calibration.json"),
+                 atomic_write_text(out / "calibration.md", format_report(doc, out)),
+                 plot_calibration(doc, out / "calibration.png")]
     return doc, files
 
 

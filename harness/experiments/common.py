@@ -15,6 +15,7 @@ from gpucontrol import LatencyModelFamily, LinearLatencyModel, OperatingPoint
 from gpucontrol.errors import PlantUnavailable
 from harness.experiments.plants import make_plant
 from harness.sim import baselines as B
+from harness.sim.checks import numbers_in
 from harness.sim.protocol import Records, Scenario
 from harness.sim.simulated import SimulatedColocation
 
@@ -25,6 +26,7 @@ __all__ = [
     "build_controllers",
     "close_plant",
     "controller_metrics",
+    "distinct_numbers",
     "identify_family",
     "latency_range_ms",
     "make_plant",
@@ -125,6 +127,47 @@ def params_meta(kind: str, reference: Any) -> dict[str, Any]:
     controllers' nominal model and the Oracle came from (``model_plant_params``)."""
     key = "plant_params" if kind == "sim" else "model_plant_params"
     return {key: reference.describe()}
+
+
+def distinct_numbers(name: str, values: Any, lo: float | None = None,
+                     hi: float | None = None, *, lo_open: bool = False,
+                     hi_open: bool = False) -> list[float]:
+    """A list of numbers as the command line's lists take them (``--slos``, ``--mps``): at
+    least one, each finite and in the range, none twice (it would run, and write, the same
+    thing twice); text is refused (``"85"`` is not the list ``[8, 5]``).
+
+    >>> distinct_numbers("slos", [85, 90], 0, 10000, lo_open=True)
+    [85.0, 90.0]
+    >>> distinct_numbers("slos", [85, 85], 0, 10000, lo_open=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: slos: 85 given more than once; give each value once, got [85, 85]
+
+    Parameters
+    ----------
+    name : str
+        The parameter's name, for the message.
+    values : Sequence[float]
+        The numbers.
+    lo, hi, lo_open, hi_open
+        The range of each (None: unbounded), as :func:`harness.sim.checks.number` takes it.
+
+    Returns
+    -------
+    list[float]
+        The values, in order.
+    """
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(f"{name} must be a sequence of numbers, got {values!r}")
+    if len(values) == 0:
+        raise ValueError(f"{name} must hold at least one number, got {values!r}")
+    out = [float(v) for v in numbers_in(name, list(values), lo, hi, lo_open=lo_open,
+                                        hi_open=hi_open).ravel()]
+    twice = sorted({v for v in out if out.count(v) > 1})
+    if twice:
+        raise ValueError(f"{name}: {', '.join(f'{v:g}' for v in twice)} given more than once; "
+                         f"give each value once, got {values!r}")
+    return out
 
 
 def resolve_names(names: Sequence[str] | str | None) -> list[str]:

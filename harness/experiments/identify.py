@@ -12,9 +12,12 @@ Written to ``<out>/identify/``: ``identify_periods.csv`` (tidy, one row per peri
 ``identify_summary.csv`` and ``.md`` (one row per MPS level), ``identify_meta.json``,
 ``identify_fig6.png`` (latency vs sleep per level with the fitted lines) and
 ``identify_fig7.png`` (predicted vs measured on the held-out periods) and ``model.json``, the
-file ``gpucontrol daemon --model`` reads (:func:`model_document`). The command prints
-gain, offset and R² per level, then the gain envelope across levels and whether the GPUColo paper's
-P controller designed on the recommended nominal gain is stable over it.
+file ``gpucontrol daemon --model`` reads (:func:`model_document`), when some level has a
+significantly negative gain. Each run's files replace the previous run's as a whole
+(:func:`harness.results.result_set`): a run that makes no model leaves no ``model.json``.
+The command prints gain, offset and R² per level, then the gain envelope across levels and
+whether the GPUColo paper's P controller designed on the recommended nominal gain is stable
+over it.
 """
 
 from __future__ import annotations
@@ -31,14 +34,58 @@ from gpucontrol import LinearLatencyModel, check_envelope, design_p
 from harness.experiments.common import (
     ExperimentResult,
     close_plant,
+    distinct_numbers,
     make_plant,
     plant_mps_enabled,
 )
 from harness.progress import Progress
-from harness.results import markdown_table, save_figure, write_csv, write_json, write_markdown_table
+from harness.results import (
+    markdown_table,
+    result_set,
+    save_figure,
+    write_csv,
+    write_json,
+    write_markdown_table,
+)
+from harness.sim.checks import number
 from harness.sim.protocol import Records
 
-__all__ = ["PERIOD_COLUMNS", "SUMMARY_COLUMNS", "identify", "model_document"]
+__all__ = ["MIN_SPLIT_PERIODS", "MPS_RANGE", "PERIOD_COLUMNS", "SUMMARY_COLUMNS", "check_split",
+           "identify", "model_document"]
+
+#: The training MPS levels identification takes, %: [1, 100] (``gpucontrol identify --mps``).
+MPS_RANGE = (1.0, 100.0)
+#: The fewest periods of each record to fit, and to hold out.
+MIN_SPLIT_PERIODS = 3
+
+
+def check_split(train_fraction: Any, periods: Any,
+                names: tuple[str, str] = ("train_fraction", "periods")) -> None:
+    """Refuse a fit/hold-out split that leaves fewer than :data:`MIN_SPLIT_PERIODS` periods
+    on either side (or a fraction outside (0, 1)), naming the arguments as ``names`` (the
+    command line passes its flags).
+
+    Parameters
+    ----------
+    train_fraction : float
+        Share of each record used for fitting.
+    periods : int
+        Recorded periods per level.
+    names : tuple of str
+        How the two are called in the message.
+
+    Returns
+    -------
+    None
+        It raises ``ValueError`` or returns.
+    """
+    f = number(names[0], train_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
+    n = int(periods)
+    n_fit = int(f * n)
+    if n_fit < MIN_SPLIT_PERIODS or n - n_fit < MIN_SPLIT_PERIODS:
+        raise ValueError(f"{names[0]} {f:g} of {names[1]} {n} leaves {n_fit} periods to fit "
+                         f"and {n - n_fit} to hold out; each needs at least "
+                         f"{MIN_SPLIT_PERIODS}")
 
 SUMMARY_COLUMNS = ("mps_pct", "gain", "offset", "r2", "r2_validation", "fit_pct_validation",
                    "gain_ci_low", "gain_ci_high", "true_gain", "gain_err_pct", "rmse_ms",
@@ -63,13 +110,15 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
         Which plant (a registry name: ``"sim"``, ``"gpu"``, ``"cpu"``; or a running plant
         object, which is used as is and left open), its preset and random seed.
     mps_levels
-        Training MPS percentages, each identified in turn on the same plant.
+        Training MPS percentages, each in [1, 100] and none twice, identified in turn on the
+        same plant.
     sleep_range
         Bounds of the white-noise sleep interval (s).
     periods
         Recorded control periods per level (after ``warmup``).
     train_fraction
-        Share of each record used for fitting; the rest validates.
+        Share of each record used for fitting, in (0, 1); the rest validates. Each side
+        needs at least 3 periods (:func:`check_split`).
     period_s
         Control period T (s).
     warmup
@@ -96,9 +145,9 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
         raise ValueError(f"periods must be an integer >= 10, got {periods!r}")
     if excitation not in ("white", "prbs"):
         raise ValueError(f"excitation must be 'white' or 'prbs', got {excitation!r}")
-    levels = [float(m) for m in mps_levels]
-    if not levels or any(not (0 < m <= 100) for m in levels):
-        raise ValueError(f"mps_levels must be percentages in (0, 100], got {list(mps_levels)!r}")
+    check_split(train_fraction, periods)
+    # as --mps takes them: a level given twice would write a model.json the daemon refuses
+    levels = distinct_numbers("mps_levels", mps_levels, *MPS_RANGE)
     own = isinstance(plant, str)
     p = make_plant(plant, preset, seed=seed) if own else plant
     records = Records()
@@ -137,19 +186,22 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
     res = ExperimentResult("identify", records, summary, meta=meta)
     if out_dir is not None:
         out = Path(out_dir)
-        res.files += [
-            write_csv(records, out / "identify_periods.csv", PERIOD_COLUMNS),
-            write_csv(summary, out / "identify_summary.csv", SUMMARY_COLUMNS),
-            write_markdown_table(summary, SUMMARY_COLUMNS, out / "identify_summary.md",
-                                 title="System identification (GPUColo paper, Figs. 6/7)",
-                                 digits=3),
-            write_json(meta, out / "identify_meta.json"),
-            plot_fig6(res, p, out / "identify_fig6.png"),
-            plot_fig7(res, out / "identify_fig7.png"),
-        ]
-        doc = model_document(summary, sleep_span_s=(lo, hi))
-        if doc is not None:
-            res.files.append(write_json(doc, out / "model.json"))
+        # the run's files replace the previous run's as a whole: a run that makes no model
+        # leaves no model.json (an earlier run's would be read by the daemon as this one's)
+        with result_set(out):
+            res.files += [
+                write_csv(records, out / "identify_periods.csv", PERIOD_COLUMNS),
+                write_csv(summary, out / "identify_summary.csv", SUMMARY_COLUMNS),
+                write_markdown_table(summary, SUMMARY_COLUMNS, out / "identify_summary.md",
+                                     title="System identification (GPUColo paper, Figs. 6/7)",
+                                     digits=3),
+                write_json(meta, out / "identify_meta.json"),
+                plot_fig6(res, p, out / "identify_fig6.png"),
+                plot_fig7(res, out / "identify_fig7.png"),
+            ]
+            doc = model_document(summary, sleep_span_s=(lo, hi))
+            if doc is not None:
+                res.files.append(write_json(doc, out / "model.json"))
     return res
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from gpucontrol.node.actuators.procs import descendants
 from harness.experiments.identify import identify
 from harness.experiments.plants import make_plant
-from harness.results import save_figure, write_csv, write_json
+from harness.results import final, result_set, save_figure, staged, write_csv, write_json
 
 __all__ = ["PERIOD_COLUMNS", "choose_slo", "run_pipeline", "summarize"]
 
@@ -221,7 +221,21 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     _check_pipeline_args(period_s, identify_periods, closed_periods, burst, sleep_range,
                          slo_ms, outer_every, excitation, detune)
     _whole("seed", seed, 0)
-    out = Path(out_dir) / "cpu_demo"
+    # the whole run works in the staging folder of <out>/cpu_demo, which replaces the previous
+    # run's folder only when this one completes
+    with result_set(Path(out_dir) / "cpu_demo") as dest:
+        return _run_pipeline(staged(dest), plant=plant, preset=preset, period_s=period_s,
+                             identify_periods=identify_periods, closed_periods=closed_periods,
+                             burst=burst, sleep_range=sleep_range, slo_ms=slo_ms,
+                             outer_every=outer_every, excitation=excitation, detune=detune,
+                             seed=seed, progress=progress, **plant_overrides)
+
+
+def _run_pipeline(out: Path, *, plant: str, preset: str, period_s: float,
+                  identify_periods: int, closed_periods: int, burst: tuple[float, float],
+                  sleep_range: tuple[float, float] | None, slo_ms: float | None,
+                  outer_every: int, excitation: str, detune: float | None, seed: int,
+                  progress: bool, **plant_overrides: Any) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
 
     def say(msg: str) -> None:
@@ -257,7 +271,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                          out_dir=out / "identify")
         row = ident.summary[0]
         model = out / "identify" / "model.json"
-        if not model.exists():
+        if model not in ident.files:  # only a model this run wrote, never an earlier one
             raise RuntimeError(f"identification found no significantly negative gain "
                                f"(gain {row['gain']:.3f} ms/s, R² {row['r2']:.2f}); no model")
         (out / "model.json").write_text(model.read_text())
@@ -339,7 +353,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     summary.pop("model")
     files = [write_csv(rows, out / "periods.csv", PERIOD_COLUMNS),
              plot_pipeline(rows, slo, out / "pipeline.png"), log, out / "model.json"]
-    summary["files"] = [str(f) for f in files]
+    summary["files"] = [str(final(f)) for f in files]  # where they are once complete
     write_json(summary, out / "summary.json")
     return summary
 

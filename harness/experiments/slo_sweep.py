@@ -23,6 +23,7 @@ from harness.experiments.common import (
     ExperimentResult,
     build_controllers,
     close_plant,
+    distinct_numbers,
     latency_range_ms,
     make_plant,
     params_meta,
@@ -33,13 +34,16 @@ from harness.experiments.common import (
     steady_mask,
 )
 from harness.progress import Progress
-from harness.results import save_figure, write_csv, write_json, write_markdown_table
+from harness.results import result_set, save_figure, write_csv, write_json, write_markdown_table
 from harness.sim.protocol import Records, concat, run_loop
 
 __all__ = ["DEFAULT_SWEEP_CONTROLLERS", "SUMMARY_COLUMNS", "slo_sweep"]
 
 DEFAULT_SWEEP_CONTROLLERS = ("GSLICE-extended", "GPUColo two-tier",
                              "GPUColo mid-range + adaptive", "Oracle")
+
+#: The range of each SLO, ms: (0, 10000], as ``gpucontrol sweep --slos`` takes it.
+SLO_RANGE = (0.0, 10000.0)
 
 SUMMARY_COLUMNS = ("slo_ms", "controller", "steady_latency_ms", "steady_error_ms",
                    "mean_abs_rel_error_pct", "inference_throughput", "training_throughput",
@@ -64,7 +68,7 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
     seed : int
         Seed of the plant's random generator.
     slos : Sequence[float]
-        The SLOs, ms (> 0).
+        The SLOs, ms, each in :data:`SLO_RANGE` (0, 10000] and none twice.
     duration_s : float
         Length of each run, s.
     batch : int
@@ -91,10 +95,7 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
         One summary row per controller and SLO.
     """
     names = resolve_names(controllers)
-    slos = [float(s) for s in slos]
-    if not slos or any(not (math.isfinite(s) and s > 0) for s in slos):
-        raise ValueError(f"slos must be positive numbers, got {slos!r}")
-    given = list(slos)
+    given = distinct_numbers("slos", slos, *SLO_RANGE, lo_open=True)  # as --slos takes them
     periods = math.ceil(duration_s / period_s)
     if not (math.isfinite(warmup_s) and warmup_s >= 0):
         raise ValueError(f"warmup_s must be >= 0, got {warmup_s!r}")
@@ -132,13 +133,14 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
     res = ExperimentResult("slo_sweep", rec, summary, meta=meta)
     if out_dir is not None:
         out = Path(out_dir)
-        res.files += [write_csv(rec, out / "slo_sweep.csv"),
-                      write_csv(summary, out / "slo_sweep_summary.csv", SUMMARY_COLUMNS),
-                      write_markdown_table(summary, SUMMARY_COLUMNS,
-                                           out / "slo_sweep_summary.md",
-                                           title=f"SLO sweep (batch {batch}, seed {seed})"),
-                      write_json(meta, out / "slo_sweep_meta.json"),
-                      plot_sweep(res, out / "slo_sweep.png")]
+        with result_set(out):  # the run's files replace the previous run's as a whole
+            res.files += [write_csv(rec, out / "slo_sweep.csv"),
+                          write_csv(summary, out / "slo_sweep_summary.csv", SUMMARY_COLUMNS),
+                          write_markdown_table(summary, SUMMARY_COLUMNS,
+                                               out / "slo_sweep_summary.md",
+                                               title=f"SLO sweep (batch {batch}, seed {seed})"),
+                          write_json(meta, out / "slo_sweep_meta.json"),
+                          plot_sweep(res, out / "slo_sweep.png")]
     return res
 
 

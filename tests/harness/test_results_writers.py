@@ -32,8 +32,31 @@ def test_csv_writes_numpy_scalars_as_plain_numbers(tmp_path):
 
     p = write_csv([{"a": np.float64(-2.0060521234), "b": np.float32(0.5), "c": np.int64(7)}],
                   tmp_path / "np.csv")
-    assert p.read_text().splitlines()[1] == "-2.006052,0.5,7"
-    assert read_csv(p) == [{"a": -2.006052, "b": 0.5, "c": 7.0}]
+    assert p.read_text().splitlines()[1] == "-2.0060521234,0.5,7"
+    assert read_csv(p) == [{"a": -2.0060521234, "b": 0.5, "c": 7.0}]
+
+
+def test_csv_floats_keep_every_digit_and_any_nan_is_an_empty_cell(tmp_path):
+    """No rounding to 6 decimals (4e-7 was written as 0.0, 1.23456789e-5 as 1.2e-05); a
+    float32 is its own shortest text; a numpy float32 NaN is an empty cell like any NaN."""
+    import numpy as np
+
+    vals = {"tiny": 4e-7, "small": 1.23456789e-5, "big": 123456.789012345,
+            "f32": np.float32(0.1), "nan32": np.float32(np.nan), "nan64": np.float64(np.nan),
+            "flag": np.bool_(True)}
+    p = write_csv([vals], tmp_path / "f.csv")
+    assert p.read_text().splitlines()[1] == "4e-07,1.23456789e-05,123456.789012345,0.1,,,1"
+    back = read_csv(p)[0]
+    assert (back["tiny"], back["small"], back["big"]) == (4e-7, 1.23456789e-5,
+                                                          123456.789012345)
+    assert math.isnan(back["nan32"]) and math.isnan(back["nan64"])
+
+
+def test_json_numpy_arrays_become_lists_with_nan_as_null(tmp_path):
+    np = pytest.importorskip("numpy")
+    p = write_json({"y": np.array([1, math.nan]), "m": np.eye(2, dtype=np.float32)},
+                   tmp_path / "a.json")
+    assert json.loads(p.read_text()) == {"y": [1.0, None], "m": [[1.0, 0.0], [0.0, 1.0]]}
 
 
 def test_csv_selected_columns(tmp_path):

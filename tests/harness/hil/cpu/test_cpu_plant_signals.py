@@ -81,7 +81,7 @@ def test_sigterm_stops_the_services_and_removes_cgroups_and_temp_folders(tmp_pat
         while time.monotonic() < t_end and proc.poll() is None:
             services = _children(proc.pid)
             progress = list(tmp.glob("gpucontrol-cpu-*/training.progress")) + list(
-                out.glob("cpu_demo/services/training.progress"))
+                out.glob(".cpu_demo.partial-*/services/training.progress"))  # staged
             if len(services) >= 2 and progress and progress[0].read_text().strip():
                 break
             time.sleep(0.1)
@@ -100,8 +100,17 @@ def test_sigterm_stops_the_services_and_removes_cgroups_and_temp_folders(tmp_pat
                 os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 143, stderr
     lines = stderr.strip().splitlines()
-    assert lines[-1] == (f"gpucontrol {command}: terminated by SIGTERM; stopped what it had "
-                         "started"), stderr
+    # on the same line: where the stopped run's partial output is, or that it wrote nothing;
+    # the results folder itself is not made
+    assert lines[-1].startswith(f"gpucontrol {command}: terminated by SIGTERM; stopped what it "
+                                f"had started; "), stderr
+    folder = out / ("identify" if command == "identify" else "cpu_demo")
+    if command == "identify":
+        assert lines[-1].endswith(f"nothing written to {folder}"), stderr
+    else:
+        assert f"{folder} not updated: the stopped run's partial output is in " \
+               f"{out}/.cpu_demo.partial-" in lines[-1], stderr
+    assert not folder.exists()
     assert "Traceback" not in stderr
     assert [pid for pid in services if _alive(pid)] == []
     assert _cgroups(proc.pid) == []
