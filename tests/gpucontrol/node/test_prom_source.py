@@ -206,7 +206,8 @@ def test_a_slow_scrape_holds_the_period_at_its_deadline(mode):
         took = time.monotonic() - t0
     assert took < 0.9, took
     assert st.count == 0 and st.malformed == 1 and math.isnan(st.mean_ms)
-    assert "0.3 s" in src.last_error
+    # the deadline's own message, or the socket's timeout when that fired first (the same 0.3 s)
+    assert "0.3 s" in src.last_error or "timed out" in src.last_error, src.last_error
 
 
 def test_a_late_scrape_is_abandoned_and_never_used():
