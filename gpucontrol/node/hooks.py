@@ -55,6 +55,7 @@ from dataclasses import dataclass
 
 ENV_HOOK_FILE = "GPUCONTROL_HOOK_FILE"
 ENV_READY_FD = "GPUCONTROL_READY_FD"
+ENV_READY_PID = "GPUCONTROL_READY_PID"
 MAGIC = b"GPUCHOOK"
 VERSION = 1
 SIZE = 64
@@ -67,6 +68,7 @@ assert 8 + _BODY.size + _CRC.size == SIZE
 __all__ = [
     "ENV_HOOK_FILE",
     "ENV_READY_FD",
+    "ENV_READY_PID",
     "HookReader",
     "HookState",
     "HookWriter",
@@ -298,12 +300,21 @@ class HookReader:
 
 def notify_ready() -> bool:
     """Tell the launcher (MPS actuator) that this process is ready: writes one byte to
-    ``$GPUCONTROL_READY_FD`` and closes it. Returns False when there is nothing to notify."""
+    ``$GPUCONTROL_READY_FD`` and closes it. Returns False when there is nothing to notify.
+
+    Only the process the launcher started signals: ``$GPUCONTROL_READY_PID`` must name this
+    process and the descriptor must be a pipe. A process that merely inherited the variables
+    (a worker started by a launcher such as torchrun, where that descriptor number may be one
+    of its own files) leaves the descriptor alone. Both variables are removed from this
+    process's environment on the first call, so its children do not inherit them."""
     fd_s = os.environ.pop(ENV_READY_FD, None)
-    if not fd_s:
+    pid_s = os.environ.pop(ENV_READY_PID, None)
+    if not fd_s or not pid_s:
         return False
     try:
-        fd = int(fd_s)
+        fd, pid = int(fd_s), int(pid_s)
+        if pid != os.getpid() or fd < 0 or not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
         try:
             os.write(fd, b"R")
         finally:

@@ -25,6 +25,7 @@ def _fresh_hook_state(monkeypatch):
     monkeypatch.setattr(hooks, "_last_end", {})
     monkeypatch.delenv("GPUCONTROL_SOCKET", raising=False)
     monkeypatch.delenv("GPUCONTROL_READY_FD", raising=False)
+    monkeypatch.delenv("GPUCONTROL_READY_PID", raising=False)
 
 
 @pytest.fixture
@@ -149,12 +150,47 @@ def test_no_daemon_never_raises_never_sleeps(tmp_path):
 def test_ready_notification_once(monkeypatch, writer):
     r, w = os.pipe()
     monkeypatch.setenv("GPUCONTROL_READY_FD", str(w))
+    monkeypatch.setenv("GPUCONTROL_READY_PID", str(os.getpid()))
     after_iteration(writer.path)
     assert os.read(r, 1) == b"R"
     assert os.read(r, 1) == b""  # the write end was closed
     assert "GPUCONTROL_READY_FD" not in os.environ
+    assert "GPUCONTROL_READY_PID" not in os.environ
     assert notify_ready() is False
     os.close(r)
+
+
+@pytest.mark.parametrize("case", ["other_pid", "no_pid", "regular_file"])
+def test_an_inherited_ready_descriptor_is_left_alone(monkeypatch, tmp_path, case):
+    # a worker started by a launcher inherits the variables; the number may be its own file
+    path = tmp_path / "checkpoint.txt"
+    with open(path, "w") as f:
+        monkeypatch.setenv("GPUCONTROL_READY_FD", str(f.fileno()))
+        if case == "other_pid":
+            monkeypatch.setenv("GPUCONTROL_READY_PID", str(os.getppid()))
+        elif case == "regular_file":
+            monkeypatch.setenv("GPUCONTROL_READY_PID", str(os.getpid()))
+        assert notify_ready() is False
+        os.fstat(f.fileno())  # still open
+        f.write("data")
+    assert path.read_text() == "data"
+    assert "GPUCONTROL_READY_FD" not in os.environ
+    assert "GPUCONTROL_READY_PID" not in os.environ
+
+
+def test_a_pipe_named_for_another_process_is_not_signalled(monkeypatch):
+    r, w = os.pipe()
+    try:
+        monkeypatch.setenv("GPUCONTROL_READY_FD", str(w))
+        monkeypatch.setenv("GPUCONTROL_READY_PID", str(os.getpid() + 1))
+        assert notify_ready() is False
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 1)  # nothing written, and the write end is still open
+        os.fstat(w)
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 def test_iteration_times_reach_the_daemon(monkeypatch, writer, tmp_path):
