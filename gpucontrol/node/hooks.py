@@ -324,6 +324,33 @@ def notify_ready() -> bool:
         return False
 
 
+#: A commanded sleep is slept in slices this long, re-reading the hook file between them.
+SLEEP_SLICE_S = 0.25
+
+
+def _sleep_commanded(reader: HookReader) -> float:
+    """Sleep what the hook file commands, in slices of at most :data:`SLEEP_SLICE_S`: after
+    each one the file is read again and the sleep ends early when the command dropped (to 0
+    when the daemon stopped, its guardian cleared the file, or its heartbeat went stale).
+    Returns the seconds slept (the command when it held to the end)."""
+    s = reader.sleep_s()
+    if s <= 0:
+        return 0.0
+    start = time.monotonic()
+    end = start + s
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return s
+        time.sleep(min(left, SLEEP_SLICE_S))
+        now_s = reader.sleep_s()
+        if start + now_s < end:  # never longer than first commanded; shorter when it dropped
+            s, end = now_s, start + now_s
+            elapsed = time.monotonic() - start
+            if elapsed >= s:  # cut short: what was actually slept
+                return elapsed
+
+
 _readers: dict[str, HookReader] = {}
 _last_end: dict[str, float] = {}
 
@@ -343,7 +370,9 @@ def after_iteration(path: str | os.PathLike[str] | None = None) -> float:
     Returns
     -------
     float
-        The seconds slept (0 when no daemon is active).
+        The seconds slept (0 when no daemon is active). The sleep is taken in slices of at
+        most :data:`SLEEP_SLICE_S`, re-reading the file between them: it ends early when the
+        daemon stops, dies (its guardian clears the file) or stops beating, or commands less.
     """
     try:
         key = os.fspath(path) if path is not None else ""
@@ -360,9 +389,7 @@ def after_iteration(path: str | os.PathLike[str] | None = None) -> float:
                 report_iteration(1e3 * (now - last))
             except ImportError:
                 pass
-        s = reader.sleep_s()
-        if s > 0:
-            time.sleep(s)
+        s = _sleep_commanded(reader)
         _last_end[key] = time.monotonic()
         return s
     except Exception:

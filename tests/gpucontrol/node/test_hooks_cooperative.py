@@ -206,3 +206,54 @@ def test_iteration_times_reach_the_daemon(monkeypatch, writer, tmp_path):
         assert 15.0 < s.iter_mean_ms < 200.0
     finally:
         mon.close()
+
+
+def _after(delay_s, fn):
+    import threading
+
+    t = threading.Timer(delay_s, fn)
+    t.start()
+    return t
+
+
+def test_a_sleep_in_progress_ends_when_the_daemon_stops(writer):
+    writer.set_sleep(1.8)
+    t = _after(0.3, writer.close)  # the daemon stops: sleep 0, inactive
+    try:
+        t0 = time.monotonic()
+        slept = after_iteration(writer.path)
+        elapsed = time.monotonic() - t0
+    finally:
+        t.join()
+    assert 0.3 <= elapsed < 1.0  # within a slice of the stop, not the 1.8 s commanded
+    assert slept < 1.0
+
+
+def test_a_sleep_in_progress_ends_when_the_daemon_is_cleared_or_commands_less(writer):
+    writer.set_sleep(1.8)
+    t = _after(0.3, lambda: clear_hook_file(writer.path))  # the guardian, daemon dead
+    try:
+        t0 = time.monotonic()
+        after_iteration(writer.path)
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        t.join()
+    writer.set_sleep(1.8)
+    t = _after(0.2, lambda: writer.set_sleep(0.5))
+    try:
+        t0 = time.monotonic()
+        assert after_iteration(writer.path) == 0.5
+        assert 0.5 <= time.monotonic() - t0 < 1.2
+    finally:
+        t.join()
+
+
+def test_a_sleep_in_progress_ends_when_the_heartbeat_goes_stale(tmp_path):
+    w = HookWriter(tmp_path / "gpu0.hook", stale_after_s=0.4, max_sleep_s=2.0)
+    try:
+        w.set_sleep(1.8)  # and never beats again: a hung or killed daemon, no guardian
+        t0 = time.monotonic()
+        after_iteration(w.path)
+        assert 0.35 <= time.monotonic() - t0 < 1.2
+    finally:
+        w.close()
