@@ -2,7 +2,8 @@
 
 The GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-B: "if the byte code of the training
 workload is available, a sleep function can be inserted". The daemon writes the commanded
-sleep into a small shared file (64 bytes, mode 0600, memory-mapped); the training loop calls
+sleep into a small shared file (64 bytes, mode 0600; the daemon maps it, the reader reads it
+with ``pread``); the training loop calls
 :func:`after_iteration` once per iteration (or wraps the step in ``with iteration():``),
 which reads the file and sleeps that long::
 
@@ -213,13 +214,19 @@ def clear_hook_file(path: str | os.PathLike[str]) -> bool:
 
 
 class HookReader:
-    """The training side: read the commanded sleep. Never raises; 0 when in doubt."""
+    """The training side: read the commanded sleep. Never raises; 0 when in doubt.
+
+    The file is read with ``pread`` on a descriptor kept open (not mapped: a file truncated
+    under a mapping would kill the reader with SIGBUS); a short read is no command. Every
+    :attr:`RECHECK_S` the path and the open file are checked again: a replaced file is
+    reopened, and one that is no longer a 64-byte regular file owned by us (or root) and
+    writable by no one else is ignored from then on."""
 
     RECHECK_S = 2.0
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = os.fspath(path) if path is not None else self._default_path()
-        self._map: mmap.mmap | None = None
+        self._fd: int | None = None
         self._ino = -1
         self._next_check = 0.0
 
@@ -235,45 +242,57 @@ class HookReader:
         except ImportError:
             return ""
 
+    @staticmethod
+    def _check(st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode) or st.st_size != SIZE:
+            raise ValueError("not a hook file")
+        if st.st_mode & 0o022 or st.st_uid not in (os.geteuid(), 0):
+            raise ValueError("hook file writable by others or owned by another user")
+
     def _open(self) -> None:
         self._close()
         fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size != SIZE:
-                raise ValueError("not a hook file")
-            if st.st_mode & 0o022 or st.st_uid not in (os.geteuid(), 0):
-                raise ValueError("hook file writable by others or owned by another user")
-            self._map = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
-            self._ino = st.st_ino
-        finally:
+            self._check(st)
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd, self._ino = fd, st.st_ino
 
     def _close(self) -> None:
-        if self._map is not None:
-            with contextlib.suppress(Exception):
-                self._map.close()
-        self._map = None
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._close()
 
     def read(self) -> HookState:
         """One consistent read (reopens the file when the daemon replaced it)."""
         none = HookState(0.0, False, False, -1, 0)
         try:
             now = time.monotonic()
-            if self._map is None or now >= self._next_check:
+            if self._fd is None or now >= self._next_check:
                 self._next_check = now + self.RECHECK_S
                 try:
-                    if self._map is None or os.stat(self.path).st_ino != self._ino:
+                    if self._fd is None or os.stat(self.path).st_ino != self._ino:
                         self._open()
+                    else:  # the same file: its mode, owner or size may have changed
+                        self._check(os.fstat(self._fd))
                 except (OSError, ValueError):
                     self._close()
                     return none
-            m = self._map
-            if m is None or m[:8] != MAGIC:
+            fd = self._fd
+            if fd is None:
                 return none
             for _ in range(100):
-                raw = m[8:SIZE]
-                body, (crc,) = raw[:_BODY.size], _CRC.unpack(raw[_BODY.size:])
+                raw = os.pread(fd, SIZE, 0)
+                if len(raw) != SIZE or raw[:8] != MAGIC:  # truncated or not ours
+                    return none
+                body, (crc,) = raw[8:8 + _BODY.size], _CRC.unpack(raw[8 + _BODY.size:])
                 if zlib.crc32(body) == crc:
                     break
             else:

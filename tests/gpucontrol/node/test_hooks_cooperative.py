@@ -257,3 +257,60 @@ def test_a_sleep_in_progress_ends_when_the_heartbeat_goes_stale(tmp_path):
         assert 0.35 <= time.monotonic() - t0 < 1.2
     finally:
         w.close()
+
+
+TRUNCATED_READER = r"""
+import sys
+from gpucontrol.node.hooks import HookReader, after_iteration
+HookReader.RECHECK_S = 60.0  # the open file is read on; no re-stat rescues it
+path = sys.argv[1]
+while True:
+    print(after_iteration(path), flush=True)
+"""
+
+
+def test_a_truncated_hook_file_means_no_sleep_not_a_crash(children, writer):
+    import select
+    import subprocess
+
+    writer.set_sleep(0.02)
+    p = children.spawn(TRUNCATED_READER, writer.path, stdout=subprocess.PIPE, text=True)
+
+    def next_lines(n):
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < n and time.monotonic() < deadline:
+            if select.select([p.stdout], [], [], 0.5)[0]:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                got.append(float(line))
+        return got
+
+    assert next_lines(2) == [0.02, 0.02]
+    os.truncate(writer.path, 0)  # while the training has it open
+    try:
+        time.sleep(0.3)
+        assert p.poll() is None, f"the training died: {p.returncode}"
+    finally:
+        os.truncate(writer.path, SIZE)  # zeros: not a hook record either (and our writer,
+        # which maps it, may write again)
+    time.sleep(0.1)
+    assert p.poll() is None
+    assert next_lines(200)[-5:] == [0.0] * 5
+
+
+def test_a_changed_mode_or_owner_is_noticed_on_the_open_file(monkeypatch, writer):
+    monkeypatch.setattr(HookReader, "RECHECK_S", 0.0)
+    writer.set_sleep(0.3)
+    r = HookReader(writer.path)
+    assert r.sleep_s() == 0.3
+    os.chmod(writer.path, 0o622)  # now writable by others
+    assert r.sleep_s() == 0.0
+    os.chmod(writer.path, 0o600)
+    assert r.sleep_s() == 0.3
+    if os.geteuid() == 0:
+        os.chown(writer.path, 54321, -1)  # now owned by another user
+        assert r.sleep_s() == 0.0
+        os.chown(writer.path, 0, -1)
+        assert r.sleep_s() == 0.3
