@@ -298,3 +298,35 @@ def test_a_launchers_worker_does_not_signal_on_its_own_files(tmp_path):
         assert content == "mine"  # its own file was neither written to nor closed
     finally:
         act.stop()
+
+
+# A daemon started with a raised priority and OOM protection (as the systemd unit does)
+# launching a training that records its own niceness and oom_score_adj.
+FAVOURED_LAUNCHER = r'''
+import os, sys, time
+os.setpriority(os.PRIO_PROCESS, 0, -5)
+try:  # lowering it needs CAP_SYS_RESOURCE, which a container may not have
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("-500")
+except OSError:
+    pass
+from gpucontrol.node.actuators import MPSActuator
+out = sys.argv[1]
+train = [sys.executable, "-c",
+         "import os, sys; open(sys.argv[1], 'w').write('%d %s' % (os.getpriority("
+         "os.PRIO_PROCESS, 0), open('/proc/self/oom_score_adj').read().strip()))", out]
+act = MPSActuator(train, ready="spawn")
+act.start(100)
+act.proc.wait(20)
+print(os.getpriority(os.PRIO_PROCESS, 0), open("/proc/self/oom_score_adj").read().strip())
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="raising priority and OOM protection needs root")
+def test_the_training_does_not_inherit_the_daemons_priority_or_oom_protection(tmp_path):
+    out = tmp_path / "training.txt"
+    r = subprocess.run([sys.executable, "-c", FAVOURED_LAUNCHER, str(out)], timeout=60,
+                       check=True, capture_output=True, text=True)
+    nice, oom = r.stdout.split()
+    assert nice == "-5"  # the launcher itself keeps its settings
+    assert out.read_text().split() == ["0", "0" if int(oom) <= 0 else oom]
