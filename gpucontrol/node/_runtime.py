@@ -252,20 +252,21 @@ def write_private_atomic(path: str | os.PathLike[str], data: bytes, *,
     try:
         fd, tmp = create_exclusive(p, flags, dir_fd=dfd)
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            if mode != 0o600:
-                os.fchmod(fd, mode)
-            if before_rename is not None:
-                before_rename(fd)
-        except BaseException:
-            os.close(fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                if mode != 0o600:
+                    os.fchmod(fd, mode)
+                if before_rename is not None:
+                    before_rename(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:  # a failed write or rename leaves no temporary file behind
             _unlink_at(tmp, dfd)
             raise
-        os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     finally:
         os.close(dfd)
 

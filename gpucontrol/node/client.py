@@ -87,7 +87,11 @@ class ReportClient:
     def send(self, kind: str, value: float) -> bool:
         """Send one sample (``kind`` ``"L"`` or ``"I"``); False when dropped. Never raises."""
         try:
-            v = float(value)
+            if isinstance(value, (str, bytes, bytearray, memoryview, bool)) or (
+                    type(value).__name__ in ("bool_", "bool")):  # numpy's bool too
+                self.dropped += 1
+                return False
+            v = float(value) + 0.0  # -0.0 is sent as 0.0
             if not (math.isfinite(v) and 0.0 <= v <= MAX_VALUE_MS) or kind not in ("L", "I"):
                 self.dropped += 1
                 return False
@@ -97,6 +101,12 @@ class ReportClient:
         except Exception:
             self.dropped += 1
             return False
+
+    def _after_fork(self) -> None:
+        """In a forked child: a fresh lock (another thread may have held it at the fork) and
+        no socket (a new one is made on the next send)."""
+        self._lock = threading.Lock()
+        self._sock, self._pid = None, -1
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
@@ -148,13 +158,24 @@ def close_all() -> None:
 atexit.register(close_all)
 
 
+def _after_fork_in_child() -> None:
+    global _clients_lock
+    _clients_lock = threading.Lock()
+    for c in list(_clients.values()):
+        c._after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def report_latency(ms: float, socket_path: str | os.PathLike[str] | None = None) -> bool:
     """Report one inference batch latency (ms) to the daemon. Non-blocking; never raises.
 
     Parameters
     ----------
     ms : float
-        The batch latency in milliseconds, finite, in ``[0, 1e7]`` (else dropped).
+        The batch latency in milliseconds, a real number (a string, bytes or a bool is
+        dropped), finite, in ``[0, 1e7]`` (else dropped).
     socket_path : str, os.PathLike or None
         The daemon's socket; None: ``$GPUCONTROL_SOCKET``, else the default for GPU 0.
 

@@ -132,6 +132,7 @@ class Daemon(DaemonSafety):
         # stopping: a flag and a self-pipe (made by run), no lock (a signal handler must never
         # take a lock the interrupted main thread may hold, as Event.set would)
         self._stopping = False
+        self._ran = False  # run() is one-shot: a second call raises
         self._stop_signal: int | None = None  # the signal that asked for the stop
         self._emitted = False  # whether any line was logged (a refused start logs none)
         self._stop_r = self._stop_w = -1
@@ -554,7 +555,12 @@ class Daemon(DaemonSafety):
         ControlLoopError
             The control loop raised after set-up (the cause attached); the shutdown ran
             first, so every target was resumed.
+        RuntimeError
+            ``run()`` was called before on this object: a Daemon runs once; make a new one.
         """
+        if self._ran:
+            raise RuntimeError("a Daemon runs once; make a new one")
+        self._ran = True
         with contextlib.ExitStack() as stack:
             if self._own_log:
                 assert self.cfg.log is not None

@@ -2,7 +2,8 @@
 
 The GPUColo paper (Chen et al., ICDCS 2024), Sec. IV-B: "if the byte code of the training
 workload is available, a sleep function can be inserted". The daemon writes the commanded
-sleep into a small shared file (64 bytes, mode 0600, memory-mapped); the training loop calls
+sleep into a small shared file (64 bytes, mode 0600; the daemon maps it, the reader reads it
+with ``pread``); the training loop calls
 :func:`after_iteration` once per iteration (or wraps the step in ``with iteration():``),
 which reads the file and sleeps that long::
 
@@ -55,6 +56,7 @@ from dataclasses import dataclass
 
 ENV_HOOK_FILE = "GPUCONTROL_HOOK_FILE"
 ENV_READY_FD = "GPUCONTROL_READY_FD"
+ENV_READY_PID = "GPUCONTROL_READY_PID"
 MAGIC = b"GPUCHOOK"
 VERSION = 1
 SIZE = 64
@@ -67,6 +69,7 @@ assert 8 + _BODY.size + _CRC.size == SIZE
 __all__ = [
     "ENV_HOOK_FILE",
     "ENV_READY_FD",
+    "ENV_READY_PID",
     "HookReader",
     "HookState",
     "HookWriter",
@@ -211,13 +214,19 @@ def clear_hook_file(path: str | os.PathLike[str]) -> bool:
 
 
 class HookReader:
-    """The training side: read the commanded sleep. Never raises; 0 when in doubt."""
+    """The training side: read the commanded sleep. Never raises; 0 when in doubt.
+
+    The file is read with ``pread`` on a descriptor kept open (not mapped: a file truncated
+    under a mapping would kill the reader with SIGBUS); a short read is no command. Every
+    :attr:`RECHECK_S` the path and the open file are checked again: a replaced file is
+    reopened, and one that is no longer a 64-byte regular file owned by us (or root) and
+    writable by no one else is ignored from then on."""
 
     RECHECK_S = 2.0
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = os.fspath(path) if path is not None else self._default_path()
-        self._map: mmap.mmap | None = None
+        self._fd: int | None = None
         self._ino = -1
         self._next_check = 0.0
 
@@ -233,45 +242,57 @@ class HookReader:
         except ImportError:
             return ""
 
+    @staticmethod
+    def _check(st: os.stat_result) -> None:
+        if not stat.S_ISREG(st.st_mode) or st.st_size != SIZE:
+            raise ValueError("not a hook file")
+        if st.st_mode & 0o022 or st.st_uid not in (os.geteuid(), 0):
+            raise ValueError("hook file writable by others or owned by another user")
+
     def _open(self) -> None:
         self._close()
         fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size != SIZE:
-                raise ValueError("not a hook file")
-            if st.st_mode & 0o022 or st.st_uid not in (os.geteuid(), 0):
-                raise ValueError("hook file writable by others or owned by another user")
-            self._map = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
-            self._ino = st.st_ino
-        finally:
+            self._check(st)
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd, self._ino = fd, st.st_ino
 
     def _close(self) -> None:
-        if self._map is not None:
-            with contextlib.suppress(Exception):
-                self._map.close()
-        self._map = None
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._close()
 
     def read(self) -> HookState:
         """One consistent read (reopens the file when the daemon replaced it)."""
         none = HookState(0.0, False, False, -1, 0)
         try:
             now = time.monotonic()
-            if self._map is None or now >= self._next_check:
+            if self._fd is None or now >= self._next_check:
                 self._next_check = now + self.RECHECK_S
                 try:
-                    if self._map is None or os.stat(self.path).st_ino != self._ino:
+                    if self._fd is None or os.stat(self.path).st_ino != self._ino:
                         self._open()
+                    else:  # the same file: its mode, owner or size may have changed
+                        self._check(os.fstat(self._fd))
                 except (OSError, ValueError):
                     self._close()
                     return none
-            m = self._map
-            if m is None or m[:8] != MAGIC:
+            fd = self._fd
+            if fd is None:
                 return none
             for _ in range(100):
-                raw = m[8:SIZE]
-                body, (crc,) = raw[:_BODY.size], _CRC.unpack(raw[_BODY.size:])
+                raw = os.pread(fd, SIZE, 0)
+                if len(raw) != SIZE or raw[:8] != MAGIC:  # truncated or not ours
+                    return none
+                body, (crc,) = raw[8:8 + _BODY.size], _CRC.unpack(raw[8 + _BODY.size:])
                 if zlib.crc32(body) == crc:
                     break
             else:
@@ -298,12 +319,21 @@ class HookReader:
 
 def notify_ready() -> bool:
     """Tell the launcher (MPS actuator) that this process is ready: writes one byte to
-    ``$GPUCONTROL_READY_FD`` and closes it. Returns False when there is nothing to notify."""
+    ``$GPUCONTROL_READY_FD`` and closes it. Returns False when there is nothing to notify.
+
+    Only the process the launcher started signals: ``$GPUCONTROL_READY_PID`` must name this
+    process and the descriptor must be a pipe. A process that merely inherited the variables
+    (a worker started by a launcher such as torchrun, where that descriptor number may be one
+    of its own files) leaves the descriptor alone. Both variables are removed from this
+    process's environment on the first call, so its children do not inherit them."""
     fd_s = os.environ.pop(ENV_READY_FD, None)
-    if not fd_s:
+    pid_s = os.environ.pop(ENV_READY_PID, None)
+    if not fd_s or not pid_s:
         return False
     try:
-        fd = int(fd_s)
+        fd, pid = int(fd_s), int(pid_s)
+        if pid != os.getpid() or fd < 0 or not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
         try:
             os.write(fd, b"R")
         finally:
@@ -311,6 +341,33 @@ def notify_ready() -> bool:
         return True
     except (ValueError, OSError):
         return False
+
+
+#: A commanded sleep is slept in slices this long, re-reading the hook file between them.
+SLEEP_SLICE_S = 0.25
+
+
+def _sleep_commanded(reader: HookReader) -> float:
+    """Sleep what the hook file commands, in slices of at most :data:`SLEEP_SLICE_S`: after
+    each one the file is read again and the sleep ends early when the command dropped (to 0
+    when the daemon stopped, its guardian cleared the file, or its heartbeat went stale).
+    Returns the seconds slept (the command when it held to the end)."""
+    s = reader.sleep_s()
+    if s <= 0:
+        return 0.0
+    start = time.monotonic()
+    end = start + s
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return s
+        time.sleep(min(left, SLEEP_SLICE_S))
+        now_s = reader.sleep_s()
+        if start + now_s < end:  # never longer than first commanded; shorter when it dropped
+            s, end = now_s, start + now_s
+            elapsed = time.monotonic() - start
+            if elapsed >= s:  # cut short: what was actually slept
+                return elapsed
 
 
 _readers: dict[str, HookReader] = {}
@@ -332,7 +389,9 @@ def after_iteration(path: str | os.PathLike[str] | None = None) -> float:
     Returns
     -------
     float
-        The seconds slept (0 when no daemon is active).
+        The seconds slept (0 when no daemon is active). The sleep is taken in slices of at
+        most :data:`SLEEP_SLICE_S`, re-reading the file between them: it ends early when the
+        daemon stops, dies (its guardian clears the file) or stops beating, or commands less.
     """
     try:
         key = os.fspath(path) if path is not None else ""
@@ -349,9 +408,7 @@ def after_iteration(path: str | os.PathLike[str] | None = None) -> float:
                 report_iteration(1e3 * (now - last))
             except ImportError:
                 pass
-        s = reader.sleep_s()
-        if s > 0:
-            time.sleep(s)
+        s = _sleep_commanded(reader)
         _last_end[key] = time.monotonic()
         return s
     except Exception:

@@ -13,9 +13,11 @@ atomically to a node-exporter text file (``--metrics-textfile``) every period.
 HTTP endpoints: ``/metrics`` (the exposition), ``/healthz`` (liveness: 200 while the control
 loop beats, else 503) and ``/readyz`` (readiness: also set up, guardian alive, actuator up);
 both health answers are JSON. The server bounds its resources (issue B13): at most
-``max_connections`` connections are served at once (more are closed at once and counted in
-``gpucontrol_metrics_rejected_connections_total``), and a connection idle for ``timeout_s``
-is closed.
+``max_connections`` connections are served at once, plus 4 more for ``/healthz`` and
+``/readyz`` only (more are closed at once and counted in
+``gpucontrol_metrics_rejected_connections_total``), and a connection that has not sent its
+whole request within ``timeout_s`` (1 s on the health-only connections) is closed, however
+steadily it trickles bytes: slow clients cannot starve the liveness probe.
 
 Series (prefix ``gpucontrol_``; labels ``gpu``, ``target``):
 
@@ -69,11 +71,13 @@ gpucontrol_sleep_seconds{gpu="0",target="train"} 0.01
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import math
 import os
 import shlex
+import socket
 import sys
 import threading
 import time
@@ -164,29 +168,47 @@ def _num(x: Any) -> float:
         return math.nan
 
 
+_HEALTH_PATHS = ("/healthz", "/readyz")
+
+
 class _Server(ThreadingMixIn, WSGIServer):
-    """A threading WSGI server with a cap on concurrent connections (issue B13)."""
+    """A threading WSGI server with a cap on concurrent connections (issue B13).
+
+    Each connection must deliver its whole request within ``request_timeout_s`` (a total
+    deadline, not per receive: a client trickling a header line at a time is cut off too).
+    When all ``max_connections`` slots are taken, up to ``health_connections`` more are
+    accepted for ``/healthz`` and ``/readyz`` only, with a deadline of ``health_timeout_s``
+    (anything else there is answered 503), so slow clients cannot starve the probes."""
 
     daemon_threads = True
     request_queue_size = 16
     max_connections = 16  # set per server by a subclass (DaemonMetrics._serve)
     request_timeout_s = 5.0
+    health_connections = 4
+    health_timeout_s = 1.0
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         self.slots = threading.BoundedSemaphore(self.max_connections)
+        self.health_slots = threading.BoundedSemaphore(self.health_connections)
+        self.health_only: dict[Any, threading.BoundedSemaphore] = {}
         self.on_reject: Callable[[], None] = lambda: None
         super().__init__(*args, **kw)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.on_reject()
-            self.shutdown_request(request)  # over the cap: closed at once, no thread
-            return
+        slots = self.slots
+        if not slots.acquire(blocking=False):
+            slots = self.health_slots
+            if not slots.acquire(blocking=False):
+                self.on_reject()
+                self.shutdown_request(request)  # over the cap: closed at once, no thread
+                return
+            self.health_only[request] = slots
         try:
             request.settimeout(self.request_timeout_s)  # an idle connection is dropped
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()
+            self.health_only.pop(request, None)
+            slots.release()
             raise
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -198,10 +220,46 @@ class _Server(ThreadingMixIn, WSGIServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            (self.health_only.pop(request, None) or self.slots).release()
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Reads a socket until a deadline (monotonic): each receive waits only what is left."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock, self._deadline = sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request not received in time")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(b)
 
 
 class _QuietHandler(WSGIRequestHandler):
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.health_only = self.request in self.server.health_only
+        limit = (min(self.server.health_timeout_s, self.server.request_timeout_s)
+                 if self.health_only else self.server.request_timeout_s)
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection,
+                                                       time.monotonic() + limit))
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        self.connection.settimeout(self.server.request_timeout_s)  # for the answer
+        if self.health_only and self.path.split("?", 1)[0] not in _HEALTH_PATHS:
+            self.send_error(503, "busy: only /healthz and /readyz are served now")
+            return False
+        return True
+
     def log_message(self, format: str, *args: object) -> None:
         logger.debug("metrics request: %s", format % args)
 
@@ -233,9 +291,11 @@ class DaemonMetrics:
     health : callable or None
         Returns the health dict (``live``, ``ready``, ...) the endpoints answer with.
     max_connections : int
-        Connections served at once; more are refused.
+        Connections served at once; 4 more are kept for the health endpoints; more are
+        refused.
     timeout_s : float
-        A connection idle this long is closed.
+        A connection that has not sent its whole request this long after it was accepted is
+        closed.
 
     Attributes
     ----------
@@ -404,7 +464,7 @@ class DaemonMetrics:
 
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ.get("PATH_INFO", "/")
-            if path in ("/healthz", "/readyz"):
+            if path in _HEALTH_PATHS:
                 h = self._call_health()
                 ok = bool(h.get("live" if path == "/healthz" else "ready"))
                 body = json.dumps(h).encode()

@@ -23,6 +23,7 @@ import errno
 import math
 import os
 import random
+import re
 import socket
 import stat
 import threading
@@ -49,6 +50,11 @@ __all__ = [
 MAX_DATAGRAM = 4096
 
 
+#: One sample line: ``L`` or ``I``, one space, a plain non-negative decimal (optionally with an
+#: exponent), nothing else (no sign, underscores, extra spaces or carriage return).
+_LINE = re.compile(rb"([LI]) ((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)")
+
+
 def parse_datagram(data: bytes) -> tuple[list[float], list[float], int]:
     """Split one datagram into (latencies, iteration times, malformed line count).
 
@@ -64,15 +70,11 @@ def parse_datagram(data: bytes) -> tuple[list[float], list[float], int]:
     if not lines:
         return lat, it, 1
     for line in lines:
-        kind, _, rest = line.partition(b" ")
-        if kind not in (b"L", b"I") or not rest or len(rest) > 32:
+        m = _LINE.fullmatch(line) if len(line) <= 34 else None
+        if m is None:
             bad += 1
             continue
-        try:
-            v = float(rest)
-        except ValueError:
-            bad += 1
-            continue
+        kind, v = m.group(1), float(m.group(2))
         if not (math.isfinite(v) and 0.0 <= v <= MAX_VALUE_MS):
             bad += 1
             continue

@@ -45,7 +45,11 @@ from gpucontrol.node.records import end_group_rest
 
 #: Run between fork and the training's exec: wait for the owner's go byte on the descriptor
 #: ``argv[1]``, then exec the training in the same process (its PID and start time, which the
-#: owner recorded, stay); end at once if the owner died before saying go.
+#: owner recorded, stay); end at once if the owner died before saying go. The ready descriptor
+#: is tied to this PID (``GPUCONTROL_READY_PID``): only the training itself may signal on it.
+#: The training does not keep the daemon's raised priority or OOM protection (the systemd unit
+#: gives the daemon Nice=-5, OOMScoreAdjust=-500): a negative niceness or oom_score_adj is
+#: reset to 0 (a positive one, a deliberately lowered daemon, is kept).
 _GATE = (
     "import os, sys\n"
     "fd = int(sys.argv[1])\n"
@@ -56,6 +60,20 @@ _GATE = (
     "os.close(fd)\n"
     "if go != b'1':\n"
     "    os._exit(125)\n"
+    "try:\n"
+    "    if os.getpriority(os.PRIO_PROCESS, 0) < 0:\n"
+    "        os.setpriority(os.PRIO_PROCESS, 0, 0)\n"
+    "except OSError:\n"
+    "    pass\n"
+    "try:\n"
+    "    with open('/proc/self/oom_score_adj', 'r+') as f:\n"
+    "        if int(f.read() or 0) < 0:\n"
+    "            f.seek(0)\n"
+    "            f.write('0')\n"
+    "except (OSError, ValueError):\n"
+    "    pass\n"
+    "if 'GPUCONTROL_READY_FD' in os.environ:\n"
+    "    os.environ['GPUCONTROL_READY_PID'] = str(os.getpid())\n"
     "os.execvp(sys.argv[2], sys.argv[2:])\n"
 )
 
@@ -349,6 +367,7 @@ class MPSActuator:
         r, w = os.pipe()
         gate_r, gate_w = os.pipe()
         env["GPUCONTROL_READY_FD"] = str(w)
+        env.pop("GPUCONTROL_READY_PID", None)  # set by the gate to the training's own PID
         try:
             p = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GATE, str(gate_r),
                                   *self.argv], env=env, cwd=self.cwd, pass_fds=(w, gate_r),

@@ -209,3 +209,21 @@ def test_monitor_binds_through_the_checked_directory(tmp_path):
     (tmp_path / "run" / "f.sock").write_text("")
     with pytest.raises(ValueError, match="not a socket"):
         LatencyMonitor(tmp_path / "run" / "f.sock")
+
+
+def test_a_failed_rename_leaves_no_temporary_file(tmp_path):
+    from gpucontrol.node.metrics import DaemonMetrics
+
+    target = tmp_path / "gpu.prom"
+    target.mkdir()  # the rename onto it fails (a directory), every time
+    (target / "keep").write_text("x")
+    with pytest.raises(OSError):
+        write_private_atomic(target, b"{}")
+    m = DaemonMetrics(textfile=str(target))
+    try:
+        for _ in range(3):
+            m.write_textfile()  # logged, not raised
+    finally:
+        m.textfile = None
+        m.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.prom"]

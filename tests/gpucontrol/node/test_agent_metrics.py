@@ -95,8 +95,8 @@ def test_health_endpoints_and_the_connection_cap_in_process():
         assert idle.recv(1) == b""
         assert 0.2 < time.monotonic() - t0 < 3.0
         idle.close()
-        # over the cap: closed at once, counted
-        held = [socket.create_connection(("127.0.0.1", m.port), timeout=5) for _ in range(2)]
+        # over the cap (2, plus 4 kept for the health endpoints): closed at once, counted
+        held = [socket.create_connection(("127.0.0.1", m.port), timeout=5) for _ in range(6)]
         time.sleep(0.05)
         extra = socket.create_connection(("127.0.0.1", m.port), timeout=5)
         assert extra.recv(1) == b""
@@ -105,6 +105,53 @@ def test_health_endpoints_and_the_connection_cap_in_process():
         assert b"gpucontrol_metrics_rejected_connections_total" in m.render()
         assert re.search(rb"rejected_connections_total\{[^}]*\} [1-9]", m.render())
     finally:
+        m.close()
+
+
+def _trickle(port, stop, gap_s=0.2):
+    """A client that sends a request one header line at a time, for as long as it may."""
+    c = socket.create_connection(("127.0.0.1", port), timeout=5)
+    closed_after = None
+    t0 = time.monotonic()
+    try:
+        c.sendall(b"GET /metrics HTTP/1.1\r\n")
+        while not stop.is_set():
+            time.sleep(gap_s)
+            c.sendall(b"X-Slow: 1\r\n")
+    except OSError:
+        closed_after = time.monotonic() - t0
+    finally:
+        c.close()
+    return closed_after
+
+
+def test_slow_clients_cannot_starve_the_health_probes():
+    import concurrent.futures
+    import threading
+
+    m = DaemonMetrics(port=0, health=lambda: {"live": True, "ready": True},
+                      max_connections=3, timeout_s=1.0)
+    base = m.url.rsplit("/", 1)[0]
+    stop = threading.Event()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            slow = [pool.submit(_trickle, m.port, stop) for _ in range(3)]
+            time.sleep(0.3)  # every regular slot is held by a trickling client
+            for _ in range(3):
+                t0 = time.monotonic()
+                assert urllib.request.urlopen(base + "/healthz", timeout=5).status == 200
+                assert urllib.request.urlopen(base + "/readyz", timeout=5).status == 200
+                assert time.monotonic() - t0 < 1.0
+            with pytest.raises(urllib.error.HTTPError) as err:  # the spare slots: probes only
+                urllib.request.urlopen(base + "/metrics", timeout=5)
+            assert err.value.code == 503
+            time.sleep(1.5)
+            stop.set()
+            closed = [f.result(10) for f in slow]
+        # a total deadline: cut off after ~1 s although a line came every 0.2 s
+        assert all(c is not None and c < 2.5 for c in closed), closed
+    finally:
+        stop.set()
         m.close()
 
 
@@ -190,7 +237,7 @@ def test_idle_connections_cannot_exhaust_the_daemon(children, tmp_path):
             except OSError:
                 pass
         time.sleep(0.5)
-        assert _threads(d.pid) <= before + 16 + 2
+        assert _threads(d.pid) <= before + 16 + 4 + 2
         recs = [json.loads(d.stdout.readline()) for _ in range(8)]  # still running periods
         assert sum("period" in r for r in recs) >= 5
     finally:

@@ -300,3 +300,23 @@ def test_daemon_scrapes_prometheus_and_moves_the_cpu_share(tmp_path, children):
     assert recs[-1]["event"] == "stopped"
     assert stopped_pids([busy.pid]) == []
     assert not (Path(ready[0]["cgroup"])).exists()  # the group it made is gone
+
+
+def test_a_daemon_runs_once(tmp_path, children):
+    from gpucontrol.node.daemon import Daemon
+
+    pid = children.spawn(SLEEPER).pid
+    cfg = DaemonConfig(training_pids=(pid,), fixed_sleep=0.0, period_s=0.1, duration_s=0.2,
+                       socket=str(tmp_path / "g.sock"), state=str(tmp_path / "g.state.json"),
+                       hook=str(tmp_path / "g.hook"))
+    log = io.StringIO()
+    d = Daemon(cfg, log=log)
+    assert d.run() == 0
+    first = log.getvalue()
+    assert '"stopped"' in first
+    with pytest.raises(RuntimeError, match="runs once; make a new one"):
+        d.run()
+    assert log.getvalue() == first  # nothing set up, nothing logged
+    log2 = io.StringIO()
+    assert Daemon(cfg, log=log2).run() == 0  # a new one with the same config runs
+    assert sum('"period"' in x for x in log2.getvalue().splitlines()) >= 1

@@ -25,6 +25,7 @@ def _fresh_hook_state(monkeypatch):
     monkeypatch.setattr(hooks, "_last_end", {})
     monkeypatch.delenv("GPUCONTROL_SOCKET", raising=False)
     monkeypatch.delenv("GPUCONTROL_READY_FD", raising=False)
+    monkeypatch.delenv("GPUCONTROL_READY_PID", raising=False)
 
 
 @pytest.fixture
@@ -149,12 +150,47 @@ def test_no_daemon_never_raises_never_sleeps(tmp_path):
 def test_ready_notification_once(monkeypatch, writer):
     r, w = os.pipe()
     monkeypatch.setenv("GPUCONTROL_READY_FD", str(w))
+    monkeypatch.setenv("GPUCONTROL_READY_PID", str(os.getpid()))
     after_iteration(writer.path)
     assert os.read(r, 1) == b"R"
     assert os.read(r, 1) == b""  # the write end was closed
     assert "GPUCONTROL_READY_FD" not in os.environ
+    assert "GPUCONTROL_READY_PID" not in os.environ
     assert notify_ready() is False
     os.close(r)
+
+
+@pytest.mark.parametrize("case", ["other_pid", "no_pid", "regular_file"])
+def test_an_inherited_ready_descriptor_is_left_alone(monkeypatch, tmp_path, case):
+    # a worker started by a launcher inherits the variables; the number may be its own file
+    path = tmp_path / "checkpoint.txt"
+    with open(path, "w") as f:
+        monkeypatch.setenv("GPUCONTROL_READY_FD", str(f.fileno()))
+        if case == "other_pid":
+            monkeypatch.setenv("GPUCONTROL_READY_PID", str(os.getppid()))
+        elif case == "regular_file":
+            monkeypatch.setenv("GPUCONTROL_READY_PID", str(os.getpid()))
+        assert notify_ready() is False
+        os.fstat(f.fileno())  # still open
+        f.write("data")
+    assert path.read_text() == "data"
+    assert "GPUCONTROL_READY_FD" not in os.environ
+    assert "GPUCONTROL_READY_PID" not in os.environ
+
+
+def test_a_pipe_named_for_another_process_is_not_signalled(monkeypatch):
+    r, w = os.pipe()
+    try:
+        monkeypatch.setenv("GPUCONTROL_READY_FD", str(w))
+        monkeypatch.setenv("GPUCONTROL_READY_PID", str(os.getpid() + 1))
+        assert notify_ready() is False
+        os.set_blocking(r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(r, 1)  # nothing written, and the write end is still open
+        os.fstat(w)
+    finally:
+        os.close(r)
+        os.close(w)
 
 
 def test_iteration_times_reach_the_daemon(monkeypatch, writer, tmp_path):
@@ -170,3 +206,111 @@ def test_iteration_times_reach_the_daemon(monkeypatch, writer, tmp_path):
         assert 15.0 < s.iter_mean_ms < 200.0
     finally:
         mon.close()
+
+
+def _after(delay_s, fn):
+    import threading
+
+    t = threading.Timer(delay_s, fn)
+    t.start()
+    return t
+
+
+def test_a_sleep_in_progress_ends_when_the_daemon_stops(writer):
+    writer.set_sleep(1.8)
+    t = _after(0.3, writer.close)  # the daemon stops: sleep 0, inactive
+    try:
+        t0 = time.monotonic()
+        slept = after_iteration(writer.path)
+        elapsed = time.monotonic() - t0
+    finally:
+        t.join()
+    assert 0.3 <= elapsed < 1.0  # within a slice of the stop, not the 1.8 s commanded
+    assert slept < 1.0
+
+
+def test_a_sleep_in_progress_ends_when_the_daemon_is_cleared_or_commands_less(writer):
+    writer.set_sleep(1.8)
+    t = _after(0.3, lambda: clear_hook_file(writer.path))  # the guardian, daemon dead
+    try:
+        t0 = time.monotonic()
+        after_iteration(writer.path)
+        assert time.monotonic() - t0 < 1.0
+    finally:
+        t.join()
+    writer.set_sleep(1.8)
+    t = _after(0.2, lambda: writer.set_sleep(0.5))
+    try:
+        t0 = time.monotonic()
+        assert after_iteration(writer.path) == 0.5
+        assert 0.5 <= time.monotonic() - t0 < 1.2
+    finally:
+        t.join()
+
+
+def test_a_sleep_in_progress_ends_when_the_heartbeat_goes_stale(tmp_path):
+    w = HookWriter(tmp_path / "gpu0.hook", stale_after_s=0.4, max_sleep_s=2.0)
+    try:
+        w.set_sleep(1.8)  # and never beats again: a hung or killed daemon, no guardian
+        t0 = time.monotonic()
+        after_iteration(w.path)
+        assert 0.35 <= time.monotonic() - t0 < 1.2
+    finally:
+        w.close()
+
+
+TRUNCATED_READER = r"""
+import sys
+from gpucontrol.node.hooks import HookReader, after_iteration
+HookReader.RECHECK_S = 60.0  # the open file is read on; no re-stat rescues it
+path = sys.argv[1]
+while True:
+    print(after_iteration(path), flush=True)
+"""
+
+
+def test_a_truncated_hook_file_means_no_sleep_not_a_crash(children, writer):
+    import select
+    import subprocess
+
+    writer.set_sleep(0.02)
+    p = children.spawn(TRUNCATED_READER, writer.path, stdout=subprocess.PIPE, text=True)
+
+    def next_lines(n):
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < n and time.monotonic() < deadline:
+            if select.select([p.stdout], [], [], 0.5)[0]:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                got.append(float(line))
+        return got
+
+    assert next_lines(2) == [0.02, 0.02]
+    os.truncate(writer.path, 0)  # while the training has it open
+    try:
+        time.sleep(0.3)
+        assert p.poll() is None, f"the training died: {p.returncode}"
+    finally:
+        os.truncate(writer.path, SIZE)  # zeros: not a hook record either (and our writer,
+        # which maps it, may write again)
+    time.sleep(0.1)
+    assert p.poll() is None
+    assert next_lines(200)[-5:] == [0.0] * 5
+
+
+def test_a_changed_mode_or_owner_is_noticed_on_the_open_file(monkeypatch, writer):
+    monkeypatch.setattr(HookReader, "RECHECK_S", 0.0)
+    writer.set_sleep(0.3)
+    r = HookReader(writer.path)
+    assert r.sleep_s() == 0.3
+    os.chmod(writer.path, 0o622)  # now writable by others
+    assert r.sleep_s() == 0.0
+    os.chmod(writer.path, 0o600)
+    assert r.sleep_s() == 0.3
+    if os.geteuid() == 0:
+        os.chown(writer.path, 54321, -1)  # now owned by another user
+        assert r.sleep_s() == 0.0
+        os.chown(writer.path, 0, -1)
+        assert r.sleep_s() == 0.3

@@ -30,6 +30,10 @@ from gpucontrol.node.monitor import MAX_DATAGRAM, LatencyAggregator, LatencyMoni
     (b"X 12\nl 12\n12\n", ([], [], 3)),
     (b"L 1" + b"0" * 40, ([], [], 1)),
     (b"\x00\xff\xfe garbage", ([], [], 1)),
+    (b"L 1e3\nL .5\nI 5.\nL 2.5E-1\n", ([1000.0, 0.5, 0.25], [5.0], 0)),
+    # strict: one space, a plain number, nothing else
+    (b"L  12\nL 1_000\nL 12\r\nL +12\nL 12 \nL 0x10\nL 12\t\nL\t12\n L 12\nL -0\n",
+     ([], [], 10)),
 ])
 def test_parse_datagram(data, expected):
     assert parse_datagram(data) == expected

@@ -38,12 +38,61 @@ def test_sends_one_line_per_sample(receiver):
     assert s.recv(100) == b"I 200.0\n"
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, 1e12, "12", None, object()])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, 1e12, "12", b"12", bytearray(b"1"),
+                                 True, False, None, object()])
 def test_rejects_bad_values_without_raising(receiver, bad):
     path, s = receiver
-    assert report_latency(bad, socket_path=path) is (bad == "12")  # a numeric str is ok
-    if bad == "12":
-        assert s.recv(100) == b"L 12.0\n"
+    c = client(path)
+    before = c.dropped, c.sent
+    assert report_latency(bad, socket_path=path) is False  # not a number: not sent
+    assert (c.dropped, c.sent) == (before[0] + 1, before[1])
+    s.settimeout(0.05)
+    with pytest.raises(TimeoutError):
+        s.recv(100)
+
+
+def test_numbers_of_other_types_are_sent_and_minus_zero_as_zero(receiver):
+    import fractions
+
+    import numpy as np
+
+    path, s = receiver
+    assert report_latency(np.float32(2.5), socket_path=path)
+    assert s.recv(100) == b"L 2.5\n"
+    assert report_latency(fractions.Fraction(1, 2), socket_path=path)
+    assert s.recv(100) == b"L 0.5\n"
+    assert report_latency(-0.0, socket_path=path)
+    assert s.recv(100) == b"L 0.0\n"
+    assert report_latency(np.bool_(True), socket_path=path) is False
+
+
+def test_a_fork_while_another_thread_holds_the_clients_locks_does_not_hang(receiver):
+    import signal
+
+    from gpucontrol.node import client as client_mod
+
+    path, s = receiver
+    c = client(path)
+    assert report_latency(1.0, socket_path=path)
+    assert s.recv(100) == b"L 1.0\n"
+    with c._lock, client_mod._clients_lock:  # as another thread would, mid-call
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            ok = report_latency(2.0, socket_path=path) and \
+                report_latency(3.0, socket_path=path + ".other") is False
+            os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 10
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("report_latency hung in the forked child")
+        time.sleep(0.02)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert s.recv(100) == b"L 2.0\n"
 
 
 @settings(max_examples=200)

@@ -254,3 +254,79 @@ def test_a_missing_training_command_is_a_file_not_found(tmp_path):
     act = MPSActuator(["no-such-training-xyz"])
     with pytest.raises(FileNotFoundError, match="no-such-training-xyz"):
         act.start(100)
+
+
+# A launcher like torchrun: it starts a worker (close_fds) that opens its own files up to the
+# ready descriptor's number and runs the training loop.
+WORKER = r'''
+import os, sys
+n = int(os.environ.get("GPUCONTROL_READY_FD", "-1"))
+out = sys.argv[1]
+files = []
+while True:
+    files.append(open(f"{out}.{len(files)}", "w"))
+    if files[-1].fileno() >= n:
+        break
+victim = files[-1]
+from gpucontrol.node.hooks import after_iteration
+after_iteration(out + ".nohook")
+victim.write("mine")
+victim.close()
+with open(out, "w") as f:
+    f.write(f"{n} {os.environ.get('GPUCONTROL_READY_FD')} {open(victim.name).read()}")
+'''
+LAUNCHER = r'''
+import subprocess, sys
+subprocess.call([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+import time
+time.sleep(60)
+'''
+
+
+def test_a_launchers_worker_does_not_signal_on_its_own_files(tmp_path):
+    out = tmp_path / "worker.txt"
+    act = MPSActuator([sys.executable, "-c", LAUNCHER, WORKER, str(out)], ready_timeout_s=1.0,
+                      stop_timeout_s=5)
+    try:
+        act.start(100)  # the launcher never signals: ready by the timeout
+        deadline = time.monotonic() + 20
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        n, left, content = out.read_text().split()
+        assert int(n) >= 0
+        assert left == "None"  # the variables are gone after the first call
+        assert content == "mine"  # its own file was neither written to nor closed
+    finally:
+        act.stop()
+
+
+# A daemon started with a raised priority and OOM protection (as the systemd unit does)
+# launching a training that records its own niceness and oom_score_adj.
+FAVOURED_LAUNCHER = r'''
+import os, sys, time
+os.setpriority(os.PRIO_PROCESS, 0, -5)
+try:  # lowering it needs CAP_SYS_RESOURCE, which a container may not have
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("-500")
+except OSError:
+    pass
+from gpucontrol.node.actuators import MPSActuator
+out = sys.argv[1]
+train = [sys.executable, "-c",
+         "import os, sys; open(sys.argv[1], 'w').write('%d %s' % (os.getpriority("
+         "os.PRIO_PROCESS, 0), open('/proc/self/oom_score_adj').read().strip()))", out]
+act = MPSActuator(train, ready="spawn")
+act.start(100)
+act.proc.wait(20)
+print(os.getpriority(os.PRIO_PROCESS, 0), open("/proc/self/oom_score_adj").read().strip())
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="raising priority and OOM protection needs root")
+def test_the_training_does_not_inherit_the_daemons_priority_or_oom_protection(tmp_path):
+    out = tmp_path / "training.txt"
+    r = subprocess.run([sys.executable, "-c", FAVOURED_LAUNCHER, str(out)], timeout=60,
+                       check=True, capture_output=True, text=True)
+    nice, oom = r.stdout.split()
+    assert nice == "-5"  # the launcher itself keeps its settings
+    assert out.read_text().split() == ["0", "0" if int(oom) <= 0 else oom]
