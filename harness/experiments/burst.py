@@ -24,7 +24,7 @@ from harness.experiments.common import (
     slo_meta,
 )
 from harness.progress import Progress
-from harness.results import result_set, save_figure, write_csv, write_json, write_markdown_table
+from harness.results import save_figure
 from harness.sim.protocol import LoadEvent, Records, Scenario, concat, run_loop
 
 __all__ = ["SUMMARY_COLUMNS", "burst", "burst_scenario"]
@@ -168,15 +168,8 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
         meta["oracle_points"] = [vars(p) for p in oracle.points]
     res = ExperimentResult("burst", rec, summary, meta=meta)
     if out_dir is not None:
-        out = Path(out_dir)
-        with result_set(out):  # the run's files replace the previous run's as a whole
-            res.files += [write_csv(rec, out / "burst.csv"),
-                          write_csv(summary, out / "burst_summary.csv", SUMMARY_COLUMNS),
-                          write_markdown_table(summary, SUMMARY_COLUMNS,
-                                               out / "burst_summary.md",
-                                               title=f"Burst (SLO {slo_ms:g} ms, seed {seed})"),
-                          write_json(meta, out / "burst_meta.json"),
-                          plot_burst(res, out / "burst.png")]
+        res.write_set(Path(out_dir), SUMMARY_COLUMNS, f"Burst (SLO {slo_ms:g} ms, seed {seed})",
+                      plot_burst)
     return res
 
 

@@ -337,6 +337,25 @@ class ExperimentResult:
     files: list[Path] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def write_set(self, out: Path, columns: Sequence[str], title: str,
+                  plot: Callable[[ExperimentResult, Path], Path], digits: int | None = None
+                  ) -> None:
+        """Write the standard set -- ``NAME.csv`` (records), ``NAME_summary.csv`` and ``.md``
+        (``columns``), ``NAME_meta.json`` and ``NAME.png`` (``plot``) -- into ``out`` as one
+        result set: it replaces the previous run's files as a whole (:func:`result_set`)."""
+        from harness.results import result_set, write_csv, write_json, write_markdown_table
+
+        n = self.name
+        md_kw: dict[str, Any] = {"title": title} if digits is None else {"title": title,
+                                                                          "digits": digits}
+        with result_set(out):
+            self.files += [write_csv(self.records, out / f"{n}.csv"),
+                           write_csv(self.summary, out / f"{n}_summary.csv", columns),
+                           write_markdown_table(self.summary, columns,
+                                                out / f"{n}_summary.md", **md_kw),
+                           write_json(self.meta, out / f"{n}_meta.json"),
+                           plot(self, out / f"{n}.png")]
+
     def row(self, controller: str) -> dict[str, Any]:
         for r in self.summary:
             if r.get("controller") == controller:

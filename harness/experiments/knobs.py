@@ -28,7 +28,7 @@ from harness.experiments.common import (
     plant_mps_enabled,
 )
 from harness.progress import Progress
-from harness.results import result_set, save_figure, write_csv, write_json, write_markdown_table
+from harness.results import save_figure
 from harness.sim.protocol import Records, concat, run_loop
 
 __all__ = ["KNOB_RUNS", "PAPER_FIG4", "Schedule", "knobs"]
@@ -159,17 +159,10 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
                          "mps_enabled": mps_on.get(k)} for k, v in KNOB_RUNS.items()}}
     res = ExperimentResult("knobs", rec, summary, meta=meta)
     if out_dir is not None:
-        out = Path(out_dir)
         cols = ("run", "phase", "latency_ms", "paper_latency_ms", "latency_err_pct", "sm_pct",
                 "paper_sm_pct", "sm_err_pct", "sim_latency_ms", "sim_sm_pct")
-        with result_set(out):  # the run's files replace the previous run's as a whole
-            res.files += [write_csv(rec, out / "knobs.csv"),
-                          write_csv(summary, out / "knobs_summary.csv", cols),
-                          write_markdown_table(summary, cols, out / "knobs_summary.md",
-                                               title="Knobs (GPUColo paper, Fig. 4)",
-                                               digits=2),
-                          write_json(meta, out / "knobs_meta.json"),
-                          plot_knobs(res, out / "knobs.png")]
+        res.write_set(Path(out_dir), cols, "Knobs (GPUColo paper, Fig. 4)", plot_knobs,
+                      digits=2)
     return res
 
 

@@ -34,7 +34,7 @@ from harness.experiments.common import (
     steady_mask,
 )
 from harness.progress import Progress
-from harness.results import result_set, save_figure, write_csv, write_json, write_markdown_table
+from harness.results import save_figure
 from harness.sim.protocol import Records, concat, run_loop
 
 __all__ = ["DEFAULT_SWEEP_CONTROLLERS", "SUMMARY_COLUMNS", "slo_sweep"]
@@ -132,15 +132,8 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
             "mps_enabled": all(mps_on) if None not in mps_on else None}
     res = ExperimentResult("slo_sweep", rec, summary, meta=meta)
     if out_dir is not None:
-        out = Path(out_dir)
-        with result_set(out):  # the run's files replace the previous run's as a whole
-            res.files += [write_csv(rec, out / "slo_sweep.csv"),
-                          write_csv(summary, out / "slo_sweep_summary.csv", SUMMARY_COLUMNS),
-                          write_markdown_table(summary, SUMMARY_COLUMNS,
-                                               out / "slo_sweep_summary.md",
-                                               title=f"SLO sweep (batch {batch}, seed {seed})"),
-                          write_json(meta, out / "slo_sweep_meta.json"),
-                          plot_sweep(res, out / "slo_sweep.png")]
+        res.write_set(Path(out_dir), SUMMARY_COLUMNS, f"SLO sweep (batch {batch}, seed {seed})",
+                      plot_sweep)
     return res
 
 

@@ -75,12 +75,12 @@ def test_an_interrupted_sweep_leaves_the_previous_complete_set_and_says_where(
 
 def test_an_interrupt_before_any_file_says_nothing_was_written(tmp_path, monkeypatch,
                                                                capsys):
-    slo_sweep = importlib.import_module("harness.experiments.slo_sweep")
+    results = importlib.import_module("harness.results")
 
     def interrupted(*a, **kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(slo_sweep, "write_csv", interrupted)
+    monkeypatch.setattr(results, "write_csv", interrupted)  # the set's first file
     assert main([*SWEEP, "--out", str(tmp_path)]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"interrupted; nothing written to {tmp_path}/slo_sweep")

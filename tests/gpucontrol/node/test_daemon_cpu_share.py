@@ -18,6 +18,7 @@ from actuators._children import (
     child_pids,
     cpu_cgroup_of,
     daemon_argv,
+    fork_worker,
     read_events,
     stopped_pids,
     wait_for,
@@ -29,15 +30,6 @@ from gpucontrol.node.share import ShareWiring
 
 OPEN_LOOP = ("--fixed-sleep", "0", "--share-backend", "cpu", "--sleep-method", "signal",
              "--period-s", "0.2")
-
-
-def _fork_worker(p) -> int:
-    before = set(child_pids(p.pid))
-    p.stdin.write("fork\n")
-    p.stdin.flush()
-    new = wait_for(lambda: set(child_pids(p.pid)) - before, 5.0)
-    assert new, "the training did not fork"
-    return new.pop()
 
 
 def _guardian_of(daemon_pid: int) -> int | None:
@@ -75,7 +67,7 @@ def test_the_training_goes_back_to_its_own_group(children, cpu_groups, tmp_path,
     group = ready[0]["cgroup"]
     try:
         assert cpu_cgroup_of(train.pid) == cgroup_rel(detect_backend()[1] / os.path.basename(group))
-        worker = _fork_worker(train)
+        worker = fork_worker(train)
         state = json.loads((tmp_path / "a.state.json").read_text())
         assert [(o["pid"], o["cgroup"]) for o in state["share"]["origins"]] == \
             [(train.pid, str(home))]

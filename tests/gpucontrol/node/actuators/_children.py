@@ -174,6 +174,16 @@ def cpu_controller_writable() -> bool:
     return True
 
 
+def fork_worker(p) -> int:
+    """Make the ``FORKER`` child ``p`` fork one worker now; returns the worker's pid."""
+    before = set(child_pids(p.pid))
+    p.stdin.write("fork\n")
+    p.stdin.flush()
+    new = wait_for(lambda: set(child_pids(p.pid)) - before, 5.0)
+    assert new, "the training did not fork"
+    return new.pop()
+
+
 def cgroup_rel(group) -> str:
     """A CPU-controller group directory as /proc/PID/cgroup names it (relative to the
     controller root)."""

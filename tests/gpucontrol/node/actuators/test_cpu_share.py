@@ -18,6 +18,7 @@ from _children import (
     child_pids,
     cpu_cgroup_of,
     cpu_controller_writable,
+    fork_worker,
     wait_for,
 )
 
@@ -106,16 +107,6 @@ def _spawn_forker(children):
     return children.spawn(FORKER, stdin=subprocess.PIPE, text=True)
 
 
-def _fork_worker(p) -> int:
-    """Make the FORKER child ``p`` fork one worker now; returns the worker's pid."""
-    before = set(child_pids(p.pid))
-    p.stdin.write("fork\n")
-    p.stdin.flush()
-    new = wait_for(lambda: set(child_pids(p.pid)) - before, 5.0)
-    assert new, "the training did not fork"
-    return new.pop()
-
-
 def test_close_returns_each_process_to_the_group_it_came_from(children, cpu_groups):
     """A training in a group of its own (capped at 50 % by someone else) goes back there when
     the share is closed -- not to the share group's parent, where it would escape that cap --
@@ -129,7 +120,7 @@ def test_close_returns_each_process_to_the_group_it_came_from(children, cpu_grou
         assert cpu_cgroup_of(p.pid) == cgroup_rel(share.path)
         rec = share.record()
         assert [(o["pid"], o["cgroup"]) for o in rec["origins"]] == [(p.pid, str(home))]
-        worker = _fork_worker(p)  # forked inside the share group: not in the record
+        worker = fork_worker(p)  # forked inside the share group: not in the record
         assert cpu_cgroup_of(worker) == cgroup_rel(share.path)
     finally:
         share.close()
@@ -151,7 +142,7 @@ def test_crash_clean_up_returns_processes_home_or_to_the_parent(children, cpu_gr
     share = CpuShare([p.pid for p in procs], name=f"gpucontrol-test-{uuid.uuid4().hex[:8]}",
                      share_pct=10.0)
     try:
-        worker = _fork_worker(procs[0])
+        worker = fork_worker(procs[0])
         homes[1].rmdir()  # empty now: its process sits in the share group
         out = cleanup_owned({"share": json.loads(json.dumps(share.record()))})  # no close()
         assert out["share_released"] == 1
