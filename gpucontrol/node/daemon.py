@@ -488,8 +488,11 @@ class Daemon(DaemonSafety):
         silent_n, silent, change = self.silence.observe(st.count)
         if change == "silent":
             if self.controller is not None:  # open loop needs no reports
-                self.say(f"no latency report for {silent_n} periods: is the inference "
-                         f"server reporting to {self.cfg.socket}?")
+                where = (f"is {self.cfg.prometheus_url} serving a growing "
+                         f"{self.cfg.prometheus_metric} histogram?"
+                         if self.cfg.latency_source == "prometheus" else
+                         f"is the inference server reporting to {self.cfg.socket}?")
+                self.say(f"no latency report for {silent_n} periods: {where}")
             self.emit(event="inference_silent", periods=silent_n)
         elif change == "resumed":
             self.emit(event="inference_resumed")
