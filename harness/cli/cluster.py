@@ -99,7 +99,8 @@ def register(sub) -> None:
     p.add_argument("--ratios", type=number_list(0, 100, lo_open=True, example="1,2,3,4,5"),
                    default=None,
                    help="comma list of inference:training ratios for Fig 13b (GSLICE, "
-                        "GPUColo), each in (0, 100] and none twice (default: no ratio sweep)")
+                        "GPUColo), each in (0, 100] and none twice, swept with the first "
+                        "--placement (default: no ratio sweep)")
     p.add_argument("--slo-factor", type=number(0, 2, lo_open=True), default=0.96,
                    help="SLO as a multiple of the task's solo time, (0, 2]")
     p.add_argument("--slo-mode", choices=("rate", "deadline"), default="rate")
