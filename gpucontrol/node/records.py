@@ -45,13 +45,19 @@ __all__ = ["cleanup_owned", "end_group_rest", "open_identity", "origin_of", "qui
 MPS_ROOT_PREFIX = "gpucontrol-mps-"
 
 
-def _start_ticks(pid: int) -> int | None:
+def _stat_field(pid: int, index: int) -> int | None:
+    """Field ``index`` (0: the state) after the command name in ``/proc/PID/stat``; None when
+    the process is gone or the file is unreadable."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as f:
             raw = f.read()
-        return int(raw[raw.rindex(b")") + 2:].split()[19])
+        return int(raw[raw.rindex(b")") + 2:].split()[index])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _start_ticks(pid: int) -> int | None:
+    return _stat_field(pid, 19)
 
 
 def open_identity(ident: dict) -> int | None:
@@ -219,12 +225,7 @@ def remove_cgroup(path: object, timeout_s: float = 2.0) -> bool:
 
 
 def _ppid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            raw = f.read()
-        return int(raw[raw.rindex(b")") + 2:].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+    return _stat_field(pid, 1)
 
 
 def _inside(path: str, top: str) -> bool:

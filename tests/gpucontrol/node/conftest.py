@@ -43,22 +43,13 @@ def cgroup_factory():
     try:
         yield make
     finally:
-        import time
-
         for path in reversed(made):
             for name, value in (("cgroup.freeze", "0"), ("cgroup.kill", "1")):
                 try:
                     (path / name).write_text(value)
                 except OSError:
                     pass
-            for _ in range(200):
-                try:
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.01)
+            _remove_group(path)
 
 
 @pytest.fixture
@@ -89,25 +80,35 @@ def cpu_groups():
                 (path / "cpu.cfs_quota_us").write_text(str(quota))
         return path
 
+    def empty(path):  # its members to the root group, at every try
+        for pid in (path / "cgroup.procs").read_text().split():
+            try:
+                (base / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass
+
     try:
         yield make
     finally:
-        import time
-
         for path in reversed(made):
-            for _ in range(200):
-                try:
-                    for pid in (path / "cgroup.procs").read_text().split():
-                        try:
-                            (base / "cgroup.procs").write_text(pid)
-                        except OSError:
-                            pass
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.01)
+            _remove_group(path, before=empty)
+
+
+def _remove_group(path, before=None):
+    """Remove a test's cgroup, retrying for 2 s while its members exit (``before(path)``
+    runs before every try); a group already gone is fine."""
+    import time
+
+    for _ in range(200):
+        try:
+            if before is not None:
+                before(path)
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
 
 
 @pytest.fixture
