@@ -20,7 +20,8 @@ glitch. Figures, per plant, against the issue's targets:
   period: the best fixed MPS and the best MPS path chosen knowing the load in advance (upper
   bounds), and a greedy causal policy that knows the plant exactly;
 * a restart-free share (plant and controller ``restart_s=0``, a green context or a CPU
-  quota) deciding every period and every 12 periods.
+  quota) deciding every period and every 12 periods, in percent and on four partitions
+  (25/50/75/100).
 
     python benchmarks/control_quality.py [--seeds 8] [--out FILE] [--plot PNG]
 
@@ -61,6 +62,8 @@ CONTROLLERS: dict[str, dict[str, Any]] = {
 T = 4.0
 #: Outer-loop windows measured with a restart-free share.
 FREE_EVERY = (1, 12)
+#: Green-context partitions measured with a restart-free share (docs/daemon.md's example).
+PARTITIONS = (25.0, 50.0, 75.0, 100.0)
 
 
 def identify(name: str, seed: int, statistic: str = "mean") -> LinearLatencyModel:
@@ -203,7 +206,7 @@ def mean_of(rows: list[dict[str, Any]], key: str) -> float:
 
 def bench(seeds: int) -> dict[str, Any]:
     out: dict[str, Any] = {"trace": {}, "steady": {}, "step": {}, "errors": {}, "glitch": {},
-                           "p99": {}, "told": {}, "bound": {}, "free": {}}
+                           "p99": {}, "told": {}, "bound": {}, "free": {}, "partitions": {}}
     for name in zoo.PLANTS:
         for label, kw in CONTROLLERS.items():
             rows = [run(name, s, zoo.load_trace(600, seed=s), **kw) for s in range(seeds)]
@@ -217,6 +220,11 @@ def bench(seeds: int) -> dict[str, Any]:
                         restart_s=0.0, outer_every=every) for s in range(seeds)]
             out["free"][(name, every)] = {k: mean_of(rows, k) for k in
                                           ("over", "median", "efficiency", "changes")}
+            rows = [run(name, s, zoo.load_trace(600, seed=s), plant_restart_s=0.0,
+                        restart_s=0.0, outer_every=every, mps_levels_pct=PARTITIONS)
+                    for s in range(seeds)]
+            out["partitions"][(name, every)] = {k: mean_of(rows, k) for k in
+                                                ("over", "median", "efficiency", "changes")}
         rows = [run(name, s, np.ones(500)) for s in range(seeds)]
         # evaluations after period 100: (500 - 100) / 25 = 16
         out["steady"][name] = {"per10": mean_of(rows, "changes_late") / 16 * 10,
@@ -324,6 +332,14 @@ def report(res: dict[str, Any], seeds: int, elapsed: float) -> str:
                      "share changes in 600 periods | — | " + " | ".join(
                          f"{x['over']:.1f} % / {x['median']:.2f} % / {x['efficiency']:.3f}; "
                          f"{x['changes']:.0f}" for x in fr) + " | |")
+    for every in FREE_EVERY:
+        fr = [res["partitions"][(p, every)] for p in P]
+        ok = [x["over"] <= (3.0 if p == "delayed" else 2.0) for p, x in zip(P, fr)]
+        lines.append(f"| four restart-free partitions (25/50/75/100, `mps_levels_pct`), "
+                     f"`outer_every={every}`: % over / median / training vs oracle (trace); "
+                     "share changes in 600 periods | ≤ 2 % over (≤ 3 % delayed) | " + " | ".join(
+                         f"{x['over']:.1f} % / {x['median']:.2f} % / {x['efficiency']:.3f}; "
+                         f"{x['changes']:.0f}" for x in fr) + f" | {verdict(all(ok))} (over) |")
     for err in (0.3, 3.0):
         e = [res["errors"][(p, err)] for p in P]
         lines.append(f"| model gain x{err:g}: % over / median / training vs oracle | — | "

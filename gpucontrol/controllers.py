@@ -327,9 +327,11 @@ class InnerSleepController:
         ``sleep_s -> local slope / model slope`` (> 0); None: 1.
     oscillation_guard : bool
         Halve the gain (down to 1/8) when errors above 2 % of the set point change sign 3
-        times within 8 periods with a mean |error| above 3 % — the signature of a loop
+        times within 8 periods with a mean |error| above 3.5 % — the signature of a loop
         ringing past its stable gain (an underestimated slope, an unknown delay); recover by
-        1.25x after 20 calm periods.
+        1.25x after 20 calm periods. (At 3 % the plant zoo's "ours", whose reading alternates
+        period to period at a long sleep, had its gain cut to 1/8 for hundreds of periods;
+        3, 3.5, 4 and 5 % were measured, BENCHMARKS.md.)
     """
 
     def __init__(self, kp: float, slo_ms: float, sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
@@ -379,7 +381,7 @@ class InnerSleepController:
 
     def _guard(self, u: float, e: float) -> None:
         """Count sign changes of large errors (> 2 % of the set point) over the last 8
-        periods; 3 or more with a mean |error| above 3 % mean the loop rings past its stable
+        periods; 3 or more with a mean |error| above 3.5 % mean the loop rings past its stable
         gain (measurement noise alone crosses too, but with small errors)."""
         big = abs(e) > 0.02 * self.slo_ms
         sign = math.copysign(1.0, e) if big else 0.0
@@ -389,7 +391,7 @@ class InnerSleepController:
         self._crossings.append(crossing)
         self._errs.append(abs(e))
         self._calm = 0 if big else self._calm + 1
-        if sum(self._crossings) >= 3 and sum(self._errs) / len(self._errs) > 0.03 * self.slo_ms:
+        if sum(self._crossings) >= 3 and sum(self._errs) / len(self._errs) > 0.035 * self.slo_ms:
             self.backoff = max(self.backoff * 0.5, 0.125)
             self._crossings.clear()
         elif self._calm >= 20 and self.backoff < 1.0:

@@ -26,16 +26,23 @@ period's error; it never optimises the operating point and it restarts the train
   update within [0.5, 2], so one under-realised move cannot stop every later one);
 * **acts early** when the sleep stays pinned at its upper bound with the latency over the SLO
   (``pinned_periods`` in a row): a step sized from the learnt slope, doubling while it stays
-  pinned, and the failing level becomes a ceiling for ``horizon_periods`` (no optimising move
-  returns there, so a tail the sleep cannot move does not make the MPS ping-pong) or until
-  the sleep stays pinned at its lower bound with headroom (the load has fallen); and it
-  evaluates early when the sleep stays pinned at its lower bound with headroom;
+  pinned, and a level that failed within ``2 * max(every, min_window)`` periods of an upward
+  move becomes a ceiling for ``horizon_periods`` (no optimising move returns there, so a tail
+  the sleep cannot move does not make the MPS ping-pong) or until the load has fallen by the
+  failed level's excess (read as the latency with the sleep pinned at its lower bound, against
+  the first such reading after the failure); and it evaluates early when the sleep stays
+  pinned at its lower bound with headroom;
 * **feeds the sleep forward** on an upward move (``feedforward``, the mean mode's default):
   the sleep the inner model says brings the latency the move is predicted to reach back to
   the set point, set at the move, since the inner loop is held through the restart and would
   otherwise meet the new share at the old sleep (on the zoo's "ours" plant 3-8 periods after
   an upward move were a third of its periods over 1.05 SLO). The slope learnt from the first
-  reading after the restart adds back what the sleep change took off.
+  reading after the restart adds back what the sleep change took off. With a restart-free
+  knob (``restart_s=0``) the sleep set is at least the one that keeps the training's
+  footprint, share times duty, where it was: a restart-free move's only risk is its
+  transient, and on coarse partitions (25/50/75/100) a slope learnt from earlier moves
+  under-predicted a whole partition's rise (5.7 % of periods over 1.05 SLO on the zoo's
+  "ours"); the inner loop takes the headroom from there.
 
 A restart-free spatial-sharing backend passes ``restart_s=0``: the cost term then vanishes and
 decisions may come more often than the 25 periods a restart needs, down to every period. Each
@@ -195,6 +202,8 @@ class ThroughputOuter:
         self._steady = 0               # periods the load (seen through the duty) held still
         self._last_duty: float | None = None
         self._ceiling_left = 0
+        self._ceiling_ref: float | None = None   # the load seen under the ceiling at first
+        self._ceiling_drop = 0.0     # its relative fall that lifts the ceiling
         self._last_dir = 0.0
         #: whether the iteration times passed to :meth:`update` are measured (set by the
         #: two-tier controller); an assumed time is used for predictions but never learnt from
@@ -220,6 +229,46 @@ class ThroughputOuter:
         load has held still if longer (a regime that has lasted that long is expected to last
         about as long again), so a small steady gain pays in the end."""
         return float(max(self.horizon_periods, self._steady))
+
+    def _pinned_low_load(self) -> float | None:
+        """The mean latency of the last ``pinned_periods`` readings if the sleep was pinned
+        at its lower bound in all of them (the load as this level sees it, no model needed),
+        else None."""
+        if len(self._recent) < self.pinned_periods:
+            return None
+        last = list(self._recent)[-self.pinned_periods:]
+        if any(r[1] > self.sleep_lo + 1e-9 for r in last):
+            return None
+        return sum(r[0] for r in last) / len(last)
+
+    def _track_ceiling(self) -> None:
+        """Lift the ceiling once the load has fallen enough for the failed level to hold.
+
+        The load is read at the level below the ceiling as :meth:`_pinned_low_load`; the
+        first such reading after the failure is the reference, and the ceiling goes when the
+        load has fallen by the failed level's relative excess. Lifting it whenever the sleep
+        pinned low with headroom, as before, read the headroom the move down itself made as a
+        falling load: on four partitions the loop went 50 -> 75 -> 50 every few dozen
+        periods, each move up 5-15 % over the SLO. At the end of ``horizon_periods`` the
+        ceiling goes only if the load is back at or under the reference (or none was read):
+        otherwise it is renewed."""
+        if math.isinf(self._ceiling):
+            return
+        load = self._pinned_low_load()
+        if self._ceiling_left > 0:
+            self._ceiling_left -= 1
+            if self._ceiling_left == 0:
+                if self._ceiling_ref is not None and (load is None or load > self._ceiling_ref):
+                    self._ceiling_left = self.horizon_periods    # the load has not fallen
+                else:
+                    self._ceiling = math.inf
+                    return
+        if load is None:
+            return
+        if self._ceiling_ref is None:
+            self._ceiling_ref = load
+        elif load < self._ceiling_ref * (1.0 - self._ceiling_drop):
+            self._ceiling, self._ceiling_left = math.inf, 0
 
     def restart_count(self) -> None:
         self.count = 0
@@ -302,21 +351,30 @@ class ThroughputOuter:
         latency per unit duty, times the learnt ``duty_scale``), the sleep that brings the
         predicted latency after the move (the window's, plus ``mps_gain * dm``) back to the
         set point, within the sleep bounds; the latency it takes off is added back when the
-        slope is learnt. None after a downward move, when the prediction stays under the set
-        point (a move into headroom), with ``feedforward`` off or without a usable duty gain."""
+        slope is learnt. With a restart-free knob (``restart_s == 0``) at least the sleep
+        that keeps share x duty where it was, even when the prediction stays under the set
+        point. None after a downward move, when the prediction stays under the set point
+        (a move into headroom) with a restart, with ``feedforward`` off or without a usable
+        duty gain."""
         ready, self._ff_ready = self._ff_ready, False
         if not self.feedforward or not ready or self._probe is None:
             return None
         m0, l0, _t0, dm = self._probe
         excess = l0 + self.mps_gain * dm - self.slo_ms    # predicted over the set point
-        if dm <= 0 or excess <= 0 or not (duty_gain > 0 and math.isfinite(duty_gain)) or not (
+        free = self.restart_s == 0.0
+        if dm <= 0 or (excess <= 0 and not free) or not (
+                duty_gain > 0 and math.isfinite(duty_gain)) or not (
                 iteration_s > 0 and math.isfinite(iteration_s)):
             return None
         gain = duty_gain * self.duty_scale
         tau = self.duty_time_s if self.duty_time_s else \
             iteration_s * (self.mps_pct / m0) ** -self.beta
         d0 = self.duty(tau, self._move_sleep)
-        d1 = max(d0 - excess / gain, 0.05)
+        d1 = max(d0 - max(excess, 0.0) / gain, 0.05)
+        if free:
+            # restart-free: at least keep the footprint (share x duty) where it was; the
+            # learnt slope alone under-predicted a whole partition's rise
+            d1 = min(d1, d0 * m0 / self.mps_pct)
         s1 = min(max(tau * (1.0 - d1) / d1, self.sleep_lo), self.sleep_hi)
         self._ff_ms = gain * (d0 - self.duty(tau, s1))
         self._move_sleep = s1
@@ -386,19 +444,12 @@ class ThroughputOuter:
             self._learn(latency_ms, t, self._move_sleep)
             self._recent.append((latency_ms, sleep_s, t))
             self._win.append((latency_ms, sleep_s, t))
-        if self._ceiling_left > 0:
-            self._ceiling_left -= 1
-            if self._ceiling_left == 0:
-                self._ceiling = math.inf
         self._high = self._high + 1 if saturated == "high" and latency_ms > self.slo_ms else 0
         if self._high:
             self._steady = 0
         self._low = self._low + 1 if saturated == "low" and latency_ms < self.slo_ms else 0
-        if self._low >= 2 * self.pinned_periods:
-            # the sleep pinned low with headroom: the load has fallen since a level failed,
-            # so its ceiling no longer says anything (held for the whole horizon it kept
-            # the share low through a falling load)
-            self._ceiling, self._ceiling_left = math.inf, 0
+        # held for the whole horizon, a ceiling kept the share low through a falling load
+        self._track_ceiling()
         self.count += 1
         self._since_move += 1
         pinned = list(self._recent)[-self.pinned_periods:]
@@ -414,9 +465,13 @@ class ThroughputOuter:
             step = max(self.min_step_pct, excess / self.mps_gain) * self._escalate
             step = min(step, 0.3 * self.mps_pct)
             # an upward move that failed: its level is a ceiling for a horizon (no optimising
-            # move returns there); a load rise is not the level's fault
-            if self._last_dir > 0 and self._since_move <= 2 * self.every:
+            # move returns there); a load rise long after the move is not the level's fault.
+            # With a short ``every`` (a restart-free knob) the sleep takes longer than two
+            # decisions to climb to its bound, so the window is at least the decision's own.
+            if self._last_dir > 0 and self._since_move <= 2 * max(self.every, self.min_window):
                 self._ceiling, self._ceiling_left = self.mps_pct, self.horizon_periods
+                self._ceiling_drop = min(max(excess / self.slo_ms, 0.02), 0.2)
+                self._ceiling_ref = None
             return self._move(-step, "sleep pinned high", latency_ms, t)
         if self._high == 0 and self.count > self.pinned_periods + 2:
             self._escalate, self._last_excess = 1.0, math.inf

@@ -356,10 +356,12 @@ def test_throughput_outer_moves_between_the_partitions_only():
         ThroughputOuter(90.0, levels_pct=[0.5])
 
 
-def test_throughput_outer_ceiling_lifts_when_the_sleep_stays_pinned_low():
+def test_throughput_outer_ceiling_lifts_when_the_load_has_fallen_by_the_excess():
     """An upward move whose level the sleep cannot hold is cut back and that level becomes a
-    ceiling; once the sleep stays pinned at 0 with headroom (the load has fallen) the ceiling
-    is lifted, or it would keep the share low through a falling load for the whole horizon."""
+    ceiling. The headroom the cut itself makes (the sleep pinned at 0 at the lower level)
+    does not lift it: that made the loop ping-pong between partitions. It goes once the
+    latency with the sleep pinned at 0 has fallen by the failed level's excess (the load
+    fell), or it would keep the share low through a falling load for the whole horizon."""
     outer = ThroughputOuter(90.0, initial_mps_pct=60.0, mps_gain_ms_per_pct=0.2, explore=False)
     up = _feed(outer, 25, 87.75, 0.0, "low")
     assert up is not None and up > 60.0 and outer.ceiling_pct is None
@@ -367,9 +369,45 @@ def test_throughput_outer_ceiling_lifts_when_the_sleep_stays_pinned_low():
     assert cut is not None and cut < up and outer.ceiling_pct == up
     _feed(outer, 5, 95.0 - 0.2 * (up - cut), 0.5, None)       # held at the lower level
     assert outer.ceiling_pct == up
-    _feed(outer, 6, 80.0, 0.0, "low")
+    _feed(outer, 30, 86.0, 0.0, "low")            # pinned low at the lower level: the cut's
+    assert outer.ceiling_pct == up                # own headroom, the load has not fallen
+    # the failed level was 95 - 0.97 * 90 = 7.7 ms (8.6 %) over: a fall of 5 % is not enough
+    _feed(outer, 6, 86.0 * 0.95, 0.0, "low")
+    assert outer.ceiling_pct == up
+    _feed(outer, 6, 86.0 * 0.9, 0.0, "low")
     assert outer.ceiling_pct is None
 
+
+def test_throughput_outer_ceiling_is_renewed_while_the_load_stays_up():
+    """At the end of its horizon a ceiling goes only if the load is back at or under the
+    level it was first read at under the ceiling; with the load still up it is renewed (on
+    four partitions a ceiling that simply expired let the loop go back up into a level that
+    still failed, at a higher load than the first time)."""
+    outer = ThroughputOuter(90.0, initial_mps_pct=60.0, mps_gain_ms_per_pct=0.2, explore=False)
+    up = _feed(outer, 25, 87.75, 0.0, "low")
+    assert up is not None and up > 60.0
+    outer.horizon_periods = 20                        # a short horizon for the ceiling
+    cut = _feed(outer, 3, 95.0, 1.0, "high")
+    assert cut is not None and outer.ceiling_pct == up
+    _feed(outer, 3, 86.0, 0.0, "low")                 # the reference: 86 ms at sleep 0
+    for _ in range(30):                               # the load rises: the sleep is needed
+        outer.update(90.0, 0.2, None, 20.0, 0.5)
+    assert outer.ceiling_pct == up                    # renewed at the end of the horizon
+    for _ in range(25):                               # back to the reference's load
+        outer.update(85.5, 0.0, "low", 20.0, 0.5)
+    assert outer.ceiling_pct is None
+
+
+def test_throughput_outer_ceiling_catches_a_slow_failure_with_a_short_window():
+    """With a restart-free knob deciding every period, an upward move's failure shows once the
+    sleep has climbed to its bound, several periods later: it still leaves a ceiling."""
+    outer = ThroughputOuter(90.0, every=1, initial_mps_pct=50.0, levels_pct=[25, 50, 75, 100],
+                            restart_s=0.0, mps_gain_ms_per_pct=0.2, explore=False)
+    up = _feed(outer, 8, 80.0, 0.0, "low")
+    assert up == 75.0
+    assert _feed(outer, 5, 93.0, 0.8, None) is None      # the sleep climbs for 5 periods
+    cut = _feed(outer, 3, 95.0, 1.0, "high")
+    assert cut == 50.0 and outer.ceiling_pct == 75.0
 
 
 def test_throughput_outer_feeds_the_sleep_forward_on_an_upward_move():
@@ -408,3 +446,67 @@ def test_default_controller_applies_the_feedforward_with_the_move():
     i = acts.index(moved[0])
     assert moved[0].sleep_s > acts[i - 1].sleep_s     # raised with the move, held after it
     assert acts[i + 1].sleep_s == moved[0].sleep_s
+
+
+def _guarded_loop(true_gain, alternation_ms, delay=0, periods=200, seed=0):
+    """A detune-0.5 P loop designed for a slope of -40 ms/s on a plant of slope
+    ``-true_gain``, reading ``delay`` periods late, with a period-2 alternation and 1 ms of
+    noise when ``alternation_ms`` is 0; returns (final backoff, mean |error| / SLO of the
+    last 100 periods)."""
+    s0 = 30.0 / true_gain                                  # the operating point
+    ctl = InnerSleepController(-0.5 / 40.0, 90.0, (0.0, 1.0), oscillation_guard=True,
+                               initial_sleep_s=s0)
+    rng = np.random.default_rng(seed)
+    sleeps, errs = [s0] * (delay + 1), []
+    for k in range(periods):
+        noise = alternation_ms * (-1) ** k if alternation_ms else rng.normal(0.0, 1.0)
+        latency = 120.0 - true_gain * sleeps[-1 - delay] + noise
+        errs.append(abs(latency - 90.0) / 90.0)
+        ctl.update(latency)
+        sleeps.append(ctl.sleep_s)
+    return ctl.backoff, float(np.mean(errs[-100:]))
+
+
+def test_oscillation_guard_leaves_a_plants_own_alternation_alone():
+    """A plant whose reading alternates period to period by 2.4 % of the SLO (as the zoo's
+    "ours" does at a long sleep: a training iteration aliasing against the period) is not a
+    ringing loop: the P loop amplifies it by a third, to 3.3 %, which cut the gain to 1/8
+    when the guard fired at 3 % and left the loop that slow for hundreds of periods."""
+    backoff, err = _guarded_loop(40.0, 2.2)
+    assert backoff == 1.0 and err == pytest.approx(0.0326, abs=0.001)
+
+
+def test_oscillation_guard_still_calms_a_delayed_loop_with_an_underestimated_slope():
+    """The true slope 3.25x the model's and a one-period delay: the loop gain 1.6 rings past
+    its stable bound 1; the guard cuts it and holds the error near the noise."""
+    backoff, err = _guarded_loop(130.0, 0.0, delay=1)
+    assert backoff < 1.0 and err < 0.02
+    unguarded = InnerSleepController(-0.5 / 40.0, 90.0, (0.0, 1.0), initial_sleep_s=30 / 130)
+    sleeps, errs = [30 / 130] * 2, []
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        latency = 120.0 - 130.0 * sleeps[-2] + rng.normal(0.0, 1.0)
+        errs.append(abs(latency - 90.0) / 90.0)
+        unguarded.update(latency)
+        sleeps.append(unguarded.sleep_s)
+    assert np.mean(errs[-100:]) > 0.2          # without it the loop rings between the bounds
+
+
+def test_restart_free_upward_move_keeps_the_training_footprint():
+    """With a restart-free knob the sleep set with an upward move at least keeps share x duty
+    where it was: a move from 50 to 75 % at sleep 0 runs the training two thirds of the time
+    (the learnt slope alone would have it run 85 % of the time)."""
+    outer = ThroughputOuter(90.0, every=1, initial_mps_pct=50.0, levels_pct=[25, 50, 75, 100],
+                            restart_s=0.0, mps_gain_ms_per_pct=0.2, explore=False,
+                            duty_time_s=0.5)
+    assert _feed(outer, 8, 88.0, 0.0, "low") == 75.0     # predicted 3 ms over at sleep 0
+    s1 = outer.feedforward_sleep(0.5, 20.0)
+    assert s1 is not None
+    assert 75.0 * outer.duty(0.5, s1) == pytest.approx(50.0 * outer.duty(0.5, 0.0))
+    # with a restart the learnt slope's prediction sets it, as before
+    outer = ThroughputOuter(90.0, initial_mps_pct=60.0, mps_gain_ms_per_pct=0.2, explore=False,
+                            duty_time_s=0.5)
+    up = _feed(outer, 25, 89.0, 0.0, "low")
+    s1 = outer.feedforward_sleep(0.5, 20.0)
+    excess = 89.0 + 0.2 * (up - 60.0) - 90.0
+    assert outer.duty(0.5, s1) == pytest.approx(1.0 - excess / 20.0)
