@@ -6,7 +6,8 @@
 - :mod:`harness.sim.calibration`: fitting the simulated plant's constants to facts.
 - :mod:`harness.sim.baselines`: the paper's baselines and the Oracle.
 - :mod:`harness.sim.zoo`: plants with other physics (hyperbolic duty law, batch-mixture p99,
-  reporting delay, glitches), synthetic load and the per-period oracle.
+  reporting delay, a shared-bandwidth queue, glitches), synthetic load and the per-period
+  oracle.
 """
 
 from harness.sim.protocol import (

@@ -19,6 +19,9 @@ Plants (:func:`make_plant` builds each by name):
   training, whatever the duty — the sleep barely moves it, MPS does.
 * ``"delayed"`` — :class:`DelayedPlant` around ``"hyperbolic"``: every latency field reports the
   previous period (a one-period reporting delay the controller is not told about).
+* ``"queue"`` — :class:`QueuePlant`: the training and the inference queue on a shared resource;
+  latency ``idle / (1 - u f)`` with ``f`` the training's footprint (MPS share times duty),
+  convex: near sleep 0 the slope is several times the white-noise secant.
 
 Wrappers: :class:`DelayedPlant` (any plant), :class:`GlitchPlant` (replace chosen periods'
 readings, e.g. one 1e12 ms value). Every plant reports the training's iteration time
@@ -48,7 +51,7 @@ from harness.sim.protocol import LoadEvent, PeriodResult, Scenario, actuation_kn
 from harness.sim.simulated import SimulatedColocation
 
 __all__ = ["PLANTS", "BatchMixturePlant", "DelayedPlant", "GlitchPlant", "HyperbolicPlant",
-           "ZooResult", "load_scenario", "load_trace", "make_plant", "oracle_rate",
+           "QueuePlant", "ZooResult", "load_scenario", "load_trace", "make_plant", "oracle_rate",
            "white_noise_record"]
 
 
@@ -258,6 +261,59 @@ class BatchMixturePlant(_AnalyticPlant):
         return float(lat.mean()), float(np.percentile(lat, 99)), int(lat.size)
 
 
+class QueuePlant(_AnalyticPlant):
+    """A shared-bandwidth queue: latency convex in the training's footprint.
+
+    The training competes with the inference for a resource both queue on (memory bandwidth,
+    a shared link): it uses ``u * f`` of it, ``f = (m/100) * d`` its footprint (share times
+    duty ``d = t/(t + s)``), and the inference's latency is ``idle / (1 - u f)``, as in an
+    M/M/1 queue. The local slope near sleep 0 is several times the white-noise secant over
+    [0, 1] s, the case that drove a linear-model P loop into limit cycles; per-period
+    log-normal noise.
+
+    Parameters
+    ----------
+    seed : int
+        Random seed.
+    idle_ms : float
+        Inference latency alone at load factor 1 (ms).
+    util : float
+        Fraction of the shared resource the training takes at footprint 1, in (0, 1).
+    work_s, rate_exponent : float
+        Iteration time ``work_s / (m/100)**rate_exponent`` (s).
+    noise : float
+        Per-period log-normal noise of the mean (relative).
+    restart_s : float
+        Training restart downtime after an MPS change (s).
+    """
+
+    name = "queue"
+
+    def __init__(self, *, seed: int = 0, idle_ms: float = 40.0, util: float = 0.55,
+                 work_s: float = 0.3, rate_exponent: float = 0.8, noise: float = 0.01,
+                 restart_s: float = 10.0) -> None:
+        super().__init__(seed=seed, restart_s=restart_s)
+        self.idle_ms, self.util = idle_ms, util
+        self.work_s, self.rate_exponent, self.noise = work_s, rate_exponent, noise
+
+    def iteration_s(self, m: Any) -> np.ndarray:
+        return self.work_s / (np.asarray(m, float) / 100.0) ** self.rate_exponent
+
+    def expected_latency_ms(self, s: Any, m: Any, load: float | None = None,
+                            statistic: str = "mean") -> np.ndarray:
+        q = self.load if load is None else load
+        f = np.asarray(m, float) / 100.0 * self.expected_duty(s, m)
+        mean = self.idle_ms * q / (1.0 - self.util * f)
+        return mean * (1.15 if statistic == "p99" else 1.0)
+
+    def _period(self, s: float, m: float, busy_frac: float, T: float
+                ) -> tuple[float, float, int]:
+        mean = self.idle_ms * self.load / (1.0 - self.util * m / 100.0 * busy_frac)
+        mean *= float(self.rng.lognormal(0.0, self.noise))
+        p99 = mean * 1.15 * float(self.rng.lognormal(0.0, 2 * self.noise))
+        return mean, p99, max(1, int(T * 1000.0 / mean))
+
+
 class _Ours:
     """:class:`SimulatedColocation` with a load factor (batch 105 at factor 1) and the
     iteration time reported."""
@@ -358,7 +414,7 @@ class GlitchPlant(_Wrapper):
 
 
 #: The zoo's plant names.
-PLANTS = ("ours", "hyperbolic", "mixture", "delayed")
+PLANTS = ("ours", "hyperbolic", "mixture", "delayed", "queue")
 
 
 def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None) -> Any:
@@ -367,7 +423,7 @@ def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None) -> A
     Parameters
     ----------
     name : str
-        ``"ours"``, ``"hyperbolic"``, ``"mixture"`` or ``"delayed"``.
+        ``"ours"``, ``"hyperbolic"``, ``"mixture"``, ``"delayed"`` or ``"queue"``.
     seed : int
         Random seed.
     restart_s : float, optional
@@ -394,6 +450,8 @@ def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None) -> A
         return BatchMixturePlant(seed=seed, **kw)
     if name == "delayed":
         return DelayedPlant(HyperbolicPlant(seed=seed, **kw))
+    if name == "queue":
+        return QueuePlant(seed=seed, **kw)
     raise ValueError(f"plant must be one of {', '.join(PLANTS)}, got {name!r}")
 
 

@@ -26,11 +26,24 @@ def test_plant_protocol_and_expected_views(name):
 
 
 def test_latency_falls_with_sleep_and_mps():
-    for name in ("hyperbolic", "mixture", "ours"):
+    for name in ("hyperbolic", "mixture", "ours", "queue"):
         p = zoo.make_plant(name)
         s = np.linspace(0, 1, 11)
         assert np.all(np.diff(p.expected_latency_ms(s, 100.0)) < 0)
         assert p.expected_latency_ms(0.0, 50.0) < p.expected_latency_ms(0.0, 100.0)
+
+
+def test_queue_slope_near_sleep_0_is_many_times_the_white_noise_secant():
+    """The queue plant is convex in the training's footprint: a user's white-noise fit over
+    [0, 1] s reports a slope far under the local one near sleep 0 (the gain-schedule and
+    ringing case a linear model meets)."""
+    from sysid import fit_static
+
+    u, y = zoo.white_noise_record(zoo.make_plant("queue", seed=100), 60, seed=0)
+    secant = fit_static(u, y).gain
+    p = zoo.make_plant("queue")
+    local = float(p.expected_latency_ms(1e-4, 100.0) - p.expected_latency_ms(0.0, 100.0)) / 1e-4
+    assert local / secant > 8.0
 
 
 def test_mixture_p99_is_the_busy_latency_whatever_the_sleep():

@@ -13,7 +13,7 @@ from harness.sim import zoo
 from harness.sim.protocol import run_loop
 from sysid import fit_static
 
-SLO = {"ours": 90.0, "hyperbolic": 80.0, "mixture": 8.0, "delayed": 80.0}
+SLO = {"ours": 90.0, "hyperbolic": 80.0, "mixture": 8.0, "delayed": 80.0, "queue": 60.0}
 
 
 def _model(name, seed, statistic="mean"):
