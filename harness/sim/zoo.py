@@ -513,10 +513,11 @@ def load_scenario(loads: Any, period_s: float = 4.0) -> Scenario:
     return Scenario.of(*ev)
 
 
-_ORACLE_CACHE: dict[tuple[int, float, float, str], float] = {}
+_ORACLE_CACHE: dict[tuple[int, float, float, str, tuple[float, ...]], float] = {}
 
 
-def oracle_rate(plant: Any, slo_ms: float, load: float, statistic: str = "mean") -> float:
+def oracle_rate(plant: Any, slo_ms: float, load: float, statistic: str = "mean",
+                levels_pct: Any = None) -> float:
     """The per-period static oracle: the best training rate (iterations/s) on a sleep x MPS
     grid whose noise-free ``statistic`` latency at ``load`` meets ``slo_ms`` (0 if none).
 
@@ -530,15 +531,24 @@ def oracle_rate(plant: Any, slo_ms: float, load: float, statistic: str = "mean")
         Load factor.
     statistic : {"mean", "p99"}
         Which latency the SLO bounds.
+    levels_pct : sequence of float, optional
+        Only these MPS levels (e.g. green-context partitions ``(25, 50, 75, 100)``), each in
+        (0, 100]; default every whole percent from 1 to 100.
 
     Returns
     -------
     float
         Iterations per second.
     """
-    key = (id(plant), round(float(load), 3), float(slo_ms), statistic)
+    if levels_pct is None:
+        levels: tuple[float, ...] = tuple(np.arange(1.0, 101.0))
+    else:
+        levels = tuple(sorted({float(v) for v in levels_pct}))
+        if not levels or not all(math.isfinite(v) and 0.0 < v <= 100.0 for v in levels):
+            raise ValueError(f"levels_pct must be MPS levels in (0, 100], got {levels_pct!r}")
+    key = (id(plant), round(float(load), 3), float(slo_ms), statistic, levels)
     if key not in _ORACLE_CACHE:
-        S, M = np.meshgrid(np.linspace(0.0, 1.0, 201), np.arange(1.0, 101.0))
+        S, M = np.meshgrid(np.linspace(0.0, 1.0, 201), np.array(levels))
         lat = np.asarray(plant.expected_latency_ms(S, M, key[1], statistic))
         tp = np.asarray(plant.expected_training_throughput(S, M, key[1]))
         ok = lat <= slo_ms

@@ -92,3 +92,14 @@ def test_white_noise_record_is_a_user_identification():
     u, y = zoo.white_noise_record(zoo.make_plant("hyperbolic"), 60, seed=0)
     fit = fit_static(u, y)
     assert fit.gain < 0 and len(u) == 60
+
+
+def test_oracle_held_to_partitions_is_at_most_the_free_oracle():
+    p = zoo.make_plant("hyperbolic")
+    free = zoo.oracle_rate(p, 80.0, 1.0)
+    held = zoo.oracle_rate(p, 80.0, 1.0, levels_pct=(25, 50, 75, 100))
+    assert 0.0 < held <= free
+    assert zoo.oracle_rate(p, 80.0, 1.0, levels_pct=[100]) <= held
+    for bad in ([], [0.0], [101], [float("nan")]):
+        with pytest.raises(ValueError, match="levels_pct"):
+            zoo.oracle_rate(p, 80.0, 1.0, levels_pct=bad)
