@@ -204,6 +204,7 @@ class ThroughputOuter:
         self._ceiling_left = 0
         self._ceiling_ref: float | None = None   # the load seen under the ceiling at first
         self._ceiling_drop = 0.0     # its relative fall that lifts the ceiling
+        self._ceiling_ref_level = math.nan     # the level the reference was read at
         self._last_dir = 0.0
         #: whether the iteration times passed to :meth:`update` are measured (set by the
         #: two-tier controller); an assumed time is used for predictions but never learnt from
@@ -245,15 +246,18 @@ class ThroughputOuter:
         """Lift the ceiling once the load has fallen enough for the failed level to hold.
 
         The load is read at the level below the ceiling as :meth:`_pinned_low_load`; the
-        first such reading after the failure is the reference, and the ceiling goes when the
-        load has fallen by the failed level's relative excess. Lifting it whenever the sleep
-        pinned low with headroom, as before, read the headroom the move down itself made as a
-        falling load: on four partitions the loop went 50 -> 75 -> 50 every few dozen
-        periods, each move up 5-15 % over the SLO. At the end of ``horizon_periods`` the
+        first such reading after the failure is the reference (read again if the level
+        changes: a lower level's latency is lower at the same load), and the ceiling goes
+        when the load has fallen by the failed level's relative excess. Lifting it whenever
+        the sleep pinned low with headroom, as before, read the headroom the move down itself
+        made as a falling load: on four partitions the loop went 50 -> 75 -> 50 every few
+        dozen periods, each move up 5-15 % over the SLO. At the end of ``horizon_periods`` the
         ceiling goes only if the load is back at or under the reference (or none was read):
         otherwise it is renewed."""
         if math.isinf(self._ceiling):
             return
+        if self._ceiling_ref is not None and self.mps_pct != self._ceiling_ref_level:
+            self._ceiling_ref = None          # read at another level: read it again here
         load = self._pinned_low_load()
         if self._ceiling_left > 0:
             self._ceiling_left -= 1
@@ -266,7 +270,7 @@ class ThroughputOuter:
         if load is None:
             return
         if self._ceiling_ref is None:
-            self._ceiling_ref = load
+            self._ceiling_ref, self._ceiling_ref_level = load, self.mps_pct
         elif load < self._ceiling_ref * (1.0 - self._ceiling_drop):
             self._ceiling, self._ceiling_left = math.inf, 0
 

@@ -369,12 +369,14 @@ def test_throughput_outer_ceiling_lifts_when_the_load_has_fallen_by_the_excess()
     assert cut is not None and cut < up and outer.ceiling_pct == up
     _feed(outer, 5, 95.0 - 0.2 * (up - cut), 0.5, None)       # held at the lower level
     assert outer.ceiling_pct == up
-    _feed(outer, 30, 86.0, 0.0, "low")            # pinned low at the lower level: the cut's
-    assert outer.ceiling_pct == up                # own headroom, the load has not fallen
-    # the failed level was 95 - 0.97 * 90 = 7.7 ms (8.6 %) over: a fall of 5 % is not enough
-    _feed(outer, 6, 86.0 * 0.95, 0.0, "low")
+    # the sleep at 0 at the lower level (reported unsaturated here, so no early decision
+    # moves the level): the cut's own headroom, the load has not fallen
+    assert _feed(outer, 6, 86.0, 0.0, None) is None
     assert outer.ceiling_pct == up
-    _feed(outer, 6, 86.0 * 0.9, 0.0, "low")
+    # the failed level was 95 - 0.97 * 90 = 7.7 ms (8.6 %) over: a fall of 5 % is not enough
+    assert _feed(outer, 6, 86.0 * 0.95, 0.0, None) is None
+    assert outer.ceiling_pct == up
+    assert _feed(outer, 6, 86.0 * 0.9, 0.0, None) is None
     assert outer.ceiling_pct is None
 
 
@@ -396,6 +398,21 @@ def test_throughput_outer_ceiling_is_renewed_while_the_load_stays_up():
     for _ in range(25):                               # back to the reference's load
         outer.update(85.5, 0.0, "low", 20.0, 0.5)
     assert outer.ceiling_pct is None
+
+
+def test_throughput_outer_ceiling_reference_is_read_again_at_a_new_level():
+    """The load under a ceiling is compared at one level: after a further cut the lower
+    level's latency, lower at the same load, does not lift the ceiling."""
+    outer = ThroughputOuter(90.0, initial_mps_pct=60.0, mps_gain_ms_per_pct=0.2, explore=False)
+    up = _feed(outer, 25, 87.75, 0.0, "low")
+    cut = _feed(outer, 3, 95.0, 1.0, "high")
+    assert cut is not None and outer.ceiling_pct == up
+    _feed(outer, 3, 88.0, 0.0, "low")                 # the reference, at the level below
+    second = _feed(outer, 3, 95.0, 1.0, "high")       # the load rises: a further cut
+    assert second is not None and second < cut and outer.ceiling_pct == up
+    for _ in range(6):                                 # same load, lower level: 12 % lower
+        outer.update(77.0, 0.0, "low", 20.0, 0.5)
+    assert outer.ceiling_pct == up
 
 
 def test_throughput_outer_ceiling_catches_a_slow_failure_with_a_short_window():
