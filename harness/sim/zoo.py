@@ -142,7 +142,32 @@ class _AnalyticPlant:
                          mps_pct=m, inference_mps_pct=100.0, batch=1, iteration_s=t_it)
 
 
-class HyperbolicPlant(_AnalyticPlant):
+class _MeanLawPlant(_AnalyticPlant):
+    """A plant whose mean latency is a law of the MPS level, the training's running fraction
+    and the load (:meth:`mean_law`), with per-period log-normal noise ``noise`` and a p99 of
+    ``p99_factor`` times the mean."""
+
+    p99_factor = 1.12
+    noise = 0.01
+
+    def mean_law(self, m: Any, duty: Any, load: float) -> np.ndarray:
+        raise NotImplementedError
+
+    def expected_latency_ms(self, s: Any, m: Any, load: float | None = None,
+                            statistic: str = "mean") -> np.ndarray:
+        q = self.load if load is None else load
+        mean = self.mean_law(m, self.expected_duty(s, m), q)
+        return mean * (self.p99_factor if statistic == "p99" else 1.0)
+
+    def _period(self, s: float, m: float, busy_frac: float, T: float
+                ) -> tuple[float, float, int]:
+        mean = float(self.mean_law(m, busy_frac, self.load))
+        mean *= float(self.rng.lognormal(0.0, self.noise))
+        p99 = mean * self.p99_factor * float(self.rng.lognormal(0.0, 2 * self.noise))
+        return mean, p99, max(1, int(T * 1000.0 / mean))
+
+
+class HyperbolicPlant(_MeanLawPlant):
     """Duty-cycle law with relative MPS caps (see the module docstring).
 
     Parameters
@@ -179,20 +204,8 @@ class HyperbolicPlant(_AnalyticPlant):
     def iteration_s(self, m: Any) -> np.ndarray:
         return self.work_s / self.share(m)
 
-    def expected_latency_ms(self, s: Any, m: Any, load: float | None = None,
-                            statistic: str = "mean") -> np.ndarray:
-        q = self.load if load is None else load
-        d = self.expected_duty(s, m)
-        mean = self.idle_ms * q * (1.0 + self.kappa * self.share(m) ** self.gamma * d)
-        return mean * (1.12 if statistic == "p99" else 1.0)
-
-    def _period(self, s: float, m: float, busy_frac: float, T: float
-                ) -> tuple[float, float, int]:
-        mean = self.idle_ms * self.load * (1.0 + self.kappa * float(self.share(m)) ** self.gamma
-                                           * busy_frac)
-        mean *= float(self.rng.lognormal(0.0, self.noise))
-        p99 = mean * 1.12 * float(self.rng.lognormal(0.0, 2 * self.noise))
-        return mean, p99, max(1, int(T * 1000.0 / mean))
+    def mean_law(self, m: Any, duty: Any, load: float) -> np.ndarray:
+        return self.idle_ms * load * (1.0 + self.kappa * self.share(m) ** self.gamma * duty)
 
 
 class BatchMixturePlant(_AnalyticPlant):
@@ -261,7 +274,7 @@ class BatchMixturePlant(_AnalyticPlant):
         return float(lat.mean()), float(np.percentile(lat, 99)), int(lat.size)
 
 
-class QueuePlant(_AnalyticPlant):
+class QueuePlant(_MeanLawPlant):
     """A shared-bandwidth queue: latency convex in the training's footprint.
 
     The training competes with the inference for a resource both queue on (memory bandwidth,
@@ -288,6 +301,7 @@ class QueuePlant(_AnalyticPlant):
     """
 
     name = "queue"
+    p99_factor = 1.15
 
     def __init__(self, *, seed: int = 0, idle_ms: float = 40.0, util: float = 0.55,
                  work_s: float = 0.3, rate_exponent: float = 0.8, noise: float = 0.01,
@@ -299,19 +313,9 @@ class QueuePlant(_AnalyticPlant):
     def iteration_s(self, m: Any) -> np.ndarray:
         return self.work_s / (np.asarray(m, float) / 100.0) ** self.rate_exponent
 
-    def expected_latency_ms(self, s: Any, m: Any, load: float | None = None,
-                            statistic: str = "mean") -> np.ndarray:
-        q = self.load if load is None else load
-        f = np.asarray(m, float) / 100.0 * self.expected_duty(s, m)
-        mean = self.idle_ms * q / (1.0 - self.util * f)
-        return mean * (1.15 if statistic == "p99" else 1.0)
-
-    def _period(self, s: float, m: float, busy_frac: float, T: float
-                ) -> tuple[float, float, int]:
-        mean = self.idle_ms * self.load / (1.0 - self.util * m / 100.0 * busy_frac)
-        mean *= float(self.rng.lognormal(0.0, self.noise))
-        p99 = mean * 1.15 * float(self.rng.lognormal(0.0, 2 * self.noise))
-        return mean, p99, max(1, int(T * 1000.0 / mean))
+    def mean_law(self, m: Any, duty: Any, load: float) -> np.ndarray:
+        f = np.asarray(m, float) / 100.0 * duty          # the training's footprint
+        return self.idle_ms * load / (1.0 - self.util * f)
 
 
 class _Ours:
