@@ -30,8 +30,9 @@ period's error; it never optimises the operating point and it restarts the train
   move becomes a ceiling for ``horizon_periods`` (no optimising move returns there, so a tail
   the sleep cannot move does not make the MPS ping-pong) or until the load has fallen by the
   failed level's excess (read as the latency with the sleep pinned at its lower bound, against
-  the first such reading after the failure); and it evaluates early when the sleep stays
-  pinned at its lower bound with headroom;
+  the first such reading at that level after the failure; at the end of its horizon it is
+  renewed while the load is still above that reading); and it evaluates early when the sleep
+  stays pinned at its lower bound with headroom;
 * **feeds the sleep forward** on an upward move (``feedforward``, the mean mode's default):
   the sleep the inner model says brings the latency the move is predicted to reach back to
   the set point, set at the move, since the inner loop is held through the restart and would
@@ -452,7 +453,8 @@ class ThroughputOuter:
         if self._high:
             self._steady = 0
         self._low = self._low + 1 if saturated == "low" and latency_ms < self.slo_ms else 0
-        # held for the whole horizon, a ceiling kept the share low through a falling load
+        # a ceiling goes once the load has fallen (held for the whole horizon regardless, it
+        # kept the share low through a falling load)
         self._track_ceiling()
         self.count += 1
         self._since_move += 1
