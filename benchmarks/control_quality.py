@@ -67,6 +67,11 @@ FREE_EVERY = (1, 12)
 PARTITIONS = (25.0, 50.0, 75.0, 100.0)
 
 
+def _base(plant: Any) -> Any:
+    """The plant whose noise-free views the oracle reads (the delayed plant's inner one)."""
+    return plant.inner if isinstance(plant, zoo.DelayedPlant) else plant
+
+
 def identify(name: str, seed: int, statistic: str = "mean") -> LinearLatencyModel:
     """A user's model: 60 periods of white-noise sleep at MPS 100, a static fit."""
     u, y = zoo.white_noise_record(zoo.make_plant(name, seed=seed + 100), 60, seed=seed,
@@ -83,7 +88,7 @@ def run(name: str, seed: int, loads: np.ndarray, *, mode: str = "mean", error: f
     model = LinearLatencyModel(model.gain * error, model.offset)
     slo = SLO[name] * (1.15 if mode == "p99" else 1.0)
     plant = zoo.make_plant(name, seed=seed, restart_s=plant_restart_s)
-    base = plant.inner if isinstance(plant, zoo.DelayedPlant) else plant
+    base = _base(plant)
     if glitch_at is not None:
         plant = zoo.GlitchPlant(plant, [glitch_at])
     ctl = TwoTierController(model, slo, mode=mode, **kw)
@@ -115,7 +120,7 @@ def references(name: str, seed: int, loads: np.ndarray) -> dict[str, Any]:
     costs the plant's restart: that long without training at the new level. Also the MPS
     level of each period on the clairvoyant path, the causal path and the oracle's."""
     plant = zoo.make_plant(name, seed=seed)
-    base = plant.inner if isinstance(plant, zoo.DelayedPlant) else plant
+    base = _base(plant)
     slo = SLO[name]
     S, M = np.meshgrid(np.linspace(0.0, 1.0, 201), np.arange(1.0, 101.0))
     best: dict[float, np.ndarray] = {}
@@ -230,8 +235,7 @@ def bench(seeds: int) -> dict[str, Any]:
         # what the partitions allow at best: the per-period oracle held to them
         ratios = []
         for s in range(seeds):
-            plant = zoo.make_plant(name, seed=s)
-            base = plant.inner if isinstance(plant, zoo.DelayedPlant) else plant
+            base = _base(zoo.make_plant(name, seed=s))
             loads = zoo.load_trace(600, seed=s)
             held = sum(zoo.oracle_rate(base, SLO[name], q, levels_pct=PARTITIONS) for q in loads)
             ratios.append(held / sum(zoo.oracle_rate(base, SLO[name], q) for q in loads))
