@@ -517,12 +517,15 @@ class GPUPlant:
         T = t_end - t_start
         sm_share = sum(f * s for f, s in busy) / T if busy else (0.0 if not it else math.nan)
         mps = self._actuator.mps_pct if self.mps_enabled else 100.0
+        times = [r["iter_s"] for r in it if isinstance(r.get("iter_s"), float) and
+                 math.isfinite(r["iter_s"]) and r["iter_s"] > 0]
         return PeriodResult(
             mean_ms=float(lats.mean()) if n else math.nan,
             p99_ms=float(np.percentile(lats, 99)) if n else math.nan, count=n,
             t_end_s=t_end - self.t0, period_s=T, inference_batches=n,
             inference_images=int(sum(int(r.get("batch_size") or 0) for r in rows)),
             training_iterations=float(len(it)), training_sm_share=float(sm_share),
+            iteration_s=sum(times) / len(times) if times else math.nan,
             restarting=self._overlaps(self._windows, t_start, t_end),
             inference_restarting=self._overlaps(self._inf_windows, t_start, t_end),
             sleep_s=self.sleep_s, mps_pct=float(mps if mps is not None else math.nan),

@@ -156,6 +156,9 @@ class PeriodResult:
         Training iterations' worth of useful work done (work lost to a restart is subtracted).
     training_sm_share : float
         Time-averaged fraction of SMs held by training in this period, in [0, 1].
+    iteration_s : float
+        Mean compute time of one training iteration in the period (s, sleep excluded), what
+        a node measures with its iteration hook; NaN when the plant does not report it.
     restarting : bool
         The training process was restarting (MPS change) during part of the period.
     inference_restarting : bool
@@ -177,6 +180,7 @@ class PeriodResult:
     inference_images: int = 0
     training_iterations: float = 0.0
     training_sm_share: float = 0.0
+    iteration_s: float = math.nan
     restarting: bool = False
     inference_restarting: bool = False
     sleep_s: float = math.nan

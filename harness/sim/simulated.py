@@ -427,6 +427,7 @@ class SimulatedColocation:
         t_end = self.t + T
         lats: list[np.ndarray] = []
         iters = 0.0
+        train_time = 0.0
         sm_time = 0.0
         restarting = self._phase == "restart"
         inf_restarting = self._inf_restart_left > 0
@@ -453,6 +454,7 @@ class SimulatedColocation:
                 done = rate * dt
                 self._phase_left -= done
                 iters += done / self._iter_work
+                train_time += dt
                 sm_time += dt * float(p.train_sm_reading(self.mps_pct, self.inference_mps_pct,
                                                          inf_on))
             else:
@@ -475,6 +477,9 @@ class SimulatedColocation:
             mean_ms=shown[0], p99_ms=shown[1], count=shown[2], t_end_s=self.t, period_s=T,
             inference_batches=n, inference_images=n * int(p.batch),
             training_iterations=iters, training_sm_share=sm_time / T,
+            # what a node's iteration hook measures: compute time per iteration, sleep and
+            # restart excluded (NaN when the period holds no measurable iteration)
+            iteration_s=train_time / iters if iters > 0.05 and not restarting else math.nan,
             restarting=restarting, inference_restarting=inf_restarting,
             sleep_s=float(self.sleep_s or 0.0), mps_pct=float(self.mps_pct or 100.0),
             inference_mps_pct=float(self.inference_mps_pct), batch=int(p.batch),

@@ -25,7 +25,7 @@ Plants (:func:`make_plant` builds each by name):
 
 Wrappers: :class:`DelayedPlant` (any plant), :class:`GlitchPlant` (replace chosen periods'
 readings, e.g. one 1e12 ms value). Every plant reports the training's iteration time
-(``iteration_s``) the way a node measures it (:class:`ZooResult`).
+(``PeriodResult.iteration_s``) the way a node measures it.
 
 Load: no per-second QPS trace is vendored in ``harness/data`` (its files are the Alibaba
 cluster trace), so :func:`load_trace` makes a synthetic production-like load (slow diurnal-style
@@ -42,7 +42,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -51,22 +51,8 @@ from harness.sim.protocol import LoadEvent, PeriodResult, Scenario, actuation_kn
 from harness.sim.simulated import SimulatedColocation
 
 __all__ = ["PLANTS", "BatchMixturePlant", "DelayedPlant", "GlitchPlant", "HyperbolicPlant",
-           "QueuePlant", "ZooResult", "load_scenario", "load_trace", "make_plant", "oracle_rate",
+           "QueuePlant", "load_scenario", "load_trace", "make_plant", "oracle_rate",
            "white_noise_record"]
-
-
-@dataclass(frozen=True)
-class ZooResult(PeriodResult):
-    """A :class:`~harness.sim.protocol.PeriodResult` that also reports the training's mean
-    iteration time in the period (what a node measures with its iteration hook).
-
-    Parameters
-    ----------
-    iteration_s : float
-        Mean compute time of one training iteration (s, sleep excluded); NaN when unknown.
-    """
-
-    iteration_s: float = math.nan
 
 
 def _knobs(act: Any) -> tuple[float, float]:
@@ -117,7 +103,7 @@ class _AnalyticPlant:
         """Training iterations per second at a static point (no restarts)."""
         return 1.0 / (self.iteration_s(m) + np.asarray(s, float))
 
-    def step(self, actuation: Any, period_s: float) -> ZooResult:
+    def step(self, actuation: Any, period_s: float) -> PeriodResult:
         """Apply the actuation, run ``period_s`` seconds, report the period."""
         T = float(period_s)
         s, m = _knobs(actuation)
@@ -136,7 +122,7 @@ class _AnalyticPlant:
         iters = (T - down) / (t_it + s)
         mean, p99, n = self._period(s, m, duty, T)
         self.t += T
-        return ZooResult(mean_ms=mean, p99_ms=p99, count=n, t_end_s=self.t, period_s=T,
+        return PeriodResult(mean_ms=mean, p99_ms=p99, count=n, t_end_s=self.t, period_s=T,
                          inference_batches=n, inference_images=n, training_iterations=iters,
                          training_sm_share=duty, restarting=restarting, sleep_s=s,
                          mps_pct=m, inference_mps_pct=100.0, batch=1, iteration_s=t_it)
@@ -351,11 +337,8 @@ class _Ours:
                                      ) -> np.ndarray:
         return np.asarray(self.sim.expected_training_throughput(s, m, self._batch(load)))
 
-    def step(self, actuation: Any, period_s: float) -> ZooResult:
-        r = self.sim.step(actuation, period_s)
-        it = float(self.sim.expected_iteration_s(self.sim.mps_pct or 100.0))
-        fields = {k: getattr(r, k) for k in r.__dataclass_fields__}
-        return ZooResult(**fields, iteration_s=it)
+    def step(self, actuation: Any, period_s: float) -> PeriodResult:
+        return self.sim.step(actuation, period_s)
 
 
 class _Wrapper:

@@ -305,3 +305,17 @@ def test_shipped_constants_are_the_fig4_fit():
     for name in FIG4_FIT_FIELDS:
         assert getattr(shipped, name) == pytest.approx(fit.values[name], rel=0.02), name
     assert all(abs(r["latency_err_pct"]) < 5 for r in fit.rows)
+
+
+def test_the_plant_reports_the_iteration_time_a_hook_measures():
+    """Compute time per iteration, the sleep excluded, as a node's iteration hook measures
+    it (the throughput-seeking outer loop learns the share's effect on it); NaN in a period
+    with a restart."""
+    plant = SimulatedColocation.preset("fig8", seed=0)
+    for mps, sleep in ((100.0, 0.0), (80.0, 0.5), (60.0, 0.2)):
+        rs = [plant.step(Actuation(sleep, mps), 4.0) for _ in range(12)]   # after a restart
+        assert all(math.isnan(r.iteration_s) == r.restarting for r in rs)
+        times = [r.iteration_s for r in rs if not r.restarting]
+        assert len(times) >= 8
+        assert np.mean(times) == pytest.approx(plant.expected_iteration_s(mps), rel=0.05)
+    assert math.isnan(plant.step(Actuation(0.2, 70.0), 4.0).iteration_s)   # restarting

@@ -78,6 +78,8 @@ def test_plant_knobs_batch_and_shadow_mps_restart(tmp_path, fake_mps):
         # a loaded CPU stretches the 0.05 s iteration several times)
         assert idle.mean_ms < busy.mean_ms - 8
         assert idle.training_iterations < busy.training_iterations
+        # the iteration time a node's hook measures: compute only, the 0.4 s sleep excluded
+        assert 0 < busy.iteration_s < 0.4 and 0 < idle.iteration_s < 0.4
 
         plant.set_load(batch=115)
         burst = plant.step(Actuation(sleep_s=0.4, mps_pct=100.0), 1.0)
