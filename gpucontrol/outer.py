@@ -103,6 +103,8 @@ class ThroughputOuter:
     explore : bool
         While no restart has taught the slope, make one downward probe of ``max_up_pct``
         points at the first window (one restart) instead of trusting the prior.
+        :class:`~gpucontrol.TwoTierController` turns it off when the slope is known (a model
+        family identified per MPS level, or ``mps_gain_ms_per_pct`` given).
     sleep_bounds_s : (float, float)
         The inner loop's sleep limits: a move is taken only if the predicted sleep stays
         within the lower 80 % of the range (room for the load to rise).
@@ -500,6 +502,12 @@ class ThroughputOuter:
             return None, "outer: hold, too few readings in the window"
         if not win:
             return None, "outer: hold, no readings"
+        if self._low >= self.pinned_periods:
+            # the sleep is pinned at its lower bound with headroom now: the load is what these
+            # readings show, not the window's average (after a load fall the older readings'
+            # sleep and latency describe the load before it, and a move down looked
+            # profitable from a sleep already at zero)
+            win = win[-self._low:]
         n = len(win)
         lat = sum(w[0] for w in win) / n
         sleep = sum(w[1] for w in win) / n

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import statistics
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -129,7 +131,8 @@ class TwoTierController:
     mps_gain_ms_per_pct : float, optional
         Latency sensitivity to the MPS percentage for the outer loop (default: from the
         family, else ``slo_ms / 100`` for the paper's loops and ``slo_ms / 200`` as the
-        throughput loop's prior, which it then learns).
+        throughput loop's prior, which it then learns). With neither a family nor this
+        value, the throughput loop makes one probing move at its first window to learn it.
     sleep_target_s : float, optional
         The ``"mid-range"`` outer loop's sleep target (default: 5 % into the sleep range).
     hold_periods_after_mps : int, optional
@@ -152,7 +155,9 @@ class TwoTierController:
         still averages the last ``min_window`` = 8 readings at the current share).
     iteration_time_s : float, optional
         Training iteration time (s, sleep excluded) when known in advance; a measurement's
-        ``iteration_s`` (the node's measured value) overrides it from then on.
+        ``iteration_s`` (the node's measured value) overrides it from then on: the median of
+        the last 5 readings at the current share, so one long iteration (a checkpoint) does
+        not swing the gain schedule.
     gain_schedule : bool
         Schedule the inner gain on the operating point (needs an iteration time). Default
         True for "throughput", False for the paper's loops.
@@ -234,6 +239,8 @@ class TwoTierController:
         self.iteration_s = math.nan if iteration_time_s is None else positive(
             "iteration_time_s", iteration_time_s)
         self._iteration_ref = self.iteration_s  # at the model's MPS level (the identified one)
+        self._iteration_readings: deque[float] = deque(maxlen=5)
+        self._iteration_level = math.nan
         self.run_quantum_s = None if run_quantum_s is None else in_range(
             "run_quantum_s", run_quantum_s, 1e-3, 3600.0)
         self.gain_schedule = modern if gain_schedule is None else flag("gain_schedule",
@@ -315,7 +322,7 @@ class TwoTierController:
                 # a p99 tail need not follow the sleep: keep the margin on upward moves there
                 aim_from_low=self.mode == "mean", feedforward=self.mode == "mean",
                 levels_pct=mps_levels_pct,
-                duty_time_s=self.run_quantum_s)
+                duty_time_s=self.run_quantum_s, explore=mps_gain is None)
         else:
             self.outer = OuterMPSOptimizer(
                 self.outer_strategy, self.slo_ms, every=self.outer_every,
@@ -440,9 +447,15 @@ class TwoTierController:
         self.period += 1
         m: Measurement = as_measurement(measurement)
         if math.isfinite(m.iteration_s) and m.iteration_s > 0 and not m.restarting:
-            self.iteration_s = m.iteration_s
+            # a node's reading averages a few iterations of jittered length: the median of
+            # the last readings at this share, not the last one, schedules the gain
+            if self.mps_pct != self._iteration_level:
+                self._iteration_readings.clear()
+                self._iteration_level = self.mps_pct
+            self._iteration_readings.append(m.iteration_s)
+            self.iteration_s = statistics.median(self._iteration_readings)
             if not math.isfinite(self._iteration_ref) and self.mps_pct == self._mps_model:
-                self._iteration_ref = m.iteration_s
+                self._iteration_ref = self.iteration_s
         value = m.mean_ms if self.mode == "mean" else m.p99_ms
         gain_est = self.inner.estimator.gain if self.inner.estimator is not None else math.nan
         if m.count <= 0 or not usable(value, self.plausible_max_ms):

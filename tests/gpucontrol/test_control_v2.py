@@ -527,3 +527,37 @@ def test_restart_free_upward_move_keeps_the_training_footprint():
     s1 = outer.feedforward_sleep(0.5, 20.0)
     excess = 89.0 + 0.2 * (up - 60.0) - 90.0
     assert outer.duty(0.5, s1) == pytest.approx(1.0 - excess / 20.0)
+
+
+def test_throughput_outer_decides_on_the_pinned_readings_after_a_load_fall():
+    """The burst ends late in a window: 19 periods held the SLO at a long sleep, the last 6
+    have the sleep pinned at 0 with headroom. Averaged over the window the sleep looked long
+    and a move *down* looked profitable, from a sleep already at zero (the demo's burst, seed
+    5: MPS 56 -> 54 after the burst). On the pinned readings alone the move goes up."""
+    outer = ThroughputOuter(90.0, every=25, initial_mps_pct=56.0, mps_gain_ms_per_pct=0.25,
+                            iteration_exponent=2.3, explore=False)
+    new = _feed(outer, 19, 90.0, 0.85, None, iteration_s=1.8, duty_gain=17.0)
+    assert new is None
+    new = _feed(outer, 6, 85.0, 0.0, "low", iteration_s=1.8, duty_gain=17.0)
+    assert new is not None and new > 56.0
+
+
+def test_a_known_mps_slope_needs_no_probe():
+    """The probe (one restart) is there to learn the latency-vs-MPS slope; a model family,
+    identified per MPS level, or a slope passed in, already gives it."""
+    from gpucontrol import LatencyModelFamily, OperatingPoint
+    fam = LatencyModelFamily.from_points([OperatingPoint(60, LinearLatencyModel(-10.0, 90.0)),
+                                          OperatingPoint(100, LinearLatencyModel(-14.0, 102.0))])
+    assert TwoTierController(MODEL, 90.0).outer.explore
+    assert not TwoTierController(fam, 90.0, initial_mps_pct=80.0).outer.explore
+    assert not TwoTierController(MODEL, 90.0, mps_gain_ms_per_pct=0.3).outer.explore
+
+
+def test_one_long_iteration_does_not_swing_the_gain_schedule():
+    """A node's iteration-time reading is noisy, and one iteration may be long (a
+    checkpoint): the controller schedules on the median of the last readings at the share."""
+    ctl = TwoTierController(MODEL, 90.0)
+    for _ in range(4):
+        ctl.update(Measurement(mean=90.0, count=20, iteration_s=0.5))
+    ctl.update(Measurement(mean=90.0, count=20, iteration_s=30.0))
+    assert ctl.iteration_s == pytest.approx(0.5)
