@@ -6,7 +6,9 @@ period's error; it never optimises the operating point and it restarts the train
 
 * **decides on window averages** (``every`` periods of latency, sleep and iteration time; with
   a short ``every``, as a restart-free knob allows, the last ``min_window`` readings at the
-  current level, so a decision never rests on one period's reading);
+  current level, so a decision never rests on one period's reading; while the sleep is pinned
+  at its lower bound with headroom, on those pinned readings alone, at least
+  ``pinned_periods`` of them: the older ones describe a load that has since fallen);
 * **aims at the maximum training rate at the SLO.** With the training's iteration time ``t``
   (measured by the node, or a prior) the duty is ``d = t/(t + s)`` and the training rate is
   ``d / t``. For a candidate move ``dm`` the latency at fixed sleep changes by
