@@ -123,9 +123,9 @@ class _AnalyticPlant:
         mean, p99, n = self._period(s, m, duty, T)
         self.t += T
         return PeriodResult(mean_ms=mean, p99_ms=p99, count=n, t_end_s=self.t, period_s=T,
-                         inference_batches=n, inference_images=n, training_iterations=iters,
-                         training_sm_share=duty, restarting=restarting, sleep_s=s,
-                         mps_pct=m, inference_mps_pct=100.0, batch=1, iteration_s=t_it)
+                            inference_batches=n, inference_images=n, training_iterations=iters,
+                            training_sm_share=duty, restarting=restarting, sleep_s=s,
+                            mps_pct=m, inference_mps_pct=100.0, batch=1, iteration_s=t_it)
 
 
 class _MeanLawPlant(_AnalyticPlant):
