@@ -82,7 +82,7 @@ def identify(name: str, seed: int, statistic: str = "mean") -> LinearLatencyMode
 
 def run(name: str, seed: int, loads: np.ndarray, *, mode: str = "mean", error: float = 1.0,
         glitch_at: int | None = None, plant_restart_s: float | None = None,
-        **kw: Any) -> dict[str, Any]:
+        iteration: bool = True, **kw: Any) -> dict[str, Any]:
     """One closed-loop run; the figures of the issue."""
     model = identify(name, seed, mode)
     model = LinearLatencyModel(model.gain * error, model.offset)
@@ -91,6 +91,8 @@ def run(name: str, seed: int, loads: np.ndarray, *, mode: str = "mean", error: f
     base = _base(plant)
     if glitch_at is not None:
         plant = zoo.GlitchPlant(plant, [glitch_at])
+    if not iteration:
+        plant = zoo.NoIterationPlant(plant)
     ctl = TwoTierController(model, slo, mode=mode, **kw)
     n = len(loads)
     rec = run_loop(ctl, plant, n, zoo.load_scenario(loads, T))
@@ -213,7 +215,7 @@ def mean_of(rows: list[dict[str, Any]], key: str) -> float:
 def bench(seeds: int) -> dict[str, Any]:
     out: dict[str, Any] = {"trace": {}, "steady": {}, "step": {}, "errors": {}, "glitch": {},
                            "p99": {}, "told": {}, "bound": {}, "free": {}, "partitions": {},
-                           "partition_bound": {}}
+                           "partition_bound": {}, "no_iteration": {}}
     for name in zoo.PLANTS:
         for label, kw in CONTROLLERS.items():
             rows = [run(name, s, zoo.load_trace(600, seed=s), **kw) for s in range(seeds)]
@@ -274,6 +276,16 @@ def bench(seeds: int) -> dict[str, Any]:
         st = [run(name, s, np.ones(500), **told) for s in range(seeds)]
         out["told"][name] = {**{k: mean_of(rows, k) for k in ("over", "median", "efficiency")},
                              "per10": mean_of(st, "changes_late") / 16 * 10}
+        # no iteration time reported; then only the one given at start (no readings)
+        for given in (False, True):
+            kw = {"iteration_time_s": float(_base(zoo.make_plant(name, seed=0)).iteration_s(
+                100.0))} if given else {}
+            rows = [run(name, s, zoo.load_trace(600, seed=s), iteration=False, **kw)
+                    for s in range(seeds)]
+            st = [run(name, s, np.ones(500), iteration=False, **kw) for s in range(seeds)]
+            out["no_iteration"][(name, given)] = {
+                **{k: mean_of(rows, k) for k in ("over", "median", "efficiency")},
+                "steady": mean_of(st, "efficiency")}
     return out
 
 
@@ -342,6 +354,16 @@ def report(res: dict[str, Any], seeds: int, elapsed: float) -> str:
                  "| — | " + " | ".join(f"{x['over']:.1f} % / {x['median']:.2f} % / "
                                       f"{x['efficiency']:.3f}; {x['per10']:.2f}" for x in td)
                  + " | |")
+    for given, what in ((False, "no iteration time (a node without the hook, or a harness "
+                                 "passing only latency readings; the loop assumes 0.5 s and "
+                                 "beta 1)"),
+                        (True, "… the plant's iteration time at MPS 100 given at start "
+                               "(`iteration_time_s`), no readings")):
+        ni = [res["no_iteration"][(p, given)] for p in P]
+        lines.append(f"| {what}: % over / median / training vs oracle (trace); training "
+                     "(steady) | — | " + " | ".join(
+                         f"{x['over']:.1f} % / {x['median']:.2f} % / {x['efficiency']:.3f}; "
+                         f"{x['steady']:.3f}" for x in ni) + " | |")
     for every in FREE_EVERY:
         fr = [res["free"][(p, every)] for p in P]
         lines.append(f"| restart-free share (plant and controller `restart_s=0`), "

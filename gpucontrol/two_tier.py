@@ -154,10 +154,13 @@ class TwoTierController:
         decoupling check is waived, so ``outer_every`` may be short, down to 1 (a decision
         still averages the last ``min_window`` = 8 readings at the current share).
     iteration_time_s : float, optional
-        Training iteration time (s, sleep excluded) when known in advance; a measurement's
-        ``iteration_s`` (the node's measured value) overrides it from then on: the median of
-        the last 5 readings at the current share, so one long iteration (a checkpoint) does
-        not swing the gain schedule.
+        Training iteration time (s, sleep excluded) when known in advance (used for the gain
+        schedule and the outer loop's predictions, never learnt from: it is the same at every
+        share); a measurement's ``iteration_s`` (the node's measured value) overrides it from
+        then on: the median of the last 5 readings at the current share, so one long
+        iteration (a checkpoint) does not swing the gain schedule. Without either the outer
+        loop assumes 0.5 s and an iteration time inversely proportional to the share, and
+        trains less (BENCHMARKS.md).
     gain_schedule : bool
         Schedule the inner gain on the operating point (needs an iteration time). Default
         True for "throughput", False for the paper's loops.
@@ -472,8 +475,10 @@ class TwoTierController:
                              self.slo_ms - value, gain_est)
         r = self.inner.update(value)
         if isinstance(self.outer, ThroughputOuter):
-            self.outer.iteration_measured = math.isfinite(self.iteration_s) and \
-                self.iteration_s > 0
+            # only times read from measurements teach beta and the gain calibration: a time
+            # given in advance (``iteration_time_s``) is the same at every share and would read
+            # as beta = 0, which stops every upward move
+            self.outer.iteration_measured = self._iteration_level == self.mps_pct
             new_mps, why = self.outer.update(value, r.sleep_s, r.saturated, self._duty_gain(),
                                              self._iteration())
         else:

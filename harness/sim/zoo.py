@@ -24,8 +24,9 @@ Plants (:func:`make_plant` builds each by name):
   convex: near sleep 0 the slope is several times the white-noise secant.
 
 Wrappers: :class:`DelayedPlant` (any plant), :class:`GlitchPlant` (replace chosen periods'
-readings, e.g. one 1e12 ms value). Every plant reports the training's iteration time
-(``PeriodResult.iteration_s``) the way a node measures it.
+readings, e.g. one 1e12 ms value), :class:`NoIterationPlant` (no iteration time reported).
+Every plant reports the training's iteration time (``PeriodResult.iteration_s``) the way a
+node measures it.
 
 Load: no per-second QPS trace is vendored in ``harness/data`` (its files are the Alibaba
 cluster trace), so :func:`load_trace` makes a synthetic production-like load (slow diurnal-style
@@ -51,8 +52,8 @@ from harness.sim.protocol import LoadEvent, PeriodResult, Scenario, actuation_kn
 from harness.sim.simulated import SimulatedColocation
 
 __all__ = ["PLANTS", "BatchMixturePlant", "DelayedPlant", "GlitchPlant", "HyperbolicPlant",
-           "QueuePlant", "load_scenario", "load_trace", "make_plant", "oracle_rate",
-           "white_noise_record"]
+           "NoIterationPlant", "QueuePlant", "load_scenario", "load_trace", "make_plant",
+           "oracle_rate", "white_noise_record"]
 
 
 def _knobs(act: Any) -> tuple[float, float]:
@@ -398,6 +399,20 @@ class GlitchPlant(_Wrapper):
         if k in self.periods:
             r = replace(r, mean_ms=self.value_ms, p99_ms=self.value_ms)
         return r
+
+
+class NoIterationPlant(_Wrapper):
+    """Reports no iteration time (``iteration_s`` NaN): a node without the iteration hook, or
+    a harness that passes only the latency readings.
+
+    Parameters
+    ----------
+    inner : Plant
+        The plant to wrap.
+    """
+
+    def step(self, actuation: Any, period_s: float) -> Any:
+        return replace(self.inner.step(actuation, period_s), iteration_s=math.nan)
 
 
 #: The zoo's plant names.
