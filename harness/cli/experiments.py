@@ -341,5 +341,6 @@ def register(sub: Any) -> None:
                    help="seconds excluded as the start-up transient, 0 <= W < --duration "
                         "(default 100, or half of --duration when that is shorter)")
     p.add_argument("--controllers", type=controllers_arg, default=None,
-                   help="comma-separated subset")
+                   help="comma-separated subset (default: GSLICE-extended, the paper's two-tier, "
+                        "mid-range + adaptive, the gpucontrol default and the Oracle)")
     p.set_defaults(func=_guard(_cmd_sweep), results=results_in("slo_sweep"))

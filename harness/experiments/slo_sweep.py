@@ -40,7 +40,7 @@ from harness.sim.protocol import Records, concat, run_loop
 __all__ = ["DEFAULT_SWEEP_CONTROLLERS", "SUMMARY_COLUMNS", "slo_sweep"]
 
 DEFAULT_SWEEP_CONTROLLERS = ("GSLICE-extended", "GPUColo two-tier",
-                             "GPUColo mid-range + adaptive", "Oracle")
+                             "GPUColo mid-range + adaptive", "gpucontrol default", "Oracle")
 
 #: The range of each SLO, ms: (0, 10000], as ``gpucontrol sweep --slos`` takes it.
 SLO_RANGE = (0.0, 10000.0)

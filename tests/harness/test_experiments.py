@@ -64,10 +64,13 @@ def test_burst_is_deterministic_under_a_seed():
 
 def test_slo_sweep_short(tmp_path):
     res = slo_sweep(seed=0, slos=(75, 90), duration_s=120, warmup_s=40, out_dir=tmp_path)
-    assert len(res.summary) == 2 * 4
+    assert len(res.summary) == 2 * 5
     by = {(r["slo_ms"], r["controller"]): r for r in res.summary}
     # at 90 ms the GPUColo loops settle on the SLO; at 75 ms they saturate and say so
     assert by[(90.0, "GPUColo two-tier")]["steady_latency_ms"] == pytest.approx(90, abs=2)
+    # the library's default is in the sweep too, and settles on the SLO at both ends
+    for slo in (75.0, 90.0):
+        assert by[(slo, "gpucontrol default")]["steady_latency_ms"] == pytest.approx(slo, abs=2)
     assert by[(75.0, "GPUColo two-tier")]["saturated_pct"] > 50
     assert by[(75.0, "Oracle")]["feasible"]
     assert (tmp_path / "slo_sweep.png").stat().st_size > 0
