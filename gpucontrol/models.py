@@ -10,6 +10,16 @@ sees the incremental (velocity) form
     l(k+1) = l(k) + gain * u(k),     u(k) = s(k+1) - s(k),
 
 whose transfer function from ``u`` to ``l`` is ``gain / (z - 1)``.
+
+Across the spatial share ``m`` (MPS percentage or green-context partition) a
+:class:`LatencyModelFamily` holds one such model per identified level and, where the
+identification measured it, the training's iteration time ``t(m)`` (compute only, sleep
+excluded): the training rate at sleep ``s`` is ``1 / (t(m) + s)`` iterations per second. The
+two curves are what the default outer loop optimises over (:mod:`gpucontrol.outer`).
+
+The latency is physically linear in the training's running fraction ``d = t / (t + s)``, not in
+the sleep (the training interferes only while it computes): :func:`duty_form` turns a secant
+fitted over a sleep span into that law, ``l = c + A d``.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucontrol._validate import finite, in_range, int_at_least, positive
+from gpucontrol._validate import bounds, finite, in_range, int_at_least, positive
 from gpucontrol.errors import ConfigurationError
 
 
@@ -132,11 +142,15 @@ class OperatingPoint:
         The latency-vs-sleep model identified there.
     batch : int, optional
         Inference batch size (None: not distinguished).
+    iteration_s : float, optional
+        The training's iteration time at this share (s, compute only, sleep excluded), where
+        the identification measured it; None when not measured.
     """
 
     mps_pct: float
     model: LinearLatencyModel
     batch: int | None = None
+    iteration_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mps_pct", in_range("mps_pct", self.mps_pct, 0.0, 100.0,
@@ -146,6 +160,9 @@ class OperatingPoint:
                             f"{type(self.model).__name__}")
         if self.batch is not None:
             object.__setattr__(self, "batch", int_at_least("batch", self.batch, 1))
+        if self.iteration_s is not None:
+            object.__setattr__(self, "iteration_s", in_range(
+                "iteration_s", self.iteration_s, 0.0, 3600.0, lo_open=True))
 
 
 @dataclass(frozen=True)
@@ -155,12 +172,16 @@ class LatencyModelFamily:
     ``at(mps_pct, batch)`` interpolates gain and offset linearly in the MPS percentage between
     the two nearest identified levels (clamped at the ends) for the nearest identified batch.
     ``mps_gain(...)`` is the local slope of latency with respect to the training MPS percentage
-    (ms per percentage point) at a given sleep, which the outer loop uses as its model.
+    (ms per percentage point) at a given sleep. ``iteration_s(m)`` is the training's iteration
+    time, a power law between the identified levels (NaN where none was measured).
 
     Parameters
     ----------
     points : tuple of OperatingPoint
         The identified operating points (at least one).
+    sleep_span_s : (float, float), optional
+        The sleep range the models were fitted over (their slopes are secants over it);
+        None: unknown (the controller then takes its sleep bounds).
 
     Examples
     --------
@@ -174,6 +195,7 @@ class LatencyModelFamily:
     """
 
     points: tuple[OperatingPoint, ...] = field(default_factory=tuple)
+    sleep_span_s: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.points, OperatingPoint) or not hasattr(self.points, "__iter__"):
@@ -194,10 +216,27 @@ class LatencyModelFamily:
                     + ("" if a.batch is None else f", batch {a.batch}")
                     + "; give one model per MPS level")
         object.__setattr__(self, "points", pts)
+        if self.sleep_span_s is not None:
+            object.__setattr__(self, "sleep_span_s",
+                               bounds("sleep_span_s", self.sleep_span_s, 0.0, 3600.0))
 
     @classmethod
-    def from_points(cls, points: Iterable[OperatingPoint]) -> LatencyModelFamily:
-        return cls(tuple(points))
+    def from_points(cls, points: Iterable[OperatingPoint],
+                    sleep_span_s: tuple[float, float] | None = None) -> LatencyModelFamily:
+        """A family from its points (any order) and the sleep span they were fitted over."""
+        return cls(tuple(points), sleep_span_s)
+
+    @classmethod
+    def of(cls, model: LinearLatencyModel | LatencyModelFamily, share_pct: float = 100.0,
+           iteration_s: float | None = None) -> LatencyModelFamily:
+        """``model`` as a family: a family as it is, a single model as one point at
+        ``share_pct`` (with ``iteration_s`` when known)."""
+        if isinstance(model, LatencyModelFamily):
+            return model
+        if not isinstance(model, LinearLatencyModel):
+            raise ConfigurationError("model must be a LinearLatencyModel or a "
+                                     f"LatencyModelFamily, got {type(model).__name__}")
+        return cls((OperatingPoint(share_pct, model, iteration_s=iteration_s),))
 
     def _batch_points(self, batch: int | None) -> list[OperatingPoint]:
         batches = sorted({p.batch for p in self.points}, key=lambda b: (b is None, b or 0))
@@ -242,6 +281,26 @@ class LatencyModelFamily:
         a, b = pts[i - 1], pts[i]
         return (b.model.predict(sleep_s) - a.model.predict(sleep_s)) / (b.mps_pct - a.mps_pct)
 
+    def iteration_s(self, mps_pct: float, batch: int | None = None) -> float:
+        """The training's iteration time at ``mps_pct`` (s): a power law ``t ~ m**-beta``
+        through the two nearest levels that measured it, continued past the end ones with the
+        end segment's exponent (within [0, 3]); the measured time itself with one level; NaN
+        when no level measured it."""
+        m = finite("mps_pct", mps_pct)
+        pts = [p for p in self._batch_points(batch) if p.iteration_s is not None]
+        if not pts or m <= 0:
+            return math.nan
+        if len(pts) == 1:
+            return float(pts[0].iteration_s)  # type: ignore[arg-type]
+        xs = [p.mps_pct for p in pts]
+        i = min(max(bisect.bisect_right(xs, m), 1), len(pts) - 1)
+        a, b = pts[i - 1], pts[i]
+        ta, tb = float(a.iteration_s), float(b.iteration_s)  # type: ignore[arg-type]
+        beta = -math.log(tb / ta) / math.log(b.mps_pct / a.mps_pct)
+        if not a.mps_pct <= m <= b.mps_pct:
+            beta = min(max(beta, 0.0), 3.0)    # past the ends: a bounded continuation
+        return ta * (m / a.mps_pct) ** -beta
+
     def gain_ratios(self, nominal: LinearLatencyModel) -> tuple[float, float]:
         """(min, max) of member gain / nominal gain: the envelope to check stability against."""
         if not isinstance(nominal, LinearLatencyModel):
@@ -249,22 +308,87 @@ class LatencyModelFamily:
         r = [p.model.gain / nominal.gain for p in self.points]
         return min(r), max(r)
 
+    def to_document(self) -> dict[str, Any]:
+        """The model file's form (what ``gpucontrol identify`` writes as model.json):
+        ``{"points": [{"mps_pct", "gain", "offset"[, "batch"][, "iteration_s"]}, ...]
+        [, "sleep_span_s": [low, high]]}``."""
+        rows = []
+        for p in self.points:
+            row: dict[str, Any] = {"mps_pct": p.mps_pct, "batch": p.batch, **p.model.to_dict()}
+            if p.iteration_s is not None:
+                row["iteration_s"] = p.iteration_s
+            rows.append(row)
+        doc: dict[str, Any] = {"points": rows}
+        if self.sleep_span_s is not None:
+            doc["sleep_span_s"] = list(self.sleep_span_s)
+        return doc
+
     def to_json(self) -> str:
-        return json.dumps([
-            {"mps_pct": p.mps_pct, "batch": p.batch, **p.model.to_dict()} for p in self.points
-        ])
+        """:meth:`to_document` as JSON."""
+        return json.dumps(self.to_document())
+
+    @classmethod
+    def from_document(cls, doc: Any) -> LatencyModelFamily:
+        """Read :meth:`to_document`'s form, or a bare list of its rows."""
+        try:
+            rows = doc["points"] if isinstance(doc, Mapping) else doc
+            span = doc.get("sleep_span_s") if isinstance(doc, Mapping) else None
+            return cls(tuple(
+                OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
+                               r.get("batch"), r.get("iteration_s"))
+                for r in rows), None if span is None else tuple(span))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ConfigurationError(
+                'family must be a list of {"mps_pct", "gain", "offset"[, "batch"]'
+                '[, "iteration_s"]} rows, bare or under "points" '
+                f"({type(exc).__name__}: {exc})") from None
 
     @classmethod
     def from_json(cls, text: str) -> LatencyModelFamily:
+        """Read :meth:`to_json`'s text (or a bare JSON list of rows)."""
         try:
-            rows = json.loads(text)
-            return cls(tuple(
-                OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
-                               r.get("batch"))
-                for r in rows))
+            doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigurationError(f"family JSON: {exc}") from None
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ConfigurationError(
-                'family JSON must be a list of {"mps_pct", "gain", "offset"[, "batch"]} rows '
-                f"({type(exc).__name__}: {exc})") from None
+        return cls.from_document(doc)
+
+
+def duty_form(model: LinearLatencyModel, tau_s: float,
+              span_s: tuple[float, float]) -> tuple[float, float]:
+    """``(c, A)`` of the duty law ``l = c + A * tau / (tau + s)`` that a least-squares line
+    over uniform sleeps in ``span_s`` would have fitted as ``model``.
+
+    Over ``s`` uniform on ``[a, b]`` the duty ``d = tau / (tau + s)`` has mean
+    ``E[d] = tau / (b - a) * ln((tau + b) / (tau + a))`` and covariance with ``s``
+    ``tau - (tau + (a + b) / 2) E[d]``; the fitted line's slope is ``A`` times that covariance
+    over ``var(s) = (b - a)**2 / 12``, and the line passes through the mean point
+    ``((a + b) / 2, c + A E[d])``. Inverting both gives ``A`` and ``c``. ``tau`` is the
+    iteration time (the sleep is taken once per iteration) or a duty cycler's run quantum.
+
+    Parameters
+    ----------
+    model : LinearLatencyModel
+        The least-squares line (its gain is negative).
+    tau_s : float
+        The duty's time constant at the model's share (s, > 0).
+    span_s : (float, float)
+        The sleep span the model was fitted over (s), ``low < high``.
+
+    Returns
+    -------
+    (float, float)
+        ``c`` (ms: the latency with the training stopped) and ``A`` (ms per unit duty, > 0).
+
+    Examples
+    --------
+    >>> c, A = duty_form(LinearLatencyModel(-20.0, 100.0), 0.5, (0.0, 1.0))
+    >>> round(A, 1), round(c, 1)
+    (33.8, 71.4)
+    """
+    t = positive("tau_s", tau_s)
+    a, b = bounds("span_s", span_s, 0.0, 3600.0)
+    mean_d = t / (b - a) * math.log((t + b) / (t + a))
+    cov = t - (t + 0.5 * (a + b)) * mean_d
+    A = model.gain * (b - a) ** 2 / (12.0 * cov)
+    c = model.offset + model.gain * 0.5 * (a + b) - A * mean_d
+    return c, A

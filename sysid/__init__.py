@@ -38,6 +38,7 @@ from .piecewise import (
     loo_errors,
     select_latency_model,
 )
+from .rate import IterationFit, fit_iteration_time
 from .residuals import ResidualAnalysis, correlation_analysis, resid, resid_plot
 from .variation import (
     GainEnvelope,
@@ -51,13 +52,16 @@ from .variation import (
 # fits: fit_static, fit_arx, select_order, validate, resid, fit_narx;
 # local slopes across the excited span: local_slopes;
 # latency vs GPU share: fit_piecewise_linear, fit_saturating, select_latency_model;
-# variation: gain_envelope, recommend_nominal.
+# variation: gain_envelope, recommend_nominal;
+# the training's rate curve (iteration time from iterations counted): fit_iteration_time.
 __all__ = [
-    "ArxFit", "ExcitationActuation", "GainEnvelope", "IdData", "LocalSlopes", "ModelComparison",
+    "ArxFit", "ExcitationActuation", "GainEnvelope", "IdData", "IterationFit", "LocalSlopes",
+    "ModelComparison",
     "NarxFit",
     "NominalChoice", "OrderSelection", "PiecewiseFit", "ResidualAnalysis", "SaturatingFit",
-    "StaticFit", "Validation", "correlation_analysis", "fit_arx", "fit_narx", "fit_percent",
-    "fit_piecewise_linear", "fit_saturating", "fit_static", "gain_envelope", "local_slopes",
+    "StaticFit", "Validation", "correlation_analysis", "fit_arx", "fit_iteration_time", "fit_narx",
+    "fit_percent", "fit_piecewise_linear", "fit_saturating", "fit_static",
+    "gain_envelope", "local_slopes",
     "loo_errors",
     "mape", "measurement_value", "multi_level", "prbs", "r2", "recommend_nominal", "resid",
     "resid_plot", "rmse", "run_experiment", "select_latency_model", "select_order",

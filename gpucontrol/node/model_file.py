@@ -1,4 +1,6 @@
-"""The latency model file the daemon reads (``--model``): what ``gpucontrol identify`` writes."""
+"""The model file the daemon reads (``--model``): what ``gpucontrol identify`` writes, the latency
+model per share level and, where measured, the training's iteration time there (the two curves
+the controller's outer loop optimises over)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
+from gpucontrol.models import LatencyModelFamily, LinearLatencyModel, OperatingPoint
 
 __all__ = ["load_model", "load_sleep_span"]
 
@@ -25,14 +27,16 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
     Parameters
     ----------
     path : str or os.PathLike
-        JSON: ``{"gain": g, "offset": n}`` (one linear model), or a list of
-        ``{"mps_pct", "gain", "offset"[, "batch"]}`` rows (a family, gain-scheduled by MPS),
-        bare or under ``"points"``.
+        JSON: ``{"gain": g, "offset": n}`` (one linear model; with ``iteration_s``, the
+        training's iteration time, or ``sleep_span_s`` it is read as a one-level family at its
+        ``mps_pct``, default 100), or a list of ``{"mps_pct", "gain", "offset"[, "batch"]
+        [, "iteration_s"]}`` rows (a family: the latency and training-rate curves across the
+        share), bare or under ``"points"`` beside an optional ``"sleep_span_s"``.
 
     Returns
     -------
     LinearLatencyModel or LatencyModelFamily
-        The model the controller designs its gains from.
+        The model the controller designs its gains from and its outer loop optimises over.
 
     Raises
     ------
@@ -40,15 +44,19 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
         The file cannot be read or is not one of these shapes.
     """
     doc = _read(path)
-    if isinstance(doc, dict) and "points" in doc:
-        doc = doc["points"]
-    if isinstance(doc, list):
-        try:
-            return LatencyModelFamily.from_json(json.dumps(doc))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"model {path}: bad family row ({exc})") from None
-    if isinstance(doc, dict):
-        return LinearLatencyModel.from_dict(doc)
+    try:
+        if isinstance(doc, list) or (isinstance(doc, dict) and "points" in doc):
+            return LatencyModelFamily.from_document(doc)
+        if isinstance(doc, dict):
+            model = LinearLatencyModel.from_dict(doc)
+            if "iteration_s" not in doc and "sleep_span_s" not in doc:
+                return model
+            span = load_sleep_span(path)
+            point = OperatingPoint(doc.get("mps_pct", 100.0), model,
+                                   iteration_s=doc.get("iteration_s"))
+            return LatencyModelFamily((point,), sleep_span_s=span)
+    except ValueError as exc:  # ConfigurationError included
+        raise ValueError(f"model {path}: {exc}") from None
     raise ValueError(f"model {path} must be a JSON object or list")
 
 

@@ -193,7 +193,8 @@ def identify_family(plant: Any, mps_levels: Sequence[float] = (20, 40, 60, 80, 1
                     ) -> LatencyModelFamily:
     """The controllers' nominal model: at each MPS level, a least-squares line of latency
     over the sleep range (the procedure of the GPUColo paper (Chen et al., ICDCS 2024),
-    Fig. 6), on the noise-free plant.
+    Fig. 6), on the noise-free plant, with the training's iteration time there where the plant
+    gives it (``expected_iteration_s``) and the sleep span fitted over.
 
     The fitted gain is clipped below -1e-3 ms/s so a level where sleep has no effect still
     gives a valid (negative-gain) model.
@@ -212,16 +213,19 @@ def identify_family(plant: Any, mps_levels: Sequence[float] = (20, 40, 60, 80, 1
     Returns
     -------
     LatencyModelFamily
-        One linear model per MPS level.
+        One linear model per MPS level (and iteration time), and the sleep span.
     """
     s = np.linspace(0.0, 1.0, 21) if sleeps is None else np.asarray(sleeps, float)
+    times = getattr(plant, "expected_iteration_s", None)
     pts = []
     for m in mps_levels:
         lat = np.asarray(plant.expected_latency_ms(s, float(m), batch), float)
         gain, offset = np.polyfit(s, lat, 1)
+        t = float(times(float(m))) if callable(times) else None
         pts.append(OperatingPoint(float(m), LinearLatencyModel(min(float(gain), -1e-3),
-                                                               float(offset))))
-    return LatencyModelFamily.from_points(pts)
+                                                               float(offset)),
+                                  iteration_s=t if t is not None and t > 0 else None))
+    return LatencyModelFamily.from_points(pts, sleep_span_s=(float(s.min()), float(s.max())))
 
 
 def build_controllers(names: Sequence[str], *, plant: Any, slo_ms: float,

@@ -8,6 +8,12 @@ restart the MPS change causes). The first part of each record fits the static mo
 compare predicted and measured latency (Fig 7's R²). Alongside, the noise-free plant gives
 the true local slope at the middle of the sleep range, so the identified gain can be judged.
 
+The same records give the training's rate curve: at each level the iterations the training
+completed per period and the sleep applied fit its iteration time ``t(m)``
+(:func:`sysid.fit_iteration_time`, the rate being ``1 / (t + s)``; the plant's own iteration
+readings when it counts none). ``model.json`` carries both curves, latency and iteration time
+per level, which the default controller's outer loop optimises over.
+
 Written to ``<out>/identify/``: ``identify_periods.csv`` (tidy, one row per period),
 ``identify_summary.csv`` and ``.md`` (one row per MPS level), ``identify_meta.json``,
 ``identify_fig6.png`` (latency vs sleep per level with the fitted lines) and
@@ -89,7 +95,8 @@ def check_split(train_fraction: Any, periods: Any,
 
 SUMMARY_COLUMNS = ("mps_pct", "gain", "offset", "r2", "r2_validation", "fit_pct_validation",
                    "gain_ci_low", "gain_ci_high", "true_gain", "gain_err_pct", "rmse_ms",
-                   "residuals_white", "n_train", "n_validation")
+                   "residuals_white", "n_train", "n_validation", "iteration_s",
+                   "true_iteration_s")
 #: The GPUColo paper (Chen et al., ICDCS 2024), Sec. V-A reports R² > 79 % for its linear model.
 R2_BAR = 0.79
 PERIOD_COLUMNS = ("mps_pct", "k", "t_s", "split", "sleep_s", "latency_ms", "predicted_ms",
@@ -163,11 +170,14 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
                      sysid.prbs(int(periods), lo, hi, seed=seed * 1000 + i + 1))
                 for _ in range(warmup):
                     bar.advance()
-                data = sysid.run_experiment(p, u, period_s=period_s, mps_pct=m,
+                rec = _Recorder(p)
+                data = sysid.run_experiment(rec, u, period_s=period_s, mps_pct=m,
                                             warmup=warmup, on_invalid="drop",
                                             meta={"preset": preset, "seed": seed},
                                             progress=lambda _k, _n: bar.advance())
                 row, rows, fit = _identify_level(p, data, m, train_fraction, mid)
+                row["iteration_s"] = rec.iteration_s(warmup, period_s)
+                row["true_iteration_s"] = _call(p, "expected_iteration_s", None, m)
                 summary.append(row)
                 records.extend(rows)
                 fits[f"{m:g}"] = fit
@@ -212,7 +222,9 @@ def model_document(summary: Sequence[dict[str, Any]],
     Parameters
     ----------
     summary : sequence of dict
-        Rows with ``mps_pct``, ``gain``, ``offset``, ``r2``, ``r2_validation``, ``gain_ci_high``.
+        Rows with ``mps_pct``, ``gain``, ``offset``, ``r2``, ``r2_validation``, ``gain_ci_high``
+        and optionally ``iteration_s`` (the training's iteration time there, s; NaN or
+        absent: not measured).
     sleep_span_s : (float, float), optional
         The sleep range the excitation covered, recorded as ``sleep_span_s``: the daemon's
         gain schedule needs the span the secant slope was fitted over.
@@ -229,13 +241,53 @@ def model_document(summary: Sequence[dict[str, Any]],
         return None
     span = {} if sleep_span_s is None else {
         "sleep_span_s": [float(sleep_span_s[0]), float(sleep_span_s[1])]}
+    def iteration(r: dict[str, Any]) -> dict[str, float]:
+        t = float(r.get("iteration_s", math.nan))
+        return {"iteration_s": t} if math.isfinite(t) and t > 0 else {}
+
     if len(usable) == 1:
         r = usable[0]
         return {"gain": float(r["gain"]), "offset": float(r["offset"]),
                 "mps_pct": float(r["mps_pct"]), "r2": float(r["r2"]),
-                "r2_validation": float(r["r2_validation"]), **span}
+                "r2_validation": float(r["r2_validation"]), **iteration(r), **span}
     return {"points": [{"mps_pct": float(r["mps_pct"]), "gain": float(r["gain"]),
-                        "offset": float(r["offset"])} for r in usable], **span}
+                        "offset": float(r["offset"]), **iteration(r)} for r in usable],
+            **span}
+
+
+class _Recorder:
+    """The plant, stepped through, keeping each period's sleep and training progress."""
+
+    def __init__(self, plant: Any) -> None:
+        self.plant = plant
+        self.periods: list[tuple[float, float, float]] = []   # (sleep, iterations, iteration_s)
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self.plant, item)
+
+    def step(self, actuation: Any, period_s: float) -> Any:
+        r = self.plant.step(actuation, period_s)
+        restarting = bool(getattr(r, "restarting", False))
+        self.periods.append((float(actuation.sleep_s),
+                             math.nan if restarting else float(
+                                 getattr(r, "training_iterations", math.nan)),
+                             float(getattr(r, "iteration_s", math.nan))))
+        return r
+
+    def iteration_s(self, warmup: int, period_s: float) -> float:
+        """The training's iteration time over the recorded periods (after ``warmup``): the
+        time balance of the iterations counted (:func:`sysid.fit_iteration_time`), else the
+        median of the plant's own readings; NaN when neither is there."""
+        rows = np.array(self.periods[warmup:], float).reshape(-1, 3)
+        counted = np.isfinite(rows[:, 1]) & (rows[:, 1] > 0)
+        if counted.sum() >= 2:
+            try:
+                return sysid.fit_iteration_time(rows[counted, 0], rows[counted, 1], period_s,
+                                                 sleep_factor=1.0).iteration_s
+            except ValueError:
+                pass
+        read = rows[:, 2][np.isfinite(rows[:, 2]) & (rows[:, 2] > 0)]
+        return float(np.median(read)) if read.size else math.nan
 
 
 def _identify_level(p: Any, data: sysid.IdData, mps: float, train_fraction: float,
@@ -262,11 +314,12 @@ def _identify_level(p: Any, data: sysid.IdData, mps: float, train_fraction: floa
 
 
 def _call(p: Any, name: str, sleep: Any, mps: float) -> Any:
-    """A noise-free view of the plant if it offers one (the simulator does), else NaN."""
+    """A noise-free view of the plant if it offers one (the simulator does), else NaN
+    (``sleep`` None: a view of the MPS level alone)."""
     fn = getattr(p, name, None)
     if not callable(fn):
         return math.nan
-    out = fn(sleep, mps)
+    out = fn(mps) if sleep is None else fn(sleep, mps)
     return float(out) if np.ndim(out) == 0 else np.asarray(out, float)
 
 
@@ -346,9 +399,10 @@ def _below(r2: float, bar: float = R2_BAR) -> str:
 
 def format_summary(res: ExperimentResult) -> str:
     """The printed report: per-level table, then the envelope and the design verdict."""
-    cols = ("mps_pct", "gain", "offset", "r2", "r2_validation", "true_gain", "gain_err_pct")
+    cols = ("mps_pct", "gain", "offset", "r2", "r2_validation", "true_gain", "gain_err_pct",
+            "iteration_s")
     heads = ("MPS %", "gain (ms/s)", "offset (ms)", "R² fit", "R² held-out",
-             "true slope", "gain err %")
+             "true slope", "gain err %", "iteration (s)")
     text = markdown_table(res.summary, cols, heads, digits=2)
     lo, hi = res.meta["sleep_range_s"]
     for r in res.summary:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gpucontrol import LatencyModelFamily, LinearLatencyModel, OperatingPoint
+from gpucontrol.models import duty_form
 
 
 def test_predict_and_inverse():
@@ -85,7 +86,33 @@ def test_family_by_batch_and_json():
     assert fam.at(50, batch=100).offset == 75.0
     back = LatencyModelFamily.from_json(fam.to_json())
     assert back == fam
-    assert json.loads(fam.to_json())[0]["batch"] == 105
+    assert json.loads(fam.to_json())["points"][0]["batch"] == 105
+    # the bare list of rows (the form before iteration times and the span) still reads
+    assert LatencyModelFamily.from_json(json.dumps(fam.to_document()["points"])) == fam
+
+
+def test_family_iteration_time_is_a_power_law_between_levels():
+    fam = LatencyModelFamily.from_points([
+        OperatingPoint(25, LinearLatencyModel(-2.0, 60.0), iteration_s=2.0),
+        OperatingPoint(100, LinearLatencyModel(-14.0, 90.0), iteration_s=0.5),
+        OperatingPoint(50, LinearLatencyModel(-8.0, 75.0))], sleep_span_s=(0.0, 1.0))
+    assert fam.iteration_s(50) == pytest.approx(1.0, rel=1e-12)   # t ~ m**-1 through 25, 100
+    assert fam.iteration_s(12.5) == pytest.approx(4.0, rel=1e-12)  # the end segment continued
+    back = LatencyModelFamily.from_json(fam.to_json())
+    assert back == fam and back.sleep_span_s == (0.0, 1.0)
+    assert math.isnan(family().iteration_s(50))     # nothing measured
+    with pytest.raises(ValueError, match="iteration_s"):
+        OperatingPoint(50, LinearLatencyModel(-1.0, 1.0), iteration_s=0.0)
+    with pytest.raises(ValueError, match="sleep_span_s"):
+        LatencyModelFamily(fam.points, sleep_span_s=(1.0, 0.5))
+
+
+def test_duty_form_inverts_the_secant_of_the_duty_law():
+    c, A, t, span = 60.0, 40.0, 0.3, (0.0, 1.0)
+    s = np.linspace(*span, 401)
+    gain, offset = np.polyfit(s, c + A * t / (t + s), 1)
+    c1, A1 = duty_form(LinearLatencyModel(gain, offset), t, span)
+    assert (c1, A1) == pytest.approx((c, A), rel=2e-3)
 
 
 def test_family_validation():

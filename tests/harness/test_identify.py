@@ -1,5 +1,6 @@
 """The identification study (GPUColo paper, Figs. 6/7) on the simulated plant and its command."""
 
+import json
 import math
 
 import pytest
@@ -119,3 +120,22 @@ def test_r2_below_the_bar_never_prints_as_the_bar():
     assert _below(0.7899) == "0.7899" and float(_below(0.7899)) < R2_BAR
     assert _below(0.737) == "0.74"
     assert _below(0.78999999) != "0.79"
+
+
+def test_model_json_carries_the_training_rate_curve(study):
+    """The identification records the training's iteration time per level, from the
+    iterations counted (within 3 % of the simulator's own), and the daemon's model reads it."""
+    from gpucontrol.node.model_file import load_model
+
+    res, out = study
+    for row in res.summary:
+        assert row["iteration_s"] == pytest.approx(row["true_iteration_s"], rel=0.03)
+    model = load_model(out / "model.json")
+    assert [p.iteration_s for p in model.points] == pytest.approx(
+        [r["iteration_s"] for r in res.summary if r["gain_ci_high"] < 0])
+    assert model.sleep_span_s == tuple(res.meta["sleep_range_s"])
+    one = ident.model_document(res.summary[-1:], sleep_span_s=(0.0, 1.0))
+    f = out.parent / "one.json"
+    f.write_text(json.dumps(one))
+    fam = load_model(f)       # one level with its iteration time: a one-point family
+    assert fam.iteration_s(100.0) == pytest.approx(res.summary[-1]["iteration_s"])
