@@ -23,7 +23,13 @@ import os
 import platform
 import time
 
-from gpucontrol import LinearLatencyModel, Measurement, TwoTierController
+from gpucontrol import (
+    LinearLatencyModel,
+    Measurement,
+    OuterMPSOptimizer,
+    ShareKnob,
+    TwoTierController,
+)
 from harness.cli.args import number
 from harness.cluster import SimConfig, Simulation, inference_burst, load_openb, synthetic
 from harness.cluster.figures import saved, window_violation
@@ -49,9 +55,9 @@ class ScalarTwoTier(VectorTwoTier):
     def _ctl(self, g):
         while len(self.ctls) <= g:
             self.ctls.append(TwoTierController(
-                LinearLatencyModel(-1.0, self.slo), self.slo, outer="paper", outer_every=self.every,
-                mps_threshold=self.threshold, sleep_bounds_s=(self.lo, self.hi),
-                mps_bounds_pct=(self.mlo, self.mhi), hold_periods_after_mps=self.hold_periods))
+                LinearLatencyModel(-1.0, self.slo), self.slo,
+                outer=OuterMPSOptimizer("paper", every=self.every, threshold=self.threshold),
+                sleep=(self.lo, self.hi), share=ShareKnob(bounds_pct=(self.mlo, self.mhi))))
         return self.ctls[g]
 
     def update_one(self, g, latency, restarting=False):

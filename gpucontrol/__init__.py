@@ -20,7 +20,9 @@ from gpucontrol.controllers import (
 )
 from gpucontrol.design import PDesign, PIDesign, design_p, design_pi
 from gpucontrol.errors import ConfigurationError
+from gpucontrol.knobs import ShareKnob, SleepKnob
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel, OperatingPoint
+from gpucontrol.outer import ThroughputOuter
 from gpucontrol.stability import (
     check_envelope,
     is_stable,
@@ -45,6 +47,9 @@ __all__ = [
     "OuterMPSOptimizer",
     "PDesign",
     "PIDesign",
+    "ShareKnob",
+    "SleepKnob",
+    "ThroughputOuter",
     "TwoTierController",
     "check_envelope",
     "design_p",

@@ -1,4 +1,4 @@
-"""Runtime controllers: the inner sleep loop, the outer MPS optimizer, adaptive gain.
+"""Runtime controllers: the inner sleep loop, the paper's outer MPS loop, adaptive gain.
 
 These are the per-period state machines that :class:`gpucontrol.TwoTierController` composes.
 They are pure Python with no numpy in the hot path, so one update costs microseconds.
@@ -329,9 +329,10 @@ class InnerSleepController:
         Halve the gain (down to 1/8) when errors above 2 % of the set point change sign 3
         times within 8 periods with a mean |error| above 3.5 % — the signature of a loop
         ringing past its stable gain (an underestimated slope, an unknown delay); recover by
-        1.25x after 20 calm periods. (At 3 % the plant zoo's "ours", whose reading alternates
-        period to period at a long sleep, had its gain cut to 1/8 for hundreds of periods;
-        3, 3.5, 4 and 5 % were measured, BENCHMARKS.md.)
+        1.25x after 20 calm periods (errors within 2 %, or the sleep pinned at a bound, where
+        the loop cannot be ringing). The 3.5 % keeps a plant's own period-to-period
+        alternation (a training iteration aliasing against the period, about 3 % amplified
+        by the loop) from reading as ringing.
     """
 
     def __init__(self, kp: float, slo_ms: float, sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
@@ -390,7 +391,9 @@ class InnerSleepController:
             self._last_sign = sign
         self._crossings.append(crossing)
         self._errs.append(abs(e))
-        self._calm = 0 if big else self._calm + 1
+        # a period pinned at a bound is not ringing either: the gain comes back there too
+        pinned = self.sleep_s <= self.lo or self.sleep_s >= self.hi
+        self._calm = 0 if big and not pinned else self._calm + 1
         if sum(self._crossings) >= 3 and sum(self._errs) / len(self._errs) > 0.035 * self.slo_ms:
             self.backoff = max(self.backoff * 0.5, 0.125)
             self._crossings.clear()
@@ -447,7 +450,8 @@ class InnerSleepController:
 
 
 class OuterMPSOptimizer:
-    """Outer loop: moves the training MPS percentage every ``every`` inner periods.
+    """The GPUColo paper's outer loop and its mid-ranging variant: moves the training share
+    every ``every`` inner periods.
 
     It acts only when ``|drive| / slo > threshold`` or the inner loop is saturated, where the
     drive is the latency error for ``"paper"`` and the error plus the sleep's distance from its
@@ -458,54 +462,81 @@ class OuterMPSOptimizer:
       ``d_mps = (slo - l) / mps_gain``.
     * ``"mid-range"``: ``d_mps = (slo - l + sleep_gain (s - s_target)) / mps_gain`` — move MPS so
       the inner loop's sleep returns to ``s_target``, keeping sleep headroom for bursts and
-      letting training use the more efficient spatial share instead of sleeping.
+      letting training use the more efficient spatial share instead of sleeping; on a move the
+      sleep is set to ``s_target`` (feedforward: the share takes over the load the sleep was
+      carrying).
+    * ``"none"``: the share stays where it starts (sleep only).
 
     ``mps_gain`` is the latency sensitivity to the training MPS percentage (ms per point).
+    Built with its own settings; :class:`~gpucontrol.TwoTierController` binds it to the set
+    point, the knobs and the model (:meth:`bind`).
 
     Parameters
     ----------
     strategy : {"paper", "mid-range", "none"}
         The outer strategy.
-    slo_ms : float
-        Latency set point (ms), > 0.
     every : int
         Inner periods per outer period (>= 1).
     threshold : float
         Relative drive in [0, 1) below which the loop does not act.
-    mps_bounds_pct : (float, float)
-        MPS limits within [1, 100] %.
-    initial_mps_pct : float
-        Starting MPS percentage, within the bounds.
     mps_gain_ms_per_pct : float, optional
-        Latency sensitivity to the MPS percentage (default ``slo_ms / 100``).
-    sleep_target_s : float
-        The ``"mid-range"`` sleep target (s).
+        Latency sensitivity to the MPS percentage (default: the model family's slope at the
+        starting share, else ``slo_ms / 100``).
+    sleep_target_s : float, optional
+        The ``"mid-range"`` sleep target (s; default 5 % into the sleep range).
     saturated_step_pct : float
         MPS step taken when the inner loop is saturated (points, in [0, 100]).
     """
 
     STRATEGIES = ("paper", "mid-range", "none")
 
-    def __init__(self, strategy: str, slo_ms: float, *, every: int = 25, threshold: float = 0.02,
-                 mps_bounds_pct: tuple[float, float] = (1.0, 100.0), initial_mps_pct: float = 100.0,
-                 mps_gain_ms_per_pct: float | None = None, sleep_target_s: float = 0.05,
+    def __init__(self, strategy: str = "paper", *, every: int = 25, threshold: float = 0.02,
+                 mps_gain_ms_per_pct: float | None = None, sleep_target_s: float | None = None,
                  saturated_step_pct: float = 5.0) -> None:
         from gpucontrol._validate import choice, int_at_least
 
         self.strategy = choice("outer", strategy, self.STRATEGIES)
-        self.slo_ms = positive("slo_ms", slo_ms)
         self.every = int_at_least("outer_every", every, 1)
         self.threshold = in_range("mps_threshold", threshold, 0.0, 1.0, hi_open=True)
-        self.lo, self.hi = bounds("mps_bounds_pct", mps_bounds_pct, 1.0, 100.0)
-        self.mps_pct = in_range("initial_mps_pct", initial_mps_pct, self.lo, self.hi)
-        self.mps_gain = positive("mps_gain_ms_per_pct", mps_gain_ms_per_pct
-                                 if mps_gain_ms_per_pct is not None else self.slo_ms / 100.0)
-        self.sleep_target_s = in_range("sleep_target_s", sleep_target_s, 0.0, 3600.0)
+        self._gain_given = None if mps_gain_ms_per_pct is None else positive(
+            "mps_gain_ms_per_pct", mps_gain_ms_per_pct)
+        self._target_given = None if sleep_target_s is None else in_range(
+            "sleep_target_s", sleep_target_s, 0.0, 3600.0)
         self.saturated_step_pct = in_range("saturated_step_pct", saturated_step_pct, 0.0, 100.0)
         self.count = 0
+        self._moved = False
+        self._bound = False
+
+    def bind(self, slo_ms: float, share: Any, sleep: Any, period_s: float,
+             family: Any) -> OuterMPSOptimizer:
+        """Attach to a controller: its set point, share knob (bounds, start), sleep knob
+        (the mid-range target's range), period and model family (the default slope)."""
+        if self._bound:
+            raise ConfigurationError("this outer loop object already serves a controller")
+        self._bound = True
+        self.slo_ms = positive("slo_ms", slo_ms)
+        self.lo, self.hi = share.bounds_pct
+        self.mps_pct = float(share.start_pct)
+        g = family.mps_gain(self.mps_pct) if len(family.points) > 1 else math.nan
+        self.mps_gain = self._gain_given if self._gain_given is not None else (
+            g if math.isfinite(g) and g > 0 else self.slo_ms / 100.0)
+        lo, hi = sleep.bounds_s
+        self.sleep_target_s = lo + 0.05 * (hi - lo) if self._target_given is None else \
+            in_range("sleep_target_s", self._target_given, lo, hi)
+        return self
+
+    @property
+    def share_pct(self) -> float:
+        """The share now (%)."""
+        return self.mps_pct
 
     def restart_count(self) -> None:
         self.count = 0
+
+    def move_sleep(self) -> float | None:
+        """The sleep to set after a move: the mid-range target (once), else None."""
+        moved, self._moved = self._moved, False
+        return self.sleep_target_s if moved and self.strategy == "mid-range" else None
 
     def update(self, latency_ms: float, sleep_s: float, saturated: str | None,
                sleep_gain: float) -> tuple[float | None, str]:
@@ -538,4 +569,5 @@ class OuterMPSOptimizer:
         if new == self.mps_pct:
             return None, "outer: at MPS bound" if delta else "outer: no change"
         old, self.mps_pct = self.mps_pct, float(new)
+        self._moved = True
         return self.mps_pct, f"outer {self.strategy}: MPS {old:g} -> {new:g}"

@@ -145,12 +145,18 @@ class OperatingPoint:
     iteration_s : float, optional
         The training's iteration time at this share (s, compute only, sleep excluded), where
         the identification measured it; None when not measured.
+    duty_law : (float, float), optional
+        ``(c, A)`` of the latency ``c + A d`` fitted on the running fraction
+        ``d = t / (t + s)`` with that iteration time (ms; ``A > 0``): the same data as
+        ``model``, without the line's dependence on where the sleeps fell. None: derived from
+        ``model`` (:func:`duty_form`).
     """
 
     mps_pct: float
     model: LinearLatencyModel
     batch: int | None = None
     iteration_s: float | None = None
+    duty_law: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mps_pct", in_range("mps_pct", self.mps_pct, 0.0, 100.0,
@@ -163,6 +169,14 @@ class OperatingPoint:
         if self.iteration_s is not None:
             object.__setattr__(self, "iteration_s", in_range(
                 "iteration_s", self.iteration_s, 0.0, 3600.0, lo_open=True))
+        if self.duty_law is not None:
+            try:
+                c, a = self.duty_law
+            except (TypeError, ValueError):
+                raise ConfigurationError(f"duty_law must be (c, A) in ms, got "
+                                         f"{self.duty_law!r}") from None
+            object.__setattr__(self, "duty_law", (finite("duty_law[0]", c),
+                                                  positive("duty_law[1]", a)))
 
 
 @dataclass(frozen=True)
@@ -301,6 +315,52 @@ class LatencyModelFamily:
             beta = min(max(beta, 0.0), 3.0)    # past the ends: a bounded continuation
         return ta * (m / a.mps_pct) ** -beta
 
+    def duty_law(self, mps_pct: float, run_quantum_s: float | None = None,
+                 prior_iteration_s: float | None = None) -> tuple[float, float]:
+        """``(c, A)`` of the latency ``c + A d`` at ``mps_pct``, ``d`` the training's running
+        fraction: each level's identified law (or its line turned into one by
+        :func:`duty_form` with the run quantum of a duty cycler, its iteration time, or
+        ``prior_iteration_s`` scaled as the inverse of the share), interpolated linearly
+        between levels. Past the end levels (and with one level) ``c``, the inference alone,
+        is held and ``A``, the training's interference, is taken as proportional to the
+        share. NaNs when no time constant is known.
+
+        Parameters
+        ----------
+        mps_pct : float
+            The share (%).
+        run_quantum_s : float, optional
+            A duty cycler's run quantum (s): the duty's time constant at every share.
+        prior_iteration_s : float, optional
+            Iteration time assumed at the highest level where none was measured (s).
+
+        Returns
+        -------
+        (float, float)
+            ``c`` and ``A`` (ms).
+        """
+        m = finite("mps_pct", mps_pct)
+        pts = self._batch_points(None)
+        span = self.sleep_span_s
+        top = max(p.mps_pct for p in pts)
+        laws = []
+        for p in pts:
+            if p.duty_law is not None and run_quantum_s is None:
+                laws.append(p.duty_law)
+                continue
+            tau = run_quantum_s or p.iteration_s or (
+                None if prior_iteration_s is None else prior_iteration_s * top / p.mps_pct)
+            laws.append((math.nan, math.nan) if tau is None or span is None else
+                        duty_form(p.model, tau, span))
+        xs = [p.mps_pct for p in pts]
+        if len(pts) == 1 or not xs[0] <= m <= xs[-1]:
+            end = 0 if m < xs[0] else len(pts) - 1
+            return laws[end][0], laws[end][1] * m / xs[end]
+        j = min(max(bisect.bisect_right(xs, m), 1), len(pts) - 1)
+        w = min(max((m - xs[j - 1]) / (xs[j] - xs[j - 1]), 0.0), 1.0)
+        (c0, a0), (c1, a1) = laws[j - 1], laws[j]
+        return c0 + w * (c1 - c0), a0 + w * (a1 - a0)
+
     def gain_ratios(self, nominal: LinearLatencyModel) -> tuple[float, float]:
         """(min, max) of member gain / nominal gain: the envelope to check stability against."""
         if not isinstance(nominal, LinearLatencyModel):
@@ -310,13 +370,15 @@ class LatencyModelFamily:
 
     def to_document(self) -> dict[str, Any]:
         """The model file's form (what ``gpucontrol identify`` writes as model.json):
-        ``{"points": [{"mps_pct", "gain", "offset"[, "batch"][, "iteration_s"]}, ...]
-        [, "sleep_span_s": [low, high]]}``."""
+        ``{"points": [{"mps_pct", "gain", "offset"[, "batch"][, "iteration_s"]
+        [, "idle_ms", "duty_gain_ms"]}, ...][, "sleep_span_s": [low, high]]}``."""
         rows = []
         for p in self.points:
             row: dict[str, Any] = {"mps_pct": p.mps_pct, "batch": p.batch, **p.model.to_dict()}
             if p.iteration_s is not None:
                 row["iteration_s"] = p.iteration_s
+            if p.duty_law is not None:
+                row["idle_ms"], row["duty_gain_ms"] = p.duty_law
             rows.append(row)
         doc: dict[str, Any] = {"points": rows}
         if self.sleep_span_s is not None:
@@ -335,7 +397,9 @@ class LatencyModelFamily:
             span = doc.get("sleep_span_s") if isinstance(doc, Mapping) else None
             return cls(tuple(
                 OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
-                               r.get("batch"), r.get("iteration_s"))
+                               r.get("batch"), r.get("iteration_s"),
+                               (r["idle_ms"], r["duty_gain_ms"]) if "duty_gain_ms" in r
+                               else None)
                 for r in rows), None if span is None else tuple(span))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ConfigurationError(

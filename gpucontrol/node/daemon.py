@@ -59,7 +59,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpucontrol.controllers import OuterMPSOptimizer
 from gpucontrol.errors import ConfigurationError, ControlLoopError
+from gpucontrol.knobs import ShareKnob, SleepKnob
 from gpucontrol.node._runtime import ensure_private_dir, grant_group, unlink_quietly
 from gpucontrol.node.actuators.cgroup import check_cgroup_holds
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
@@ -74,12 +76,13 @@ from gpucontrol.node.hooks import HookWriter
 from gpucontrol.node.locks import FileLock, TargetLocks
 from gpucontrol.node.logsink import LogSink, open_log
 from gpucontrol.node.metrics import DaemonMetrics
-from gpucontrol.node.model_file import load_model, load_sleep_span
+from gpucontrol.node.model_file import load_model
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
 from gpucontrol.node.mps_health import MPSHealthWatch
 from gpucontrol.node.persist import restorable
 from gpucontrol.node.prom_source import PrometheusSource
 from gpucontrol.node.share import ShareWiring, controller_restart_s, is_restart_free
+from gpucontrol.outer import ThroughputOuter
 from gpucontrol.two_tier import Actuation, TwoTierController
 
 __all__ = ["Daemon", "load_model"]  # load_model lives in model_file (re-exported)
@@ -200,26 +203,27 @@ class Daemon(DaemonSafety):
                                      else f"--model: {msg}") from None
 
     def _build_controller(self, model: str, slo_ms: float, mps_ok: bool) -> TwoTierController:
+        """The controller on the model file's curves, with the knobs as this node has them:
+        the share backend's levels and change cost, the sleep actuator's range and quantum,
+        and the state a restarted daemon resumes from."""
         cfg = self.cfg
-        outer = cfg.outer if mps_ok and cfg.fixed_mps is None else "none"
-        kw: dict[str, Any] = {"identified_span_s": load_sleep_span(model)}
-        if cfg.outer == "throughput":  # the default: delay-robust even without a share knob
-            kw["detune"] = 0.5
-            if (restart_s := controller_restart_s(cfg.share_backend)) is not None:
-                kw["restart_s"] = restart_s  # the share backend's cost of a change
-        if cfg.detune is not None:
-            kw["detune"] = cfg.detune
-        if cfg.sleep_method != "hook" and cfg.run_quantum_s != "auto":  # duty q / (q + s)
-            kw["run_quantum_s"] = float(cfg.run_quantum_s)
-        if cfg.green_shares:  # the training's partitions, and the whole device (no command)
-            kw["mps_levels_pct"] = (*cfg.green_shares, 100.0)
-        return TwoTierController(
-            load_model(model), slo_ms, inner_period_s=cfg.period_s,
-            outer_every=cfg.outer_every,
-            sleep_bounds_s=(0.0, cfg.max_sleep_s), mode=cfg.mode, outer=outer, **kw,
-            initial_mps_pct=(self._restored["mps_pct"] if self._restored and mps_ok
-                             else cfg.initial_mps_pct),
-            initial_sleep_s=self._restored["sleep_s"] if self._restored else None)
+        strategy = cfg.outer if mps_ok and cfg.fixed_mps is None else "none"
+        outer: ThroughputOuter | OuterMPSOptimizer = (
+            ThroughputOuter(every=cfg.outer_every) if strategy == "throughput" else
+            OuterMPSOptimizer(strategy, every=cfg.outer_every))
+        share = ShareKnob(
+            levels_pct=(*cfg.green_shares, 100.0) if cfg.green_shares else None,
+            change_s=controller_restart_s(cfg.share_backend) if cfg.outer == "throughput"
+            else None,
+            initial_pct=(self._restored["mps_pct"] if self._restored and mps_ok
+                         else cfg.initial_mps_pct))
+        quantum = None if cfg.sleep_method == "hook" or cfg.run_quantum_s == "auto" else \
+            float(cfg.run_quantum_s)               # a duty cycler: duty q / (q + s)
+        sleep = SleepKnob((0.0, cfg.max_sleep_s), run_quantum_s=quantum,
+                          initial_s=self._restored["sleep_s"] if self._restored else None)
+        return TwoTierController(load_model(model), slo_ms, inner_period_s=cfg.period_s,
+                                 mode=cfg.mode, outer=outer, share=share, sleep=sleep,
+                                 design=cfg.detune)
 
     def setup(self) -> None:
         cfg = self.cfg

@@ -44,19 +44,15 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
         The file cannot be read or is not one of these shapes.
     """
     doc = _read(path)
-    try:
-        if isinstance(doc, list) or (isinstance(doc, dict) and "points" in doc):
-            return LatencyModelFamily.from_document(doc)
-        if isinstance(doc, dict):
-            model = LinearLatencyModel.from_dict(doc)
-            if "iteration_s" not in doc and "sleep_span_s" not in doc:
-                return model
-            span = load_sleep_span(path)
-            point = OperatingPoint(doc.get("mps_pct", 100.0), model,
-                                   iteration_s=doc.get("iteration_s"))
-            return LatencyModelFamily((point,), sleep_span_s=span)
-    except ValueError as exc:  # ConfigurationError included
-        raise ValueError(f"model {path}: {exc}") from None
+    if isinstance(doc, list) or (isinstance(doc, dict) and "points" in doc):
+        return LatencyModelFamily.from_document(doc)
+    if isinstance(doc, dict):
+        model = LinearLatencyModel.from_dict(doc)
+        if "iteration_s" not in doc and "sleep_span_s" not in doc:
+            return model
+        point = OperatingPoint(doc.get("mps_pct", 100.0), model,
+                               iteration_s=doc.get("iteration_s"))
+        return LatencyModelFamily((point,), sleep_span_s=load_sleep_span(path))
     raise ValueError(f"model {path} must be a JSON object or list")
 
 

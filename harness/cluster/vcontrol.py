@@ -12,8 +12,9 @@ same equations as ``TwoTierController.update`` with a P inner design (``ki = 0``
   positive error), ``mps = clamp(round(mps + d))``.
 
 The defaults (outer period, threshold, sleep and MPS bounds, hold after an MPS change, the
-saturated step) are read from the core's ``TwoTierController`` and ``OuterMPSOptimizer``
-signatures (:data:`CORE_DEFAULTS`), not re-typed here.
+saturated step) are read from the core (``TwoTierController``'s period and hold, the
+``OuterMPSOptimizer``, ``SleepKnob`` and ``ShareKnob`` signatures: :data:`CORE_DEFAULTS`), not
+re-typed here.
 
 ``tests/harness/cluster/test_cluster_vcontrol.py`` checks it against N scalar
 ``TwoTierController`` instances step by step.
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from gpucontrol.controllers import OuterMPSOptimizer
+from gpucontrol.knobs import ShareKnob, SleepKnob
 from gpucontrol.two_tier import TwoTierController
 
 __all__ = ["CORE_DEFAULTS", "VectorTwoTier"]
@@ -41,14 +43,14 @@ def _defaults(f: Any) -> dict[str, Any]:
 _TWO_TIER = _defaults(TwoTierController.__init__)
 _OUTER = _defaults(OuterMPSOptimizer.__init__)
 
-#: the core's defaults the cluster controller uses (``TwoTierController`` /
-#: ``OuterMPSOptimizer`` keyword defaults)
+#: the core's defaults the cluster controller uses (``TwoTierController``,
+#: ``OuterMPSOptimizer``, ``SleepKnob`` and ``ShareKnob`` defaults)
 CORE_DEFAULTS: dict[str, Any] = {
     "inner_period_s": _TWO_TIER["inner_period_s"],
-    "outer_every": _TWO_TIER["outer_every"],
-    "mps_threshold": _TWO_TIER["mps_threshold"],
-    "sleep_bounds_s": _TWO_TIER["sleep_bounds_s"],
-    "mps_bounds_pct": _TWO_TIER["mps_bounds_pct"],
+    "outer_every": _OUTER["every"],
+    "mps_threshold": _OUTER["threshold"],
+    "sleep_bounds_s": SleepKnob().bounds_s,
+    "mps_bounds_pct": ShareKnob().bounds_pct,
     "hold_periods_after_mps": TwoTierController.HOLD_PERIODS_AFTER_MPS,
     "saturated_step_pct": _OUTER["saturated_step_pct"],
 }

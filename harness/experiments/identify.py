@@ -11,8 +11,11 @@ the true local slope at the middle of the sleep range, so the identified gain ca
 The same records give the training's rate curve: at each level the iterations the training
 completed per period and the sleep applied fit its iteration time ``t(m)``
 (:func:`sysid.fit_iteration_time`, the rate being ``1 / (t + s)``; the plant's own iteration
-readings when it counts none). ``model.json`` carries both curves, latency and iteration time
-per level, which the default controller's outer loop optimises over.
+readings when it counts none). With it the latency is fitted once more on the training's
+running fraction ``d = t / (t + s)``, ``l = c + A d`` (``idle_ms``, ``duty_gain_ms``): the
+physical law, which a line in the sleep approximates differently depending on where the
+white-noise sleeps fell. ``model.json`` carries both curves, latency and iteration time per
+level, which the default controller's outer loop optimises over.
 
 Written to ``<out>/identify/``: ``identify_periods.csv`` (tidy, one row per period),
 ``identify_summary.csv`` and ``.md`` (one row per MPS level), ``identify_meta.json``,
@@ -36,7 +39,7 @@ from typing import Any
 import numpy as np
 
 import sysid
-from gpucontrol import LinearLatencyModel, check_envelope, design_p
+from gpucontrol import LatencyModelFamily, LinearLatencyModel, check_envelope, design_p
 from harness.experiments.common import (
     ExperimentResult,
     close_plant,
@@ -57,7 +60,7 @@ from harness.sim.checks import number
 from harness.sim.protocol import Records
 
 __all__ = ["MIN_SPLIT_PERIODS", "MPS_RANGE", "PERIOD_COLUMNS", "SUMMARY_COLUMNS", "check_split",
-           "identify", "model_document"]
+           "family_of", "identify", "model_document"]
 
 #: The training MPS levels identification takes, %: [1, 100] (``gpucontrol identify --mps``).
 MPS_RANGE = (1.0, 100.0)
@@ -96,7 +99,7 @@ def check_split(train_fraction: Any, periods: Any,
 SUMMARY_COLUMNS = ("mps_pct", "gain", "offset", "r2", "r2_validation", "fit_pct_validation",
                    "gain_ci_low", "gain_ci_high", "true_gain", "gain_err_pct", "rmse_ms",
                    "residuals_white", "n_train", "n_validation", "iteration_s",
-                   "true_iteration_s")
+                   "true_iteration_s", "idle_ms", "duty_gain_ms")
 #: The GPUColo paper (Chen et al., ICDCS 2024), Sec. V-A reports R² > 79 % for its linear model.
 R2_BAR = 0.79
 PERIOD_COLUMNS = ("mps_pct", "k", "t_s", "split", "sleep_s", "latency_ms", "predicted_ms",
@@ -108,7 +111,7 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
              sleep_range: tuple[float, float] = (0.1, 0.7), periods: int = 100,
              train_fraction: float = 0.6, period_s: float = 4.0, warmup: int = 3,
              excitation: str = "white", out_dir: str | Path | None = None,
-             progress: bool | None = False) -> ExperimentResult:
+             progress: bool | None = False, statistic: str = "mean") -> ExperimentResult:
     """Identify ``latency = gain * sleep + offset`` per MPS level with white-noise excitation.
 
     Parameters
@@ -137,13 +140,15 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
         Folder for CSV/PNG/JSON (nothing written when None).
     progress
         Show a progress bar (None: when stderr is a terminal).
+    statistic : {'mean', 'p99'}
+        The latency statistic modelled (a p99 controller needs the p99's model).
 
     Returns
     -------
     ExperimentResult
         ``records``: one row per period; ``summary``: one row per MPS level (see
         :data:`SUMMARY_COLUMNS`); ``meta`` holds the envelope, the recommended nominal gain
-        and the stability verdict.
+        and the stability verdict; ``family`` (:func:`family_of`) the model.json curves.
     """
     lo, hi = (float(sleep_range[0]), float(sleep_range[1]))
     if not (0.0 <= lo < hi):
@@ -173,11 +178,14 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
                 rec = _Recorder(p)
                 data = sysid.run_experiment(rec, u, period_s=period_s, mps_pct=m,
                                             warmup=warmup, on_invalid="drop",
+                                            statistic=statistic,
                                             meta={"preset": preset, "seed": seed},
                                             progress=lambda _k, _n: bar.advance())
                 row, rows, fit = _identify_level(p, data, m, train_fraction, mid)
                 row["iteration_s"] = rec.iteration_s(warmup, period_s)
                 row["true_iteration_s"] = _call(p, "expected_iteration_s", None, m)
+                row["idle_ms"], row["duty_gain_ms"] = _duty_law(
+                    data.split(train_fraction)[0], row["iteration_s"])
                 summary.append(row)
                 records.extend(rows)
                 fits[f"{m:g}"] = fit
@@ -189,7 +197,7 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
             "preset": str(preset), "seed": seed,
             "mps_levels": levels, "sleep_range_s": [lo, hi], "periods": int(periods),
             "train_fraction": train_fraction, "period_s": period_s, "warmup": warmup,
-            "excitation": excitation,
+            "excitation": excitation, "statistic": statistic,
             "mps_enabled": mps_on,
             "plant_params": p.describe() if hasattr(p, "describe") else {}}
     meta.update(_envelope(fits))
@@ -213,6 +221,35 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
             if doc is not None:
                 res.files.append(write_json(doc, out / "model.json"))
     return res
+
+
+def family_of(res: ExperimentResult, every_level: bool = False) -> LatencyModelFamily | None:
+    """The curves an identification found, as the controller takes them (what model.json
+    holds): None when no level has a significantly negative gain.
+
+    Parameters
+    ----------
+    res : ExperimentResult
+        What :func:`identify` returned.
+    every_level : bool
+        Keep the levels whose gain is not significantly negative too, their gain capped at
+        -1e-3 ms/s (a statistic the sleep barely moves, such as a p99 set by the share: the
+        outer loop still needs that level's latency and iteration time).
+
+    Returns
+    -------
+    LatencyModelFamily or None
+        The latency model and iteration time per level, and the sleep span.
+    """
+    rows = res.summary if not every_level else [
+        {**r, "gain": min(r["gain"], -1e-3), "gain_ci_high": min(r["gain_ci_high"], -1e-3)}
+        for r in res.summary]
+    doc = model_document(rows, sleep_span_s=tuple(res.meta["sleep_range_s"]))
+    if doc is None:
+        return None
+    if "points" not in doc:
+        doc = {"points": [doc], "sleep_span_s": doc.get("sleep_span_s")}
+    return LatencyModelFamily.from_document(doc)
 
 
 def model_document(summary: Sequence[dict[str, Any]],
@@ -243,7 +280,11 @@ def model_document(summary: Sequence[dict[str, Any]],
         "sleep_span_s": [float(sleep_span_s[0]), float(sleep_span_s[1])]}
     def iteration(r: dict[str, Any]) -> dict[str, float]:
         t = float(r.get("iteration_s", math.nan))
-        return {"iteration_s": t} if math.isfinite(t) and t > 0 else {}
+        if not (math.isfinite(t) and t > 0):
+            return {}
+        c, a = float(r.get("idle_ms", math.nan)), float(r.get("duty_gain_ms", math.nan))
+        law = {"idle_ms": c, "duty_gain_ms": a} if math.isfinite(c) and a > 0 else {}
+        return {"iteration_s": t, **law}
 
     if len(usable) == 1:
         r = usable[0]
@@ -253,6 +294,19 @@ def model_document(summary: Sequence[dict[str, Any]],
     return {"points": [{"mps_pct": float(r["mps_pct"]), "gain": float(r["gain"]),
                         "offset": float(r["offset"]), **iteration(r)} for r in usable],
             **span}
+
+
+def _duty_law(train: sysid.IdData, iteration_s: float) -> tuple[float, float]:
+    """``(c, A)`` of the latency ``c + A d`` fitted on the running fraction
+    ``d = t / (t + s)`` of the fit periods (NaNs without an iteration time or an ``A > 0``):
+    the line in the sleep depends on where the white-noise sleeps fell, the law does not."""
+    if not (math.isfinite(iteration_s) and iteration_s > 0) or len(train) < 3:
+        return math.nan, math.nan
+    d = iteration_s / (iteration_s + np.asarray(train.u, float))
+    if np.ptp(d) <= 0:
+        return math.nan, math.nan
+    a, c = np.polyfit(d, np.asarray(train.y, float), 1)
+    return (float(c), float(a)) if a > 0 else (math.nan, math.nan)
 
 
 class _Recorder:

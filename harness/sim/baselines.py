@@ -18,8 +18,12 @@ GSLICE-extended           inference + training MPS = 100 %, inference grows when
 GPUColo two-tier          :class:`gpucontrol.TwoTierController`, ``outer="paper"``
 GPUColo mid-range + adpt  :class:`gpucontrol.TwoTierController`, ``outer="mid-range"``,
                           ``adaptive=True``
-gpucontrol default        ``TwoTierController(model, slo)``: detune 0.5, throughput-seeking
-                          outer loop (aliases ``default``, ``throughput``, ``ours``)
+gpucontrol default        ``TwoTierController(model, slo)``: detune 0.5, the outer loop that
+                          optimises over the identified curves (aliases ``default``,
+                          ``throughput``, ``ours``)
+Integral                  a practitioner's loop: integral action on the sleep, the share
+                          stepped by 10 points (or one partition) every ~100 s when the sleep
+                          sits at a bound
 Oracle                    best static sleep + MPS per load phase meeting the SLO on the
                           noise-free plant, resizes free: the upper bound
 ========================  ===============================================================
@@ -27,6 +31,7 @@ Oracle                    best static sleep + MPS per load phase meeting the SLO
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -36,6 +41,7 @@ import numpy as np
 
 from gpucontrol import Actuation, LatencyModelFamily, LinearLatencyModel, TwoTierController
 from gpucontrol.controllers import as_measurement, usable
+from gpucontrol.knobs import ShareKnob
 from harness.sim.protocol import PlantActuation, Scenario
 
 __all__ = [
@@ -45,6 +51,7 @@ __all__ = [
     "BaselineContext",
     "FixedAllocation",
     "GSliceExtended",
+    "IntegralController",
     "MPSOnly",
     "Named",
     "Oracle",
@@ -52,6 +59,8 @@ __all__ = [
     "best_static_point",
     "gpucolo_midrange_adaptive",
     "gpucolo_two_tier",
+    "gpucontrol_default",
+    "integral",
     "names",
     "sleep_only",
 ]
@@ -244,6 +253,70 @@ class GSliceExtended(_Windowed):
                          if changed else "at bound", e)
 
 
+class IntegralController:
+    """The practitioner's loop the default must beat: integral action on the sleep at a quarter
+    of the model's deadbeat gain (at half of it the loop rang on a plant whose slope near sleep
+    0 is several times the fitted line's), and a rule-of-thumb share step (10 points, or the
+    next partition) every ``every`` periods when the window's mean sleep is past 90 % of its
+    range with the latency over the SLO (down), or under 5 % with the latency 5 % under it
+    (up).
+
+    Parameters
+    ----------
+    slo_ms : float
+        The SLO (ms).
+    gain_ms_per_s : float
+        The identified latency-vs-sleep slope (ms per s, < 0).
+    share : ShareKnob, optional
+        The share's levels and bounds (default 1-100 %, start 100).
+    sleep_bounds_s : (float, float)
+        Sleep range (s).
+    every : int
+        Periods between share decisions.
+    step_pct : float
+        The share step (points) when the knob has no levels.
+    """
+
+    name = "Integral"
+
+    def __init__(self, slo_ms: float, gain_ms_per_s: float, *, share: ShareKnob | None = None,
+                 sleep_bounds_s: tuple[float, float] = (0.0, 1.0), every: int = 25,
+                 step_pct: float = 10.0) -> None:
+        self.slo_ms, self.ki = float(slo_ms), 0.25 / abs(float(gain_ms_per_s))
+        self.knob = share or ShareKnob()
+        self.lo, self.hi = map(float, sleep_bounds_s)
+        self.every, self.step = int(every), float(step_pct)
+        self.sleep_s, self.share_pct, self._n, self._sum = self.lo, self.knob.start_pct, 0, 0.0
+
+    def initial_actuation(self) -> Actuation:
+        return Actuation(self.sleep_s, self.share_pct, False, False, "initial")
+
+    def _step(self, direction: float) -> float:
+        levels = self.knob.levels_pct
+        if levels is None:
+            return self.knob.snap(self.share_pct + direction * self.step)
+        i = levels.index(self.share_pct) + int(direction)
+        return levels[min(max(i, 0), len(levels) - 1)]
+
+    def update(self, measurement: Any) -> Actuation:
+        m = as_measurement(measurement)
+        if m.count <= 0 or m.restarting or not usable(m.mean_ms, 50.0 * self.slo_ms):
+            return Actuation(self.sleep_s, self.share_pct, False, False, "hold")
+        self.sleep_s = min(max(self.sleep_s + self.ki * (m.mean_ms - self.slo_ms), self.lo),
+                           self.hi)
+        self._n, self._sum = self._n + 1, self._sum + self.sleep_s
+        new = self.share_pct
+        if self._n >= self.every:
+            mean = self._sum / self._n
+            self._n, self._sum = 0, 0.0
+            if mean > self.lo + 0.9 * (self.hi - self.lo) and m.mean_ms > self.slo_ms:
+                new = self._step(-1.0)
+            elif mean < self.lo + 0.05 * (self.hi - self.lo) and m.mean_ms < 0.95 * self.slo_ms:
+                new = self._step(1.0)
+        changed, self.share_pct = new != self.share_pct, new
+        return Actuation(self.sleep_s, new, changed, False, "integral")
+
+
 # ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class OraclePoint:
@@ -338,18 +411,24 @@ class Oracle:
 
 
 # ----------------------------------------------------------------------------------------------
+def _share(initial_pct: float, kw: dict[str, Any]) -> ShareKnob:
+    """The share knob of ``kw`` (default: MPS percentages) starting at ``initial_pct``."""
+    share = kw.pop("share", None) or ShareKnob()
+    return dataclasses.replace(share, initial_pct=initial_pct)
+
+
 def sleep_only(model: LinearLatencyModel | LatencyModelFamily, slo_ms: float, *,
                mps_pct: float = 80.0, **kw: Any) -> Named:
     """GPUColo's inner loop alone (``outer="none"``), the training MPS fixed at ``mps_pct``."""
     return Named("Sleep-only", TwoTierController(model, slo_ms, outer="none",
-                                                 initial_mps_pct=mps_pct, **kw))
+                                                 share=_share(mps_pct, kw), **kw))
 
 
 def gpucolo_two_tier(model: LinearLatencyModel | LatencyModelFamily, slo_ms: float, *,
                      initial_mps_pct: float = 80.0, **kw: Any) -> Named:
     """The paper's two-tier controller (P inner loop, outer MPS loop every 25 periods)."""
-    return Named("GPUColo two-tier", TwoTierController(model, slo_ms, outer="paper",
-                                                       initial_mps_pct=initial_mps_pct, **kw))
+    return Named("GPUColo two-tier", TwoTierController(
+        model, slo_ms, outer="paper", share=_share(initial_mps_pct, kw), **kw))
 
 
 def gpucolo_midrange_adaptive(model: LinearLatencyModel | LatencyModelFamily, slo_ms: float, *,
@@ -358,15 +437,25 @@ def gpucolo_midrange_adaptive(model: LinearLatencyModel | LatencyModelFamily, sl
     inner gain (bounded RLS)."""
     return Named("GPUColo mid-range + adaptive",
                  TwoTierController(model, slo_ms, outer="mid-range", adaptive=True,
-                                   initial_mps_pct=initial_mps_pct, **kw))
+                                   share=_share(initial_mps_pct, kw), **kw))
 
 
 def gpucontrol_default(model: LinearLatencyModel | LatencyModelFamily, slo_ms: float, *,
                        initial_mps_pct: float = 80.0, **kw: Any) -> Named:
     """The library's default ``TwoTierController(model, slo_ms)``: P inner loop detuned to
-    0.5 (stable under an unknown one-period delay) and the throughput-seeking outer loop."""
+    0.5 (stable under an unknown one-period delay) and the outer loop that goes to the share
+    with the most predicted training at the SLO from the model's curves."""
     return Named("gpucontrol default",
-                 TwoTierController(model, slo_ms, initial_mps_pct=initial_mps_pct, **kw))
+                 TwoTierController(model, slo_ms, share=_share(initial_mps_pct, kw), **kw))
+
+
+def integral(model: LinearLatencyModel | LatencyModelFamily, slo_ms: float, *,
+             initial_mps_pct: float = 80.0, **kw: Any) -> Named:
+    """:class:`IntegralController` designed on the model's gain at the starting share."""
+    fam = LatencyModelFamily.of(model)
+    share = _share(initial_mps_pct, kw)
+    return Named("Integral", IntegralController(slo_ms, fam.at(share.start_pct).gain,
+                                                share=share, **kw))
 
 
 def names(controllers: Iterable[Any]) -> list[str]:
@@ -492,6 +581,9 @@ BASELINES: tuple[Baseline, ...] = (
              lambda c: gpucontrol_default(c.family, c.slo_ms, initial_mps_pct=c.initial_mps_pct,
                                           inner_period_s=c.period_s),
              ("default", "throughput", "ours")),
+    Baseline("Integral", lambda c: integral(c.family, c.slo_ms,
+                                            initial_mps_pct=c.initial_mps_pct),
+             ("integral",)),
     Baseline("Oracle", lambda c: c.oracle, ("oracle",)),
 )
 

@@ -9,10 +9,11 @@ TwoTierController` and every baseline in :mod:`harness.sim.baselines`.
 :func:`run_loop` closes the loop and returns tidy records, one row per period::
 
     >>> from gpucontrol import LinearLatencyModel, TwoTierController
+    >>> from gpucontrol.knobs import ShareKnob
     >>> from harness.sim.simulated import SimulatedColocation
     >>> plant = SimulatedColocation.preset("fig8", seed=1)
     >>> ctl = TwoTierController(LinearLatencyModel(-19.0, 102.0), slo_ms=90.0, outer="none",
-    ...                         initial_mps_pct=80.0)
+    ...                         share=ShareKnob(initial_pct=80.0))
     >>> rec = run_loop(ctl, plant, periods=20)
     >>> len(rec), round(float(rec.col("latency_ms")[-5:].mean()))
     (20, 90)

@@ -22,6 +22,9 @@ Plants (:func:`make_plant` builds each by name):
 * ``"queue"`` — :class:`QueuePlant`: the training and the inference queue on a shared resource;
   latency ``idle / (1 - u f)`` with ``f`` the training's footprint (MPS share times duty),
   convex: near sleep 0 the slope is several times the white-noise secant.
+* ``"random"`` — :class:`~harness.sim.zoo_draw.DrawnPlant`: physics drawn per seed (iteration
+  times 0.1-2 s, training speed ``share**0.3..share**1.5``, an interference ``x0.3..x3`` the
+  identified one, an undisclosed one-period delay in one draw of two), with its own SLO.
 
 Wrappers: :class:`DelayedPlant` (any plant), :class:`GlitchPlant` (replace chosen periods'
 readings, e.g. one 1e12 ms value), :class:`NoIterationPlant` (no iteration time reported).
@@ -48,12 +51,13 @@ from typing import Any
 
 import numpy as np
 
-from harness.sim.protocol import LoadEvent, PeriodResult, Scenario, actuation_knobs
+from harness.sim.protocol import PeriodResult, actuation_knobs
 from harness.sim.simulated import SimulatedColocation
+from harness.sim.zoo_load import load_scenario, load_trace, oracle_rate, white_noise_record
 
-__all__ = ["PLANTS", "BatchMixturePlant", "DelayedPlant", "GlitchPlant", "HyperbolicPlant",
-           "NoIterationPlant", "QueuePlant", "load_scenario", "load_trace", "make_plant",
-           "oracle_rate", "white_noise_record"]
+__all__ = ["PLANTS", "SLO_MS", "BatchMixturePlant", "DelayedPlant", "GlitchPlant",
+           "HyperbolicPlant", "NoIterationPlant", "QueuePlant", "load_scenario", "load_trace",
+           "make_plant", "oracle_rate", "slo_ms", "white_noise_record"]
 
 
 def _knobs(act: Any) -> tuple[float, float]:
@@ -416,22 +420,32 @@ class NoIterationPlant(_Wrapper):
 
 
 #: The zoo's plant names.
-PLANTS = ("ours", "hyperbolic", "mixture", "delayed", "queue")
+PLANTS = ("ours", "hyperbolic", "mixture", "delayed", "queue", "random")
+#: The SLO of each fixed plant (mean latency, ms); a drawn plant carries its own.
+SLO_MS = {"ours": 90.0, "hyperbolic": 80.0, "mixture": 8.0, "delayed": 80.0, "queue": 60.0}
 
 
-def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None) -> Any:
+def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None,
+               noise_seed: int | None = None, identified: bool = False) -> Any:
     """A fresh zoo plant by name (one of :data:`PLANTS`).
 
     Parameters
     ----------
     name : str
-        ``"ours"``, ``"hyperbolic"``, ``"mixture"``, ``"delayed"`` or ``"queue"``.
+        ``"ours"``, ``"hyperbolic"``, ``"mixture"``, ``"delayed"``, ``"queue"`` or
+        ``"random"``.
     seed : int
-        Random seed.
+        Random seed (for ``"random"`` it also draws the physics).
     restart_s : float, optional
         Training downtime of a share change (s, >= 0); 0 is a restart-free knob (a green
         context, a CPU quota). Default: the plant's own (7 s on "ours", 10 s on the
-        others).
+        fixed others, drawn on "random").
+    noise_seed : int, optional
+        The noise's seed when it should differ from ``seed`` (default ``seed``).
+    identified : bool
+        The plant as its user identified it: the same physics with other noise, but for
+        ``"random"`` the interference before its drawn model error, and no reporting delay
+        (the delay is in the runtime path, not the identification log).
 
     Returns
     -------
@@ -444,158 +458,33 @@ def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None) -> A
         if not (math.isfinite(r) and 0.0 <= r <= 3600.0):
             raise ValueError(f"restart_s must be in [0, 3600] s, got {restart_s!r}")
         kw["restart_s"] = r
+    noise = seed if noise_seed is None else noise_seed
     if name == "ours":
-        return _Ours(seed=seed, **kw)
+        return _Ours(seed=noise, **kw)
     if name == "hyperbolic":
-        return HyperbolicPlant(seed=seed, **kw)
+        return HyperbolicPlant(seed=noise, **kw)
     if name == "mixture":
-        return BatchMixturePlant(seed=seed, **kw)
+        return BatchMixturePlant(seed=noise, **kw)
     if name == "delayed":
-        return DelayedPlant(HyperbolicPlant(seed=seed, **kw))
+        p = HyperbolicPlant(seed=noise, **kw)
+        return p if identified else DelayedPlant(p)
     if name == "queue":
-        return QueuePlant(seed=seed, **kw)
+        return QueuePlant(seed=noise, **kw)
+    if name == "random":
+        from harness.sim.zoo_draw import DrawnPlant
+
+        d = DrawnPlant(draw=seed, seed=noise, identified=identified, **kw)
+        return DelayedPlant(d) if d.delay and not identified else d
     raise ValueError(f"plant must be one of {', '.join(PLANTS)}, got {name!r}")
 
 
-def load_trace(periods: int, *, seed: int = 0, swing: float = 0.12, jitter: float = 0.02,
-               steps: tuple[tuple[int, float], ...] = ()) -> np.ndarray:
-    """A synthetic production-like load factor per period (1 = nominal).
+def slo_ms(name: str, plant: Any) -> float:
+    """The SLO of a zoo plant (ms, mean latency): the fixed plants' :data:`SLO_MS`, a drawn
+    plant's own."""
+    if name in SLO_MS:
+        return SLO_MS[name]
+    base = plant
+    while isinstance(base, _Wrapper):
+        base = base.inner
+    return float(base.slo_ms)
 
-    Parameters
-    ----------
-    periods : int
-        Number of periods.
-    seed : int
-        Random seed.
-    swing : float
-        Amplitude of the slow (one cycle per run) swing.
-    jitter : float
-        Standard deviation of the AR(1) (coefficient 0.9) fast component.
-    steps : tuple of (int, float)
-        ``(period, factor)``: from that period on the load is multiplied by ``factor``.
-
-    Returns
-    -------
-    numpy.ndarray
-        The load factor of each period.
-    """
-    rng = np.random.default_rng(seed)
-    k = np.arange(periods)
-    slow = 1.0 + swing * np.sin(2 * np.pi * k / max(periods, 1) - np.pi / 2)
-    e = np.zeros(periods)
-    for i in range(1, periods):
-        e[i] = 0.9 * e[i - 1] + jitter * math.sqrt(1 - 0.81) * rng.standard_normal()
-    q = slow + e
-    for at, f in steps:
-        q[at:] *= f
-    return np.clip(q, 0.3, 5.0)
-
-
-def load_scenario(loads: Any, period_s: float = 4.0) -> Scenario:
-    """The load factors as ``set_load(load=...)`` events, one per period where it changes.
-
-    Parameters
-    ----------
-    loads : array_like
-        Load factor of each period.
-    period_s : float
-        Control period (s).
-
-    Returns
-    -------
-    Scenario
-        Events at ``k * period_s``.
-    """
-    ev, last = [], None
-    for k, q in enumerate(np.asarray(loads, float)):
-        v = round(float(q), 4)
-        if v != last:
-            ev.append(LoadEvent.at(k * period_s, load=v))
-            last = v
-    return Scenario.of(*ev)
-
-
-_ORACLE_CACHE: dict[tuple[int, float, float, str, tuple[float, ...]], float] = {}
-
-
-def oracle_rate(plant: Any, slo_ms: float, load: float, statistic: str = "mean",
-                levels_pct: Any = None) -> float:
-    """The per-period static oracle: the best training rate (iterations/s) on a sleep x MPS
-    grid whose noise-free ``statistic`` latency at ``load`` meets ``slo_ms`` (0 if none).
-
-    Parameters
-    ----------
-    plant : zoo plant
-        Any plant of :func:`make_plant`.
-    slo_ms : float
-        The SLO (ms).
-    load : float
-        Load factor.
-    statistic : {"mean", "p99"}
-        Which latency the SLO bounds.
-    levels_pct : sequence of float, optional
-        Only these MPS levels (e.g. green-context partitions ``(25, 50, 75, 100)``), each in
-        (0, 100]; default every whole percent from 1 to 100.
-
-    Returns
-    -------
-    float
-        Iterations per second.
-    """
-    if levels_pct is None:
-        levels: tuple[float, ...] = tuple(np.arange(1.0, 101.0))
-    else:
-        levels = tuple(sorted({float(v) for v in levels_pct}))
-        if not levels or not all(math.isfinite(v) and 0.0 < v <= 100.0 for v in levels):
-            raise ValueError(f"levels_pct must be MPS levels in (0, 100], got {levels_pct!r}")
-    key = (id(plant), round(float(load), 3), float(slo_ms), statistic, levels)
-    if key not in _ORACLE_CACHE:
-        S, M = np.meshgrid(np.linspace(0.0, 1.0, 201), np.array(levels))
-        lat = np.asarray(plant.expected_latency_ms(S, M, key[1], statistic))
-        tp = np.asarray(plant.expected_training_throughput(S, M, key[1]))
-        ok = lat <= slo_ms
-        _ORACLE_CACHE[key] = float(tp[ok].max()) if ok.any() else 0.0
-    return _ORACLE_CACHE[key]
-
-
-def white_noise_record(plant: Any, periods: int = 60, *, seed: int = 0, mps_pct: float = 100.0,
-                       sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
-                       statistic: str = "mean") -> tuple[np.ndarray, np.ndarray]:
-    """What a user records to identify the sleep model: ``periods`` periods of white-noise
-    sleep within ``sleep_bounds_s`` at a fixed MPS (one warm-up period first).
-
-    Parameters
-    ----------
-    plant : Plant
-        The plant (stepped in place).
-    periods : int
-        Periods recorded.
-    seed : int
-        Seed of the excitation.
-    mps_pct : float
-        Training MPS held.
-    sleep_bounds_s : (float, float)
-        Excitation range.
-    statistic : {"mean", "p99"}
-        Which reading is recorded.
-
-    Returns
-    -------
-    (numpy.ndarray, numpy.ndarray)
-        Sleep applied and latency measured, periods with no reading dropped. A
-        :class:`DelayedPlant` is identified through its inner plant: the reporting delay is in
-        the runtime path, not in the identification log.
-    """
-    from gpucontrol import Actuation
-
-    if isinstance(plant, DelayedPlant):
-        plant = plant.inner      # the delay is in the runtime reporting path, not the log
-    rng = np.random.default_rng(seed + 7919)
-    u = rng.uniform(*sleep_bounds_s, periods)
-    plant.step(Actuation(float(u[0]), mps_pct), 4.0)
-    y = np.empty(periods)
-    for k in range(periods):
-        r = plant.step(Actuation(float(u[k]), mps_pct), 4.0)
-        y[k] = r.mean_ms if statistic == "mean" else r.p99_ms
-    ok = np.isfinite(y)
-    return u[ok], y[ok]

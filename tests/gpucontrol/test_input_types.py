@@ -8,10 +8,12 @@ import pytest
 
 from gpucontrol import (
     ConfigurationError,
+    GainEstimator,
     LatencyModelFamily,
     LinearLatencyModel,
     Measurement,
     OperatingPoint,
+    ShareKnob,
     TwoTierController,
     check_envelope,
     design_p,
@@ -56,9 +58,9 @@ def test_nan_and_negative_readings_are_still_held_not_refused():
     (lambda: LinearLatencyModel(-12.0, True), "offset"),
     (lambda: TwoTierController(M, slo_ms="90"), "slo_ms"),
     (lambda: TwoTierController(M, 90.0, adaptive="yes"), "adaptive"),
-    (lambda: TwoTierController(M, 90.0, gain_schedule="no"), "gain_schedule"),
-    (lambda: TwoTierController(M, 90.0, plausible_max_ms=10.0), "plausible_max_ms"),
-    (lambda: TwoTierController(M, 90.0, plausible_max_ms=150.0), "plausible_max_ms"),
+    (lambda: TwoTierController(M, 90.0, sleep="fast"), "sleep"),
+    (lambda: ShareKnob(change_s=-1.0), "change_s"),
+    (lambda: ShareKnob(granularity_pct=0.0), "granularity_pct"),
     (lambda: TwoTierController(M, 90.0, inner_period_s=1e-9), "inner_period_s"),
     (lambda: TwoTierController(M, 90.0, inner_period_s=1e12), "inner_period_s"),
     (lambda: OperatingPoint(float("nan"), M), "mps_pct"),
@@ -73,7 +75,7 @@ def test_bad_values_are_refused_naming_the_parameter(make, name):
 
 def test_numpy_bools_and_plain_bools_are_flags():
     assert TwoTierController(M, 90.0, adaptive=np.bool_(True)).adaptive is True
-    assert TwoTierController(M, 90.0, plausible_max_ms=180.0).plausible_max_ms == 180.0
+    assert TwoTierController(M, 90.0).plausible_max_ms == 50.0 * 90.0   # glitches above
 
 
 @pytest.mark.parametrize("make, name", [
@@ -178,11 +180,11 @@ def test_robustness_plot_shades_each_unstable_run_and_refuses_an_empty_table():
 
 
 @pytest.mark.parametrize("make, err, name", [
-    (lambda: TwoTierController(M, 90.0, mps_levels_pct="50"), ConfigurationError,
-     "mps_levels_pct"),
-    (lambda: TwoTierController(M, 90.0, design=design_p(M), detune=0.5), ConfigurationError,
-     "detune or design"),
-    (lambda: TwoTierController(M, 90.0, forgetting=5.0), ConfigurationError, "forgetting"),
+    (lambda: TwoTierController(M, 90.0, share=ShareKnob(levels_pct="50")), ConfigurationError,
+     "levels_pct"),
+    (lambda: TwoTierController(M, 90.0, design="0.5"), ConfigurationError, "design"),
+    (lambda: TwoTierController(M, 90.0, adaptive=GainEstimator(-12.0, forgetting=5.0)),
+     ConfigurationError, "forgetting"),
     (lambda: design_p(M).poles(float("nan")), ConfigurationError, "gain_ratio"),
     (lambda: is_stable(design_p(M), float("nan")), ConfigurationError, "gain_ratio"),
     (lambda: LatencyModelFamily((OperatingPoint(50, M),)).gain_ratios(3), TypeError, "nominal"),

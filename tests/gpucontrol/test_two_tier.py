@@ -14,7 +14,8 @@ from gpucontrol import (
     TwoTierController,
     design_pi,
 )
-from gpucontrol.controllers import GainEstimator, as_measurement
+from gpucontrol.controllers import GainEstimator, OuterMPSOptimizer, as_measurement
+from gpucontrol.knobs import ShareKnob, SleepKnob
 
 MODEL = LinearLatencyModel(gain=-12.0, offset=95.0)
 
@@ -39,7 +40,7 @@ def test_p_is_deadbeat_on_the_nominal_plant():
 
 @pytest.mark.parametrize("g", [0.3, 0.8, 1.5, 1.9])
 def test_fixed_p_converges_inside_zero_two(g):
-    ctl = TwoTierController(MODEL, 90.0, outer="none", sleep_bounds_s=(0, 5))
+    ctl = TwoTierController(MODEL, 90.0, outer="none", sleep=(0, 5))
     lat, _ = close_loop(ctl, lambda s, m, k: 95.0 + g * MODEL.gain * s, 160)
     assert abs(lat[-1] - 90.0) < 1e-3
     # error contracts by |1 - g| each period
@@ -50,10 +51,10 @@ def test_fixed_p_converges_inside_zero_two(g):
 def test_fixed_p_oscillates_beyond_two_and_adaptive_recovers():
     def plant(s, m, k):
         return 100.0 + 5.0 * MODEL.gain * s
-    fixed = TwoTierController(MODEL, 90.0, outer="none", sleep_bounds_s=(0, 5))
+    fixed = TwoTierController(MODEL, 90.0, outer="none", sleep=(0, 5))
     lat, _ = close_loop(fixed, plant, 40)
     assert np.abs(lat[-10:] - 90).max() > 5  # limit cycle between the sleep bounds
-    ad = TwoTierController(MODEL, 90.0, outer="none", sleep_bounds_s=(0, 5), adaptive=True)
+    ad = TwoTierController(MODEL, 90.0, outer="none", sleep=(0, 5), adaptive=True)
     lat, acts = close_loop(ad, plant, 40)
     assert np.abs(lat[-10:] - 90).max() < 1e-6
     assert acts[-1].gain_estimate == pytest.approx(5 * MODEL.gain, rel=0.05)
@@ -62,13 +63,13 @@ def test_fixed_p_oscillates_beyond_two_and_adaptive_recovers():
 @pytest.mark.parametrize("g", [0.1, 0.3, 3.0, 10.0])
 def test_adaptive_converges_over_wide_gain_range_with_noise(g):
     rng = np.random.default_rng(7)
-    ad = TwoTierController(MODEL, 90.0, outer="none", sleep_bounds_s=(0, 20), adaptive=True)
+    ad = TwoTierController(MODEL, 90.0, outer="none", sleep=(0, 20), adaptive=True)
     lat, _ = close_loop(ad, lambda s, m, k: 100 + g * MODEL.gain * s + rng.normal(0, 0.3), 80)
     assert np.mean(np.abs(lat[-30:] - 90.0)) < 1.0
 
 
 def test_saturation_is_reported_and_nothing_winds_up():
-    ctl = TwoTierController(MODEL, 50.0, outer="none", sleep_bounds_s=(0.0, 1.0))
+    ctl = TwoTierController(MODEL, 50.0, outer="none", sleep=(0.0, 1.0))
     # unreachable SLO: latency stays above 50 even at max sleep
     _, acts = close_loop(ctl, lambda s, m, k: MODEL.predict(s), 10)
     assert all(a.sleep_s == 1.0 for a in acts) and all(a.saturated for a in acts)
@@ -90,8 +91,8 @@ def test_pi_runtime_has_conditional_integration():
 
 def test_pi_runtime_tracks_ramp_load():
     pi = design_pi(MODEL, 10, 0.3)
-    ctl = TwoTierController(MODEL, 90.0, outer="none", design=pi, sleep_bounds_s=(0, 50),
-                            outer_every=30)
+    ctl = TwoTierController(MODEL, 90.0, outer=OuterMPSOptimizer("none", every=30),
+                            design=pi, sleep=(0, 50))
     lat, _ = close_loop(ctl, lambda s, m, k: 95 + 0.05 * k + MODEL.gain * s, 150)
     assert abs(lat[-1] - 90.0) < 1e-3
 
@@ -106,7 +107,7 @@ def test_p99_mode_controls_the_tail():
                                  Measurement(math.nan), Measurement(80.0, count=0),
                                  {"mean": 95.0, "count": 0}, 1e12])
 def test_odd_measurements_hold(bad):
-    ctl = TwoTierController(MODEL, 90.0, initial_sleep_s=0.3)
+    ctl = TwoTierController(MODEL, 90.0, sleep=SleepKnob(initial_s=0.3))
     act = ctl.update(bad)
     assert act.sleep_s == 0.3 and not act.mps_changed
     assert act.reason.startswith("hold")
@@ -124,22 +125,25 @@ def test_measurement_coercion():
 
 
 def test_outer_paper_acts_only_past_threshold_and_on_schedule():
-    ctl = TwoTierController(MODEL, 90.0, outer="paper", outer_every=5, mps_threshold=0.02,
-                            sleep_bounds_s=(0, 1), initial_mps_pct=50)
+    ctl = TwoTierController(MODEL, 90.0, outer=OuterMPSOptimizer("paper", every=5,
+                                                                  threshold=0.02),
+                            sleep=(0, 1), share=ShareKnob(initial_pct=50))
     # errors of 1 % (noise around a reachable SLO): inner acts, outer never does
     for k in range(40):
         act = ctl.update(MODEL.predict(ctl.sleep_s) + 0.5 * (-1) ** k)  # P doubles it: 1.1 %
         assert not act.mps_changed and not act.saturated
     # saturated high with a large error: outer reduces MPS at the 5th period
-    ctl2 = TwoTierController(MODEL, 60.0, outer="paper", outer_every=5, initial_mps_pct=50)
+    ctl2 = TwoTierController(MODEL, 60.0, outer=OuterMPSOptimizer("paper", every=5),
+                             share=ShareKnob(initial_pct=50))
     changed = [ctl2.update(MODEL.predict(ctl2.sleep_s)).mps_changed for _ in range(5)]
     assert changed == [False, False, False, False, True]
     assert ctl2.mps_pct < 50
 
 
 def test_mps_change_holds_inner_loop_and_respects_bounds():
-    ctl = TwoTierController(MODEL, 60.0, outer="paper", outer_every=2, initial_mps_pct=10,
-                            mps_bounds_pct=(5, 90), hold_periods_after_mps=2)
+    ctl = TwoTierController(MODEL, 60.0, outer=OuterMPSOptimizer("paper", every=2),
+                            share=ShareKnob(bounds_pct=(5, 90), initial_pct=10))
+    assert ctl.hold_periods_after_mps == 2     # a change of unknown cost
     acts = [ctl.update(MODEL.predict(ctl.sleep_s)) for _ in range(12)]
     firsts = [i for i, a in enumerate(acts) if a.mps_changed]
     assert firsts, "outer loop never acted"
@@ -154,13 +158,14 @@ def test_mid_range_returns_sleep_to_target():
     def plant(s, mps, k):
         return 50.0 + 0.4 * mps + MODEL.gain * s
 
-    ctl = TwoTierController(MODEL, 80.0, outer="mid-range", outer_every=5, initial_mps_pct=90,
-                            mps_gain_ms_per_pct=0.4, sleep_target_s=0.1)
+    ctl = TwoTierController(MODEL, 80.0, share=ShareKnob(initial_pct=90),
+                            outer=OuterMPSOptimizer("mid-range", every=5,
+                                                    mps_gain_ms_per_pct=0.4, sleep_target_s=0.1))
     lat, acts = close_loop(ctl, plant, 60)
     assert abs(lat[-1] - 80.0) < 1.0
     assert abs(acts[-1].sleep_s - 0.1) < 0.1
-    paper = TwoTierController(MODEL, 80.0, outer="paper", outer_every=5, initial_mps_pct=90,
-                              mps_gain_ms_per_pct=0.4)
+    paper = TwoTierController(MODEL, 80.0, share=ShareKnob(initial_pct=90),
+                              outer=OuterMPSOptimizer("paper", every=5, mps_gain_ms_per_pct=0.4))
     lat_p, acts_p = close_loop(paper, plant, 60)
     # the paper's outer loop stops at the 2 % threshold and leaves the sleep wherever the inner
     # loop put it (0.5 s here); mid-range hands that load to MPS and restores burst headroom
@@ -173,7 +178,8 @@ def test_gain_scheduling_with_family():
     fam = LatencyModelFamily.from_points([
         OperatingPoint(20, LinearLatencyModel(-2.0, 60.0)),
         OperatingPoint(80, LinearLatencyModel(-14.0, 90.0))])
-    ctl = TwoTierController(fam, 70.0, outer="paper", initial_mps_pct=80, outer_every=3)
+    ctl = TwoTierController(fam, 70.0, outer=OuterMPSOptimizer("paper", every=3),
+                            share=ShareKnob(initial_pct=80))
     assert ctl.model.gain == -14.0
     for _ in range(3):
         act = ctl.update(fam.at(ctl.mps_pct).predict(ctl.sleep_s))
@@ -188,23 +194,27 @@ def test_decoupling_check():
     # the default (detune 0.5, robust to an unknown one-period delay) settles in 6 periods
     assert TwoTierController(MODEL, 90.0).inner_settling_periods == 6.0
     with pytest.raises(ValueError, match="outer_every"):
-        TwoTierController(MODEL, 90.0, detune=0.05, outer_every=25)
+        TwoTierController(MODEL, 90.0, design=0.05)
 
 
 @pytest.mark.parametrize("kwargs,field", [
     ({"slo_ms": 0.0}, "slo_ms"), ({"slo_ms": math.nan}, "slo_ms"),
-    ({"inner_period_s": -4}, "inner_period_s"), ({"outer_every": 0}, "outer_every"),
-    ({"outer_every": 2.5}, "outer_every"), ({"mps_threshold": 1.5}, "mps_threshold"),
-    ({"sleep_bounds_s": (1.0, 0.5)}, "sleep_bounds_s"),
-    ({"sleep_bounds_s": (-1, 1)}, "sleep_bounds_s"),
-    ({"mps_bounds_pct": (0, 100)}, "mps_bounds_pct"),
-    ({"mps_bounds_pct": (10, 101)}, "mps_bounds_pct"),
+    ({"inner_period_s": -4}, "inner_period_s"),
+    ({"outer": lambda: OuterMPSOptimizer(every=0)}, "outer_every"),
+    ({"outer": lambda: OuterMPSOptimizer(every=2.5)}, "outer_every"),
+    ({"outer": lambda: OuterMPSOptimizer(threshold=1.5)}, "mps_threshold"),
+    ({"sleep": (1.0, 0.5)}, "sleep_bounds_s"),
+    ({"sleep": (-1, 1)}, "sleep_bounds_s"),
+    ({"share": lambda: ShareKnob(bounds_pct=(0, 100))}, "bounds_pct"),
+    ({"share": lambda: ShareKnob(bounds_pct=(10, 101))}, "bounds_pct"),
     ({"mode": "median"}, "mode"), ({"outer": "fast"}, "outer"),
-    ({"initial_sleep_s": 2.0}, "initial_sleep_s"), ({"initial_mps_pct": 0.5}, "initial_mps_pct"),
+    ({"sleep": lambda: SleepKnob(initial_s=2.0)}, "initial_sleep_s"),
+    ({"share": lambda: ShareKnob(initial_pct=0.5)}, "initial_pct"),
+    ({"share": (0, 100)}, "share"), ({"design": "fast"}, "design"),
 ])
 def test_invalid_configuration_names_field(kwargs, field):
-    args = {"slo_ms": 90.0, **kwargs}
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(ValueError, match=field):  # the knob objects check themselves
+        args = {"slo_ms": 90.0, **{k: v() if callable(v) else v for k, v in kwargs.items()}}
         TwoTierController(MODEL, **args)
 
 
@@ -232,7 +242,7 @@ def test_gain_estimator_is_not_biased_by_closed_loop_noise():
     ests = []
     for seed in range(6):
         noise = np.random.default_rng(seed).normal(0, 0.3, 200)
-        ctl = TwoTierController(MODEL, 90.0, outer="none", sleep_bounds_s=(0, 20), adaptive=True)
+        ctl = TwoTierController(MODEL, 90.0, outer="none", sleep=(0, 20), adaptive=True)
         close_loop(ctl, lambda s, m, k, n=noise: 100 + MODEL.gain * s + n[k], 200)
         ests.append(ctl.inner.estimator.gain / MODEL.gain)
     assert 0.85 < float(np.median(ests)) < 1.2
@@ -251,8 +261,9 @@ measurements = st.one_of(
        outer=st.sampled_from(["paper", "mid-range", "none"]), adaptive=st.booleans(),
        sleep_hi=st.floats(0.1, 5.0), mps_lo=st.floats(1, 50), every=st.integers(1, 10))
 def test_actuators_never_leave_bounds(stream, outer, adaptive, sleep_hi, mps_lo, every):
-    ctl = TwoTierController(MODEL, 90.0, outer=outer, adaptive=adaptive, outer_every=max(every, 2),
-                            sleep_bounds_s=(0.0, sleep_hi), mps_bounds_pct=(mps_lo, 100.0))
+    ctl = TwoTierController(MODEL, 90.0, outer=OuterMPSOptimizer(outer, every=max(every, 2)),
+                            adaptive=adaptive, sleep=(0.0, sleep_hi),
+                            share=ShareKnob(bounds_pct=(mps_lo, 100.0)))
     for m in stream:
         act = ctl.update(m)
         assert isinstance(act, Actuation)
@@ -265,8 +276,9 @@ def test_actuators_never_leave_bounds(stream, outer, adaptive, sleep_hi, mps_lo,
 def test_huge_finite_latency_does_not_overflow_the_outer_loop(outer):
     # found by hypothesis: (slo - 1.6e308) / mps_gain is -inf, and round(-inf) raised
     # (with the plausibility bound lifted: by default such a reading is a glitch and is held)
-    ctl = TwoTierController(LinearLatencyModel(-12.0, 95.0), 90.0, outer=outer, outer_every=2,
-                            hold_periods_after_mps=0, plausible_max_ms=math.inf)
+    ctl = TwoTierController(LinearLatencyModel(-12.0, 95.0), 90.0,
+                            outer=OuterMPSOptimizer(outer, every=2))
+    ctl.plausible_max_ms = math.inf
     ctl.update(0.0)
     act = ctl.update(1.6179238213760844e308)
-    assert act.mps_pct == ctl.mps_bounds_pct[0]
+    assert act.mps_pct == ctl.share.bounds_pct[0]

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from gpucontrol import LinearLatencyModel, TwoTierController
+from gpucontrol import LinearLatencyModel, ShareKnob, TwoTierController
 from gpucontrol.controllers import as_measurement
 from harness.sim.baselines import FixedAllocation
 from harness.sim.protocol import (
@@ -48,7 +48,7 @@ def test_records_are_pandas_friendly():
 
 def test_closed_loop_reaches_the_slo():
     ctl = TwoTierController(LinearLatencyModel(-19.0, 102.0), 90.0, outer="none",
-                            initial_mps_pct=80.0)
+                            share=ShareKnob(initial_pct=80.0))
     rec = run_loop(ctl, SimulatedColocation.preset("fig8", seed=1), 30)
     assert np.mean(rec.col("latency_ms")[-10:]) == pytest.approx(90.0, abs=1.0)
     assert rec[-1]["controller"] == "TwoTierController"

@@ -145,7 +145,7 @@ def test_daemon_builds_its_controller_with_the_backends_change_cost(tmp_path):
                                 hook=str(tmp_path / "h")))
         ctl = d._make_controller(True)
         assert ctl is not None
-        costs[flag] = ctl.restart_s
+        costs[flag] = ctl.share.cost_s
     assert costs == {"mps": 15.0, "cpu": 0.0, "green-context": 0.0}  # MPS: until measured
 
 
@@ -168,7 +168,7 @@ def test_green_shares_reach_the_wiring_and_the_controller(tmp_path):
         "--hook", str(tmp_path / "h2")]))
     assert cfg.green_shares == (25.0, 50.0, 75.0)
     ctl = Daemon(cfg)._make_controller(True)   # no command is the whole device: 100 too
-    assert ctl is not None and ctl.outer.levels == [25.0, 50.0, 75.0, 100.0]
+    assert ctl is not None and ctl.share.levels_pct == (25.0, 50.0, 75.0, 100.0)
 
 
 @pytest.mark.parametrize("kw, message", [

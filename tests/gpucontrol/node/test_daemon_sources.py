@@ -96,9 +96,15 @@ def test_duty_cycler_quantum_and_identified_span_reach_the_controller(tmp_path):
                 "--sleep-method", method, *quantum, "--max-sleep-s", "0.15"])
             ctls[method] = Daemon(DaemonConfig.from_args(ns))._make_controller(True)
         sig, hook = ctls["signal"], ctls["hook"]
-        assert sig.run_quantum_s == 0.03 and sig.identified_span_s == (0.0, 0.03)
-        assert sig._slope_ratio(0.0) == pytest.approx(2.0)
-        assert hook.run_quantum_s is None and hook.identified_span_s == (0.0, 0.03)
+        assert sig.sleep_knob.run_quantum_s == 0.03 and sig.family.sleep_span_s == (0.0, 0.03)
+        # the duty q / (q + s): its slope at sleep 0 (1 / q) over its least-squares slope
+        # across the span (what the fitted line's gain measured)
+        import numpy as np
+
+        s = np.linspace(0.0, 0.03, 2001)
+        ls = np.polyfit(s, 0.03 / (0.03 + s), 1)[0]
+        assert sig._slope_ratio(0.0) == pytest.approx((1 / 0.03) / -ls, rel=1e-3)
+        assert hook.sleep_knob.run_quantum_s is None and hook.family.sleep_span_s == (0.0, 0.03)
         assert hook._slope_ratio(0.0) == 1.0          # no iteration time reported yet
     finally:
         child.kill()

@@ -18,7 +18,7 @@ def run_both(n: int, steps: int, seed: int):
     rng = np.random.default_rng(seed)
     gains = -rng.uniform(2.0, 40.0, n)
     detune = rng.uniform(0.4, 1.0, n)
-    scalars = [TwoTierController(LinearLatencyModel(float(g), 110.0), SLO, detune=float(d),
+    scalars = [TwoTierController(LinearLatencyModel(float(g), 110.0), SLO, design=float(d),
                                 outer="paper")
                for g, d in zip(gains, detune)]
     vec = VectorTwoTier(SLO, every=25, threshold=0.02, sleep_bounds=(0.0, 1.0),

@@ -85,7 +85,7 @@ def test_closed_loop_on_the_gpu_brings_latency_to_the_slo(tmp_path):
         gain = (l1 - l0) / 0.8
         slo = l1 + 0.5 * (l0 - l1)
         ctl = TwoTierController(LinearLatencyModel(gain=gain, offset=l0), slo_ms=slo,
-                                outer="none", initial_sleep_s=0.0, sleep_bounds_s=(0.0, 1.0))
+                                outer="none", sleep=(0.0, 1.0))
         rec = run_loop(ctl, plant, periods=15, period_s=4.0)
     lat = rec.col("latency_ms")
     settled = lat[-5:].mean()

@@ -142,7 +142,7 @@ def test_closed_loop_on_the_cpu_plant_reaches_the_slo(tmp_path):
     is shared, so the check is on the median of the settled periods with a wide margin."""
     slo = 40.0
     ctl = TwoTierController(LinearLatencyModel(gain=-150.0, offset=60.0), slo_ms=slo,
-                            outer="none", inner_period_s=0.5, sleep_bounds_s=(0.0, 0.5))
+                            outer="none", inner_period_s=0.5, sleep=(0.0, 0.5))
     with GPUPlant(cpu_config(tmp_path, mps_enabled=False, matrix_n=256)) as plant:
         rec = run_loop(ctl, plant, periods=16)
     lat = rec.col("latency_ms")
