@@ -68,9 +68,11 @@ def test_slo_sweep_short(tmp_path):
     by = {(r["slo_ms"], r["controller"]): r for r in res.summary}
     # at 90 ms the GPUColo loops settle on the SLO; at 75 ms they saturate and say so
     assert by[(90.0, "GPUColo two-tier")]["steady_latency_ms"] == pytest.approx(90, abs=2)
-    # the library's default is in the sweep too, and settles on the SLO at both ends
+    # the library's default is in the sweep too, and settles on the SLO at both ends, or
+    # just under it: it aims under the SLO by the reading noise it measures (a few % here)
     for slo in (75.0, 90.0):
-        assert by[(slo, "gpucontrol default")]["steady_latency_ms"] == pytest.approx(slo, abs=2)
+        steady = by[(slo, "gpucontrol default")]["steady_latency_ms"]
+        assert 0.95 * slo - 1.0 <= steady <= slo + 2.0
     assert by[(75.0, "GPUColo two-tier")]["saturated_pct"] > 50
     assert by[(75.0, "Oracle")]["feasible"]
     assert (tmp_path / "slo_sweep.png").stat().st_size > 0
