@@ -283,7 +283,7 @@ class ThroughputOuter:
         self.it = _Belief(cv.log_m, timed, sigma0=self.SIGMA0 if cv.times_known else 0.5,
                           sigma_anchor=self.SIGMA_ANCHOR, length=self.LENGTH, load=False,
                           drift=0.0, forget=self.FORGET)
-        self._noise = 0.02 ** 2           # reading noise variance (log), learnt
+        self._noise = 0.01 ** 2           # reading noise variance (log), learnt
         self._diffs: deque[float] = deque(maxlen=64)
         self._batch: list[float] = []     # log ratios not yet folded into the beliefs
         self._times: list[float] = []     # iteration times likewise
