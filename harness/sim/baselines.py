@@ -20,7 +20,8 @@ GPUColo mid-range + adpt  :class:`gpucontrol.TwoTierController`, ``outer="mid-ra
                           ``adaptive=True``
 gpucontrol default        ``TwoTierController(model, slo)``: detune 0.5, throughput-seeking
                           outer loop (aliases ``default``, ``throughput``, ``ours``)
-Sleep, no MPS             Sleep-only on a time-sliced GPU (no MPS at all; ``sleep`` backend)
+Sleep, no MPS             the default controller with its share held at 100 % (the sleep is
+                          its only knob) on a time-sliced GPU (no MPS; ``sleep`` backend)
 Green context + MPS       the default controller told its share is restart-free, with the
                           green-context partitions as its levels (``green-context+mps``)
 Oracle                    best static sleep + MPS per load phase meeting the SLO on the
@@ -466,9 +467,10 @@ class BaselineContext:
 
     @property
     def partitions_pct(self) -> tuple[float, ...]:
-        """The green-context partitions of the reference plant, %."""
-        return tuple(getattr(self.plant.params, "green_shares_pct", (25.0, 50.0, 75.0,
-                                                                      100.0)))
+        """The green-context partitions of the reference plant, % (25/50/75/100 where it
+        names none)."""
+        params = getattr(self.plant, "params", None)
+        return tuple(getattr(params, "green_shares_pct", (25.0, 50.0, 75.0, 100.0)))
 
     @property
     def oracle(self) -> Oracle:
@@ -555,12 +557,13 @@ BASELINES: tuple[Baseline, ...] = (
     Baseline("Oracle", lambda c: c.oracle, ("oracle",)),
     Baseline("Sleep, no MPS",
              lambda c: Named("Sleep, no MPS", TwoTierController(
-                 c.family_for("sleep"), c.slo_ms, outer="none", initial_mps_pct=100.0,
-                 inner_period_s=c.period_s)),
+                 c.family_for("sleep"), c.slo_ms, initial_mps_pct=100.0,
+                 mps_levels_pct=(100.0,), inner_period_s=c.period_s)),
              ("sleep-no-mps", "time-sliced"), backend="sleep", default=False),
     Baseline("Green context + MPS",
              lambda c: green_context_mps(c.family_for("green-context+mps"), c.slo_ms,
                                          partitions_pct=c.partitions_pct,
+                                         initial_mps_pct=c.initial_mps_pct,
                                          inner_period_s=c.period_s),
              ("green", "green-mps", "green-context+mps"), backend="green-context+mps",
              default=False),
