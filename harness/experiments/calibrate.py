@@ -287,7 +287,7 @@ def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
     rate = (f", training-rate error RMS {s['its_err_pct_rms_base']:.1f} % -> "
             f"{s['its_err_pct_rms']:.1f} %" if math.isfinite(s.get("its_err_pct_rms", math.nan))
             else "")
-    fig.suptitle(f"Calibration of preset {doc['base_preset']}: latency error RMS "
+    fig.suptitle(f"Calibration from preset {doc['base_preset']}: latency error RMS "
                  f"{s['latency_err_pct_rms_base']:.1f} % -> {s['latency_err_pct_rms']:.1f} %"
                  + rate)
     fig.tight_layout()
