@@ -24,9 +24,19 @@ gpucontrol default        ``TwoTierController(model, slo)``: detune 0.5, the out
 Integral                  a practitioner's loop: integral action on the sleep, the share
                           stepped by 10 points (or one partition) every ~100 s when the sleep
                           sits at a bound
+Sleep, no MPS             the default controller with its share held at 100 % (the sleep is
+                          its only knob) on a time-sliced GPU (no MPS; ``sleep`` backend)
+Green context + MPS       the default controller told its share is restart-free, with the
+                          green-context partitions as its levels (``green-context+mps``)
 Oracle                    best static sleep + MPS per load phase meeting the SLO on the
                           noise-free plant, resizes free: the upper bound
 ========================  ===============================================================
+
+A baseline may name the spatial-share backend it drives (:data:`harness.sim.physics.BACKENDS`):
+the experiments run it on the plant with that backend and give it the nominal model identified
+there (:meth:`BaselineContext.family_for`). The last two are not in the default set
+(:data:`DEFAULT_NAMES`): the backend comparison names them (GPUColo two-tier on
+``mps-restart`` is the paper's loop).
 """
 
 from __future__ import annotations
@@ -40,13 +50,14 @@ from typing import Any
 import numpy as np
 
 from gpucontrol import Actuation, LatencyModelFamily, LinearLatencyModel, TwoTierController
-from gpucontrol.controllers import as_measurement, usable
 from gpucontrol.knobs import ShareKnob
 from harness.sim.protocol import PlantActuation, Scenario
+from harness.sim.simple_loops import GSliceExtended, IntegralController, MPSOnly
 
 __all__ = [
     "ALIASES",
     "BASELINES",
+    "DEFAULT_NAMES",
     "Baseline",
     "BaselineContext",
     "FixedAllocation",
@@ -60,6 +71,7 @@ __all__ = [
     "gpucolo_midrange_adaptive",
     "gpucolo_two_tier",
     "gpucontrol_default",
+    "green_context_mps",
     "integral",
     "names",
     "sleep_only",
@@ -132,191 +144,6 @@ class FixedAllocation:
 
 
 # ----------------------------------------------------------------------------------------------
-class _Windowed:
-    """Shared bookkeeping: a slow controller that acts every ``every`` periods on the
-    count-weighted mean latency of the usable periods in its window."""
-
-    def __init__(self, slo_ms: float, every: int) -> None:
-        if not (math.isfinite(slo_ms) and slo_ms > 0):
-            raise ValueError(f"slo_ms must be a finite number > 0, got {slo_ms!r}")
-        if int(every) != every or every < 1:
-            raise ValueError(f"every must be an integer >= 1, got {every!r}")
-        self.slo_ms = float(slo_ms)
-        self.every = int(every)
-        self._n = 0
-        self._sum = 0.0
-        self._cnt = 0
-
-    def _collect(self, measurement: Any) -> float | None:
-        """Add a period; at the end of a window return its mean latency (None otherwise or
-        when nothing usable was measured)."""
-        m = as_measurement(measurement)
-        if m.count > 0 and usable(m.mean_ms):
-            self._sum += m.mean_ms * m.count
-            self._cnt += m.count
-        self._n += 1
-        if self._n < self.every:
-            return None
-        mean = self._sum / self._cnt if self._cnt else None
-        self._n, self._sum, self._cnt = 0, 0.0, 0
-        return mean
-
-
-class MPSOnly(_Windowed):
-    """Training MPS is the only knob: ``mps += (slo - l) / mps_gain`` every ``every`` periods
-    (default 6 x 4 s ~ 25 s, the restart-limited period of the GPUColo paper, Sec. VI), sleep 0,
-    only when
-    the error exceeds ``threshold`` of the SLO. ``mps_gain`` is ms of latency per MPS point."""
-
-    def __init__(self, slo_ms: float, mps_gain_ms_per_pct: float, *, every: int = 6,
-                 initial_mps_pct: float = 80.0, mps_bounds_pct: tuple[float, float] = (1, 100),
-                 threshold: float = 0.02, inner_period_s: float = 4.0,
-                 name: str = "MPS-only") -> None:
-        super().__init__(slo_ms, every)
-        if not (math.isfinite(mps_gain_ms_per_pct) and mps_gain_ms_per_pct > 0):
-            raise ValueError(f"mps_gain_ms_per_pct must be > 0, got {mps_gain_ms_per_pct!r}")
-        self.mps_gain = float(mps_gain_ms_per_pct)
-        self.lo, self.hi = map(float, mps_bounds_pct)
-        self.mps_pct = min(max(float(initial_mps_pct), self.lo), self.hi)
-        self.threshold = float(threshold)
-        self.inner_period_s = inner_period_s
-        self.name = name
-
-    def initial_actuation(self) -> Actuation:
-        return Actuation(0.0, self.mps_pct, False, False, "initial")
-
-    def update(self, measurement: Any) -> Actuation:
-        mean = self._collect(measurement)
-        if mean is None:
-            return Actuation(0.0, self.mps_pct, False, False, "hold")
-        e = self.slo_ms - mean
-        if abs(e) / self.slo_ms <= self.threshold:
-            return Actuation(0.0, self.mps_pct, False, False, "within threshold", e)
-        new = float(min(max(round(self.mps_pct + e / self.mps_gain), self.lo), self.hi))
-        changed = new != self.mps_pct
-        self.mps_pct = new
-        return Actuation(0.0, new, changed, new in (self.lo, self.hi) and not changed,
-                         f"MPS -> {new:g}" if changed else "at MPS bound", e)
-
-
-class GSliceExtended(_Windowed):
-    """GSLICE extended to a co-located training job (GPUColo paper, Sec. VI, VII-A).
-
-    The inference and training MPS shares always sum to 100 %. Every ``every`` periods
-    (6 x 4 s ~ 25 s: "we choose 25 s") the inference share grows by ``step_up`` points when the
-    window's mean latency misses the SLO and shrinks by ``step_down`` when it is below
-    ``(1 - slack)`` of it — our reading of GSLICE's threshold-based self-tuning. Every change
-    restarts both processes: the plant reads :class:`PlantActuation.inference_mps_pct`. No
-    sleep is used.
-    """
-
-    def __init__(self, slo_ms: float, *, every: int = 6, initial_inference_pct: float = 70.0,
-                 step_up: float = 10.0, step_down: float = 5.0, slack: float = 0.05,
-                 inference_bounds_pct: tuple[float, float] = (10.0, 99.0),
-                 inner_period_s: float = 4.0, name: str = "GSLICE-extended") -> None:
-        super().__init__(slo_ms, every)
-        self.lo, self.hi = map(float, inference_bounds_pct)
-        self.inference_pct = min(max(float(initial_inference_pct), self.lo), self.hi)
-        if step_up <= 0 or step_down <= 0:
-            raise ValueError("step_up and step_down must be > 0")
-        if not (0.0 <= slack < 1.0):
-            raise ValueError(f"slack must be in [0, 1), got {slack!r}")
-        self.step_up, self.step_down, self.slack = float(step_up), float(step_down), float(slack)
-        self.inner_period_s = inner_period_s
-        self.name = name
-
-    @property
-    def mps_pct(self) -> float:
-        return 100.0 - self.inference_pct
-
-    def _act(self, changed: bool, reason: str, e: float = math.nan) -> PlantActuation:
-        return PlantActuation(0.0, self.mps_pct, changed, False, reason, e,
-                              inference_mps_pct=self.inference_pct)
-
-    def initial_actuation(self) -> Actuation:
-        return self._act(False, "initial")
-
-    def update(self, measurement: Any) -> Actuation:
-        mean = self._collect(measurement)
-        if mean is None:
-            return self._act(False, "hold")
-        e = self.slo_ms - mean
-        if mean > self.slo_ms:
-            new = min(self.inference_pct + self.step_up, self.hi)
-        elif mean < (1.0 - self.slack) * self.slo_ms:
-            new = max(self.inference_pct - self.step_down, self.lo)
-        else:
-            return self._act(False, "within band", e)
-        changed = new != self.inference_pct
-        self.inference_pct = new
-        return self._act(changed, f"inference MPS -> {new:g}, training -> {self.mps_pct:g}"
-                         if changed else "at bound", e)
-
-
-class IntegralController:
-    """The practitioner's loop the default must beat: integral action on the sleep at a quarter
-    of the model's deadbeat gain (at half of it the loop rang on a plant whose slope near sleep
-    0 is several times the fitted line's), and a rule-of-thumb share step (10 points, or the
-    next partition) every ``every`` periods when the window's mean sleep is past 90 % of its
-    range with the latency over the SLO (down), or under 5 % with the latency 5 % under it
-    (up).
-
-    Parameters
-    ----------
-    slo_ms : float
-        The SLO (ms).
-    gain_ms_per_s : float
-        The identified latency-vs-sleep slope (ms per s, < 0).
-    share : ShareKnob, optional
-        The share's levels and bounds (default 1-100 %, start 100).
-    sleep_bounds_s : (float, float)
-        Sleep range (s).
-    every : int
-        Periods between share decisions.
-    step_pct : float
-        The share step (points) when the knob has no levels.
-    """
-
-    name = "Integral"
-
-    def __init__(self, slo_ms: float, gain_ms_per_s: float, *, share: ShareKnob | None = None,
-                 sleep_bounds_s: tuple[float, float] = (0.0, 1.0), every: int = 25,
-                 step_pct: float = 10.0) -> None:
-        self.slo_ms, self.ki = float(slo_ms), 0.25 / abs(float(gain_ms_per_s))
-        self.knob = share or ShareKnob()
-        self.lo, self.hi = map(float, sleep_bounds_s)
-        self.every, self.step = int(every), float(step_pct)
-        self.sleep_s, self.share_pct, self._n, self._sum = self.lo, self.knob.start_pct, 0, 0.0
-
-    def initial_actuation(self) -> Actuation:
-        return Actuation(self.sleep_s, self.share_pct, False, False, "initial")
-
-    def _step(self, direction: float) -> float:
-        levels = self.knob.levels_pct
-        if levels is None:
-            return self.knob.snap(self.share_pct + direction * self.step)
-        i = levels.index(self.share_pct) + int(direction)
-        return levels[min(max(i, 0), len(levels) - 1)]
-
-    def update(self, measurement: Any) -> Actuation:
-        m = as_measurement(measurement)
-        if m.count <= 0 or m.restarting or not usable(m.mean_ms, 50.0 * self.slo_ms):
-            return Actuation(self.sleep_s, self.share_pct, False, False, "hold")
-        self.sleep_s = min(max(self.sleep_s + self.ki * (m.mean_ms - self.slo_ms), self.lo),
-                           self.hi)
-        self._n, self._sum = self._n + 1, self._sum + self.sleep_s
-        new = self.share_pct
-        if self._n >= self.every:
-            mean = self._sum / self._n
-            self._n, self._sum = 0, 0.0
-            if mean > self.lo + 0.9 * (self.hi - self.lo) and m.mean_ms > self.slo_ms:
-                new = self._step(-1.0)
-            elif mean < self.lo + 0.05 * (self.hi - self.lo) and m.mean_ms < 0.95 * self.slo_ms:
-                new = self._step(1.0)
-        changed, self.share_pct = new != self.share_pct, new
-        return Actuation(self.sleep_s, new, changed, False, "integral")
-
-
 # ----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class OraclePoint:
@@ -458,6 +285,17 @@ def integral(model: LinearLatencyModel | LatencyModelFamily, slo_ms: float, *,
                                                 share=share, **kw))
 
 
+def green_context_mps(model: LinearLatencyModel | LatencyModelFamily, slo_ms: float, *,
+                      partitions_pct: Iterable[float], initial_mps_pct: float = 100.0,
+                      **kw: Any) -> Named:
+    """The library's default controller on restart-free green-context partitions inside MPS:
+    told the share costs no restart and that the partitions are its only levels
+    (``ShareKnob.green``), so its throughput loop may move every period."""
+    return Named("Green context + MPS",
+                 TwoTierController(model, slo_ms, share=ShareKnob.green(
+                     tuple(partitions_pct), initial_pct=initial_mps_pct), **kw))
+
+
 def names(controllers: Iterable[Any]) -> list[str]:
     """The display names of ``controllers``.
 
@@ -495,6 +333,9 @@ class BaselineContext:
         The controllers' nominal model.
     initial_mps_pct : float
         The training MPS share the run starts at, %.
+    identify : Callable or None
+        ``identify(plant) -> LatencyModelFamily``, how the nominal model of another backend's
+        plant is found (:meth:`family_for`); None: ``family`` serves every backend.
     """
 
     plant: Any
@@ -504,7 +345,36 @@ class BaselineContext:
     period_s: float
     family: LatencyModelFamily
     initial_mps_pct: float
+    identify: Callable[[Any], LatencyModelFamily] | None = None
     _oracle: Oracle | None = field(default=None, init=False, repr=False)
+    _families: dict[str, LatencyModelFamily] = field(default_factory=dict, init=False,
+                                                     repr=False)
+
+    def plant_for(self, backend: str | None) -> Any:
+        """The noise-free reference plant with ``backend`` (None: as it is)."""
+        if backend is None:
+            return self.plant
+        from dataclasses import replace
+
+        from harness.sim.physics import backend_overrides
+        from harness.sim.simulated import SimulatedColocation
+
+        return SimulatedColocation(replace(self.plant.params, **backend_overrides(backend)))
+
+    def family_for(self, backend: str | None) -> LatencyModelFamily:
+        """The nominal model identified on the reference plant with ``backend``."""
+        if backend is None or self.identify is None:
+            return self.family
+        if backend not in self._families:
+            self._families[backend] = self.identify(self.plant_for(backend))
+        return self._families[backend]
+
+    @property
+    def partitions_pct(self) -> tuple[float, ...]:
+        """The green-context partitions of the reference plant, % (25/50/75/100 where it
+        names none)."""
+        params = getattr(self.plant, "params", None)
+        return tuple(getattr(params, "green_shares_pct", (25.0, 50.0, 75.0, 100.0)))
 
     @property
     def oracle(self) -> Oracle:
@@ -539,11 +409,18 @@ class Baseline:
         Builds the controller for one run.
     aliases : tuple[str, ...]
         Short lower-case names accepted on the command line.
+    backend : str or None
+        The spatial-share backend it drives (:data:`harness.sim.physics.BACKENDS`); None:
+        the plant's own.
+    default : bool
+        In the set the experiments run when no controllers are named.
     """
 
     name: str
     factory: Callable[[BaselineContext], Any]
     aliases: tuple[str, ...] = ()
+    backend: str | None = None
+    default: bool = True
 
 
 def _open(c: BaselineContext) -> FixedAllocation:
@@ -585,7 +462,23 @@ BASELINES: tuple[Baseline, ...] = (
                                             initial_mps_pct=c.initial_mps_pct),
              ("integral",)),
     Baseline("Oracle", lambda c: c.oracle, ("oracle",)),
+    Baseline("Sleep, no MPS",
+             lambda c: Named("Sleep, no MPS", TwoTierController(
+                 c.family_for("sleep"), c.slo_ms,
+                 share=ShareKnob(levels_pct=(100.0,), initial_pct=100.0),
+                 inner_period_s=c.period_s)),
+             ("sleep-no-mps", "time-sliced"), backend="sleep", default=False),
+    Baseline("Green context + MPS",
+             lambda c: green_context_mps(c.family_for("green-context+mps"), c.slo_ms,
+                                         partitions_pct=c.partitions_pct,
+                                         initial_mps_pct=c.initial_mps_pct,
+                                         inner_period_s=c.period_s),
+             ("green", "green-mps", "green-context+mps"), backend="green-context+mps",
+             default=False),
 )
 
 #: Short aliases accepted on the command line -> display name.
 ALIASES: dict[str, str] = {a: b.name for b in BASELINES for a in b.aliases}
+
+#: The controllers the experiments run when none are named.
+DEFAULT_NAMES: tuple[str, ...] = tuple(b.name for b in BASELINES if b.default)

@@ -8,8 +8,8 @@ oracle (the best training rate whose expected latency meets the SLO, resizes fre
 
 Plants (:func:`make_plant` builds each by name):
 
-* ``"ours"`` — :class:`~harness.sim.simulated.SimulatedColocation` (Fig 8 preset); the load
-  factor scales the inference batch (105 images at factor 1).
+* ``"ours"`` — :class:`~harness.sim.simulated.SimulatedColocation` (Fig 8 preset; ``"h100"``:
+  the H100 preset); the load factor scales the inference batch (105 images at factor 1).
 * ``"hyperbolic"`` — :class:`HyperbolicPlant`: mean latency linear in the training's duty
   cycle ``d = t/(t + s)`` (hyperbolic in the sleep ``s``), training share set by *relative* MPS
   caps ``a = m/(m + w)``, interference ``kappa a**gamma``; per-period log-normal noise.
@@ -315,8 +315,10 @@ class _Ours:
 
     name = "ours"
 
-    def __init__(self, *, seed: int = 0, **overrides: Any) -> None:
-        self.sim = SimulatedColocation.preset("fig8", seed=seed, **overrides)
+    def __init__(self, *, seed: int = 0, preset: str = "fig8", backend: str | None = None,
+                 **overrides: Any) -> None:
+        self.name = "ours" if preset == "fig8" else preset
+        self.sim = SimulatedColocation.preset(preset, seed=seed, backend=backend, **overrides)
         self.restart_s = self.sim.params.restart_s
         self.load = 1.0
 
@@ -420,26 +422,31 @@ class NoIterationPlant(_Wrapper):
 
 
 #: The zoo's plant names.
-PLANTS = ("ours", "hyperbolic", "mixture", "delayed", "queue", "random")
-#: The SLO of each fixed plant (mean latency, ms); a drawn plant carries its own.
-SLO_MS = {"ours": 90.0, "hyperbolic": 80.0, "mixture": 8.0, "delayed": 80.0, "queue": 60.0}
+PLANTS = ("ours", "hyperbolic", "mixture", "delayed", "queue", "h100", "random")
+#: The SLO of each fixed plant (mean latency, ms); a drawn plant carries its own. "h100": the
+#: H100 preset's suggested SLO (harness.sim.presets.SUGGESTED_SLO_MS).
+SLO_MS = {"ours": 90.0, "hyperbolic": 80.0, "mixture": 8.0, "delayed": 80.0, "queue": 60.0,
+          "h100": 30.0}
 
 
 def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None,
-               noise_seed: int | None = None, identified: bool = False) -> Any:
+               backend: str | None = None, noise_seed: int | None = None,
+               identified: bool = False) -> Any:
     """A fresh zoo plant by name (one of :data:`PLANTS`).
 
     Parameters
     ----------
     name : str
         ``"ours"``, ``"hyperbolic"``, ``"mixture"``, ``"delayed"``, ``"queue"`` or
-        ``"random"``.
+        ``"h100"`` or ``"random"``.
     seed : int
         Random seed (for ``"random"`` it also draws the physics).
     restart_s : float, optional
         Training downtime of a share change (s, >= 0); 0 is a restart-free knob (a green
         context, a CPU quota). Default: the plant's own (7 s on "ours", 10 s on the
-        fixed others, drawn on "random").
+        fixed others; 0 on "h100": a shadow process pre-started, 2 s; drawn on "random").
+    backend : str, optional
+        The spatial-share backend of "ours" and "h100" (:data:`harness.sim.physics.BACKENDS`).
     noise_seed : int, optional
         The noise's seed when it should differ from ``seed`` (default ``seed``).
     identified : bool
@@ -459,8 +466,10 @@ def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None,
             raise ValueError(f"restart_s must be in [0, 3600] s, got {restart_s!r}")
         kw["restart_s"] = r
     noise = seed if noise_seed is None else noise_seed
-    if name == "ours":
-        return _Ours(seed=noise, **kw)
+    if name in ("ours", "h100"):
+        return _Ours(seed=noise, preset={"ours": "fig8"}.get(name, name), backend=backend, **kw)
+    if backend is not None:
+        raise ValueError(f"backend: only ours and h100 have spatial-share backends, not {name!r}")
     if name == "hyperbolic":
         return HyperbolicPlant(seed=noise, **kw)
     if name == "mixture":
