@@ -9,35 +9,36 @@ quantum; :func:`~gpucontrol.models.duty_form`),
 
 and the training rate ``r(m, s) = d / t(m)``. ``q`` is the load, common to every share (the
 inference's work scales every latency alike: a larger batch, more requests); ``delta(m)`` is
-what the identified curve got wrong at ``m``, and ``t(m)`` is corrected by ``exp(eps(m))``
-where the node reports iteration times. At every decision the loop reads ``q`` off the window of
-readings at the current share (``delta`` of the current share held), predicts at every other
-share the duty at which the latency meets the set point (within the sleep range; a share where
-even the longest sleep misses it is infeasible), and with it the training rate there.
+what the identified curve gets wrong at ``m``, and ``t(m)`` is corrected by ``exp(eps(m))``
+where the node reports iteration times. At every decision the loop predicts, at every share
+the backend offers, the duty at which the latency meets the set point (within the sleep
+range; a share where even the longest sleep misses it is infeasible) and the training rate
+there, at the mean of its belief and at the pessimistic edge (``Z`` standard deviations of the
+difference between that share's correction and the current one's).
 
-It moves to the share with the best rate when the predicted gain, taken at the pessimistic edge
-of the prediction (latency and iteration time ``sigma`` higher), beats the move's cost: the
-training a change loses (``ShareKnob.change_s``) over the time the load is expected to hold
-still (the longer of four windows and the time it has held still so far). A restart-free
-backend's moves cost nothing, and the loop may then move every period. With the current share
-infeasible (the sleep pinned high over the set point) it moves to the best feasible share at
-once, whatever the cost.
+It moves to the share with the best pessimistic rate when its gain beats the move's cost: the
+training a change loses (``ShareKnob.change_s``) over the periods spent at the current share
+(what has lasted that long is expected to last about as long again; right after a move this
+prices the next one high). A restart-free backend's moves cost nothing. It explores, going on
+the mean alone, when only the mean says a share is better and that share is not already known
+to within what a window there would teach. With the current share infeasible (the sleep pinned
+high over the set point, three readings) it moves at once to the best share feasible at the
+pessimistic edge, else at the mean, else the one least over, whatever the cost.
 
-What it learns. On arriving at a share it reads ``delta`` there from the first window (the load
-taken as it was just before the move) and keeps it, blended half and half with what it read on
-earlier visits (forgetting); shares not visited take ``delta`` and ``eps`` interpolated in
-``log m`` between visited ones. ``sigma`` at a share is the window's standard error where it
-stands, and elsewhere the root-mean-square error of its past arrival predictions (5 % before the
-first), growing from 0 at a visited share to all of it a factor of two away. It explores (moves
-to a share whose prediction is uncertain) only when the optimistic edge beats the cost and the
-pessimistic one does not: the answer could change, and visiting settles it.
+What it learns (:class:`_Belief`, two of them: latency and iteration time). The corrections
+have a Gaussian-process prior, smooth in ``log m`` and anchored near zero at the identified
+shares; the load is a random walk. Readings are folded in four at a time by a Kalman update,
+the innovation clipped at three standard deviations (a wild reading moves the belief a bounded
+step); five surprises of one sign in a row reopen the belief (a load step, or what bad readings
+taught), and so does a sleep pinned at a bound. Every correction decays back to the prior over
+``FORGET`` periods, so nothing learnt from bad readings outlives them by much; what the loop
+keeps reading where it stands is re-learnt as fast as it fades.
 
 Why. A local learner cannot see a global optimum (a plant whose training speed grows slowly
-with the share trains most at the bottom of the range); the curves can. Measuring where it
-stands and correcting the curves there, rather than learning a slope from its own moves,
-lets every quantity be re-learnt from the next window, so nothing it learnt from bad readings
-outlives them. Decisions rest on a window (at least ``min_window`` readings at the current
-share), not on one period: on one reading the loop chases the noise.
+with the share trains most at the bottom of the range); the curves can. One share's readings
+cannot tell the load from that share's correction: moves between shares can, and the prior
+splits a surprise between the two by how sure it is of each. Decisions wait for ``min_window``
+readings at a share: on one reading the loop chases the noise.
 """
 
 from __future__ import annotations
@@ -130,13 +131,14 @@ class _Belief:
     The corrections ``delta`` (one per share) have a Gaussian-process prior: ``sigma0``
     apart from the identified curve, smooth over shares (a squared-exponential kernel of
     length ``length`` in log share: a model error at 60 % says much about 65 %, little about
-    20 %), conditioned
-    on being within ``sigma_anchor`` of it at the shares the identification measured. With
-    ``load`` a common term ``q`` (a random walk, ``drift`` per period) adds to every
-    share's. Each reading at share ``i`` is ``q + delta_i`` plus noise, taken in by a Kalman
-    update with the innovation clipped at three standard deviations (a wild reading moves
-    the belief by a bounded step); every period the corrections' covariance grows by
-    ``1 / forget`` of the prior's, so what was learnt long ago is forgotten.
+    20 %), conditioned on being within ``sigma_anchor`` of it at the shares the
+    identification measured. With ``load`` a common term ``q`` (a random walk, ``drift`` per
+    period) adds to every share's. Each observation at share ``i`` is ``q + delta_i`` plus
+    noise, taken in by a Kalman update with the innovation clipped at three standard
+    deviations (a wild reading moves the belief by a bounded step); every period each
+    correction decays toward the prior by ``1 / forget`` and its variance grows back toward the
+    prior's (an Ornstein-Uhlenbeck process), so what was learnt is forgotten unless read
+    again.
     """
 
     def __init__(self, log_m: np.ndarray, anchors: np.ndarray, *, sigma0: float,
