@@ -5,7 +5,8 @@ on a four-level model with iteration times, as ``gpucontrol identify`` writes it
 restarts, a restart-free share deciding every period, green-context partitions, a duty
 cycler, p99 mode; the paper's loops) and, as a same-process baseline, the bare GPUColo formula
 ``s = clamp(s + (slo - l) / m)`` written inline, so the ratio shows what validation,
-saturation logic and the outer loop cost. The slowest single update (a decision over every
+saturation logic and the outer loop cost. Each figure is the best of three runs (other work
+on the machine only adds time); the 99.9th percentile of single updates (a decision over every
 candidate share) is printed too.
 
     python benchmarks/controller_overhead.py [--n 200000]
@@ -14,9 +15,11 @@ candidate share) is printed too.
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import random
 import time
+from typing import Any
 
 from gpucontrol import (
     LatencyModelFamily,
@@ -36,27 +39,35 @@ FAMILY = LatencyModelFamily(tuple(
     (0.0, 1.0))
 
 
-def bare_formula(latencies: list[float]) -> float:
-    s, m, slo = 0.0, -12.0, 90.0
-    t0 = time.perf_counter()
-    for l in latencies:
-        s = min(max(s + (slo - l) / m, 0.0), 1.0)
-    return (time.perf_counter() - t0) / len(latencies)
+def bare_formula(latencies: list[float], repeats: int = 3) -> float:
+    """The bare formula's mean time per period (best of ``repeats``)."""
+    best = math.inf
+    for _ in range(repeats):
+        s, m, slo = 0.0, -12.0, 90.0
+        t0 = time.perf_counter()
+        for l in latencies:
+            s = min(max(s + (slo - l) / m, 0.0), 1.0)
+        best = min(best, (time.perf_counter() - t0) / len(latencies))
+    return best
 
 
-def controller(latencies: list, **kw) -> tuple[float, float]:
-    """Mean and largest time of one update over ``latencies``."""
-    ctl = TwoTierController(FAMILY, 90.0, **kw)
-    update = ctl.update
+def controller(latencies: list, repeats: int = 3, **kw: Any) -> tuple[float, float]:
+    """Mean time of one update over ``latencies`` (the best of ``repeats`` runs, each on a
+    fresh controller: other work on the machine only ever adds time), and the 99.9th
+    percentile of single updates in that run (a decision over every candidate share)."""
+    best, p999 = math.inf, math.nan
     clock = time.perf_counter
-    worst = 0.0
-    t0 = clock()
-    for l in latencies:
-        t = clock()
-        update(l)
-        worst = max(worst, clock() - t)
-    total = clock() - t0
-    return total / len(latencies), worst
+    for _ in range(repeats):
+        update = TwoTierController(FAMILY, 90.0, **kw).update
+        times = []
+        for l in latencies:
+            t = clock()
+            update(l)
+            times.append(clock() - t)
+        mean = sum(times) / len(times)
+        if mean < best:
+            best, p999 = mean, sorted(times)[int(0.999 * (len(times) - 1))]
+    return best, p999
 
 
 def main() -> None:
@@ -69,7 +80,7 @@ def main() -> None:
     base = bare_formula(floats)
     print(f"python {platform.python_version()} on {platform.machine()}, n={n}")
     print(f"{'configuration':50s} {'mean us/update':>15s} {'x bare formula':>15s} "
-          f"{'slowest us':>11s}")
+          f"{'p99.9 us':>9s}")
     print(f"{'bare formula (baseline)':50s} {base * 1e6:15.3f} {1.0:15.1f}")
     cases = [
         ("default (MPS restarts), float input", floats, {}),
@@ -87,9 +98,9 @@ def main() -> None:
     ]
     worst = 0.0
     for name, data, kw in cases:
-        t, slowest = controller(data, **kw)
+        t, p999 = controller(data, **kw)
         worst = max(worst, t)
-        print(f"{name:50s} {t * 1e6:15.3f} {t / base:15.1f} {slowest * 1e6:11.1f}")
+        print(f"{name:50s} {t * 1e6:15.3f} {t / base:15.1f} {p999 * 1e6:9.1f}")
     print(f"worst mean cost {worst * 1e6:.2f} us (goal < 50 us): "
           f"{'met' if worst < 50e-6 else 'NOT met'}")
 
