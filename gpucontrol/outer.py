@@ -23,7 +23,9 @@ prices the next one high). A restart-free backend's moves cost nothing. It explo
 the mean alone, when only the mean says a share is better and that share is not already known
 to within what a window there would teach. With the current share infeasible (the sleep pinned
 high over the set point, three readings) it moves at once to the best share feasible at the
-pessimistic edge, else at the mean, else the one least over, whatever the cost.
+pessimistic edge, else at the mean, else the one least over, whatever the cost (once the
+share has had ``min_window`` readings to settle in: the inner loop's opening transient pins the
+sleep too).
 
 What it learns (:class:`_Belief`, two of them: latency and iteration time). The corrections
 have a Gaussian-process prior, smooth in ``log m`` and anchored near zero at the identified
@@ -338,8 +340,10 @@ class ThroughputOuter:
         self._since += 1
         self._count += 1
         self._read(latency_ms, sleep_s, iteration_s)
-        pinned = (self._high >= self.PINNED and self._since >= self.PINNED) or (
-            self._low >= 2 * self.PINNED and self._since >= 2 * self.PINNED)
+        # pinned at a bound: decide at once, once the share has had a window to settle in
+        pinned = self._count >= self.min_window and (
+            (self._high >= self.PINNED and self._since >= self.PINNED) or (
+                self._low >= 2 * self.PINNED and self._since >= 2 * self.PINNED))
         if pinned or len(self._batch) >= self.BATCH:
             self._fold(force=pinned)
         if not (pinned or (self._fresh and self._since >= self.every
@@ -351,16 +355,18 @@ class ThroughputOuter:
     def _read(self, latency_ms: float, sleep_s: float, iteration_s: float) -> None:
         """One reading's log ratio to the identified curve at this share and sleep (with the
         iteration time believed here), and the reading noise: the median of the last 64
-        successive differences (robust, and re-read at once after bad readings)."""
+        successive differences once there are 16 (robust, and re-read within 64 periods
+        after bad readings)."""
         cv, i = self.curves, self.i
         tau = self.sleep.tau(cv.t[i] * math.exp(self.it.delta[i]))
         y = math.log(max(latency_ms, 1e-9) / max(cv.c[i] + cv.A[i] * tau / (tau + sleep_s),
                                                    1e-9))
         if self._last_y is not None:
             self._diffs.append(abs(y - self._last_y))
-            med = sorted(self._diffs)[len(self._diffs) // 2]
-            # the median |difference| of two readings is 0.954 sigma for Gaussian noise
-            self._noise = min(max((med / 0.954) ** 2, 0.003 ** 2), 0.2 ** 2)
+            if len(self._diffs) >= 16:      # (the opening's few differences are transients)
+                med = sorted(self._diffs)[len(self._diffs) // 2]
+                # the median |difference| of two readings is 0.954 sigma for Gaussian noise
+                self._noise = min(max((med / 0.954) ** 2, 0.003 ** 2), 0.2 ** 2)
         self._last_y = y
         self._batch.append(y)
         if math.isfinite(iteration_s) and iteration_s > 0:
