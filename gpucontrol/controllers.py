@@ -530,9 +530,6 @@ class OuterMPSOptimizer:
         """The share now (%)."""
         return self.mps_pct
 
-    def restart_count(self) -> None:
-        self.count = 0
-
     def move_sleep(self) -> float | None:
         """The sleep to set after a move: the mid-range target (once), else None."""
         moved, self._moved = self._moved, False
