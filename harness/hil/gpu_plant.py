@@ -44,6 +44,7 @@ import numpy as np
 
 from gpucontrol.node.actuators.mps import MPSActuator
 from gpucontrol.node.hooks import ENV_HOOK_FILE, HookWriter
+from harness.hil._accounting import TrainingAccount
 from harness.hil._tail import CSVTail, first_and_last_rows
 from harness.hil.mps_session import client_env, mps_session, validate_pct
 from harness.results import read_json, write_int
@@ -169,7 +170,7 @@ class GPUPlant:
         self._windows: list[list[float]] = []  # [begin, end] unix times of training restarts
         self._inf_windows: list[list[float]] = []
         self._pending: list[dict[str, Any]] = []
-        self._pending_train: list[dict[str, Any]] = []
+        self._account = TrainingAccount()
         self._warned: set[str] = set()
         self._inference: subprocess.Popen | None = None
 
@@ -505,28 +506,18 @@ class GPUPlant:
         key = "wall_ms" if self.cfg.latency == "wall" else "gpu_ms"
         lats = np.array([r[key] for r in rows if isinstance(r.get(key), float)], dtype=float)
         n = int(lats.size)
-        train = self._pending_train + self._train_tail.read()
-
-        def end_of(r: dict[str, Any]) -> float:
-            return (r.get("t_unix") or -1) + (r.get("iter_s") or 0)
-
-        self._pending_train = [r for r in train if end_of(r) >= t_end]
-        it = [r for r in train if t_start <= end_of(r) < t_end]
-        busy = [(r["sm_fraction"], r["iter_s"]) for r in it
-                if isinstance(r.get("sm_fraction"), float) and math.isfinite(r["sm_fraction"])]
+        self._account.add(self._train_tail.read())
+        restarting = self._overlaps(self._windows, t_start, t_end)
+        work = self._account.period(t_start, t_end, estimate=not restarting)
         T = t_end - t_start
-        sm_share = sum(f * s for f, s in busy) / T if busy else (0.0 if not it else math.nan)
         mps = self._actuator.mps_pct if self.mps_enabled else 100.0
-        times = [r["iter_s"] for r in it if isinstance(r.get("iter_s"), float) and
-                 math.isfinite(r["iter_s"]) and r["iter_s"] > 0]
         return PeriodResult(
             mean_ms=float(lats.mean()) if n else math.nan,
             p99_ms=float(np.percentile(lats, 99)) if n else math.nan, count=n,
             t_end_s=t_end - self.t0, period_s=T, inference_batches=n,
             inference_images=int(sum(int(r.get("batch_size") or 0) for r in rows)),
-            training_iterations=float(len(it)), training_sm_share=float(sm_share),
-            iteration_s=sum(times) / len(times) if times else math.nan,
-            restarting=self._overlaps(self._windows, t_start, t_end),
+            training_iterations=work.iterations, training_sm_share=work.sm_share(T),
+            iteration_s=work.iteration_s, restarting=restarting,
             inference_restarting=self._overlaps(self._inf_windows, t_start, t_end),
             sleep_s=self.sleep_s, mps_pct=float(mps if mps is not None else math.nan),
             inference_mps_pct=float(self.inference_mps_pct or 100.0), batch=self.batch,
