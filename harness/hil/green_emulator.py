@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from harness.hil.emulator_backends import CupyBackend, IterationTiming, NumpyBackend
 from harness.hil.green_ctx import GreenContextPool, GreenPartition
-from harness.hil.training_emulator import CupyBackend, IterationTiming, NumpyBackend
 from harness.results import CSVLog
 
 __all__ = ["SWITCH_FIELDS", "GreenCupyBackend", "NumpyGreenBackend", "PartitionSwitcher",

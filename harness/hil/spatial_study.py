@@ -102,9 +102,10 @@ def plan(backends: Sequence[str] = DEFAULT_BACKENDS, shares: Sequence[float] = (
 
 # ---- phase 1: the partitions themselves ---------------------------------------------------------
 def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: int = 20,
-                     cupy: Any = None, lib: Any = None) -> tuple[list[dict[str, Any]],
-                                                                 dict[str, Any]]:
-    """Per partition: SMs given, SMs reached (%smid), matmul time, switch cost.
+                     cupy: Any = None, lib: Any = None, sampler: Any = None
+                     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per partition of the pool (every share asked for, and 100 %, the full device): SMs
+    given, SMs reached (%smid: visited, and held at once), matmul time, switch cost.
 
     Parameters
     ----------
@@ -112,8 +113,8 @@ def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: 
         Shares, %.
     matrix_n, matmuls : int
         The fixed work timed on each partition.
-    cupy, lib : module/object, optional
-        CuPy and the driver library (injected by tests).
+    cupy, lib, sampler : module/object, optional
+        CuPy, the driver library and the %smid sampler (injected by tests).
 
     Returns
     -------
@@ -128,7 +129,7 @@ def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: 
     dev = cp.cuda.Device().id
     a = cp.ones((matrix_n, matrix_n), dtype=cp.float32)
     c = cp.empty_like(a)
-    sampler = SMIDSampler(cupy=cp)
+    sampler = sampler if sampler is not None else SMIDSampler(cupy=cp)
     rows: list[dict[str, Any]] = []
     with GreenContextPool(tuple(shares), device=dev, lib=lib) as pool:
         streams = {p.stream: cp.cuda.ExternalStream(p.stream, dev) for p in pool.partitions}
@@ -145,9 +146,10 @@ def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: 
 
         prev = pool.select(None)
         timed(streams[prev.stream], 2)  # warm-up on the full device
-        for share in sorted({float(s) for s in shares}, reverse=True):
+        # every partition the pool made, the full device included: the rows a reader compares
+        for part in sorted(pool.partitions, key=lambda p: -p.share_pct):
             t0 = time.perf_counter()
-            part = pool.select(share)
+            part = pool.select(part.share_pct)
             s = streams[part.stream]
             with s:
                 cp.matmul(a, a, out=c)
@@ -159,11 +161,15 @@ def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: 
             s.synchronize()
             steady_s = time.perf_counter() - t1
             seen: set[int] = set()
+            peak = 0
             for _ in range(5):
-                seen.update(sampler.sample(s).sm_ids)
-            rows.append({"share_pct": share, "sm_count": part.sm_count,
+                smp = sampler.sample(s)
+                seen.update(smp.sm_ids)
+                peak = max(peak, smp.peak_sms or 0)
+            rows.append({"share_pct": part.share_pct, "sm_count": part.sm_count,
                          "sm_given_fraction": part.sm_count / pool.total_sms,
                          "smid_n_sms": len(seen), "smid_fraction": len(seen) / pool.total_sms,
+                         "smid_peak_n_sms": peak,
                          "matmul_s": timed(s, matmuls) / matmuls,
                          "select_s": pool.select_s[-1],
                          "switch_first_kernel_s": first_s, "steady_kernel_s": steady_s,
@@ -273,8 +279,9 @@ def summarize(parts: list[dict[str, Any]], levels: list[dict[str, Any]],
     out = []
     if parts:
         out += ["## Green-context partitions (in-process probe)", "", markdown_table(
-            parts, ["share_pct", "sm_count", "smid_n_sms", "smid_fraction", "matmul_s",
-                    "select_s", "switch_overhead_s"], digits=4), ""]
+            parts, ["share_pct", "sm_count", "smid_n_sms", "smid_fraction"]
+            + (["smid_peak_n_sms"] if "smid_peak_n_sms" in parts[0] else [])
+            + ["matmul_s", "select_s", "switch_overhead_s"], digits=4), ""]
     if levels:
         out += ["## Per backend and share (co-located with ResNet-50 inference)", "",
                 markdown_table(levels, ["backend", "share_pct", "sleep_s", "latency_first_ms",
@@ -333,12 +340,17 @@ def _plot(parts: list[dict[str, Any]], levels: list[dict[str, Any]], path: Path)
     if parts:
         x = [r["share_pct"] for r in parts]
         b.plot(x, [100 * r["sm_given_fraction"] for r in parts], "s--", label="SMs given")
-        b.plot(x, [100 * r["smid_fraction"] for r in parts], "o-", label="SMs reached (%smid)")
+        b.plot(x, [100 * r["smid_fraction"] for r in parts], "o-",
+               label="SMs visited (%smid union)")
+        if "smid_peak_n_sms" in parts[0]:
+            b.plot(x, [100 * r["smid_peak_n_sms"] / (r["sm_count"] / r["sm_given_fraction"])
+                       for r in parts], "x-", label="SMs held at once (%smid peak)")
     for bk in ("green-context", "mps-restart", "green-context+mps"):
         rows = [r for r in levels if r["backend"] == bk]
         if rows:  # the training's time-weighted %smid share, co-located
             b.plot([r["share_pct"] for r in rows],
-                   [100 * r["training_sm_share"] for r in rows], "^:", label=f"{bk}, co-located")
+                   [100 * r["training_sm_share"] for r in rows], "^:",
+                   label=f"{bk}, co-located (time-weighted)")
     if parts or levels:
         b.plot([0, 100], [0, 100], ":", color="grey")
         b.legend()

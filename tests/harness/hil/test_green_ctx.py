@@ -257,7 +257,7 @@ class FakeCupy:
 
 
 def test_green_cupy_backend_launches_on_the_commanded_partition(tmp_path, monkeypatch):
-    import harness.hil.training_emulator as te
+    import harness.hil.emulator_backends as te
     from harness.hil.green_emulator import GreenCupyBackend
 
     cp = FakeCupy()
