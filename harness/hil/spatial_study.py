@@ -122,7 +122,7 @@ def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: 
         The rows and the pool's description.
     """
     from harness.hil._lazy import require
-    from harness.hil.green_ctx import GreenContextPool
+    from harness.hil.green_pools import open_pool
     from harness.hil.smid import SMIDSampler
 
     cp = cupy if cupy is not None else require("cupy")
@@ -131,7 +131,7 @@ def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: 
     c = cp.empty_like(a)
     sampler = sampler if sampler is not None else SMIDSampler(cupy=cp)
     rows: list[dict[str, Any]] = []
-    with GreenContextPool(tuple(shares), device=dev, lib=lib) as pool:
+    with open_pool(tuple(shares), device=dev, lib=lib) as pool:
         streams = {p.stream: cp.cuda.ExternalStream(p.stream, dev) for p in pool.partitions}
         ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
 

@@ -294,11 +294,13 @@ class TrainingEmulator:
     # -- ready / start handshake --------------------------------------------------------------
     def signal_ready(self) -> None:
         """Initialized: write the ready file and notify a launcher (MPS actuator)."""
+        pool = getattr(self.backend, "pool", None)
         if self.cfg.ready_file:
             write_json({
                 "pid": os.getpid(), "time": self.wall(), "mps_pct": self.mps_pct,
                 "matmuls": self.matmuls, "per_matmul_s": self.per_matmul_s,
-                "multiprocessor_count": getattr(self.backend, "multiprocessor_count", None)},
+                "multiprocessor_count": getattr(self.backend, "multiprocessor_count", None),
+                "green_pool": pool.describe() if pool is not None else None},
                 self.cfg.ready_file)
         self.notify()
 
@@ -404,6 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "run, no SM sample) or numpy-green (CPU dry run of the switching)")
     ap.add_argument("--green-shares", default="25,50,75,100",
                     help="cupy-green: the partitions created up front, %% (default %(default)s)")
+    ap.add_argument("--green-pool", default="auto",
+                    choices=("auto", "cuda.core", "torch", "ctypes"),
+                    help="cupy-green: which green-context pool (auto: cuda.core, then the "
+                         "ctypes driver layer)")
     ap.add_argument("--spatial-log", default=None,
                     help="cupy-green: CSV of partition switches; '{pid}' becomes the process id")
     return ap
@@ -434,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             green = {"shares_pct": parse_shares(args.green_shares), "spatial_log": args.spatial_log}
+            if args.backend == "cupy-green":
+                green["pool_backend"] = args.green_pool
         except ValueError as exc:
             print(f"training_emulator: error: --green-shares: {exc}", file=sys.stderr)
             return 2
