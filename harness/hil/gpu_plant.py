@@ -46,6 +46,7 @@ from gpucontrol.node.actuators.mps import MPSActuator
 from gpucontrol.node.hooks import ENV_HOOK_FILE, HookWriter
 from harness.hil._accounting import TrainingAccount
 from harness.hil._tail import CSVTail, first_and_last_rows
+from harness.hil.device_info import gpu_info
 from harness.hil.mps_session import client_env, mps_session, validate_pct
 from harness.results import read_json, write_int
 from harness.sim.protocol import PeriodResult, actuation_knobs, inference_mps_of
@@ -56,6 +57,8 @@ if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are not evaluated at run 
 __all__ = ["PRESETS", "GPUPlant", "GPUPlantConfig", "gpu_info"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The PyTorch training (``GPUPlantConfig(training="torch")``).
+TORCH_TRAINING_ARGV = (sys.executable, "-m", "harness.hil.torch_training")
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ class GPUPlantConfig:
     flags); ``inference_args`` / ``training_args`` are extra flags appended after them.
     ``latency`` picks the per-batch latency the controller sees: ``"wall"`` (submit to result,
     what the service sees) or ``"gpu"`` (CUDA events around the forward pass).
+    ``training`` picks the training process: ``"emulator"`` (the CuPy matmul emulator, the
+    GPUColo paper's) or ``"torch"`` (a PyTorch ResNet-18, :mod:`harness.hil.torch_training`),
+    both sized to ``target_iter_s`` on the idle GPU.
     """
 
     batch: int = 105
@@ -94,6 +100,7 @@ class GPUPlantConfig:
     inference_args: tuple[str, ...] = ()
     training_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = field(default=())
+    training: str = "emulator"
 
     def __post_init__(self) -> None:
         if not (1 <= self.batch <= 4096):
@@ -106,6 +113,8 @@ class GPUPlantConfig:
         if not (0 <= self.initial_sleep_s <= self.max_sleep_s):
             raise ValueError(f"initial_sleep_s must be in [0, max_sleep_s], "
                              f"got {self.initial_sleep_s!r}")
+        if self.training not in ("emulator", "torch"):
+            raise ValueError(f"training must be 'emulator' or 'torch', got {self.training!r}")
         if self.latency not in ("wall", "gpu"):
             raise ValueError(f"latency must be 'wall' or 'gpu', got {self.latency!r}")
         for name in ("target_iter_s", "start_timeout_s", "hook_stale_after_s"):
@@ -196,6 +205,11 @@ class GPUPlant:
 
     def _training_argv(self) -> list[str]:
         c = self.cfg
+        if c.training == "torch":
+            argv = [*TORCH_TRAINING_ARGV] if c.training_argv == GPUPlantConfig.training_argv \
+                else [*c.training_argv]
+            return [*argv, "--target-iter-s", f"{c.target_iter_s:g}",
+                    "--calibration-file", self._path("calibration.json"), *c.training_args]
         return [*c.training_argv, "--target-iter-s", f"{c.target_iter_s:g}",
                 "--matrix-n", str(c.matrix_n), "--copy-mb", f"{c.copy_mb:g}",
                 "--calibration-file", self._path("calibration.json"), *c.training_args]
@@ -541,39 +555,6 @@ class GPUPlant:
                                                           + (old_last["sleep_s"] or 0.0))
             out.append(rec)
         return out
-
-
-def gpu_info(device: int = 0) -> dict[str, Any]:
-    """Name, SM count, driver and CUDA versions of a GPU, for the results' metadata.
-
-    Read-only queries through CuPy (and nvidia-ml-py for the driver string when installed).
-    """
-    from harness.hil._lazy import require
-
-    cp = require("cupy")
-    props = cp.cuda.runtime.getDeviceProperties(device)
-    name = props["name"]
-    info: dict[str, Any] = {
-        "name": name.decode() if isinstance(name, bytes) else str(name),
-        "multiprocessor_count": int(props["multiProcessorCount"]),
-        "total_memory_gib": round(int(props["totalGlobalMem"]) / 2**30, 1),
-        "compute_capability": f"{props['major']}.{props['minor']}",
-        "cuda_driver_api": int(cp.cuda.runtime.driverGetVersion()),
-        "cuda_runtime": int(cp.cuda.runtime.runtimeGetVersion()),
-        "cupy": cp.__version__,
-    }
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            drv = pynvml.nvmlSystemGetDriverVersion()
-            info["driver"] = drv.decode() if isinstance(drv, bytes) else str(drv)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        info["driver"] = None
-    return info
 
 
 def make_gpu_plant(preset: str = "fig8", *, seed: int | None = None, **overrides: Any) -> GPUPlant:

@@ -24,9 +24,13 @@ from harness.hil._tail import CSVTail
 from harness.hil.gpu_plant import GPUPlant, GPUPlantConfig
 from harness.sim.protocol import PeriodResult
 
-__all__ = ["DEFAULT_GREEN_SHARES", "GreenGPUPlant"]
+__all__ = ["DEFAULT_GREEN_SHARES", "TRAINING_BACKENDS", "GreenGPUPlant"]
 
 DEFAULT_GREEN_SHARES = (25.0, 50.0, 75.0, 100.0)
+TRAINING_BACKENDS = ("cupy-green", "numpy-green", "torch", "torch-dry-run")
+#: The PyTorch training's CPU dry run: a tiny model, small images, the dry-run pool.
+TORCH_DRY_RUN = ("--device", "cpu", "--model", "tiny", "--image-size", "32", "--batch-size",
+                 "4", "--green-pool", "simulated")
 
 
 class GreenGPUPlant(GPUPlant):
@@ -40,8 +44,10 @@ class GreenGPUPlant(GPUPlant):
     shares_pct : tuple of float
         The partitions the training creates up front, %.
     training_backend : str
-        The emulator backend: ``"cupy-green"`` (the GPU) or ``"numpy-green"`` (CPU dry run of
-        the switching, for tests).
+        The training on partitions: ``"cupy-green"`` (the matmul emulator on the GPU),
+        ``"numpy-green"`` (its CPU dry run), ``"torch"`` (the PyTorch ResNet-18,
+        :mod:`harness.hil.torch_training`, on ``torch.cuda.green_contexts``) or
+        ``"torch-dry-run"`` (a tiny PyTorch model on the CPU with the dry-run pool).
     **overrides : Any
         More :class:`GPUPlantConfig` fields.
     """
@@ -54,12 +60,18 @@ class GreenGPUPlant(GPUPlant):
             if not 0 < float(s) <= 100:
                 raise ValueError(f"shares_pct must be in (0, 100], got {s!r}")
         self.shares_pct = tuple(float(s) for s in shares_pct)
-        if training_backend not in ("cupy-green", "numpy-green"):
-            raise ValueError(f"training_backend must be 'cupy-green' or 'numpy-green', "
+        if training_backend not in TRAINING_BACKENDS:
+            raise ValueError(f"training_backend must be one of {', '.join(TRAINING_BACKENDS)}, "
                              f"got {training_backend!r}")
-        extra = ("--backend", training_backend, "--green-shares",
-                 ",".join(f"{s:g}" for s in self.shares_pct), "--spatial-log",
-                 "{workdir}/spatial-{pid}.csv")
+        extra: tuple[str, ...] = (
+            "--green-shares", ",".join(f"{s:g}" for s in self.shares_pct), "--spatial-log",
+            "{workdir}/spatial-{pid}.csv")
+        if training_backend.startswith("torch"):
+            overrides = {"training": "torch", **overrides}
+            if training_backend == "torch-dry-run":
+                extra += TORCH_DRY_RUN
+        else:
+            extra = ("--backend", training_backend, *extra)
         cfg = dataclasses.replace(cfg, training_args=(*cfg.training_args, *extra), **overrides)
         super().__init__(cfg)
         self.share_pct: float = 100.0

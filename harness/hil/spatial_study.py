@@ -201,7 +201,9 @@ def run_plant(backend: str, shares: Sequence[float], *, period_s: float = 2.0,
     base : GPUPlantConfig, optional
         The plant set-up to start from (tests: the CPU stand-ins); ``batch`` still applies.
     training_backend : str
-        The green plant's emulator backend (``"numpy-green"``: CPU dry run).
+        The green plant's training on partitions (``"cupy-green"``, ``"torch"``;
+        ``"numpy-green"`` / ``"torch-dry-run"``: CPU dry runs); the MPS-restart plant runs the
+        same training (the emulator, or PyTorch for the two torch ones).
 
     Returns
     -------
@@ -219,7 +221,9 @@ def run_plant(backend: str, shares: Sequence[float], *, period_s: float = 2.0,
     plant: Any
     cfg = base if base is not None else GPUPlantConfig()
     if backend == "mps-restart":
-        plant = GPUPlant(cfg, batch=batch, shadow=True, initial_mps_pct=float(shares[0]))
+        plant = GPUPlant(cfg, batch=batch, shadow=True, initial_mps_pct=float(shares[0]),
+                         training="torch" if training_backend.startswith("torch")
+                         else cfg.training)
     else:
         plant = GreenGPUPlant(cfg, shares_pct=tuple(float(s) for s in shares),
                               training_backend=training_backend, batch=batch,
@@ -423,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--period", type=float, default=2.0)
     ap.add_argument("--measure", type=int, default=3)
     ap.add_argument("--batch", type=int, default=105)
+    ap.add_argument("--training", choices=("emulator", "torch"), default="emulator",
+                    help="the training: the CuPy matmul emulator (default) or the PyTorch "
+                         "ResNet-18 (python -m harness.hil.torch_training)")
     ap.add_argument("--no-probe", action="store_true")
     ap.add_argument("--probe-only", action="store_true",
                     help="run the partition probe here and write partitions.csv, pool.json")
@@ -465,7 +472,9 @@ def main(argv: list[str] | None = None) -> int:
                 parts, meta["pool"] = _probe_child(out, shares)
             else:
                 lv, rs = run_plant(st["backend"], shares, period_s=args.period,
-                                   measure=args.measure, batch=args.batch)
+                                   measure=args.measure, batch=args.batch,
+                                   training_backend="torch" if args.training == "torch"
+                                   else "cupy-green")
                 levels += lv
                 resizes += rs
                 write_csv(levels, out / "levels.csv")
