@@ -19,6 +19,7 @@ from harness.experiments.common import (
     make_plant,
     params_meta,
     plant_mps_enabled,
+    plant_setup,
     resolve_names,
     slo_floor_ms,
     slo_meta,
@@ -134,6 +135,7 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
                              duration_s=periods * period_s, period_s=period_s)
     runs: list[Records] = []
     mps_on: list[bool | None] = []
+    setups: list[dict[str, Any] | None] = []
     with Progress(periods * len(ctls), "burst", enabled=progress) as bar:
         for c in ctls:
             p = make_plant(plant, preset, seed=seed, **overrides)
@@ -141,6 +143,7 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
                 runs.append(run_loop(c, p, periods, scenario, period_s=period_s,
                                      on_period=lambda _k: bar.advance()))
                 mps_on.append(plant_mps_enabled(p))
+                setups.append(plant_setup(p))
             finally:
                 close_plant(p)
     rec = concat(runs)
@@ -162,7 +165,8 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
             "duration_s": periods * period_s, "period_s": period_s, **slo_info,
             "burst_s": list(burst_s), "batches": list(batches), "tolerance": tolerance,
             **params_meta(plant, ref),
-            "mps_enabled": all(mps_on) if None not in mps_on else None}
+            "mps_enabled": all(mps_on) if None not in mps_on else None,
+            "plant_setup": next((s for s in setups if s), None)}
     oracle = next((c for c in ctls if c.name == "Oracle"), None)
     if oracle is not None:
         meta["oracle_points"] = [vars(p) for p in oracle.points]

@@ -45,6 +45,7 @@ import numpy as np
 from gpucontrol.node.actuators.mps import MPSActuator
 from gpucontrol.node.hooks import ENV_HOOK_FILE, HookWriter
 from harness.hil._accounting import TrainingAccount
+from harness.hil._signals import sigterm_as_exit
 from harness.hil._tail import CSVTail, first_and_last_rows
 from harness.hil.device_info import gpu_info
 from harness.hil.mps_session import client_env, mps_session, validate_pct
@@ -71,6 +72,9 @@ class GPUPlantConfig:
     flags); ``inference_args`` / ``training_args`` are extra flags appended after them.
     ``latency`` picks the per-batch latency the controller sees: ``"wall"`` (submit to result,
     what the service sees) or ``"gpu"`` (CUDA events around the forward pass).
+    ``size_inference_to_ms``: when set, the plant measures the inference alone at start and
+    runs the batch that takes this long (every batch asked for scaled by the same factor;
+    :mod:`harness.hil.sizing`); the paper presets set it to the RTX 3090's time.
     ``training`` picks the training process: ``"emulator"`` (the CuPy matmul emulator, the
     GPUColo paper's) or ``"torch"`` (a PyTorch ResNet-18, :mod:`harness.hil.torch_training`),
     both sized to ``target_iter_s`` on the idle GPU.
@@ -101,6 +105,7 @@ class GPUPlantConfig:
     training_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = field(default=())
     training: str = "emulator"
+    size_inference_to_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not (1 <= self.batch <= 4096):
@@ -113,6 +118,10 @@ class GPUPlantConfig:
         if not (0 <= self.initial_sleep_s <= self.max_sleep_s):
             raise ValueError(f"initial_sleep_s must be in [0, max_sleep_s], "
                              f"got {self.initial_sleep_s!r}")
+        if self.size_inference_to_ms is not None and not (
+                math.isfinite(self.size_inference_to_ms) and self.size_inference_to_ms > 0):
+            raise ValueError(f"size_inference_to_ms must be a number > 0 or None, "
+                             f"got {self.size_inference_to_ms!r}")
         if self.training not in ("emulator", "torch"):
             raise ValueError(f"training must be 'emulator' or 'torch', got {self.training!r}")
         if self.latency not in ("wall", "gpu"):
@@ -124,13 +133,20 @@ class GPUPlantConfig:
             raise ValueError("inference_argv and training_argv must not be empty")
 
 
-#: Named setups mirroring :data:`harness.sim.simulated.PRESETS`.
+#: Named setups mirroring :data:`harness.sim.simulated.PRESETS`. ``size_to_paper``: the
+#: inference batch is sized so that inference alone takes what it took on the paper's RTX 3090
+#: (:mod:`harness.hil.sizing`); without it the batch runs as named.
 PRESETS: dict[str, dict[str, Any]] = {
     # GPUColo paper, Fig. 4: ResNet-50 inference with the matmul training emulator, both at
     # MPS 80 %.
-    "fig4": {"batch": 5, "inference_mps_pct": 80.0, "initial_mps_pct": 80.0},
+    "fig4": {"batch": 5, "inference_mps_pct": 80.0, "initial_mps_pct": 80.0,
+             "size_to_paper": True},
     # GPUColo paper, Figs. 8/9: ResNet-50 batch 105 (115 in the burst), inference MPS 100 %.
-    "fig8": {"batch": 105, "inference_mps_pct": None, "initial_mps_pct": 80.0},
+    "fig8": {"batch": 105, "inference_mps_pct": None, "initial_mps_pct": 80.0,
+             "size_to_paper": True},
+    # The H100 runs of 2026-11-27: batch 105 as measured there (inference alone 18.1 ms), the
+    # workload the simulated ``h100`` preset is calibrated on; not resized.
+    "h100": {"batch": 105, "inference_mps_pct": None, "initial_mps_pct": 100.0},
 }
 
 
@@ -182,6 +198,8 @@ class GPUPlant:
         self._account = TrainingAccount()
         self._warned: set[str] = set()
         self._inference: subprocess.Popen | None = None
+        self.batch_scale = 1.0
+        self.sizing: dict[str, Any] | None = None
 
     @classmethod
     def preset(cls, name: str = "fig8", *, seed: int | None = None,
@@ -190,7 +208,12 @@ class GPUPlant:
         is accepted for symmetry and ignored: the hardware brings its own noise)."""
         if name not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
-        return cls(GPUPlantConfig(**_check_fields({**PRESETS[name], **overrides})))
+        entry = dict(PRESETS[name])
+        if entry.pop("size_to_paper", False):
+            from harness.hil.sizing import paper_alone_ms
+
+            entry["size_inference_to_ms"] = paper_alone_ms(name)
+        return cls(GPUPlantConfig(**_check_fields({**entry, **overrides})))
 
     # ---- paths and environments ---------------------------------------------------------------
     def _path(self, name: str) -> str:
@@ -243,25 +266,9 @@ class GPUPlant:
         return self
 
     def _install_sigterm(self) -> None:
-        """Turn SIGTERM into SystemExit while the plant runs (main thread, default handler
-        only), so that ``finally`` blocks and :meth:`close` stop MPS and the processes."""
-        self._old_sigterm = None
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-
-        def _exit(signum: int, frame: Any) -> None:
-            raise SystemExit(128 + signum)
-
-        self._old_sigterm = signal.signal(signal.SIGTERM, _exit)
-        self._stack.callback(self._restore_sigterm)
-
-    def _restore_sigterm(self) -> None:
-        if self._old_sigterm is not None and \
-                threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
+        """Turn SIGTERM into SystemExit while the plant runs, so that ``finally`` blocks and
+        :meth:`close` stop MPS and the processes (:func:`harness.hil._signals.sigterm_as_exit`)."""
+        sigterm_as_exit(self._stack)
 
     def _start(self) -> None:
         c = self.cfg
@@ -291,6 +298,10 @@ class GPUPlant:
         # 2. inference, warmed up (registered first: a start-up timeout still stops it)
         self._stack.callback(self._stop_inference)
         self._start_inference(self._want_inf_mps)
+        if c.size_inference_to_ms is not None:  # on the idle GPU, before the training starts
+            from harness.hil.sizing import size_inference
+
+            size_inference(self, c.size_inference_to_ms)
 
         # 3. training through the MPS actuator
         env = {ENV_HOOK_FILE: self._path("gpu.hook"), "PYTHONPATH": base["PYTHONPATH"],
@@ -325,6 +336,17 @@ class GPUPlant:
                                    f"{self.cfg.start_timeout_s:g} s")
             time.sleep(0.05)
         self.inference_mps_pct = pct
+
+    def setup(self) -> dict[str, Any]:
+        """What this plant ran, for the results' metadata: the training, the batch (and the
+        sizing, when the batch was sized to the GPU), MPS, the calibration of the training."""
+        cal = getattr(self, "calibration", None) or {}
+        return {"training": self.cfg.training, "batch": self.batch,
+                "sizing": self.sizing, "mps_enabled": self.mps_enabled,
+                "target_iter_s": self.cfg.target_iter_s,
+                "training_calibration": {k: cal.get(k) for k in
+                                         ("matmuls", "per_matmul_s", "matrix_n", "accumulate",
+                                          "model") if k in cal}}
 
     def _stop_inference(self) -> None:
         p, self._inference = self._inference, None
@@ -434,7 +456,8 @@ class GPUPlant:
 
     # ---- the Plant protocol ---------------------------------------------------------------------
     def set_load(self, **changes: Any) -> None:
-        """``batch=N``: the inference's batch size from its next batch on."""
+        """``batch=N``: the inference's batch size from its next batch on (times the sizing's
+        ``batch_scale`` when the plant sized its batch to the GPU)."""
         bad = set(changes) - set(self.LOAD_FIELDS)
         if bad:
             raise ValueError(f"set_load accepts {', '.join(self.LOAD_FIELDS)}; "
@@ -444,6 +467,7 @@ class GPUPlant:
             if not (1 <= b <= 4096):
                 raise ValueError(f"batch must be in [1, 4096], got {changes['batch']!r}")
             self.start()
+            b = min(max(round(b * self.batch_scale), 1), 4096)  # the GPU's equivalent batch
             write_int(self._path("batch"), b)
             self.batch = b
 
