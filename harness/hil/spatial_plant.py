@@ -24,7 +24,8 @@ from harness.hil._tail import CSVTail
 from harness.hil.gpu_plant import GPUPlant, GPUPlantConfig
 from harness.sim.protocol import PeriodResult
 
-__all__ = ["DEFAULT_GREEN_SHARES", "TRAINING_BACKENDS", "GreenGPUPlant"]
+__all__ = ["DEFAULT_GREEN_SHARES", "TRAINING_BACKENDS", "GreenGPUPlant",
+           "make_green_gpu_plant"]
 
 DEFAULT_GREEN_SHARES = (25.0, 50.0, 75.0, 100.0)
 TRAINING_BACKENDS = ("cupy-green", "numpy-green", "torch", "torch-dry-run")
@@ -122,3 +123,41 @@ class GreenGPUPlant(GPUPlant):
                         "delay_s": (first["t_unix"] - t_cmd) if first else math.nan,
                         "switch_s": first.get("switch_s") if first else math.nan})
         return out
+
+
+def make_green_gpu_plant(preset: str = "h100", *, seed: int | None = None,
+                         **overrides: Any) -> GreenGPUPlant:
+    """The ``gpu-green`` entry of the plant registry: the GPU plant whose share knob is a
+    green-context partition inside MPS (both processes MPS clients, the training on
+    25/50/75/100 % partitions), set up by the named GPU preset. Raises
+    :class:`~gpucontrol.errors.PlantUnavailable` when no CUDA GPU is usable here.
+
+    Parameters
+    ----------
+    preset : str
+        A GPU preset (:data:`harness.hil.gpu_plant.PRESETS`) or a calibration file's base.
+    seed : int, optional
+        Ignored (the hardware brings its own noise).
+    **overrides : Any
+        :class:`~harness.hil.gpu_plant.GPUPlantConfig` fields, and ``shares_pct`` /
+        ``training_backend``.
+
+    Returns
+    -------
+    GreenGPUPlant
+        The plant (not started).
+    """
+    import harness.hil as hil
+    from gpucontrol.errors import PlantUnavailable
+    from harness.hil.gpu_plant import GPUPlant
+    from harness.sim.simulated import base_preset_name
+
+    name = base_preset_name(preset)
+    if not (hil.torch_cuda_available() or hil.cupy_device_count() > 0):
+        raise PlantUnavailable(
+            "--plant gpu-green needs the GPU harness on a machine with a CUDA GPU, and none "
+            "is usable here. Use --plant sim for the simulated plant.")
+    shares = tuple(overrides.pop("shares_pct", DEFAULT_GREEN_SHARES))
+    backend = overrides.pop("training_backend", "cupy-green")
+    cfg = GPUPlant.preset(name, **{"mps_enabled": True, **overrides}).cfg
+    return GreenGPUPlant(cfg, shares_pct=shares, training_backend=backend)

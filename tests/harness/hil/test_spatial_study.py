@@ -193,3 +193,21 @@ def test_probe_reports_every_partition_and_the_full_device():
     assert by[100]["sm_count"] == desc["total_sms"] == 132
     assert [by[s]["smid_peak_n_sms"] for s in (25, 50, 100)] == [32, 64, 132]
     assert lib.green == {}  # the pool was closed
+
+
+def test_gpu_green_plant_kind(monkeypatch):
+    """``--plant gpu-green``: the green-context + MPS plant from the registry."""
+    import harness.hil as hil
+    from gpucontrol.errors import PlantUnavailable
+    from harness.experiments.plants import make_plant
+    from harness.hil.spatial_plant import make_green_gpu_plant
+
+    monkeypatch.setattr(hil, "torch_cuda_available", lambda: False)
+    monkeypatch.setattr(hil, "cupy_device_count", lambda: 0)
+    with pytest.raises(PlantUnavailable, match="gpu-green"):
+        make_plant("gpu-green", "fig8")
+    monkeypatch.setattr(hil, "cupy_device_count", lambda: 1)
+    p = make_green_gpu_plant("fig8", size_inference_to_ms=None, shares_pct=(50, 100))
+    assert p.cfg.mps_enabled and p.shares_pct == (50.0, 100.0)
+    assert p.cfg.training_args[:2] == ("--backend", "cupy-green")
+    assert p.cfg.size_inference_to_ms is None and not p.started
