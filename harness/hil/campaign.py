@@ -113,7 +113,7 @@ STEPS: dict[str, Step] = {s.name: s for s in (
     Step("tests", "gpu_tests", (
         Command(("-m", "pytest", "-m", "gpu", "tests/harness/hil", "-q", "-rs",
                  "-p", "no:cacheprovider", "--junitxml", "{dir}/junit.xml"),
-                stdout="pytest.txt"),), 300, 540, "the @pytest.mark.gpu tests"),
+                stdout="pytest.txt"),), 360, 540, "the @pytest.mark.gpu tests"),
     Step("knobs", "knobs", (Command(_cli("knobs", "--plant", "gpu")),), 300, 540,
          "GPUColo paper, Fig. 4: MPS vs Sleep vs Sleep+MPS"),
     Step("mps", "mps_restart", (

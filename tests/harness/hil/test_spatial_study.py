@@ -211,3 +211,19 @@ def test_gpu_green_plant_kind(monkeypatch):
     assert p.cfg.mps_enabled and p.shares_pct == (50.0, 100.0)
     assert p.cfg.training_args[:2] == ("--backend", "cupy-green")
     assert p.cfg.size_inference_to_ms is None and not p.started
+
+
+def test_backends_figure_and_the_spatial_mps_readme(tmp_path):
+    from harness.hil.figures import main as figures_main
+
+    d = tmp_path / "spatial_mps"
+    d.mkdir()
+    write_csv([{"backend": "green-context+mps", "share_pct": s, "latency_ms": lat,
+                "training_throughput": it} for s, lat, it in ((25, 21.0, 0.8),
+                                                              (75, 34.0, 3.0))],
+              d / "levels.csv")
+    assert figures_main(["backends", str(tmp_path), "--out", str(tmp_path / "b.png")]) == 0
+    assert (tmp_path / "b.png").stat().st_size > 1000
+    assert figures_main(["backends", str(tmp_path / "none"), "--out", str(tmp_path / "c.png")]) == 1
+    assert draft_readmes(tmp_path) == [d / "README.md"]
+    assert "green contexts inside MPS" in (d / "README.md").read_text()
