@@ -22,10 +22,9 @@ Ctrl-C to the campaign does the same for the running step, then writes the archi
 
 Unpack on the workstation with ``tar xzf campaign.tar.gz -C docs/results``.
 
->>> [s for s in STEPS][:9]
-['info', 'smoke', 'tests', 'knobs', 'mps', 'identify', 'burst', 'sweep', 'spatial']
->>> [s for s in STEPS][9:]
-['identify-green', 'burst-daemon', 'sweep-h100']
+>>> [s for s in STEPS]  # doctest: +NORMALIZE_WHITESPACE
+['info', 'smoke', 'tests', 'tests-fast', 'tests-slow', 'knobs', 'mps', 'identify', 'burst',
+ 'sweep', 'spatial', 'identify-green', 'burst-daemon', 'sweep-h100']
 """
 
 from __future__ import annotations
@@ -114,6 +113,15 @@ STEPS: dict[str, Step] = {s.name: s for s in (
         Command(("-m", "pytest", "-m", "gpu", "tests/harness/hil", "-q", "-rs",
                  "-p", "no:cacheprovider", "--junitxml", "{dir}/junit.xml"),
                 stdout="pytest.txt"),), 360, 540, "the @pytest.mark.gpu tests"),
+    Step("tests-fast", "gpu_tests_fast", (
+        Command(("-m", "pytest", "-m", "gpu and not slow", "tests/harness/hil", "-q", "-rs",
+                 "-p", "no:cacheprovider", "--junitxml", "{dir}/junit.xml"),
+                stdout="pytest.txt"),), 180, 480, "the @pytest.mark.gpu tests but the slow"),
+    Step("tests-slow", "gpu_tests_slow", (
+        Command(("-m", "pytest", "-m", "gpu and slow", "tests/harness/hil", "-q", "-rs",
+                 "-p", "no:cacheprovider", "--junitxml", "{dir}/junit.xml"),
+                stdout="pytest.txt"),), 210, 480,
+         "the slow @pytest.mark.gpu tests (closed loop, MPS shadow restart)"),
     Step("knobs", "knobs", (Command(_cli("knobs", "--plant", "gpu")),), 300, 540,
          "GPUColo paper, Fig. 4: MPS vs Sleep vs Sleep+MPS"),
     Step("mps", "mps_restart", (
@@ -136,19 +144,19 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "%smid share per commanded share"),
     # ---- the H100 steps (docs/gpu.md, "The next calls"): batch 105, the H100 SLO --------------
     Step("identify-green", "identify_green", (
-        Command(_cli("identify", "--plant", "gpu-green", "--preset", "h100", "--periods", "20",
-                     "--mps", "25,50,75,100", "--sleep", "0,0.4", "--train", "0.6")),),
-         420, 540, "identification on green context + MPS at 25/50/75/100 %, white-noise "
+        Command(_cli("identify", "--plant", "gpu-green", "--preset", "h100", "--period", "2",
+                     "--periods", "24", "--mps", "25,50,75,100", "--sleep", "0,0.4")),),
+         250, 480, "identification on green context + MPS at 25/50/75/100 %, white-noise "
                    "sleep: latency and training rate per share"),
     Step("burst-daemon", "daemon_burst", (
         Command(("-m", "harness.hil.daemon_run", "--out", "{dir}", "--slo-ms",
-                 f"{H100_SLO_MS:g}", "--duration", "100")),), 460, 560,
+                 f"{H100_SLO_MS:g}", "--duration", "100")),), 460, 540,
          "the node agent as its own process through a burst: sleep only, MPS restarts "
          "(--outer-every 12), green context + MPS (--outer-every 1)"),
     Step("sweep-h100", "slo_sweep_h100", (
         Command(_cli("sweep", "--plant", "gpu-green", "--preset", "h100", "--slos",
                      f"{H100_SLO_LOW_MS:g},{H100_SLO_MS:g}", "--controllers", "ours",
-                     "--duration", "120", "--warmup", "40")),), 330, 540,
+                     "--duration", "100", "--warmup", "40")),), 260, 480,
          "SLO sweep at two SLOs on green context + MPS, ours"),
 )}
 
