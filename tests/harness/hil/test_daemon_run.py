@@ -90,5 +90,6 @@ def test_sleep_only_run_with_the_real_daemon_on_the_cpu(tmp_path):
     from harness.results import read_csv
 
     periods = read_csv(out / "periods.csv")
-    assert sum(r["training_iterations"] for r in periods) > 5
+    assert sum(r["training_iterations"] for r in periods) > 1  # the training ran, and slept:
+    assert max(r["sleep_s"] for r in periods) > 0  # the SLO is below its unslept latency
     assert any(r["burst"] for r in periods) and not periods[0]["burst"]
