@@ -98,6 +98,19 @@ H100_SLO_MS = 35.0
 H100_SLO_LOW_MS = 30.0
 
 
+def _h100_preset() -> str:
+    """The simulated ``h100`` preset (the controllers' nominal model, calibrated on the H100
+    runs) once it exists; the paper's ``fig8`` until then. The GPU side of the H100 steps is
+    the same either way: ``--plant gpu-green`` runs batch 105 as named, unsized."""
+    from harness.sim.simulated import PRESETS
+
+    return "h100" if "h100" in PRESETS else "fig8"
+
+
+#: The preset of the H100 steps (see :func:`_h100_preset`).
+H100_PRESET = _h100_preset()
+
+
 #: The hardware work of docs/gpu.md, sized so that a few fit in one 10-minute call.
 STEPS: dict[str, Step] = {s.name: s for s in (
     Step("info", ".", (Command(("-m", "harness.hil"), stdout="gpu.json"),), 20, 120,
@@ -144,17 +157,17 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          "%smid share per commanded share"),
     # ---- the H100 steps (docs/gpu.md, "The next calls"): batch 105, the H100 SLO --------------
     Step("identify-green", "identify_green", (
-        Command(_cli("identify", "--plant", "gpu-green", "--preset", "h100", "--period", "2",
+        Command(_cli("identify", "--plant", "gpu-green", "--preset", H100_PRESET, "--period", "2",
                      "--periods", "24", "--mps", "25,50,75,100", "--sleep", "0,0.4")),),
          250, 480, "identification on green context + MPS at 25/50/75/100 %, white-noise "
                    "sleep: latency and training rate per share"),
     Step("burst-daemon", "daemon_burst", (
         Command(("-m", "harness.hil.daemon_run", "--out", "{dir}", "--slo-ms",
-                 f"{H100_SLO_MS:g}", "--duration", "100")),), 460, 540,
+                 f"{H100_SLO_MS:g}", "--preset", H100_PRESET, "--duration", "100")),), 460, 540,
          "the node agent as its own process through a burst: sleep only, MPS restarts "
          "(--outer-every 12), green context + MPS (--outer-every 1)"),
     Step("sweep-h100", "slo_sweep_h100", (
-        Command(_cli("sweep", "--plant", "gpu-green", "--preset", "h100", "--slos",
+        Command(_cli("sweep", "--plant", "gpu-green", "--preset", H100_PRESET, "--slos",
                      f"{H100_SLO_LOW_MS:g},{H100_SLO_MS:g}", "--controllers", "ours",
                      "--duration", "100", "--warmup", "40")),), 260, 480,
          "SLO sweep at two SLOs on green context + MPS, ours"),

@@ -300,14 +300,15 @@ def _plot(rows: list[dict[str, Any]], slo_ms: float, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.hil.campaign import H100_SLO_MS
+    from harness.hil.campaign import H100_PRESET, H100_SLO_MS
 
     ap = argparse.ArgumentParser(prog="python -m harness.hil.daemon_run",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="results/daemon_burst")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--slo-ms", type=float, default=H100_SLO_MS)
-    ap.add_argument("--preset", default="h100", help="simulated preset of --model auto")
+    ap.add_argument("--preset", default=H100_PRESET,
+                    help="simulated preset of --model auto (h100 where it exists)")
     ap.add_argument("--model", default="auto", help="model.json, or auto (from --preset)")
     ap.add_argument("--duration", type=float, default=100.0, help="closed loop per run, s")
     ap.add_argument("--period", type=float, default=4.0)

@@ -168,8 +168,11 @@ class TorchPool(PartitionPool):
         for share, n in zip(self.shares(), plan_sm_counts(self.shares(), self.total_sms,
                                                            *self.granularity)):
             t0 = self.clock()
-            ctx = create_torch_green_context(gc.GreenContext, n, self.device)
-            stream = ctx.Stream()
+            if n >= self.total_sms:  # the whole device: a stream of the primary context (a
+                ctx, stream = None, torch.cuda.Stream(self.device)  # split of all 132 SMs
+            else:  # would not be a multiple of the 8-SM step)
+                ctx = create_torch_green_context(gc.GreenContext, n, self.device)
+                stream = ctx.Stream()
             ptr = int(stream.cuda_stream)
             self._keep[ptr] = (stream, ctx)
             self.partitions.append(GreenPartition(share, n, 0, 0, ptr, self.clock() - t0,

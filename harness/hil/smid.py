@@ -272,7 +272,8 @@ class SMIDSampler:
         kw = {"stream": stream} if stream is not None else {}
         ids = self._out.get(**kw)
         nsmid = self._nsmid.get(**kw)
-        times = self._times.get(**kw).astype(float)
+        raw = self._times.get(**kw).astype("int64")  # ns since an epoch: keep the digits
+        times = (raw - raw.min()).astype(float) if raw.size else raw.astype(float)
         self._launched = False
         return summarize_smids(ids.tolist(), self.multiprocessor_count, nsmid=int(nsmid[0]),
                                starts=times[0::2], ends=times[1::2])

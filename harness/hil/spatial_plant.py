@@ -129,8 +129,9 @@ def make_green_gpu_plant(preset: str = "h100", *, seed: int | None = None,
                          **overrides: Any) -> GreenGPUPlant:
     """The ``gpu-green`` entry of the plant registry: the GPU plant whose share knob is a
     green-context partition inside MPS (both processes MPS clients, the training on
-    25/50/75/100 % partitions), set up by the named GPU preset. Raises
-    :class:`~gpucontrol.errors.PlantUnavailable` when no CUDA GPU is usable here.
+    25/50/75/100 % partitions), set up by the named GPU preset with its batch as named (the
+    H100 runs' workload: not resized to the paper's GPU unless ``size_inference_to_ms``
+    says). Raises :class:`~gpucontrol.errors.PlantUnavailable` when no CUDA GPU is usable.
 
     Parameters
     ----------
@@ -159,5 +160,7 @@ def make_green_gpu_plant(preset: str = "h100", *, seed: int | None = None,
             "is usable here. Use --plant sim for the simulated plant.")
     shares = tuple(overrides.pop("shares_pct", DEFAULT_GREEN_SHARES))
     backend = overrides.pop("training_backend", "cupy-green")
-    cfg = GPUPlant.preset(name, **{"mps_enabled": True, **overrides}).cfg
+    # the H100 study's plant: the batch as named (105, the measured table's), not resized
+    cfg = GPUPlant.preset(name, **{"mps_enabled": True, "size_inference_to_ms": None,
+                                   **overrides}).cfg
     return GreenGPUPlant(cfg, shares_pct=shares, training_backend=backend)

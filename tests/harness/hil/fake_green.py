@@ -123,5 +123,6 @@ class FakeTorch:
 
         self.cuda = types.SimpleNamespace(
             green_contexts=types.SimpleNamespace(GreenContext=GreenContext, SUPPORTED=True),
+            Stream=lambda device=None: Stream(),
             get_device_properties=lambda d: types.SimpleNamespace(
                 multi_processor_count=sms, major=major, minor=0))

@@ -122,3 +122,10 @@ def test_auto_falls_back_to_the_ctypes_layer_and_says_why(monkeypatch):
         open_pool(SHARES, backend="ctypes", lib=FakeCuda(version=12000))
     with pytest.raises(ValueError, match="backend"):
         open_pool(SHARES, backend="mig")
+
+
+def test_torch_pool_runs_the_whole_device_on_a_plain_stream():
+    """132 SMs are no multiple of the 8-SM split step: the full device is not split."""
+    torch = FakeTorch()
+    pool = make_pool("torch", SHARES, torch=torch).open()
+    assert torch.made == [32, 64, 96] and pool.partitions[-1].sm_count == 132
