@@ -132,7 +132,7 @@ class _Run:
             if a.training_backend:
                 argv[-1] = a.training_backend
         argv += ["--target-iter-s", "0.2", "--calibration-file", str(w / "calibration.json"),
-                 "--log", str(w / "training-{pid}.csv")]
+                 "--log", str(w / "training-{pid}.csv"), *shlex.split(a.training_extra or "")]
         if self.mode == "green-mps":
             argv += ["--green-shares", GREEN_SHARES, "--spatial-log", str(w / "spatial-{pid}.csv")]
         return shlex.join(argv)
@@ -317,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--outer-every", default="", help="per mode, e.g. green-mps=12")
     ap.add_argument("--training", choices=("emulator", "torch"), default="emulator")
     ap.add_argument("--training-backend", default=None, help=argparse.SUPPRESS)  # tests
+    ap.add_argument("--training-extra", default="", help=argparse.SUPPRESS)  # tests
     ap.add_argument("--inference-cmd", default=None, help=argparse.SUPPRESS)  # tests
     ap.add_argument("--no-mps", action="store_true", help=argparse.SUPPRESS)  # tests
     ap.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")

@@ -49,7 +49,7 @@ def test_h100_steps_fit_one_call_each_and_share_one_slo():
 
 def test_daemon_command_per_mode(tmp_path):
     args = Namespace(slo_ms=35.0, period=4.0, duration=100.0, training="emulator",
-                     training_backend=None, outer_every={})
+                     training_backend=None, training_extra="", outer_every={})
     cmds = {m: _Run(m, args, tmp_path / "model.json", tmp_path).daemon_argv("/p")
             for m in ("sleep", "mps-restart", "green-mps")}
     assert cmds["sleep"][-2:] == ["--outer", "none"]
@@ -79,6 +79,7 @@ def test_sleep_only_run_with_the_real_daemon_on_the_cpu(tmp_path):
     rc = main(["--out", str(out), "--modes", "sleep", "--duration", "6", "--period", "0.5",
                "--burst", "2,4", "--slo-ms", "25", "--preset", "fig8",
                "--training-backend", "numpy", "--no-mps",
+               "--training-extra", "--matrix-n 256 --copy-mb 0.25",
                "--inference-cmd", f"{sys.executable} {HERE / 'fake_inference.py'}"])
     err = (out / "runs" / "sleep" / "daemon.stderr").read_text()
     assert rc == 0, err[-3000:]
