@@ -449,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     emu = TrainingEmulator(cfg, backend)
     emu.install_signal_handlers()
     summary = emu.run()
-    print(json_line({"summary": summary.as_dict()}), file=sys.stderr)
+    pool = getattr(backend, "pool", None)
+    print(json_line({"summary": summary.as_dict(), "green_pool": pool.describe() if pool
+                     else None}), file=sys.stderr)
     return 0
 
 
