@@ -83,8 +83,12 @@ def plan(modes: list[str], duration_s: float, period_s: float) -> dict[str, Any]
     return {"runs": runs, "expected_s": sum(r["expected_s"] for r in runs)}
 
 
-def model_from_preset(preset: str, shares: list[float], sleep_span: tuple[float, float]
-                      ) -> dict[str, Any]:
+#: The simulated plant's backend matching each mode (its model's physics).
+SIM_BACKEND = {"sleep": "sleep", "mps-restart": "mps-restart", "green-mps": "green-context+mps"}
+
+
+def model_from_preset(preset: str, shares: list[float], sleep_span: tuple[float, float],
+                      backend: str | None = None) -> dict[str, Any]:
     """A ``model.json`` from a simulated preset: per share level the secant latency slope of
     the sleep over ``sleep_span`` (ms per s) and the latency at the span's start.
 
@@ -96,6 +100,9 @@ def model_from_preset(preset: str, shares: list[float], sleep_span: tuple[float,
         Share levels, %.
     sleep_span : (float, float)
         The sleep range the slope is taken over, s.
+    backend : str, optional
+        The simulated plant's spatial-share backend (``"sleep"``, ``"mps-restart"``,
+        ``"green-context+mps"``; default: the preset's).
 
     Returns
     -------
@@ -104,7 +111,8 @@ def model_from_preset(preset: str, shares: list[float], sleep_span: tuple[float,
     """
     from harness.sim.simulated import SimulatedColocation
 
-    ref = SimulatedColocation.preset(preset)
+    ref = SimulatedColocation.preset(preset, backend=backend) if backend else \
+        SimulatedColocation.preset(preset)
     a, b = sleep_span
     points = []
     for m in shares:
@@ -112,7 +120,7 @@ def model_from_preset(preset: str, shares: list[float], sleep_span: tuple[float,
         points.append({"mps_pct": float(m), "gain": (lb - la) / (b - a),
                        "offset": la - (lb - la) / (b - a) * a})
     return {"points": points, "sleep_span_s": [float(a), float(b)],
-            "source": f"simulated preset {preset}"}
+            "source": f"simulated preset {preset}" + (f", backend {backend}" if backend else "")}
 
 
 class _Run:
@@ -341,18 +349,22 @@ def main(argv: list[str] | None = None) -> int:
         [sys.executable, "-m", "harness.hil.inference"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model = out / "model.json"
-    if args.model == "auto":
-        doc = model_from_preset(args.preset, [25, 50, 75, 100], (0.0, 0.4))
-        atomic_write_text(model, json.dumps(doc, indent=2))
-    else:
-        model.write_text(Path(args.model).read_text())
+    models: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     errors = []
     for m in modes:
         print(f"[daemon_run] {m}: ~{START_S + args.duration:.0f} s", file=sys.stderr, flush=True)
         work = out / "runs" / m
+        work.mkdir(parents=True, exist_ok=True)
+        model = work / "model.json"
         try:
+            if args.model == "auto":  # the mode's own physics on the simulated preset
+                models[m] = model_from_preset(args.preset, [25, 50, 75, 100], (0.0, 0.4),
+                                              SIM_BACKEND[m])
+                atomic_write_text(model, json.dumps(models[m], indent=2))
+            else:
+                model.write_text(Path(args.model).read_text())
+                models[m] = json.loads(model.read_text())
             _Run(m, args, model, work).run()
         except Exception as exc:  # keep the other modes' results
             errors.append(f"{m}: {type(exc).__name__}: {exc}")
@@ -368,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_text(out / "meta.json", json.dumps(
         {"command": shlex.join([sys.executable, "-m", "harness.hil.daemon_run",
                                 *(argv if argv is not None else sys.argv[1:])]),
-         "plan": steps, "slo_ms": args.slo_ms, "model": json.loads(model.read_text()),
+         "plan": steps, "slo_ms": args.slo_ms, "models": models,
          "errors": errors}, indent=2))
     with contextlib.suppress(Exception):
         _plot(rows, args.slo_ms, out / "daemon_run.png")

@@ -255,8 +255,9 @@ def _smoke(folder: Path, sim: bool) -> list[str]:
 def _daemon_burst(folder: Path, sim: bool) -> list[str]:
     meta = _read_json(folder / "meta.json")
     md = folder / "summary.md"
-    out = [f"SLO {meta.get('slo_ms', '?')} ms; the daemon's model: "
-           f"{(meta.get('model') or {}).get('source', 'model.json')}.", ""]
+    src = "; ".join(f"{m}: {(d or {}).get('source', 'model.json')}"
+                    for m, d in (meta.get("models") or {}).items())
+    out = [f"SLO {meta.get('slo_ms', '?')} ms; the daemon's models: {src or '?'}.", ""]
     if md.is_file():
         out += [md.read_text(encoding="utf-8").strip(), ""]
     out.append("Target (issue: restart-free spatial sharing): green context + MPS at least 1.5x "
