@@ -171,7 +171,8 @@ def test_a_p99_reading_is_aimed_under_the_slo_by_its_own_noise():
     p99 settles under it by its own measured noise."""
     rng = np.random.default_rng(0)
     plant = DutyPlant(speed=1.0, gamma=1.0)
-    for noise, lo, hi in ((0.005, 0.0, 0.0), (0.04, 0.03, 0.09)):
+    # (a reading noisier than that: the margin stops at twice the 5 % tolerance)
+    for noise, lo, hi in ((0.005, 0.0, 0.0), (0.04, 0.03, 0.09), (0.3, 0.1, 0.1)):
         ctl = TwoTierController(plant.family(), 80.0, mode="p99",
                                 sleep=SleepKnob(initial_s=0.3))
         act = ctl.initial_actuation()
