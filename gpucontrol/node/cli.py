@@ -93,7 +93,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "stopped)")
     t = p.add_argument_group("training")
     t.add_argument("--training-pid", type=int, action="append", help="repeatable")
+    t.add_argument("--training-pid-file", help="a file the training writes its PID into "
+                   "(waited for; opened without following links; only a process of the "
+                   "file's owner is accepted; {pod} as a directory name: a pod UID)")
+    t.add_argument("--training-cgroup", help="shell pattern the training's cgroup path must "
+                   "match, e.g. '*pod{pod}*' ({pod}: the pod UID of --training-pid-file)")
     t.add_argument("--training-cmd", help="command the daemon launches (and restarts for MPS)")
+    t.add_argument("--training-user", help="run the launched training as this user (name or "
+                   "uid; the daemon must be root); default: the daemon's user")
     t.add_argument("--sleep-method", choices=SLEEP_METHODS,
                    default="auto", help="auto: cgroup freezer when possible, else signals")
     t.add_argument("--cgroup", help="cgroup v2 directory holding the training (with "
@@ -112,8 +119,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--mps-health-s", type=float, default=10.0,
                    help="check the MPS daemon this often, s, in [0.1, 300] (back-off on "
                         "failure; default 10)")
-    t.add_argument("--allow-other-users", action="store_true",
-                   help="root only: allow training processes of other users")
+    t.add_argument("--allow-uid", type=int, action="append", metavar="UID",
+                   help="root only, repeatable: a user whose training processes may be "
+                        "paused and whose PID file may name one")
     f = p.add_argument_group("files")
     f.add_argument("--gpu", type=int, default=0, help="GPU index (names the default files)")
     f.add_argument("--socket", help="latency socket (default <runtime dir>/gpuN.sock)")
@@ -135,6 +143,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("supervision")
     s.add_argument("--silent-periods", type=int, default=5,
                    help="warn after this many periods without a latency report (default 5)")
+    s.add_argument("--unready-periods", type=int, default=0,
+                   help="/readyz answers 503 (with the reason) after this many periods "
+                        "without usable latency (default 0: never)")
     s.add_argument("--resume-only", action="store_true",
                    help="resume whatever the state file (--state, or the default of --gpu) "
                    "lists as stopped, then exit; for systemd ExecStopPost=")

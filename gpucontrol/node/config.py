@@ -93,10 +93,23 @@ class DaemonConfig:
     Parameters
     ----------
     training_pids : tuple of int
-        Running training processes to pause [``--training-pid``, repeatable]; give these or
-        ``training_cmd``, not both.
+        Running training processes to pause [``--training-pid``, repeatable]; give these,
+        ``training_cmd`` or ``training_pid_file``, one of the three.
     training_cmd : str or None
         Command line the daemon launches (and restarts for an MPS change) [``--training-cmd``].
+    training_user : str or None
+        Run the launched training as this user, a name or a uid [``--training-user``]; only
+        with ``training_cmd``, and the daemon must be root (or that user). Its targets may
+        then run as that user.
+    training_pid_file : str or None
+        A file the training writes its PID into [``--training-pid-file``]; the daemon waits
+        for it, opens it without following links and accepts only a process of the file's
+        owner (:mod:`gpucontrol.node.pidfile`); ``{pod}`` as one directory name stands for a
+        Kubernetes pod UID.
+    training_cgroup : str or None
+        A shell pattern the training's cgroup path must match [``--training-cgroup``], e.g.
+        ``*pod{pod}*`` (``{pod}``: the pod UID of the PID file's path); not with
+        ``training_cmd``.
     slo_ms : float or None
         Latency set point, ms per batch, > 0 [``--slo-ms``]; needed in closed loop.
     model : str or None
@@ -154,8 +167,10 @@ class DaemonConfig:
     mps_health_s : float
         Check the MPS control daemon this often, seconds, in [0.1, 300] (doubling after each
         failure, up to 300 s); a private one that died is restarted [``--mps-health-s``].
-    allow_other_users : bool
-        Root only: accept training processes of other users [``--allow-other-users``].
+    allowed_uids : tuple of int
+        Root only: the other users whose training processes may be paused, and whose PID
+        files may name one [``--allow-uid``, repeatable]; empty: the daemon's own user (and
+        root's PID files) only.
     gpu : int
         GPU index, >= 0; names the default files [``--gpu``].
     socket : str
@@ -175,6 +190,10 @@ class DaemonConfig:
     silent_periods : int
         Warn (event ``inference_silent``, metric ``gpucontrol_inference_silent``) after this
         many consecutive periods without a latency report, >= 1 [``--silent-periods``].
+    unready_periods : int
+        ``/readyz`` answers 503, with the reason in its body, after this many consecutive
+        periods without usable latency (no report, or a latency source that fails), >= 0
+        (0: never) [``--unready-periods``].
     metrics_textfile : str or None
         Also write the metrics to this file every period, for node-exporter's text-file
         collector [``--metrics-textfile``].
@@ -232,6 +251,9 @@ class DaemonConfig:
 
     training_pids: tuple[int, ...] = ()
     training_cmd: str | None = None
+    training_pid_file: str | None = None
+    training_cgroup: str | None = None
+    training_user: str | None = None
     slo_ms: float | None = None
     model: str | None = None
     period_s: float = 4.0
@@ -253,7 +275,7 @@ class DaemonConfig:
     mps_binary: str = "nvidia-cuda-mps-control"
     mps_pipe_dir: str | None = None
     mps_health_s: float = 10.0
-    allow_other_users: bool = False
+    allowed_uids: tuple[int, ...] = ()
     gpu: int = 0
     socket: str = ""
     state: str = ""
@@ -262,6 +284,7 @@ class DaemonConfig:
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
     silent_periods: int = 5
+    unready_periods: int = 0
     metrics_textfile: str | None = None
     metrics_target: str | None = None
     socket_group: str | None = None
@@ -293,6 +316,12 @@ class DaemonConfig:
                                      f"PIDs, got {pids!r}")
         object.__setattr__(self, "training_pids", tuple(
             int_at_least("--training-pid", p, 1) for p in pids))
+        uids = self.allowed_uids
+        if isinstance(uids, (str, bytes)) or not hasattr(uids, "__iter__"):
+            raise ConfigurationError(f"--allow-uid: allowed_uids must be a sequence of uids, "
+                                     f"got {uids!r}")
+        object.__setattr__(self, "allowed_uids", tuple(sorted(
+            {int_at_least("--allow-uid", u, 0) for u in uids})))
         for name in _BOOL_FIELDS:
             object.__setattr__(self, name, flag(_flag(name), getattr(self, name)))
         for name in _TEXT_FIELDS:
@@ -309,8 +338,13 @@ class DaemonConfig:
                                      f"got {self.green_shares!r}")
 
     def _validate(self) -> None:
-        if bool(self.training_pids) == bool(self.training_cmd):
-            raise ConfigurationError("give either --training-pid (repeatable) or --training-cmd")
+        if (bool(self.training_pids) + bool(self.training_cmd)
+                + bool(self.training_pid_file)) != 1:
+            raise ConfigurationError("give either --training-pid (repeatable), "
+                                     "--training-pid-file or --training-cmd")
+        from gpucontrol.node.pidfile import check_pattern
+
+        check_pattern(self.training_pid_file, self.training_cgroup)
         for pid in self.training_pids:
             int_at_least("--training-pid", pid, 1)
         if self.fixed_sleep is None and (self.slo_ms is None or self.model is None):
@@ -354,6 +388,7 @@ class DaemonConfig:
         in_range("--mps-health-s", self.mps_health_s, *MPS_HEALTH_S)
         int_at_least("--gpu", self.gpu, 0)
         int_at_least("--silent-periods", self.silent_periods, 1)
+        int_at_least("--unready-periods", self.unready_periods, 0)
         if self.socket_group is not None:
             from gpucontrol.node._runtime import resolve_group
 
@@ -442,7 +477,7 @@ class DaemonConfig:
         Raises
         ------
         ConfigurationError
-            ``allow_other_users`` without root; a ``training_cmd`` whose program cannot be
+            ``allowed_uids`` without root; a ``training_cmd`` whose program cannot be
             run (not found on PATH, not executable, or an empty command); a ``socket``,
             ``state`` or ``hook`` path that is a directory; a metrics address or port the
             server could not listen on (a trial bind).
@@ -450,10 +485,11 @@ class DaemonConfig:
             A ``training_pids`` entry may not be paused (init, ourselves, an ancestor, a
             kernel thread, another user's process, or no such process).
         """
-        from gpucontrol.node.actuators.procs import check_target
+        from gpucontrol.node.actuators.procs import TargetRefused, check_target
 
-        if self.allow_other_users and os.geteuid() != 0:
-            raise ConfigurationError("--allow-other-users is for root only")
+        if self.allowed_uids and os.geteuid() != 0:
+            raise ConfigurationError("--allow-uid is for root only (only root may pause "
+                                     "another user's processes)")
         for name, path in (("--socket", self.socket), ("--state", self.state),
                            ("--hook", self.hook)):
             _check_file_path(name, path)
@@ -463,8 +499,42 @@ class DaemonConfig:
             _check_textfile(self.metrics_textfile)
         if self.training_cmd is not None:
             _check_program(self.training_cmd)
+        if self.training_user is not None:
+            uid = self.training_uid()
+            if os.geteuid() not in (0, uid):
+                raise ConfigurationError(f"--training-user {self.training_user}: only root may "
+                                         "start the training as another user")
         for pid in self.training_pids:
-            check_target(pid, allow_other_users=self.allow_other_users)
+            check_target(pid, uids=self.target_uids())
+        if self.training_cgroup is not None and self.training_pids:
+            from gpucontrol.node.pidfile import cgroup_matches, proc_cgroups
+
+            for pid in self.training_pids:
+                if not cgroup_matches(proc_cgroups(pid), self.training_cgroup, None):
+                    raise TargetRefused(f"--training-pid {pid}: its cgroup "
+                                        f"({', '.join(proc_cgroups(pid)) or 'the root cgroup'})"
+                                        f" does not match --training-cgroup "
+                                        f"{self.training_cgroup}")
+
+    def target_uids(self) -> frozenset[int]:
+        """The uids a training process may run as: the daemon's own, ``allowed_uids`` and the
+        ``training_user``'s (a PID file narrows this to its owner)."""
+        extra = {self.training_uid()} if self.training_user is not None else set()
+        return frozenset({os.geteuid(), *self.allowed_uids, *extra})
+
+    def training_uid(self) -> int:
+        """The uid of ``training_user`` (raises ConfigurationError for an unknown user)."""
+        from gpucontrol.node.actuators.mps import account_spec
+
+        try:
+            return int(account_spec(str(self.training_user)).split(":")[0])
+        except ValueError as exc:
+            raise ConfigurationError(f"--training-user: {exc}") from None
+
+    def pid_file_owners(self) -> frozenset[int]:
+        """The owners whose ``training_pid_file`` is read: the daemon's user, root and
+        ``allowed_uids``."""
+        return frozenset({os.geteuid(), 0, *self.allowed_uids})
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -489,20 +559,25 @@ class DaemonConfig:
         pids = getattr(args, "training_pid", None)
         if pids:
             kw["training_pids"] = tuple(pids)
+        uids = getattr(args, "allow_uid", None)
+        if uids:
+            kw["allowed_uids"] = tuple(uids)
         return cls(**kw)
 
 
 #: Fields that are flags (True/False), text, text that must be given, and file paths.
-_BOOL_FIELDS = ("shadow", "allow_other_users")
-_TEXT_FIELDS = ("training_cmd", "model", "cgroup", "mps_binary", "mps_pipe_dir", "socket",
-                "state", "hook", "log", "metrics_addr", "metrics_textfile", "metrics_target",
+_BOOL_FIELDS = ("shadow",)
+_TEXT_FIELDS = ("training_cmd", "training_pid_file", "training_cgroup", "training_user",
+                "model", "cgroup",
+                "mps_binary", "mps_pipe_dir", "socket", "state", "hook", "log", "metrics_addr",
+                "metrics_textfile", "metrics_target",
                 "socket_group", "prometheus_url", "prometheus_metric", "share_cgroup",
                 "outer", "mode", "sleep_method", "ready", "latency_source", "share_backend")
 _TEXT_REQUIRED = ("mps_binary", "socket", "state", "hook", "metrics_addr", "prometheus_metric",
                   "share_cgroup", "outer", "mode", "sleep_method", "ready", "latency_source",
                   "share_backend")
-_PATH_FIELDS = ("model", "cgroup", "mps_pipe_dir", "socket", "state", "hook", "log",
-                "metrics_textfile")
+_PATH_FIELDS = ("training_pid_file", "model", "cgroup", "mps_pipe_dir", "socket", "state",
+                "hook", "log", "metrics_textfile")
 
 
 def _flag(field: str) -> str:
@@ -538,6 +613,13 @@ NEEDS: tuple[tuple[tuple[str, ...], Callable[[DaemonConfig], bool], str], ...] =
     (("run_quantum_s",), lambda c: c.sleep_method != "hook",
      "has no effect with --sleep-method hook (the training sleeps between its own "
      "iterations)"),
+    (("training_user",), lambda c: bool(c.training_cmd),
+     "goes with --training-cmd (it is the user the launched training runs as)"),
+    (("training_cgroup",), lambda c: not c.training_cmd,
+     "checks a training the daemon is given (--training-pid or --training-pid-file); one it "
+     "launches with --training-cmd is its own"),
+    (("unready_periods",), lambda c: c.metrics_port is not None,
+     "goes with --metrics-port (/readyz is served there)"),
     (("metrics_addr",), lambda c: c.metrics_port is not None,
      "goes with --metrics-port (no metrics server runs without it)"),
     (("metrics_target",), lambda c: c.metrics_port is not None or bool(c.metrics_textfile),

@@ -59,7 +59,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpucontrol.errors import ConfigurationError, ControlLoopError
+from gpucontrol.errors import ConfigurationError, ControlLoopError, TargetRefused
 from gpucontrol.node._runtime import ensure_private_dir, grant_group, unlink_quietly
 from gpucontrol.node.actuators.cgroup import check_cgroup_holds
 from gpucontrol.node.actuators.mps import MPSActuator, MPSControl, MPSError
@@ -78,6 +78,7 @@ from gpucontrol.node.model_file import load_model, load_sleep_span
 from gpucontrol.node.monitor import LatencyMonitor, PeriodStats
 from gpucontrol.node.mps_health import MPSHealthWatch
 from gpucontrol.node.persist import restorable
+from gpucontrol.node.pidfile import PidClaim, check_claim, resolve_pid_file
 from gpucontrol.node.prom_source import PrometheusSource
 from gpucontrol.node.share import ShareWiring, controller_restart_s, is_restart_free
 from gpucontrol.two_tier import Actuation, TwoTierController
@@ -117,7 +118,7 @@ class Daemon(DaemonSafety):
     Raises
     ------
     ValueError
-        A training process that may not be paused, or ``allow_other_users`` without root.
+        A training process that may not be paused, or ``allowed_uids`` without root.
     """
 
     def __init__(self, config: DaemonConfig, log: TextIO | None = None) -> None:
@@ -160,6 +161,9 @@ class Daemon(DaemonSafety):
         self.mps_watch: MPSHealthWatch | None = None
         self.heartbeat = Heartbeat(config.period_s, config.stall_timeout_s)
         self.silence = SilenceWatch(config.silent_periods)
+        self._reason = self._reason_detail = ""  # the latency source's, when it failed
+        # the uids a target may run as (a PID file narrows them to its owner)
+        self._uids: frozenset[int] = config.target_uids()
 
     # ------------------------------------------------------------------ output
     def emit(self, **rec: Any) -> None:
@@ -177,9 +181,16 @@ class Daemon(DaemonSafety):
             pass
 
     def _health(self) -> dict[str, Any]:
+        n = self.silence.periods
+        limit = self.cfg.unready_periods
+        why = ""
+        if limit and n >= limit:
+            why = (f"no usable latency for {n} periods: "
+                   + (f"{self._reason} ({self._reason_detail})" if self._reason
+                      else "no latency reported"))
         return self.heartbeat.health(
             guardian_alive=self.guardian is not None and self.guardian.alive(),
-            actuator_up=not self._actuator_error)
+            actuator_up=not self._actuator_error, latency_unready=why)
 
     @staticmethod
     def say(msg: str) -> None:
@@ -241,6 +252,7 @@ class Daemon(DaemonSafety):
         except Exception:
             self._resume_leftovers_and_fail()
             raise
+        claim = self._await_pid_file()  # refused before anything is touched
         for flag, p in (("--socket", cfg.socket), ("--state", cfg.state), ("--hook", cfg.hook)):
             try:
                 ensure_private_dir(Path(p).parent)
@@ -326,14 +338,19 @@ class Daemon(DaemonSafety):
                 shlex.split(cfg.training_cmd), env=env, mps=self.mps_ctl, shadow=cfg.shadow,
                 ready=cfg.ready, ready_timeout_s=cfg.ready_timeout_s,
                 on_spawn=self._on_spawn, before_terminate=self._before_terminate,
-                cancel_fd=self._stop_r)
+                cancel_fd=self._stop_r, user=cfg.training_user)
             # no old process to hand over from: the first launch does not wait to be ready
             pids = [self.trainer.start(initial_mps, wait_ready=False)]
             self.emit(event="training_started", pid=pids[0], mps_pct=initial_mps)
+        elif claim is not None:
+            pids = [claim.pid]
         else:
             pids = list(cfg.training_pids)
-        self.roots = [ProcessHandle.open(p, allow_other_users=cfg.allow_other_users)
-                      for p in pids]
+        self.roots = [ProcessHandle.open(p, uids=self._uids) for p in pids]
+        if claim is not None:  # the process held is the one the file named, in its cgroup
+            check_claim(claim, cfg.training_cgroup)
+            if not self.roots[0].alive():
+                raise TargetRefused(f"pid {claim.pid} of {claim.path} exited")
         self._claim_targets(self.roots)
         if cfg.cgroup and cfg.sleep_method != "hook":
             check_cgroup_holds(cfg.cgroup, pids)  # never freeze a group without the training
@@ -347,7 +364,7 @@ class Daemon(DaemonSafety):
         if cfg.sleep_method != "hook":
             self.cycler = choose_sleep_actuator(
                 pids=pids, cgroup=cfg.cgroup, method=cfg.sleep_method,
-                allow_other_users=cfg.allow_other_users, run_quantum_s=quantum,
+                uids=self._uids, run_quantum_s=quantum,
                 max_sleep_s=cfg.max_sleep_s, gate=self.guardian.alive,
                 on_targets_changed=self.write_state)
             if isinstance(self.cycler, CgroupFreezer):
@@ -374,6 +391,26 @@ class Daemon(DaemonSafety):
                 cfg, pids=pids, mps_ok=mps_ok, method=self._method(), health=self._health,
                 backend=self.share.metrics_label())
             self.emit(event="metrics", url=self.metrics.url, textfile=cfg.metrics_textfile)
+
+    def _await_pid_file(self) -> PidClaim | None:
+        """``training_pid_file``: wait for it (until stopped) and check what it names; the
+        targets may then run only as the file's owner."""
+        cfg = self.cfg
+        if cfg.training_pid_file is None:
+            return None
+        said = False
+        while True:
+            claim = resolve_pid_file(cfg.training_pid_file, cfg.pid_file_owners(),
+                                     cfg.training_cgroup)
+            if claim is not None:
+                self._uids = frozenset({claim.owner})
+                return claim
+            if not said:
+                self.say(f"waiting for the training's PID file {cfg.training_pid_file}")
+                said = True
+            self._wait(0.5)
+            if self._stopping:
+                raise RuntimeError(f"stopped while waiting for {cfg.training_pid_file}")
 
     def _open_loop_sleep(self) -> float:
         assert self.cfg.fixed_sleep is not None  # no controller means open loop
@@ -464,6 +501,7 @@ class Daemon(DaemonSafety):
             now = time.time()
             st = PeriodStats(now, now, 0, math.nan, math.nan, math.nan, 1)
             self.emit(event="latency_source_error", error=f"{type(exc).__name__}: {exc}")
+        source_reason = self._source_reason()
         restarting = self._restarted or (self._restart_thread is not None
                                          and self._restart_thread.is_alive())
         self._restarted = False
@@ -492,24 +530,43 @@ class Daemon(DaemonSafety):
                          f"{self.cfg.prometheus_metric} histogram?"
                          if self.cfg.latency_source == "prometheus" else
                          f"is the inference server reporting to {self.cfg.socket}?")
-                self.say(f"no latency report for {silent_n} periods: {where}")
+                why = f"the last scrape: {source_reason}; " if source_reason else ""
+                self.say(f"no latency report for {silent_n} periods: {why}{where}")
             self.emit(event="inference_silent", periods=silent_n)
         elif change == "resumed":
             self.emit(event="inference_resumed")
         gain = act.gain_estimate
         if not math.isfinite(gain) and self.controller is not None:
             gain = self.controller.model.gain
-        rec = dict(period=self.periods, **st.as_dict(), sleep_s=act.sleep_s,
+        rec: dict[str, Any] = dict(period=self.periods, **st.as_dict(), sleep_s=act.sleep_s,
                    mps_pct=act.mps_pct, mps_changed=act.mps_changed, saturated=act.saturated,
                    reason=act.reason, error_ms=act.error_ms, restarting=restarting,
                    gain_estimate=gain, periods_without_samples=silent_n,
                    inference_silent=silent)
+        if self.cfg.latency_source == "prometheus":
+            rec["source_reason"] = source_reason or None
         if duty is not None:
             rec.update(stopped_fraction=round(duty.achieved_fraction, 5),
                        commanded_fraction=round(duty.commanded_fraction, 5),
                        pause_p99_ms=duty.pause_p99_ms, resume_p99_ms=duty.resume_p99_ms,
                        targets=duty.targets)
         self.emit(**rec)  # emit updates the metrics before it writes the line
+
+    def _source_reason(self) -> str:
+        """The latency source's reason for this period (a scrape's, :data:`REASONS` of
+        :mod:`gpucontrol.node.prom_source`; "" when usable); one line and one
+        ``latency_source_state`` event when it changes."""
+        src = self.monitor
+        reason = str(getattr(src, "reason", "") or "")
+        if reason != self._reason:
+            detail = str(getattr(src, "last_error", "") or "") if reason else ""
+            where = self.cfg.prometheus_url or self.cfg.socket
+            self.say(f"latency source {where}: {reason} ({detail})" if reason else
+                     f"latency source {where}: usable again (was {self._reason})")
+            self.emit(event="latency_source_state", reason=reason or None,
+                      previous=self._reason or None, error=detail or None)
+            self._reason, self._reason_detail = reason, detail
+        return reason
 
     def request_stop(self, signum: int | None = None) -> None:
         """Ask the loop to stop (safe from a signal handler or another thread).

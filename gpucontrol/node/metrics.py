@@ -46,6 +46,8 @@ name                                        type      meaning
 ``inference_silent``                        gauge     1 once that reached --silent-periods
 ``samples_total``                           counter   latency reports received
 ``malformed_reports_total``                 counter   malformed report lines dropped
+``latency_source_errors_total``             counter   scrapes that failed, label reason
+``latency_source_resets_total``             counter   scraped counters that went down
 ``periods_total``                           counter   control periods run
 ``last_period_timestamp_seconds``           gauge     Unix time of the last period
 ``actuator_up``                             gauge     1 while the sleep actuator works
@@ -379,6 +381,12 @@ class DaemonMetrics:
         self._reports = counter("samples", "Latency reports received.")
         self._malformed = counter("malformed_reports", "Malformed latency report lines "
                                   "dropped.")
+        self._source_errors = Counter(
+            "gpucontrol_latency_source_errors", "Periods whose latency scrape failed, by reason "
+            "(timeout, refused, connection, http_status, too_long, not_finite, missing, "
+            "malformed).", (*_LABELS, "reason"), registry=r)
+        self._source_resets = counter("latency_source_resets", "Periods whose scraped "
+                                      "latency counters went down (a restarted server).")
         self._periods = counter("periods", "Control periods run.")
         self._last = gauge("last_period_timestamp_seconds",
                            "Unix time at which the last control period ended (freshness).")
@@ -549,6 +557,11 @@ class DaemonMetrics:
         bad = _num(rec.get("malformed"))
         if math.isfinite(bad) and bad > 0:
             self._malformed.inc(bad)
+        reason = rec.get("source_reason")
+        if reason == "counter_reset":
+            self._source_resets.inc()
+        elif reason:
+            self._source_errors.labels(**self._labels, reason=str(reason)).inc()
         silent = _num(rec.get("periods_without_samples"))
         if math.isfinite(silent):
             self._silent.set(silent)

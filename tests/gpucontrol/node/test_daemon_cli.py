@@ -289,7 +289,8 @@ def test_sigint_stops_cleanly_with_status_130(children, tmp_path):
 # ------------------------------------------------------------------------------ types
 @pytest.mark.parametrize("kw, message", [
     ({"training_pids": 4242}, "--training-pid"),
-    ({"allow_other_users": "false"}, "--allow-other-users must be True or False"),
+    ({"allowed_uids": "1000"}, "--allow-uid"),
+    ({"allowed_uids": (-1,)}, "--allow-uid"),
     ({"shadow": "no"}, "--shadow must be True or False"),
     ({"green_shares": 50}, "--green-shares"),
     ({"socket": 123}, "--socket must be text"),
