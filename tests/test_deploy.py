@@ -28,12 +28,33 @@ DAEMONSET = DEPLOY / "kubernetes" / "daemonset.yaml"
 ALERTS = DEPLOY / "prometheus" / "gpucontrol-alerts.yaml"
 
 
+SYSTEMD_CONFIG = DEPLOY / "systemd" / "gpu0.toml.example"  # /etc/gpucontrol/gpu0.toml
+CONTAINER_CONFIG = "/etc/gpucontrol"  # where the DaemonSet mounts its ConfigMap
+
+
 def _config(argv, **override):
     """Parse daemon flags exactly as the daemon does; build the validated config."""
+    # the unit's --config: the example file (the DaemonSet's argv point at its ConfigMap's)
+    argv = [str(SYSTEMD_CONFIG) if a == "/etc/gpucontrol/gpu0.toml" else a for a in argv]
     ns = build_parser().parse_args(argv)  # an unknown flag exits (SystemExit) here
     for k, v in override.items():
         setattr(ns, k, v)
     return ns, DaemonConfig.from_args(ns)
+
+
+def _configmap_files(where):
+    """The DaemonSet's ConfigMap as the pod sees it (each key a file), written to ``where``;
+    returns the map of container paths to those files."""
+    cm = next(d for d in _docs() if d["kind"] == "ConfigMap")
+    where.mkdir(parents=True, exist_ok=True)
+    for name, text in cm["data"].items():
+        (where / name).write_text(text)
+    return {f"{CONTAINER_CONFIG}/{name}": str(where / name) for name in cm["data"]}
+
+
+def _in_container(argv, files):
+    """``argv`` with the ConfigMap's container paths replaced by the written files."""
+    return [files.get(a, a) for a in argv]
 
 
 def _served_series():
@@ -154,8 +175,9 @@ def _daemon_args(container):
     return list(container["args"])
 
 
-def test_daemonset_flags_paths_probes_and_resources():
+def test_daemonset_flags_paths_probes_and_resources(tmp_path):
     docs = _docs()
+    files = _configmap_files(tmp_path / "etc")
     ds = next(d for d in docs if d["kind"] == "DaemonSet")
     assert ds["apiVersion"] == "apps/v1"
     spec = ds["spec"]["template"]["spec"]
@@ -167,7 +189,7 @@ def test_daemonset_flags_paths_probes_and_resources():
     init = spec["initContainers"]
     assert any("--resume-only" in c["args"] for c in init)
     for c in [*init, *spec["containers"]]:
-        argv = _daemon_args(c)
+        argv = _in_container(_daemon_args(c), files)
         env = {e["name"]: e["value"] for e in c.get("env", [])}
         _ns, cfg = (_config(argv, training_cmd="true", fixed_sleep=0.0)
                     if "--resume-only" in argv else _config(argv))
@@ -177,7 +199,8 @@ def test_daemonset_flags_paths_probes_and_resources():
         assert volumes[mounts[runtime]]["hostPath"]["path"] == runtime  # the host's files
         if "--resume-only" in argv:
             continue
-        for path in (cfg.model, cfg.mps_pipe_dir):  # every file flag lies in a mount
+        back = {v: k for k, v in files.items()}  # the files as the container sees them
+        for path in (back.get(cfg.model, cfg.model), cfg.mps_pipe_dir):  # all in a mount
             if path is not None:
                 assert any(path == m or path.startswith(m + "/") for m in mounts), path
         # a training it did not launch is never restarted at a new MPS share: no MPS flags
@@ -300,23 +323,27 @@ def _python_shim(tmp_path):
 def _entrypoint(tmp_path, *extra):
     """The agent container's command and args as the manifest gives them (the pid-file
     directory, model, port and duration overridden for this machine: argparse keeps the last
-    value, and --allow-uid adds 65534, the uid of the tests' training) and its environment."""
+    value, and --allow-uid adds 65534, the uid of the tests' training), the ConfigMap's files
+    where --config finds them, and the environment."""
     c = _agent()
     runtime = tmp_path / "run"
     (runtime / "training").mkdir(parents=True, mode=0o700, exist_ok=True)
-    model = tmp_path / "model.json"
-    model.write_text('{"gain": -12.0, "offset": 95.0}')
+    files = _configmap_files(tmp_path / "etc")
     env = {**os.environ, "PATH": f"{_python_shim(tmp_path)}:{os.environ['PATH']}",
            "GPUCONTROL_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(ROOT)}
-    pid_file = _arg(c["args"], "--training-pid-file").replace("/run/gpucontrol", str(runtime))
-    argv = [*c["command"], *c["args"], "--training-pid-file", pid_file, "--model", str(model),
+    pid_file = _setting("training_pid_file").replace("/run/gpucontrol", str(runtime))
+    argv = [*c["command"], *_in_container(c["args"], files), "--training-pid-file", pid_file,
             "--allow-uid", str(NOBODY), "--metrics-port", "0", "--metrics-addr", "127.0.0.1",
             "--period-s", "0.2", "--duration-s", "1", *extra]
     return argv, env, runtime
 
 
-def _arg(args, flag):
-    return args[args.index(flag) + 1]
+def _setting(key):
+    """A setting of the DaemonSet's gpu0.toml."""
+    import tomllib
+
+    cm = next(d for d in _docs() if d["kind"] == "ConfigMap")
+    return tomllib.loads(cm["data"]["gpu0.toml"])[key]
 
 
 NOBODY = 65534  # the training pod's uid in these tests (the manifest's is 1000)
@@ -517,7 +544,7 @@ def test_the_init_container_makes_the_directory_the_pid_files_go_in(tmp_path):
     assert r.returncode == 0, r.stderr
     st = os.stat(runtime / "training")
     assert stat.S_IMODE(st.st_mode) == 0o1733
-    pid_file = _arg(_agent()["args"], "--training-pid-file")
+    pid_file = _setting("training_pid_file")
     assert pid_file.startswith("/run/gpucontrol/training/")  # the directory it made
 
 
@@ -527,14 +554,13 @@ def test_the_training_example_writes_where_the_agent_reads():
     pod = yaml.safe_load((DEPLOY / "kubernetes" / "training-example.yaml").read_text())
     spec = pod["spec"]
     assert spec["hostPID"] is True
-    args = _agent()["args"]
-    assert spec["securityContext"]["runAsUser"] == int(_arg(args, "--allow-uid"))
+    assert spec["securityContext"]["runAsUser"] in _setting("allowed_uids")
     c = spec["containers"][0]
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
     mount = next(m for m in c["volumeMounts"] if m["subPathExpr"] == "$(POD_UID)")
     vol = next(v for v in spec["volumes"] if v["name"] == mount["name"])
-    pid_file = _arg(args, "--training-pid-file")
+    pid_file = _setting("training_pid_file")
     assert pid_file == f"{vol['hostPath']['path']}/{{pod}}/gpu0.pid"
     assert f"> {mount['mountPath']}/gpu0.pid" in c["command"][2]
 

@@ -73,20 +73,14 @@ gpucontrol_sleep_seconds{gpu="0",target="train"} 0.01
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import math
 import os
 import shlex
-import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -96,8 +90,9 @@ from prometheus_client import (
     Info,
     Summary,
     generate_latest,
-    make_wsgi_app,
 )
+
+from gpucontrol.node.metrics_server import MetricsServer
 
 if TYPE_CHECKING:
     from gpucontrol.node.config import DaemonConfig
@@ -170,102 +165,6 @@ def _num(x: Any) -> float:
         return math.nan
 
 
-_HEALTH_PATHS = ("/healthz", "/readyz")
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    """A threading WSGI server with a cap on concurrent connections (issue B13).
-
-    Each connection must deliver its whole request within ``request_timeout_s`` (a total
-    deadline, not per receive: a client trickling a header line at a time is cut off too).
-    When all ``max_connections`` slots are taken, up to ``health_connections`` more are
-    accepted for ``/healthz`` and ``/readyz`` only, with a deadline of ``health_timeout_s``
-    (anything else there is answered 503), so slow clients cannot starve the probes."""
-
-    daemon_threads = True
-    request_queue_size = 16
-    max_connections = 16  # set per server by a subclass (DaemonMetrics._serve)
-    request_timeout_s = 5.0
-    health_connections = 4
-    health_timeout_s = 1.0
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        self.slots = threading.BoundedSemaphore(self.max_connections)
-        self.health_slots = threading.BoundedSemaphore(self.health_connections)
-        self.health_only: dict[Any, threading.BoundedSemaphore] = {}
-        self.on_reject: Callable[[], None] = lambda: None
-        super().__init__(*args, **kw)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        slots = self.slots
-        if not slots.acquire(blocking=False):
-            slots = self.health_slots
-            if not slots.acquire(blocking=False):
-                self.on_reject()
-                self.shutdown_request(request)  # over the cap: closed at once, no thread
-                return
-            self.health_only[request] = slots
-        try:
-            request.settimeout(self.request_timeout_s)  # an idle connection is dropped
-            super().process_request(request, client_address)
-        except BaseException:
-            self.health_only.pop(request, None)
-            slots.release()
-            raise
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # an idle client timing out is routine: a debug line, not a traceback on stderr
-        logger.debug("metrics connection from %s ended: %s", client_address,
-                     sys.exc_info()[1])
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            (self.health_only.pop(request, None) or self.slots).release()
-
-
-class _DeadlineReader(io.RawIOBase):
-    """Reads a socket until a deadline (monotonic): each receive waits only what is left."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock, self._deadline = sock, deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("request not received in time")
-        self._sock.settimeout(left)
-        return self._sock.recv_into(b)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        self.health_only = self.request in self.server.health_only
-        limit = (min(self.server.health_timeout_s, self.server.request_timeout_s)
-                 if self.health_only else self.server.request_timeout_s)
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection,
-                                                       time.monotonic() + limit))
-
-    def parse_request(self) -> bool:
-        if not super().parse_request():
-            return False
-        self.connection.settimeout(self.server.request_timeout_s)  # for the answer
-        if self.health_only and self.path.split("?", 1)[0] not in _HEALTH_PATHS:
-            self.send_error(503, "busy: only /healthz and /readyz are served now")
-            return False
-        return True
-
-    def log_message(self, format: str, *args: object) -> None:
-        logger.debug("metrics request: %s", format % args)
-
-
 class DaemonMetrics:
     """One daemon's metrics registry and, when ``port`` is given, its HTTP server.
 
@@ -328,9 +227,10 @@ class DaemonMetrics:
         def counter(name: str, doc: str) -> Counter:
             return Counter(f"gpucontrol_{name}", doc, _LABELS, registry=r).labels(**labels)
 
-        Info("gpucontrol_daemon", "Static facts of the daemon (value 1).", _LABELS,
-             registry=r).labels(**labels).info(
-                 {k: str(v) for k, v in (info or {}).items()})
+        self._info_facts = {k: str(v) for k, v in (info or {}).items()}
+        self._info = Info("gpucontrol_daemon", "Static facts of the daemon (value 1).",
+                          _LABELS, registry=r).labels(**labels)
+        self._info.info(self._info_facts)
         gauge("slo_seconds", "Latency set point (NaN when running open loop).").set(
             math.nan if slo_ms is None else slo_ms / 1e3)
         self._mean = gauge("latency_mean_seconds",
@@ -417,8 +317,7 @@ class DaemonMetrics:
             self._hb_age.set_function(
                 lambda: _num(self._call_health().get("heartbeat_age_s")))
         self._log_seen = 0
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: MetricsServer | None = None
         self.port: int | None = None
         self.url: str | None = None
         if port is not None:
@@ -445,7 +344,7 @@ class DaemonMetrics:
             The health answer of ``/healthz`` and ``/readyz``.
         backend : str or None
             The spatial-share backend label (``mps``, ``cpu.max``, ``green-context`` or
-            ``none``; :meth:`gpucontrol.node.share.ShareWiring.metrics_label`).
+            ``none``; :meth:`gpucontrol.node.share.ShareKnob.metrics_label`).
 
         Returns
         -------
@@ -467,43 +366,12 @@ class DaemonMetrics:
         except Exception as exc:  # a health probe must answer, not raise
             return {"live": False, "ready": False, "error": str(exc)}
 
-    def _app(self) -> Callable[..., Iterable[bytes]]:
-        metrics_app = make_wsgi_app(self.registry)
-
-        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            path = environ.get("PATH_INFO", "/")
-            if path in _HEALTH_PATHS:
-                h = self._call_health()
-                ok = bool(h.get("live" if path == "/healthz" else "ready"))
-                body = json.dumps(h).encode()
-                start_response("200 OK" if ok else "503 Service Unavailable",
-                               [("Content-Type", "application/json"),
-                                ("Content-Length", str(len(body)))])
-                return [body]
-            if path in ("/", "/metrics"):
-                return metrics_app(environ, start_response)
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"try /metrics, /healthz or /readyz\n"]
-
-        return app
-
     def _serve(self, port: int, addr: str, max_connections: int, timeout_s: float) -> None:
-        class _Bound(_Server):
-            pass
-
-        _Bound.max_connections = int(max_connections)
-        _Bound.request_timeout_s = float(timeout_s)
-        server = make_server(addr, port, self._app(), server_class=_Bound,
-                             handler_class=_QuietHandler)
         rejected = self._rejected
-        server.on_reject = lambda: rejected.inc()
-        self._server = server
-        self.port = int(self._server.server_port)
-        host = f"[{addr}]" if ":" in addr else addr
-        self.url = f"http://{host}:{self.port}/metrics"
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        name="gpucontrol-metrics", daemon=True)
-        self._thread.start()
+        self._server = MetricsServer(self.registry, self._call_health, port, addr,
+                                     max_connections=max_connections, timeout_s=timeout_s,
+                                     on_reject=lambda: rejected.inc())
+        self.port, self.url = self._server.port, self._server.url
         logger.info("serving metrics on %s", self.url)
 
     # ------------------------------------------------------------------ recording
@@ -594,6 +462,18 @@ class DaemonMetrics:
         elif ev == "mps_recovered":
             self._mps_up.set(1)
 
+    def set_info(self, **facts: Any) -> None:
+        """Update facts of ``gpucontrol_daemon_info`` (e.g. the sleep method once chosen).
+
+        Parameters
+        ----------
+        **facts : Any
+            Fact -> value (shown as text).
+        """
+        with self._lock:
+            self._info_facts.update({k: str(v) for k, v in facts.items()})
+            self._info.info(self._info_facts)
+
     def set_backend(self, backend: str) -> None:
         """Switch the spatial-share backend label (the old series is removed).
 
@@ -649,11 +529,7 @@ class DaemonMetrics:
         """Stop the HTTP server (if any), remove the text file; safe to call twice."""
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
+            server.close()
         if self.textfile:
             try:
                 os.unlink(self.textfile)

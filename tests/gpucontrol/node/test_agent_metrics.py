@@ -191,11 +191,13 @@ def test_daemon_metrics_health_textfile_and_silence(children, tmp_path):
     textfile.parent.mkdir()
     model = tmp_path / "model.json"
     model.write_text(json.dumps({"gain": -600.0, "offset": 100.0}))
+    conf = tmp_path / "gpu0.toml"  # settings only the configuration file holds
+    conf.write_text('metrics_target = "train"\nsilent_periods = 3\n')
     d = children.popen(daemon_argv(tmp_path, "m", "--training-pid", str(t.pid),
                                    "--slo-ms", "75", "--model", str(model),
                                    "--max-sleep-s", "0.1", "--period-s", "0.2",
                                    "--metrics-port", "0", "--metrics-textfile", str(textfile),
-                                   "--metrics-target", "train", "--silent-periods", "3"),
+                                   "--config", str(conf)),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ev = read_events(d.stdout, "metrics")

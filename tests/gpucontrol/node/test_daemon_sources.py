@@ -329,7 +329,7 @@ def test_the_daemon_says_why_the_source_fails_counts_it_and_turns_unready(tmp_pa
     """A scraped endpoint that answers, then fails with 500 for five scrapes, answers again,
     then restarts (its counters go down): one line and one ``latency_source_state`` event per
     change of reason (never one per period), the periods counted by reason in the metrics,
-    and with --unready-periods 2 /readyz answers 503 naming the reason while no usable
+    and with unready_periods = 2 /readyz answers 503 naming the reason while no usable
     latency comes in, 200 again once it does."""
     import time
     import urllib.error
@@ -345,13 +345,15 @@ def test_the_daemon_says_why_the_source_fails_counts_it_and_turns_unready(tmp_pa
             send_body(handler, histogram_text(10 * (n + 1) if n < 10 else 10 * (n - 9)))
 
     probes, texts = [], []
+    conf = tmp_path / "gpu0.toml"
+    conf.write_text("unready_periods = 2\n")
     with metrics_server(respond) as url:
         d = children.popen(daemon_argv(
             tmp_path, "x", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
             str(tmp_path / "model.json"), "--period-s", "0.25", "--duration-s", "4",
             "--latency-source", "prometheus", "--prometheus-url", url, "--prometheus-metric",
             "lat_seconds", "--sleep-method", "signal", "--run-quantum-s", "0.05",
-            "--metrics-port", "0", "--unready-periods", "2"),
+            "--metrics-port", "0", "--config", str(conf)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         events = read_events(d.stdout, "metrics")
         base = next(e for e in events if e.get("event") == "metrics")["url"].rsplit("/", 1)[0]
