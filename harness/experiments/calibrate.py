@@ -178,10 +178,19 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
     if doc["undetermined"]:
         lines += [(f"Not determined by these facts (left at the base): "
                    f"{', '.join(doc['undetermined'])}."), ""]
+    if doc.get("setup"):
+        lines += ["Set up from the records (not fitted):", "",
+                  markdown_table([{"field": k, **v} for k, v in doc["setup"].items()],
+                                 ("field", "value", "how", "source"), digits=4), ""]
     fit = doc["fit"]
     sm = (f"Training SM share error, RMS: base {s['sm_err_pct_rms_base']:.2f} %, calibrated "
           f"{s['sm_err_pct_rms']:.2f} %." if math.isfinite(s["sm_err_pct_rms"])
-          else "No SM shares recorded.")
+          else "No SM shares fitted.")
+    its = s.get("its_err_pct_rms", math.nan)
+    sm += (f" Training rate error, RMS (max): base {s['its_err_pct_rms_base']:.2f} % "
+           f"({s['its_err_pct_max_base']:.2f} %), calibrated {its:.2f} % "
+           f"({s['its_err_pct_max']:.2f} %)." if math.isfinite(its) else
+           " No training rates fitted.")
     lines += [(f"{fit['facts']} facts, {fit['residuals']} measured quantities, "
                f"{fit['fields']} fitted constants; least squares: {fit['message']}"), "",
               (f"Latency error over the facts, RMS (max): base preset "
@@ -189,13 +198,38 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
                f"calibrated {s['latency_err_pct_rms']:.2f} % ({s['latency_err_pct_max']:.2f} %). "
                + sm), "",
               "## Facts: measured vs model", "",
-              markdown_table(doc["facts"], (
+              markdown_table([f for f in doc["facts"] if f.get("fitted", True)], (
                   "case", "periods", "measured_latency_ms", "base_latency_ms",
                   "base_latency_err_pct", "latency_ms", "latency_err_pct", "measured_sm_pct",
-                  "base_sm_pct", "sm_pct"),
+                  "base_sm_pct", "sm_pct", "measured_its", "its", "its_err_pct"),
                   ("operating point", "periods", "measured ms", "base ms", "base err %",
                    "calibrated ms", "calibrated err %", "measured SM %", "base SM %",
-                   "calibrated SM %"), digits=2)]
+                   "calibrated SM %", "measured it/s", "calibrated it/s",
+                   "calibrated it/s err %"), digits=2)]
+    checked = [f for f in doc["facts"] if not f.get("fitted", True)]
+    if checked:
+        c = doc["check_summary"]
+        lines += ["", "## Checked, not fitted", "",
+                  (f"Records given with --check ({', '.join(doc['options']['check'])}): the "
+                   f"calibrated model's latency error RMS {c['latency_err_pct_rms']:.2f} % "
+                   f"(max {c['latency_err_pct_max']:.2f} %), base preset "
+                   f"{c['latency_err_pct_rms_base']:.2f} %."), "",
+                  markdown_table(checked, (
+                      "case", "periods", "measured_latency_ms", "latency_ms",
+                      "latency_err_pct", "measured_its", "its", "its_err_pct"),
+                      ("operating point", "periods", "measured ms", "calibrated ms",
+                       "err %", "measured it/s", "calibrated it/s", "it/s err %"),
+                      digits=2)]
+    notes = sorted({f["its_note"] for f in doc["facts"] if f.get("its_note")
+                    and not f["its_note"].startswith("1 / (")})
+    rated = [f["case"] for f in doc["facts"] if str(f.get("its_note", "")).startswith("1 / (")]
+    if rated:
+        lines += ["", ("Training rate at a sleep, from the spatial study's iterations: "
+                       "1 / (iteration + sleep), because the GPU harness's count drops the "
+                       "iterations that end within the sleep of a period's end ("
+                       + "; ".join(f"{f['case']}: counted {f['its_counted']:.3f} it/s"
+                                   for f in doc["facts"] if f["case"] in rated) + ").")]
+    lines += [f"\nTraining rate {n}." for n in notes]
     path = Path(out_dir) / "calibration.json" if out_dir is not None else "calibration.json"
     lines += [("Run an experiment on the calibrated plant with "
                f"`gpucontrol burst --plant sim --preset {path}` (any experiment takes "
@@ -210,11 +244,20 @@ def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
     facts = doc["facts"]
     n = len(facts)
     y = np.arange(n)[::-1]
-    fig, ax = plt.subplots(1, 2, figsize=(12, 1.2 + 0.28 * n), sharey=True,
-                           gridspec_kw={"width_ratios": [3, 2]})
+
+    def measured(key: str) -> bool:
+        return any(f.get(key) is not None and math.isfinite(f[key]) for f in facts)
+
+    panels = [("latency_ms", "mean latency (ms)", 3)]
+    panels += [(k, u, 2) for k, u in (("sm_pct", "training SM share (%)"),
+                                      ("its", "training iterations/s"))
+               if measured(f"measured_{k}")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 + 4 * len(panels), 1.2 + 0.28 * n),
+                             sharey=True, squeeze=False,
+                             gridspec_kw={"width_ratios": [w for *_, w in panels]})
+    ax = axes[0]
     series = (("measured", "k", "o"), ("base", "tab:grey", "x"), ("", "tab:blue", "s"))
-    for a, what, unit in ((ax[0], "latency_ms", "mean latency (ms)"),
-                          (ax[1], "sm_pct", "training SM share (%)")):
+    for a, (what, unit, _w) in zip(ax, panels):
         for prefix, color, mark in series:
             key = f"{prefix}_{what}" if prefix else what
             v = np.array([np.nan if f.get(key) is None else f[key] for f in facts], float)
@@ -223,12 +266,29 @@ def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
             a.plot(v, y, mark, color=color, ms=8 if mark == "s" else 5,
                    mfc="none" if mark == "s" else color,
                    label=label)
+        if what == "its":
+            counted = np.array([f.get("its_counted", np.nan) for f in facts], float)
+            shown = np.array([np.nan if f.get("measured_its") is None else f["measured_its"]
+                              for f in facts], float)
+            off = np.isfinite(counted) & ~np.isclose(counted, shown, rtol=0.01)
+            if off.any():
+                a.plot(counted[off], y[off], "v", color="tab:red", ms=5, mfc="none",
+                       label="counted by the GPU harness (sleep rows)")
+                a.legend(fontsize=7, loc="lower right")
         a.set_xlabel(unit)
+        lat = np.array([f["measured_latency_ms"] for f in facts], float)
+        if what == "latency_ms" and np.nanmax(lat) > 10 * np.nanmin(lat):
+            a.set_xscale("log")       # several batch sizes or an MPS corner: decades apart
         a.grid(axis="x", lw=0.3)
-    ax[0].set_yticks(y, [f["case"] for f in facts], fontsize=7)
+    ax[0].set_yticks(y, [("check, not fitted: " if not f.get("fitted", True) else "")
+                         + f["case"] for f in facts], fontsize=7)
     ax[0].legend(fontsize=8)
     s = doc["summary"]
-    fig.suptitle(f"Calibration of preset {doc['base_preset']}: latency error RMS "
-                 f"{s['latency_err_pct_rms_base']:.1f} % -> {s['latency_err_pct_rms']:.1f} %")
+    rate = (f", training-rate error RMS {s['its_err_pct_rms_base']:.1f} % -> "
+            f"{s['its_err_pct_rms']:.1f} %" if math.isfinite(s.get("its_err_pct_rms", math.nan))
+            else "")
+    fig.suptitle(f"Calibration from preset {doc['base_preset']}: latency error RMS "
+                 f"{s['latency_err_pct_rms_base']:.1f} % -> {s['latency_err_pct_rms']:.1f} %"
+                 + rate)
     fig.tight_layout()
     return save_figure(fig, path)
