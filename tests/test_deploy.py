@@ -641,3 +641,21 @@ def test_systemd_unit_command_lines_run_for_real(tmp_path):
                 os.kill(training, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_the_commented_green_context_recipe_is_a_valid_configuration(tmp_path):
+    """Uncommenting the ConfigMap's green-context block gives a configuration the daemon
+    accepts, joining the device plugin's MPS pipe directory under the commented mount."""
+    import tomllib
+
+    cm = next(d for d in _docs() if d["kind"] == "ConfigMap")
+    text = re.sub(r"^# ((share_backend|green_shares|outer_every|mps_pipe_dir) = .*)$", r"\1",
+                  cm["data"]["gpu0.toml"], flags=re.M)
+    assert tomllib.loads(text)["share_backend"] == "green-context"
+    (tmp_path / "gpu0.toml").write_text(text)
+    _ns, cfg = _config(["--config", str(tmp_path / "gpu0.toml")])
+    assert cfg.share_backend == "green-context" and cfg.outer_every == 1
+    manifest = DAEMONSET.read_text()
+    assert "#   mountPath: /run/nvidia/mps" in manifest
+    assert "#     path: /run/nvidia/mps" in manifest
+    assert cfg.mps_pipe_dir.startswith("/run/nvidia/mps/")

@@ -119,7 +119,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wait this long for a restarted training, s, in (0, 3600] "
                         "(default 120)")
     t.add_argument("--mps-binary")
-    t.add_argument("--mps-pipe-dir", help="use this existing MPS daemon instead of a private one")
+    t.add_argument("--mps-pipe-dir", help="join this running MPS control daemon (the node's, "
+                   "e.g. the NVIDIA device plugin's) instead of starting a private one")
+    t.add_argument("--mps-unchecked", action="store_true",
+                   help="with --share-backend green-context: go on (one warning line) when "
+                        "the inference cannot be confirmed an MPS client, instead of refusing")
     t.add_argument("--mps-health-s", type=float,
                    help="check the MPS daemon this often, s, in [0.1, 300] (back-off on "
                         "failure; default 10)")

@@ -171,6 +171,10 @@ class DaemonConfig:
         The ``nvidia-cuda-mps-control`` executable [``--mps-binary``].
     mps_pipe_dir : str or None
         Use this running MPS control daemon instead of a private one [``--mps-pipe-dir``].
+    mps_unchecked : bool
+        With ``green-context``: go on when the inference cannot be confirmed an MPS client
+        of the training's control daemon (or there is none), with one warning line, instead
+        of refusing to start [``--mps-unchecked``].
     mps_health_s : float
         Check the MPS control daemon this often, seconds, in [0.1, 300] (doubling after each
         failure, up to 300 s); a private one that died is restarted [``--mps-health-s``].
@@ -282,6 +286,7 @@ class DaemonConfig:
     mps_binary: str = "nvidia-cuda-mps-control"
     mps_pipe_dir: str | None = None
     mps_health_s: float = 10.0
+    mps_unchecked: bool = False
     allowed_uids: tuple[int, ...] = ()
     gpu: int = 0
     socket: str = ""

@@ -20,7 +20,7 @@ __all__ = ["BOOL_FIELDS", "FILE_ONLY", "NEEDS", "PATH_FIELDS", "TEXT_FIELDS", "T
            "check_environment", "check_metrics_addr", "flag_of"]
 
 #: Fields that are flags (True/False), text, text that must be given, and file paths.
-BOOL_FIELDS = ("shadow",)
+BOOL_FIELDS = ("shadow", "mps_unchecked")
 TEXT_FIELDS = ("training_cmd", "training_pid_file", "training_cgroup", "training_user",
                 "model", "cgroup",
                 "mps_binary", "mps_pipe_dir", "socket", "state", "hook", "log", "metrics_addr",
@@ -68,9 +68,13 @@ NEEDS: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
      "goes with --share-backend cpu"),
     (("green_shares",), lambda c: c.share_backend == "green-context",
      "goes with --share-backend green-context"),
-    (("mps_pipe_dir",), lambda c: bool(c.training_cmd) and c.share_backend == "mps",
+    (("mps_pipe_dir",), lambda c: (bool(c.training_cmd) and c.share_backend == "mps")
+     or c.share_backend == "green-context",
      "goes with --training-cmd and --share-backend mps (only a training the daemon launches "
-     "is restarted at a new MPS share)"),
+     "is restarted at a new MPS share), or with --share-backend green-context"),
+    (("mps_unchecked",), lambda c: c.share_backend == "green-context",
+     "goes with --share-backend green-context (whose partitions need both processes inside "
+     "MPS)"),
     (("shadow", "ready", "ready_timeout_s"),
      lambda c: bool(c.training_cmd) and c.share_backend == "mps",
      "goes with --training-cmd and --share-backend mps (it shapes the restart of a launched "

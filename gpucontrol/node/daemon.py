@@ -315,9 +315,10 @@ class Daemon(DaemonSafety, DaemonLoop):
         assert self.share is not None
         if not self.share.needs_mps(self.cfg):
             return
-        self.mps = MPSDaemon(self.cfg)
+        self.mps = MPSDaemon(self.cfg, say=not self.share.changes_without_restart)
         self._start(self.mps)
-        if self.cfg.fixed_mps is not None and not self.mps.ok:  # never silently at 100 %
+        if (self.cfg.fixed_mps is not None and not self.mps.ok
+                and not self.share.changes_without_restart):  # never silently at 100 %
             raise ConfigurationError(f"--fixed-mps {self.cfg.fixed_mps:g} needs MPS, which is "
                                      "unavailable here (see the message above)")
 
@@ -328,6 +329,7 @@ class Daemon(DaemonSafety, DaemonLoop):
         assert self.share is not None
         if not self.share.before_training:
             self._start(self.share)
+        self.share.confirm(self)  # what the backend needs of the running training
 
     def _start_metrics(self) -> None:
         cfg = self.cfg
@@ -336,7 +338,8 @@ class Daemon(DaemonSafety, DaemonLoop):
         assert self.share is not None
         self.metrics = DaemonMetrics.from_config(
             cfg, pids=self.training.pids, mps_ok=self.mps is not None and self.mps.ok,
-            method=self.sleep.name, health=self._health, backend=self.share.metrics_label())
+            method=self.sleep.name, health=self._health, backend=self.share.metrics_label(),
+            mps_up=self.mps is not None and self.mps.ok)
         self._on_exit(self.metrics.close)
 
     def _start_sleep(self) -> None:
@@ -397,9 +400,11 @@ class Daemon(DaemonSafety, DaemonLoop):
         gain = act.gain_estimate
         if not math.isfinite(gain) and self.controller is not None:
             gain = self.controller.model.gain
+        reason = self.share.words(act.reason) if self.share is not None else act.reason
         rec: dict[str, Any] = dict(
-            period=self.periods, **st.as_dict(), sleep_s=act.sleep_s, mps_pct=act.mps_pct,
-            mps_changed=act.mps_changed, saturated=act.saturated, reason=act.reason,
+            period=self.periods, **st.as_dict(), sleep_s=act.sleep_s, share_pct=act.mps_pct,
+            share_changed=act.mps_changed, mps_pct=act.mps_pct, mps_changed=act.mps_changed,
+            saturated=act.saturated, reason=reason,
             error_ms=act.error_ms, restarting=restarting, gain_estimate=gain,
             periods_without_samples=silent_n, inference_silent=silent)
         if self.cfg.latency_source == "prometheus":

@@ -37,6 +37,7 @@ name                                        type      meaning
 ``saturated_periods_total``                 counter   periods with a saturated sleep
 ``control_action``                          enum      what the controller did last period
 ``model_gain``                              gauge     latency model gain in use (s per s)
+``share_changes_total``                     counter   share changes made, label backend
 ``mps_changes_total``                       counter   MPS share changes (restarts) attempted
 ``mps_change_failures_total``               counter   MPS restarts that failed
 ``mps_restart_downtime_seconds``            summary   training downtime per MPS restart
@@ -197,6 +198,9 @@ class DaemonMetrics:
     timeout_s : float
         A connection that has not sent its whole request this long after it was accepted is
         closed.
+    mps : bool or None
+        Whether an MPS control daemon is in use (``gpucontrol_mps_up``); None: when the
+        backend is ``mps``.
 
     Attributes
     ----------
@@ -213,7 +217,8 @@ class DaemonMetrics:
                  info: dict[str, str] | None = None, backend: str = "none",
                  textfile: str | None = None,
                  health: Callable[[], dict[str, Any]] | None = None,
-                 max_connections: int = 16, timeout_s: float = 5.0) -> None:
+                 max_connections: int = 16, timeout_s: float = 5.0,
+                 mps: bool | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.textfile = textfile
         self._health = health
@@ -259,10 +264,13 @@ class DaemonMetrics:
                                     "Control periods with a saturated sleep.")
         self._action = Enum("gpucontrol_control_action",
                             "What the controller did in the last period: the inner (sleep) "
-                            "tier, the outer (MPS) tier, hold, or open loop.", _LABELS,
+                            "tier, the outer (spatial share) tier, hold, or open loop.", _LABELS,
                             states=list(ACTIONS), registry=r).labels(**labels)
         self._gain = gauge("model_gain", "Latency model gain in use: seconds of latency per "
                            "second of sleep (the adaptive estimate when adaptive).")
+        self._share_changes = Counter(
+            "gpucontrol_share_changes", "Spatial share changes made (an MPS restart attempted, "
+            "or a restart-free change applied), by backend.", (*_LABELS, "backend"), registry=r)
         self._mps_changes = counter("mps_changes", "MPS share changes (training restarts) "
                                     "attempted.")
         self._mps_failures = counter("mps_change_failures", "MPS restarts that failed.")
@@ -309,7 +317,7 @@ class DaemonMetrics:
         self._share_value = math.nan
         self._share.set(math.nan)
         self._actuator_up.set(1)
-        self._mps_up.set(1 if self._backend == "mps" else 0)
+        self._mps_up.set(1 if (self._backend == "mps" if mps is None else mps) else 0)
         self._action.state("initial")
         if health is not None:
             self._guardian_up.set_function(
@@ -326,7 +334,7 @@ class DaemonMetrics:
     @classmethod
     def from_config(cls, cfg: DaemonConfig, *, pids: Iterable[int], mps_ok: bool,
                     method: str, health: Callable[[], dict[str, Any]] | None = None,
-                    backend: str | None = None) -> DaemonMetrics:
+                    backend: str | None = None, mps_up: bool | None = None) -> DaemonMetrics:
         """The daemon's metrics, as its configuration asks (server and/or text file).
 
         Parameters
@@ -345,6 +353,9 @@ class DaemonMetrics:
         backend : str or None
             The spatial-share backend label (``mps``, ``cpu.max``, ``green-context`` or
             ``none``; :meth:`gpucontrol.node.share.ShareKnob.metrics_label`).
+        mps_up : bool or None
+            Whether an MPS control daemon is in use whatever the backend (green contexts run
+            inside one); None: when the backend is ``mps``.
 
         Returns
         -------
@@ -355,7 +366,7 @@ class DaemonMetrics:
             cgroup=cfg.cgroup, training_cmd=cfg.training_cmd, training_pids=pids)
         return cls(cfg.metrics_port, cfg.metrics_addr, gpu=cfg.gpu, target=target,
                    slo_ms=cfg.slo_ms, backend=backend or ("mps" if mps_ok else "none"),
-                   textfile=cfg.metrics_textfile, health=health,
+                   textfile=cfg.metrics_textfile, health=health, mps=mps_up,
                    info={"mode": cfg.mode, "outer": cfg.outer, "method": method,
                          "closed_loop": str(cfg.closed_loop).lower()})
 
@@ -439,7 +450,10 @@ class DaemonMetrics:
 
     def _event(self, rec: dict[str, Any]) -> None:
         ev = rec.get("event")
-        if ev == "mps_restart":
+        if ev == "share_change" and rec.get("ok"):
+            self._share_changes.labels(**self._labels, backend=str(rec.get("backend"))).inc()
+        elif ev == "mps_restart":
+            self._share_changes.labels(**self._labels, backend="mps").inc()
             self._mps_changes.inc()
             if rec.get("ok", True) is False:
                 self._mps_failures.inc()

@@ -28,6 +28,8 @@ class MPSDaemon(Knob):
     ----------
     cfg : DaemonConfig
         The settings (``mps_binary``, ``mps_pipe_dir``, ``mps_health_s``).
+    say : bool
+        Say in one operator line when MPS is unavailable (False: the share backend says it).
 
     Attributes
     ----------
@@ -41,8 +43,9 @@ class MPSDaemon(Knob):
 
     name = "mps"
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: Any, *, say: bool = True) -> None:
         self.cfg = cfg
+        self._say = say  # an operator line when MPS is unavailable (else the share says it)
         self.ctl: MPSControl | None = None
         self.ok = False
         self.error = ""
@@ -56,7 +59,8 @@ class MPSDaemon(Knob):
         ctl = MPSControl(cfg.mps_binary, pipe_dir=cfg.mps_pipe_dir)
         if not ctl.available():
             self.error = f"{cfg.mps_binary} not found"
-            host.say(f"{cfg.mps_binary} not found: MPS unavailable, running sleep-only")
+            if self._say:
+                host.say(f"{cfg.mps_binary} not found: MPS unavailable, running sleep-only")
             host.emit(event="mps_unavailable")
             return
         try:
@@ -74,7 +78,8 @@ class MPSDaemon(Knob):
             host.emit(event="mps_ready", pipe_dir=ctl.pipe_dir)
         except MPSError as exc:
             self.error = str(exc)
-            host.say(f"MPS unavailable ({exc}); running sleep-only")
+            if self._say:
+                host.say(f"MPS unavailable ({exc}); running sleep-only")
             host.emit(event="mps_unavailable", error=str(exc))
             if self.private:  # our private directories: gone, unlisted
                 with contextlib.suppress(MPSError, OSError):

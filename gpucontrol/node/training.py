@@ -120,7 +120,7 @@ class Training(Knob):
             ready=cfg.ready, ready_timeout_s=cfg.ready_timeout_s, on_spawn=self._on_spawn,
             before_terminate=lambda _pid: host.sleep.suspend(True), cancel_fd=host._stop_r,
             user=cfg.training_user)
-        pct = host.initial_share()
+        pct = host.share.launch_pct(host)
         # no old process to hand over from: the first launch does not wait to be ready
         pid = self.trainer.start(pct, wait_ready=False)
         host.emit(event="training_started", pid=pid, mps_pct=pct)

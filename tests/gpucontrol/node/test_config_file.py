@@ -48,7 +48,7 @@ def test_a_bad_file_is_one_line_naming_the_key(tmp_path, text, message):
 
 
 def test_a_missing_file_names_the_flag(tmp_path):
-    with pytest.raises(ConfigurationError, match="--config .*cannot read it"):
+    with pytest.raises(ConfigurationError, match=r"--config .*cannot read it"):
         DaemonConfig.from_args(build_parser().parse_args(
             ["--config", str(tmp_path / "missing.toml")]))
 

@@ -228,7 +228,8 @@ def test_green_context_share_follows_the_outer_loop_without_restart_and_is_withd
     d = children.popen(daemon_argv(
         tmp_path, "g", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
         str(tmp_path / "m.json"), "--period-s", "0.2", "--outer-every", "1",
-        "--sleep-method", "hook", "--max-sleep-s", "0.05", "--share-backend", "green-context"),
+        "--sleep-method", "hook", "--max-sleep-s", "0.05", "--share-backend", "green-context",
+        "--mps-unchecked"),  # no MPS on this machine: go on (one warning line)
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         recs = read_events(d.stdout, "share_backend", timeout=30)
@@ -263,7 +264,8 @@ def test_green_context_share_follows_the_outer_loop_without_restart_and_is_withd
     again = subprocess.run(daemon_argv(
         tmp_path, "g", "--training-pid", str(train.pid), "--fixed-sleep", "0", "--period-s",
         "0.2", "--duration-s", "0.5", "--sleep-method", "hook", "--share-backend",
-        "green-context"), capture_output=True, text=True, timeout=60, check=False)
+        "green-context", "--mps-unchecked"), capture_output=True, text=True, timeout=60,
+        check=False)
     assert again.returncode == 0, again.stderr
     evs = {r.get("event"): r for r in map(json.loads, again.stdout.splitlines())}
     assert evs["leftovers_resumed"]["hook"] == 1
