@@ -26,6 +26,7 @@ from harness.experiments.common import (
     close_plant,
     make_plant,
     plant_mps_enabled,
+    plant_setup,
 )
 from harness.progress import Progress
 from harness.results import save_figure
@@ -124,6 +125,7 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
     runs: list[Records] = []
     summary: list[dict[str, Any]] = []
     mps_on: dict[str, bool | None] = {}
+    setups: dict[str, dict[str, Any] | None] = {}
     with Progress(periods * len(KNOB_RUNS), "knobs", enabled=progress) as bar:
         for name, (over, before, after) in KNOB_RUNS.items():
             p = make_plant(plant, preset, seed=seed, **over)
@@ -133,6 +135,7 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
                 r = run_loop(sched, p, periods, period_s=period_s,
                              on_period=lambda _k: bar.advance())
                 mps_on[name] = plant_mps_enabled(p)
+                setups[name] = plant_setup(p)
             finally:
                 close_plant(p)
             runs.append(r)
@@ -156,7 +159,8 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
     meta = {"experiment": "knobs", "plant": plant, "preset": str(preset), "seed": seed,
             "duration_s": periods * period_s, "period_s": period_s, "change_s": list(change_s),
             "runs": {k: {"overrides": v[0], "before": v[1], "after": v[2],
-                         "mps_enabled": mps_on.get(k)} for k, v in KNOB_RUNS.items()}}
+                         "mps_enabled": mps_on.get(k), "plant_setup": setups.get(k)}
+                     for k, v in KNOB_RUNS.items()}}
     res = ExperimentResult("knobs", rec, summary, meta=meta)
     if out_dir is not None:
         cols = ("run", "phase", "latency_ms", "paper_latency_ms", "latency_err_pct", "sm_pct",
