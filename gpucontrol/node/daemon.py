@@ -315,7 +315,8 @@ class Daemon(DaemonSafety, DaemonLoop):
         assert self.share is not None
         if not self.share.needs_mps(self.cfg):
             return
-        self.mps = MPSDaemon(self.cfg, say=not self.share.changes_without_restart)
+        self.mps = MPSDaemon(self.cfg, pipe_dir=self.share.mps_pipe_dir(self.cfg),
+                             say=not self.share.changes_without_restart)
         self._start(self.mps)
         if (self.cfg.fixed_mps is not None and not self.mps.ok
                 and not self.share.changes_without_restart):  # never silently at 100 %

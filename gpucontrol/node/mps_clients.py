@@ -154,7 +154,7 @@ def confirm_inference_client(host: Any, *, unchecked: bool) -> tuple[ClientCheck
     mps = host.mps
     if mps is None:
         why = ("a training the agent does not launch joins only the node's control daemon: "
-               "give --mps-pipe-dir")
+               "give --mps-pipe-dir (or run the agent with its CUDA_MPS_PIPE_DIRECTORY)")
     else:
         why = mps.error
     check = check_inference_client(mps.ctl if mps is not None else None, host.training.pids,

@@ -28,6 +28,8 @@ class MPSDaemon(Knob):
     ----------
     cfg : DaemonConfig
         The settings (``mps_binary``, ``mps_pipe_dir``, ``mps_health_s``).
+    pipe_dir : str or None
+        A running control daemon to join (``--mps-pipe-dir``); None: start a private one.
     say : bool
         Say in one operator line when MPS is unavailable (False: the share backend says it).
 
@@ -43,20 +45,21 @@ class MPSDaemon(Knob):
 
     name = "mps"
 
-    def __init__(self, cfg: Any, *, say: bool = True) -> None:
+    def __init__(self, cfg: Any, *, pipe_dir: str | None = None, say: bool = True) -> None:
         self.cfg = cfg
+        self.pipe_dir = pipe_dir  # the running control daemon to join; None: a private one
         self._say = say  # an operator line when MPS is unavailable (else the share says it)
         self.ctl: MPSControl | None = None
         self.ok = False
         self.error = ""
         self.watch: MPSHealthWatch | None = None
-        self.private = cfg.mps_pipe_dir is None
+        self.private = pipe_dir is None
 
     def start(self, host: Any) -> None:
         """Start the private daemon (listed first) or check the node's; a failure is said
         and logged (``mps_unavailable``) and leaves the daemon without MPS."""
         cfg = self.cfg
-        ctl = MPSControl(cfg.mps_binary, pipe_dir=cfg.mps_pipe_dir)
+        ctl = MPSControl(cfg.mps_binary, pipe_dir=self.pipe_dir)
         if not ctl.available():
             self.error = f"{cfg.mps_binary} not found"
             if self._say:
@@ -71,7 +74,7 @@ class MPSDaemon(Knob):
                 self.ctl = ctl
                 ctl.start()
             elif not ctl.health():
-                raise MPSError(f"no MPS control daemon answers in {cfg.mps_pipe_dir}")
+                raise MPSError(f"no MPS control daemon answers in {self.pipe_dir}")
             self.ctl, self.ok = ctl, True
             self.watch = MPSHealthWatch(ctl, interval_s=cfg.mps_health_s,
                                         restart=self.private).start()

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -143,6 +144,22 @@ class ShareKnob(Knob):
             False here.
         """
         return False
+
+    @staticmethod
+    def mps_pipe_dir(cfg: Any) -> str | None:
+        """The running MPS control daemon to join (None: start a private one).
+
+        Parameters
+        ----------
+        cfg : DaemonConfig
+            The settings.
+
+        Returns
+        -------
+        str or None
+            ``--mps-pipe-dir``.
+        """
+        return cfg.mps_pipe_dir
 
     def launch_pct(self, host: Any) -> float:
         """The MPS active-thread percentage a launched training starts with (its share,
@@ -293,7 +310,25 @@ class GreenContextShare(ShareKnob):
         self.client_check: Any = None  # the ClientCheck, once confirmed
 
     @staticmethod
-    def needs_mps(cfg: Any) -> bool:
+    def mps_pipe_dir(cfg: Any) -> str | None:
+        """``--mps-pipe-dir``, else the control daemon the daemon's own environment names
+        (``CUDA_MPS_PIPE_DIRECTORY``, as every client's does: the one the inference and the
+        training would join by themselves); None: start a private one.
+
+        Parameters
+        ----------
+        cfg : DaemonConfig
+            The settings.
+
+        Returns
+        -------
+        str or None
+            The pipe directory to join.
+        """
+        return cfg.mps_pipe_dir or os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or None
+
+    @classmethod
+    def needs_mps(cls, cfg: Any) -> bool:
         """A launched training joins a private control daemon, any training the node's.
 
         Parameters
@@ -306,7 +341,7 @@ class GreenContextShare(ShareKnob):
         bool
             Whether the daemon starts or joins an MPS control daemon.
         """
-        return bool(cfg.training_cmd) or cfg.mps_pipe_dir is not None
+        return bool(cfg.training_cmd) or cls.mps_pipe_dir(cfg) is not None
 
     def launch_pct(self, host: Any) -> float:
         """100: the green-context partition confines the training, not MPS.

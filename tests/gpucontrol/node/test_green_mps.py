@@ -95,18 +95,22 @@ def test_the_verdict_comes_from_the_control_daemons_own_lists(tmp_path, children
     assert judge({7: [1, 2]}, [1, 2]).verdict == "no"  # the training's descendants are its own
 
 
+@pytest.mark.parametrize("given", ["flag", "environment"])
 def test_green_context_joins_the_nodes_mps_and_launches_the_training_as_a_client(
-        tmp_path, children):
-    """The node's control daemon (--mps-pipe-dir) has the inference as a client: the daemon
-    launches the training with that pipe directory at 100 % (the partition is the share),
-    says which daemon and why, and leaves the node's daemon running at its exit."""
+        tmp_path, children, given):
+    """The node's control daemon (--mps-pipe-dir, or the CUDA_MPS_PIPE_DIRECTORY the agent
+    runs with, as a client would) has the inference as a client: the daemon launches the
+    training with that pipe directory at 100 % (the partition is the share), says which
+    daemon and why, and leaves the node's daemon running at its exit."""
     fake = _fake(tmp_path)
     node = MPSControl(fake).start()
     inference = children.spawn(SLEEPER)
     try:
         _servers(node, {4242: [inference.pid]})
-        r = subprocess.run(_green(tmp_path, fake, "--mps-pipe-dir", node.pipe_dir,
-                                  "--duration-s", "1"),
+        how = (["--mps-pipe-dir", node.pipe_dir], {}) if given == "flag" else \
+            ([], {"CUDA_MPS_PIPE_DIRECTORY": node.pipe_dir})
+        r = subprocess.run(_green(tmp_path, fake, *how[0], "--duration-s", "1"),
+                           env={**os.environ, **how[1]},
                            capture_output=True, text=True, timeout=60, check=False)
         assert r.returncode == 0, r.stderr
         events = {e.get("event"): e for e in map(json.loads, r.stdout.splitlines())}
