@@ -1,0 +1,76 @@
+"""The daemon's controller, built in one place from its settings, the model file and the
+share backend: :func:`make_controller`.
+
+What the daemon passes the :class:`~gpucontrol.TwoTierController`: the model file
+(:mod:`gpucontrol.node.model_file`: the latency and training-rate curves with their sleep
+span), the SLO, the period, the mode, the outer-loop object (none without a share knob or
+with a held share), the detune (the controller's default, 0.5 with the throughput loop,
+unless ``--detune``), the share knob (the green-context partitions as its levels; a change
+costs nothing on a restart-free backend, else the controller's prior until a restart is
+measured), the sleep knob (its range, a duty cycler's run quantum: the duty is
+``q / (q + s)``), and a controller record restored from the state file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpucontrol.controllers import OuterMPSOptimizer
+from gpucontrol.errors import ConfigurationError
+from gpucontrol.knobs import ShareKnob, SleepKnob
+from gpucontrol.node.model_file import load_model
+from gpucontrol.node.share import controller_restart_s
+from gpucontrol.outer import ThroughputOuter
+from gpucontrol.two_tier import TwoTierController
+
+__all__ = ["make_controller"]
+
+
+def make_controller(cfg: Any, *, share_ok: bool,
+                    restored: Mapping[str, float] | None = None) -> TwoTierController | None:
+    """The controller the settings ask for; None in open loop (``fixed_sleep``).
+
+    Parameters
+    ----------
+    cfg : DaemonConfig
+        The settings.
+    share_ok : bool
+        Whether a share knob runs (else the outer loop is off).
+    restored : mapping or None
+        A fresh controller record (``sleep_s``, ``mps_pct``) to start from.
+
+    Returns
+    -------
+    TwoTierController or None
+        The controller.
+
+    Raises
+    ------
+    ConfigurationError
+        The model file, or the controller on that model, is refused (``--model`` named).
+    """
+    if cfg.fixed_sleep is not None:
+        return None
+    strategy = cfg.outer if share_ok and cfg.fixed_mps is None else "none"
+    outer: ThroughputOuter | OuterMPSOptimizer = (
+        ThroughputOuter(every=cfg.outer_every) if strategy == "throughput" else
+        OuterMPSOptimizer(strategy, every=cfg.outer_every))
+    quantum = None if cfg.sleep_method == "hook" or cfg.run_quantum_s == "auto" else \
+        float(cfg.run_quantum_s)                       # a duty cycler: duty q / (q + s)
+    try:
+        share = ShareKnob(
+            # the training's partitions, and the whole device (no command)
+            levels_pct=(*cfg.green_shares, 100.0) if cfg.green_shares else None,
+            change_s=controller_restart_s(cfg.share_backend) if cfg.outer == "throughput"
+            else None,
+            initial_pct=restored["mps_pct"] if restored and share_ok else cfg.initial_mps_pct)
+        sleep = SleepKnob((0.0, cfg.max_sleep_s), run_quantum_s=quantum,
+                          initial_s=restored["sleep_s"] if restored else None)
+        return TwoTierController(load_model(cfg.model), cfg.slo_ms,
+                                 inner_period_s=cfg.period_s, mode=cfg.mode, outer=outer,
+                                 share=share, sleep=sleep, design=cfg.detune)
+    except ValueError as exc:  # the model file, or the controller on that model
+        msg = str(exc)
+        raise ConfigurationError(f"--model {cfg.model}: {msg}" if cfg.model not in msg
+                                 else f"--model: {msg}") from None
