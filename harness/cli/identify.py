@@ -20,7 +20,7 @@ from harness.cli.args import (
 )
 from harness.cli.experiments import _pair, preset_arg, results_in
 from harness.experiments.common import PlantUnavailable
-from harness.experiments.identify import check_split, format_summary, identify
+from harness.experiments.identify import check_split, format_summary, identify, rate_levels
 
 
 def _cmd_identify(args: argparse.Namespace) -> int:
@@ -39,6 +39,7 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         res = identify(plant=args.plant, preset=args.preset, seed=args.seed,
                        mps_levels=args.mps, sleep_range=args.sleep, periods=args.periods,
                        train_fraction=args.train, period_s=args.period,
+                       rate_levels=() if args.no_rate_sweep else rate_levels(args.mps),
                        out_dir=out,
                        progress=False if args.no_progress else None)
     except PlantUnavailable as exc:
@@ -88,5 +89,10 @@ def register(sub: Any) -> None:
                    help="fraction of each record used for fitting, (0, 1) (default 0.6)")
     p.add_argument("--period", type=number(0.1, 60, unit="s"), default=4.0,
                    help="control period in s, [0.1, 60] (default 4)")
+    p.add_argument("--no-rate-sweep", action="store_true",
+                   help="skip the rate sweep: by default the training's iteration time alone "
+                        "is also measured at every share an outer loop weighs (steps of 3 "
+                        "%%) between the lowest and highest --mps level, a few periods each "
+                        "(its speed need not be smooth in the share)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_identify, results=results_in("identify"))

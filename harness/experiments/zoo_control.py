@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from gpucontrol import LatencyModelFamily, Measurement, ShareKnob, TwoTierController
-from harness.experiments.identify import family_of, identify
+from harness.experiments.identify import family_of, identify, rate_levels
 from harness.sim import zoo
 from harness.sim.baselines import IntegralController
 from harness.sim.protocol import run_loop
@@ -63,7 +63,8 @@ ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
 def curves(name: str, seed: int, statistic: str = "mean",
            levels: tuple[float, ...] = LEVELS) -> LatencyModelFamily:
     """The user's model of zoo plant ``name`` (seed ``seed``): ``gpucontrol identify``'s
-    procedure, 40 periods of white-noise sleep over 0..1 s at each level.
+    procedure, 40 periods of white-noise sleep over 0..1 s at each level, and the rate sweep
+    (the iteration time alone at the shares the knob offers between them).
 
     Parameters
     ----------
@@ -82,8 +83,10 @@ def curves(name: str, seed: int, statistic: str = "mean",
         What model.json would hold.
     """
     plant = zoo.make_plant(name, seed=seed, noise_seed=seed + 100, identified=True)
+    knob = ShareKnob.green(levels) if levels == PARTITIONS else ShareKnob()
     res = identify(plant=plant, mps_levels=levels, sleep_range=(0.0, 1.0), periods=40,
-                   warmup=3, seed=seed, statistic=statistic)
+                   warmup=3, seed=seed, statistic=statistic,
+                   rate_levels=rate_levels(levels, knob))
     fam = family_of(res, every_level=True)
     assert fam is not None
     return fam
