@@ -33,7 +33,7 @@ import numpy as np
 
 from gpucontrol.node.actuators.procs import descendants
 from harness.experiments.identify import identify
-from harness.experiments.plants import make_plant
+from harness.experiments.plants import ExperimentFailed, make_plant
 from harness.results import final, result_set, save_figure, staged, write_csv, write_json
 
 __all__ = ["PERIOD_COLUMNS", "choose_slo", "run_pipeline", "summarize"]
@@ -117,6 +117,39 @@ def _daemon_cmd(plant: Any, model: Path, slo: float, period_s: float, duration_s
     else:
         cmd += ["--outer", "none"]
     return cmd
+
+
+#: Periods run before the second identification, on a plant already warm.
+RETRY_WARMUP = 1
+
+
+def _identify_or_fail(rec: _Recorder, out: Path, say: Any, *, periods: int,
+                      warmup: int, period_s: float, **kw: Any) -> tuple[Any, int]:
+    """Identify (:func:`harness.experiments.identify.identify`, writing ``model.json`` when
+    the gain is significantly negative); when it is not, once more with twice the periods --
+    a shared machine's other load can hide the sleep's effect in one record and not in a
+    longer one. Returns the identification and the index in ``rec.results`` of its first
+    recorded period; raises :class:`~harness.experiments.plants.ExperimentFailed` (one line:
+    both fits, the load, what to try) when neither found the gain."""
+    tries: list[str] = []
+    for n, w in ((periods, warmup), (2 * periods, RETRY_WARMUP)):
+        first = len(rec.results) + w
+        ident = identify(plant=rec, mps_levels=(100.0,), periods=n, period_s=period_s,
+                         warmup=w, out_dir=out / "identify", **kw)
+        if out / "identify" / "model.json" in ident.files:  # this run's model, never older
+            return ident, first
+        row = ident.summary[0]
+        tries.append(f"gain {row['gain']:.1f} ms/s, R² {row['r2']:.2f} over {n} periods")
+        if len(tries) == 1:
+            say(f"no significant gain ({tries[0]}); identifying again with {2 * n} periods")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    raise ExperimentFailed(
+        f"the identification found no significant gain twice ({tries[0]}; then {tries[1]}): "
+        f"the sleep's effect on the latency was lost in the scatter the machine's other load "
+        f"causes (load average {load:.1f} on {os.cpu_count()} CPUs), so there is no model to "
+        f"control with and the daemon was not started; try again when the machine is "
+        f"quieter, or with longer periods that average more batches (--period "
+        f"{2 * period_s:g})")
 
 
 def _sample_iterations(plant: Any, stop: threading.Event, out: list[tuple[float, int]]) -> None:
@@ -265,17 +298,18 @@ def _run_pipeline(out: Path, *, plant: str, preset: str, period_s: float,
         pids += [p.inference_pid, p.training_pid, *descendants([p.training_pid])]
         say(f"identifying: {identify_periods} periods of {period_s:g} s, {excitation} sleep in "
             f"[{sleep_range[0]:g}, {sleep_range[1]:g}] s")
-        ident = identify(plant=rec, mps_levels=(100.0,), sleep_range=sleep_range,
-                         periods=identify_periods, period_s=period_s, warmup=warmup,
-                         excitation=excitation, seed=int(seed),
-                         out_dir=out / "identify")
+        try:
+            ident, first = _identify_or_fail(rec, out, say, sleep_range=sleep_range,
+                                             periods=identify_periods, period_s=period_s,
+                                             warmup=warmup, excitation=excitation,
+                                             seed=int(seed))
+        except ExperimentFailed:  # the periods it ran, with the partial output
+            write_csv(_identify_rows(rec.results, math.nan), out / "periods.csv",
+                      PERIOD_COLUMNS)
+            raise
         row = ident.summary[0]
-        model = out / "identify" / "model.json"
-        if model not in ident.files:  # only a model this run wrote, never an earlier one
-            raise RuntimeError(f"identification found no significantly negative gain "
-                               f"(gain {row['gain']:.3f} ms/s, R² {row['r2']:.2f}); no model")
-        (out / "model.json").write_text(model.read_text())
-        kept = rec.results[warmup:]  # what identify recorded after its warm-up
+        (out / "model.json").write_text((out / "identify" / "model.json").read_text())
+        kept = rec.results[first:]  # what the identification that found the gain recorded
         rng_slo = choose_slo([r.sleep_s for r in kept], [r.mean_ms for r in kept])
         slo = float(slo_ms) if slo_ms is not None else rng_slo[0]
         why = (f"given: {slo:.2f} ms" if slo_ms is not None else
