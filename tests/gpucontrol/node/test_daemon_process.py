@@ -302,7 +302,9 @@ def test_closed_loop_brings_the_fake_inference_to_the_slo(children, tmp_path):
     assert mean == pytest.approx(75.0, abs=2.0), trace
     assert all(abs(r["mean_ms"] - 75.0) < 10.0 for r in tail), trace  # no limit cycle
     sleep = sum(r["sleep_s"] for r in tail) / len(tail)
-    assert sleep == pytest.approx(0.02, abs=0.008)
+    # a loaded machine moves the pauses a little either way: the run fraction the latency
+    # reads (1/2) then takes a little more or less than the nominal 20 ms
+    assert sleep == pytest.approx(0.02, abs=0.012)
     assert state(t.pid) != "T"
 
 
