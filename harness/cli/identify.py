@@ -46,7 +46,8 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         return 3
     print(f"Identification on the {args.plant} plant ({args.preset} preset, seed {args.seed}): "
           f"white-noise sleep in [{args.sleep[0]:g}, {args.sleep[1]:g}] s, {args.periods} "
-          f"periods of {args.period:g} s per MPS level, {args.train:.0%} fit / rest held out")
+          f"periods of {args.period:g} s per {res.meta['share_name']} level, {args.train:.0%} fit "
+          f"/ rest held out")
     print(format_summary(res))
     print("Results: " + ", ".join(str(f) for f in res.files))
     if out / "model.json" not in res.files:
@@ -76,8 +77,8 @@ def register(sub: Any) -> None:
                    help="output folder (default ./results)")
     p.add_argument("--mps", type=number_list(1, 100, unit="%", example="40,60,80,100"),
                    default=[40.0, 60.0, 80.0, 100.0],
-                   help="training MPS levels in %%, each in [1, 100] and none twice (default "
-                        "40,60,80,100)")
+                   help="training MPS levels in %% (with --plant cpu: the training's CPU "
+                        "share), each in [1, 100] and none twice (default 40,60,80,100)")
     p.add_argument("--sleep", type=_pair(float, 0.0, 10.0, increasing=True), default=(0.1, 0.7),
                    help="sleep range of the excitation in s, 0 <= lo < hi <= 10 "
                         "(default 0.1,0.7)")

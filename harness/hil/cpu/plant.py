@@ -117,6 +117,10 @@ class CPUPlant:
         How long the services may take to come up.
     """
 
+    #: What the plant's spatial share is (labels of figures and reports): the training's
+    #: cgroup CPU quota, not an MPS active-thread percentage.
+    share_name = "CPU share"
+
     def __init__(self, config: CPUPlantConfig | None = None, *,
                  workdir: str | os.PathLike[str] | None = None,
                  start_timeout_s: float = 30.0) -> None:
