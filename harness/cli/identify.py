@@ -18,7 +18,7 @@ from harness.cli.args import (
     seed,
     warn,
 )
-from harness.cli.experiments import _pair, preset_arg, results_in
+from harness.cli.experiments import CPU_PRESETS, _pair, preset_arg, results_in
 from harness.experiments.common import PlantUnavailable
 from harness.experiments.identify import check_split, format_summary, identify
 
@@ -70,8 +70,8 @@ def register(sub: Any) -> None:
                         "the CPU plant (real processes on this machine's CPUs; presets "
                         "default, small)")
     p.add_argument("--preset", default="fig8",
-                   help="plant preset: fig4, fig8 or a calibration.json written by "
-                        "'gpucontrol calibrate' (sim, gpu); default or small (cpu)")
+                   help=f"plant preset: fig4, fig8 or a calibration.json written by "
+                        f"'gpucontrol calibrate' (sim, gpu); with --plant cpu {CPU_PRESETS}")
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0..2^32-1 (default 0)")
     p.add_argument("--out", type=out_dir, default="results",
                    help="output folder (default ./results)")

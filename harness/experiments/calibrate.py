@@ -38,6 +38,16 @@ __all__ = ["FILES", "format_report", "has_stderr", "no_stderr_reason", "pin_text
 FILES = ("calibration.json", "calibration.md", "calibration.png")
 
 
+def _check_sources(sources: Sequence[str]) -> None:
+    """Refuse a source that holds no period at all (an empty file, a header alone), naming it:
+    what is wrong is the file, whatever the preset."""
+    for src in sources:
+        if not any(rec.rows for rec in find_records(src)):
+            raise ValueError(f"source {src!r}: no periods in it (an empty file, or a header "
+                             f"alone); give the per-period CSV or the results folder of a "
+                             f"knobs, identify, burst or sweep run")
+
+
 def _infer_preset(sources: Sequence[str]) -> str:
     """The one named preset the sources' experiments ran with."""
     names = set()
@@ -61,6 +71,7 @@ def run_calibration(sources: Sequence[str | Path], out_dir: str | Path,
     """Calibrate (``preset`` None: the one the sources ran with) and write calibration.json,
     calibration.md and calibration.png into ``out_dir``. Returns the document and the files."""
     srcs = [str(s) for s in sources]
+    _check_sources(srcs)
     doc = calibrate(srcs, preset if preset is not None else _infer_preset(srcs), **kw)
     out = Path(out_dir)
     with result_set(out, owns=FILES):  # ours replace the previous run's; the rest stays
