@@ -16,6 +16,7 @@ from actuators._children import (
     BUSY,
     SLEEPER,
     daemon_argv,
+    product_priority,
     read_events,
     state,
     stopped_pids,
@@ -32,7 +33,8 @@ from harness.cli import build_parser as cli_parser
 
 def run_daemon(tmp_path, *args, timeout=30):
     return subprocess.run(daemon_argv(tmp_path, "x", *args), capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+                          timeout=timeout, stdin=subprocess.DEVNULL, check=False,
+                          preexec_fn=product_priority)
 
 
 # ------------------------------------------------------------------------------ CLI

@@ -15,6 +15,7 @@ from actuators._children import (
     daemon_argv,
     histogram_text,
     metrics_server,
+    run_daemon,
     send_body,
     slow_inference_metrics,
     stopped_pids,
@@ -154,7 +155,7 @@ def test_daemon_holds_through_scrapes_that_are_not_finite(tmp_path, children):
         send_body(handler, histogram_text(*bad) if bad else histogram_text(10 * n))
 
     with metrics_server(respond) as url:
-        out = subprocess.run(daemon_argv(
+        out = run_daemon(daemon_argv(
             tmp_path, "x", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
             str(tmp_path / "model.json"), "--period-s", "0.25", "--duration-s", "2.5",
             "--latency-source", "prometheus", "--prometheus-url", url,
@@ -194,7 +195,7 @@ def test_a_slow_metrics_endpoint_costs_periods_never_the_daemon(tmp_path, childr
 
     with metrics_server(respond) as url:
         try:
-            out = subprocess.run(daemon_argv(
+            out = run_daemon(daemon_argv(
                 tmp_path, "x", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
                 str(tmp_path / "model.json"), "--period-s", "0.2", "--stall-timeout-s", "0.6",
                 "--duration-s", "2", "--latency-source", "prometheus", "--prometheus-url", url,
@@ -282,7 +283,7 @@ def test_daemon_scrapes_prometheus_and_moves_the_cpu_share(tmp_path, children):
     (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
     group = f"gpucontrol-test-{uuid.uuid4().hex[:8]}"
     with slow_inference_metrics(0.2) as url:   # 200 ms per batch: always over the SLO
-        out = subprocess.run(daemon_argv(
+        out = run_daemon(daemon_argv(
             tmp_path, "x", "--training-pid", str(busy.pid), "--slo-ms", "100", "--model",
             str(tmp_path / "model.json"), "--period-s", "0.3", "--outer-every", "3",
             "--duration-s", "4", "--latency-source", "prometheus", "--prometheus-url", url,

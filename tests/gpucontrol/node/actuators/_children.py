@@ -18,8 +18,8 @@ from gpucontrol.node.actuators.procs import stop_requested
 
 __all__ = ["BUSY", "FORKER", "PRODUCT_NICE", "SLEEPER", "Children", "child_pids",
            "cpu_cgroup_of", "cpu_controller_writable", "daemon_argv", "group_pids",
-           "histogram_text", "metrics_server", "product_priority", "read_events", "send_body",
-           "state", "stop_requested", "stopped_pids", "wait_for", "wait_state"]
+           "histogram_text", "metrics_server", "product_priority", "read_events", "run_daemon",
+           "send_body", "state", "stop_requested", "stopped_pids", "wait_for", "wait_state"]
 
 BUSY = "while True: pass"
 SLEEPER = "import time\nwhile True: time.sleep(1)"
@@ -43,6 +43,13 @@ def product_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, 0, PRODUCT_NICE)
     except OSError:
         pass
+
+
+def run_daemon(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    """``subprocess.run`` of a daemon command line at the product's priority (as
+    :meth:`Children.popen` starts one)."""
+    kw.setdefault("preexec_fn", product_priority)
+    return subprocess.run(argv, **kw)
 
 
 def _is_daemon(argv) -> bool:
