@@ -36,7 +36,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     doc, files = run_calibration(args.sources, args.out, args.preset, fields=args.fit,
                                  settle_periods=args.settle, sleep_bin_s=args.sleep_bin,
-                                 min_periods=args.min_periods, sm_weight=args.sm_weight)
+                                 min_periods=args.min_periods, sm_weight=args.sm_weight,
+                                 its_weight=args.its_weight, check=args.check)
     print(format_report(doc, args.out))
     mixed = mixed_presets(doc)
     if mixed:
@@ -56,20 +57,28 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "calibrate", help="fit the simulated plant's constants to measured experiment records",
         description="Read the per-period records of knobs / identify / burst / sweep runs "
-                    "(e.g. on a GPU), average the steady periods per operating point and fit "
-                    "the simulated plant's sharing constants to them. Writes calibration.json "
-                    "(usable as --preset of every experiment), calibration.md and "
-                    "calibration.png into --out.")
+                    "(e.g. on a GPU) and the GPU harness's spatial study (levels.csv), "
+                    "average the steady periods per operating point and fit the simulated "
+                    "plant's sharing constants to their latencies, training SM shares and "
+                    "training rates. Writes calibration.json (usable as --preset of every "
+                    "experiment), calibration.md and calibration.png into --out.")
     p.add_argument("--from", dest="sources", action="append", required=True, metavar="DIR",
                    help="a results folder (the experiments' --out, or one experiment's "
                         "folder) or a per-period CSV; repeat for several")
+    p.add_argument("--check", action="append", default=[], metavar="DIR",
+                   help="records (as --from) compared with the calibrated model but not fitted: "
+                        "held-out data, or a regime the physics does not describe; repeat for "
+                        "several")
     p.add_argument("--preset", type=preset_arg, default=None,
-                   help="preset to start from and to calibrate: fig4, fig8 or an earlier "
-                        "calibration.json (default: the one the sources ran with)")
+                   help="preset to start from and to calibrate: fig4, fig8, h100 or an "
+                        "earlier calibration.json (default: the one the sources ran with)")
     p.add_argument("--out", type=out_dir, default="results/calibration",
                    help="output folder (default ./results/calibration)")
-    p.add_argument("--fit", type=_fields, default=list(CALIBRATE_FIELDS),
-                   help=f"comma-separated fields to fit (default {','.join(CALIBRATE_FIELDS)})")
+    p.add_argument("--fit", type=_fields, default=None,
+                   help=f"comma-separated fields to fit (default {','.join(CALIBRATE_FIELDS)}, "
+                        f"plus train_interference and timeslice_switch_loss where training "
+                        f"rates are recorded, partition_interference with green-context "
+                        f"records and compute_ms_fixed with two batch sizes or more)")
     p.add_argument("--settle", type=integer(0, 1000), default=2,
                    help="periods skipped after a run start, knob change or restart, [0, 1000] "
                         "(default 2)")
@@ -81,6 +90,9 @@ def register(sub: Any) -> None:
                         "(default 3)")
     p.add_argument("--sm-weight", type=number(0, 1000), default=1.0,
                    help="weight of the SM-share errors against the latency errors, [0, 1000]; "
-                        "0 ignores them (default 1)")
+                        "0 ignores them and does not read the column (default 1)")
+    p.add_argument("--its-weight", type=number(0, 1000), default=1.0,
+                   help="weight of the training-rate (iterations/s) errors against the "
+                        "latency errors, [0, 1000]; 0 ignores them (default 1)")
     # --out may hold other files: only the calibration's are replaced
     p.set_defaults(func=_cmd_calibrate, results=lambda a: (Path(a.out), FILES))

@@ -29,6 +29,8 @@ from harness.cli.args import (
 
 __all__ = ["register"]
 
+#: The simulated plant's spatial-share backends (harness.sim.physics.BACKENDS).
+BACKEND_NAMES = ("mps-restart", "sleep", "green-context", "green-context+mps")
 #: Allowed ranges of the shared flags (the messages quote them).
 DURATION = number(0, 86400, lo_open=True, unit="s")
 PERIOD = number(0.1, 60, unit="s")
@@ -75,9 +77,10 @@ def preset_arg(text: str) -> str:
 
 def add_preset(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--preset", type=preset_arg, default=default,
-                   help=f"plant preset: fig4, fig8 or a calibration.json written by "
-                        f"'gpucontrol calibrate' (default {default}); with --plant gpu the "
-                        f"hardware is set up by the named preset (a calibration's base)")
+                   help=f"plant preset: fig4, fig8, h100 (an H100 calibrated from "
+                        f"docs/results) or a calibration.json written by 'gpucontrol "
+                        f"calibrate' (default {default}); with --plant gpu the hardware is set "
+                        f"up by the named preset (a calibration's base)")
 
 
 def _pair(kind: type, lo: float | None = None, hi: float | None = None,
@@ -214,13 +217,17 @@ def _cmd_burst(args: argparse.Namespace) -> int:
         raise UsageError(f"--burst {args.burst[0]:g},{args.burst[1]:g}: the burst must end "
                          f"within --duration ({args.duration:g} s)")
     out = _prepare_run(args, "burst")
+    if args.backend is not None and args.plant != "sim":
+        raise UsageError(f"--backend {args.backend}: the {args.plant} plant runs the backend "
+                         f"its harness set up; --backend is for --plant sim")
     res = burst(plant=args.plant, preset=args.preset, seed=args.seed,
                 duration_s=args.duration, slo_ms=args.slo,
                 burst_s=args.burst, batches=args.batch, controllers=args.controllers,
                 out_dir=out, progress=_progress(args),
-                relative_slo=args.relative_slo, period_s=args.period)
+                relative_slo=args.relative_slo, period_s=args.period, backend=args.backend)
     if args.relative_slo:
-        print(f"SLO {args.slo:g} ms on the RTX 3090 preset -> {res.meta['slo_ms']:.1f} ms on "
+        print(f"SLO {res.meta['slo_given_ms']:g} ms on the RTX 3090 preset -> "
+              f"{res.meta['slo_ms']:.1f} ms on "
               f"{args.preset} (latency range {res.meta['latency_range_ms'][0]:.1f}.."
               f"{res.meta['latency_range_ms'][1]:.1f} ms)")
     print(format_table(res))
@@ -290,8 +297,8 @@ def register(sub: Any) -> None:
                           f"{CPU_DEMO_MIN_PERIODS} periods (default {CPU_DEMO_DURATION:g})")
     p.set_defaults(duration=None)  # per plant, see _cmd_demo
     p.add_argument("--preset", default="fig8",
-                   help=f"plant preset: fig4, fig8 or a calibration.json (sim, gpu); with "
-                        f"--plant cpu {CPU_PRESETS}")
+                   help=f"plant preset: fig4, fig8, h100 or a calibration.json (sim, gpu); "
+                        f"with --plant cpu {CPU_PRESETS}")
     p.add_argument("--slo", type=number(0.0, None, lo_open=True), default=None,
                    help="--plant cpu only: the SLO in ms, > 0 (default: chosen inside the "
                         "identified latency range; the sim and gpu demos run the Fig 8 "
@@ -312,9 +319,16 @@ def register(sub: Any) -> None:
                                       "(GPUColo paper, Fig. 8)")
     _common(p, duration=400.0, period=4.0)
     add_preset(p, "fig8")
-    p.add_argument("--slo", type=SLO, default=90.0,
+    p.add_argument("--slo", type=SLO, default=None,
                    help="latency SLO in ms, (0, 10000]; one no setting of the knobs can meet is "
-                        "refused (default 90)")
+                        "refused (default: the preset's suggested SLO, 90 on fig8, 30 on h100)")
+    p.add_argument("--backend", choices=tuple(BACKEND_NAMES), default=None,
+                   help="spatial-share backend of the simulated plant for the controllers that "
+                        "do not drive their own: mps-restart (MPS thread caps, a change "
+                        "restarts the training), sleep (time-sliced, no MPS), green-context "
+                        "(time-sliced partitions), green-context+mps (partitions inside MPS, "
+                        "restart-free); default the preset's (mps-restart). The comparison: "
+                        "--controllers sleep-no-mps,two-tier,green")
     p.add_argument("--relative-slo", action="store_true",
                    help="read the SLO as one stated for the paper's RTX 3090 (the fig8 preset) and "
                         "move it to the same place in --preset's latency range (for a preset "

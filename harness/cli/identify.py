@@ -70,7 +70,7 @@ def register(sub: Any) -> None:
                         "the CPU plant (real processes on this machine's CPUs; presets "
                         "default, small)")
     p.add_argument("--preset", default="fig8",
-                   help=f"plant preset: fig4, fig8 or a calibration.json written by "
+                   help=f"plant preset: fig4, fig8, h100 or a calibration.json written by "
                         f"'gpucontrol calibrate' (sim, gpu); with --plant cpu {CPU_PRESETS}")
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0..2^32-1 (default 0)")
     p.add_argument("--out", type=out_dir, default="results",

@@ -1,6 +1,17 @@
 """The GPUColo paper (Chen et al., ICDCS 2024), Fig. 8: an inference burst (batch 105 -> 115
 at 90 s, back at 290 s, 400 s, SLO
-90 ms) under every controller; latency, sleep, MPS and throughputs over time."""
+90 ms) under every controller; latency, sleep, MPS and throughputs over time.
+
+The backend comparison: each controller runs on the plant with the spatial-share backend it
+drives (:attr:`harness.sim.baselines.Baseline.backend`), e.g. on the H100 preset (whose
+suggested SLO is 30 ms)::
+
+    burst(preset="h100", controllers="sleep-no-mps,two-tier,green")
+
+runs sleep only on a time-sliced GPU, the paper's loop with MPS restarts and the default
+controller on green-context partitions inside MPS, same SLO, same load; ``training_vs_sleep``
+divides each one's training by the first's.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +26,7 @@ from harness.experiments.common import (
     ExperimentResult,
     build_controllers,
     close_plant,
+    controller_backend,
     controller_metrics,
     make_plant,
     params_meta,
@@ -25,13 +37,17 @@ from harness.experiments.common import (
 )
 from harness.progress import Progress
 from harness.results import save_figure
+from harness.sim.physics import backend_overrides
+from harness.sim.presets import suggested_slo_ms
 from harness.sim.protocol import LoadEvent, Records, Scenario, concat, run_loop
 
 __all__ = ["SUMMARY_COLUMNS", "burst", "burst_scenario"]
 
 SUMMARY_COLUMNS = ("controller", "mean_latency_ms", "pct_over", "periods_over_after_step",
                    "inference_throughput", "training_throughput", "training_vs_oracle",
-                   "training_vs_gslice", "mps_changes")
+                   "training_vs_gslice", "mps_changes", "backend", "training_vs_sleep")
+#: The reference of ``training_vs_sleep`` (the backend comparison's sleep only).
+SLEEP_REFERENCE = "Sleep, no MPS"
 
 
 def burst_scenario(batches: tuple[int, int] = (105, 115),
@@ -55,13 +71,25 @@ def burst_scenario(batches: tuple[int, int] = (105, 115),
                        LoadEvent.at(burst_s[1], batch=b0))
 
 
+def _plant_kw(plant: str, name: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The plant overrides of controller ``name``'s run: its own backend on top of the run's."""
+    b = controller_backend(name)
+    if b is None:
+        return overrides
+    if plant != "sim":
+        raise ValueError(f"controller {name!r} drives the {b} backend, which the {plant} plant "
+                         f"cannot switch to; on a GPU the backend comparison is the campaign's "
+                         f"burst step with the daemon (docs/gpu.md)")
+    return {**overrides, **backend_overrides(b)}
+
+
 def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s: float = 400.0,
-          slo_ms: float = 90.0, burst_s: tuple[float, float] = (90.0, 290.0),
+          slo_ms: float | None = None, burst_s: tuple[float, float] = (90.0, 290.0),
           batches: tuple[int, int] = (105, 115), period_s: float = 4.0,
           controllers: Sequence[str] | str | None = None, out_dir: str | Path | None = None,
           progress: bool | None = False, tolerance: float = 0.05,
           plant_overrides: dict[str, Any] | None = None,
-          relative_slo: bool = False) -> ExperimentResult:
+          relative_slo: bool = False, backend: str | None = None) -> ExperimentResult:
     """Run the burst experiment (the GPUColo paper (Chen et al., ICDCS 2024), Fig. 8).
 
     Every controller gets a fresh plant with the same seed (common random numbers). The
@@ -84,8 +112,9 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
         Seed of the plant's random generator.
     duration_s : float
         Length of each run, s.
-    slo_ms : float
-        Latency SLO, ms.
+    slo_ms : float or None
+        Latency SLO, ms (None: the preset's suggested SLO,
+        :func:`~harness.sim.presets.suggested_slo_ms`, else 90).
     burst_s : tuple[float, float]
         Start and end of the burst, s.
     batches : tuple[int, int]
@@ -93,7 +122,8 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
     period_s : float
         Inner control period, s.
     controllers : Sequence[str] or str or None
-        Controller names or aliases (None: all, :data:`~.common.CONTROLLER_NAMES`).
+        Controller names or aliases (None: the default set, :data:`~.common.CONTROLLER_NAMES`;
+        the backend comparison's ``sleep-no-mps`` and ``green`` are named).
     out_dir : str or Path or None
         Folder for the result files; None writes nothing.
     progress : bool or None
@@ -106,6 +136,9 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
         ``slo_ms`` is stated for the paper's RTX 3090 (the ``fig8`` preset) and moved to the
         same place in ``preset``'s latency range (:func:`~.common.scale_slo`); use it with a
         preset calibrated on another GPU.
+    backend : str or None
+        Spatial-share backend of the simulated plant (:data:`~harness.sim.physics.BACKENDS`)
+        for the controllers that do not drive their own; None: the preset's.
 
     Returns
     -------
@@ -119,6 +152,13 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
     if periods < 1:
         raise ValueError(f"duration_s must be at least one period ({period_s} s)")
     overrides = dict(plant_overrides or {})
+    if backend is not None:
+        if plant != "sim":
+            raise ValueError(f"backend: the {plant} plant runs the backend its harness set up; "
+                             f"backend={backend!r} is for the simulated plant")
+        overrides.update(backend_overrides(backend))
+    if slo_ms is None:
+        slo_ms = suggested_slo_ms(preset) or 90.0
     scenario = burst_scenario(batches, burst_s)
     ref = make_plant("sim", preset, seed=seed, **{**overrides, "batch": batches[0]})
     slo_info = slo_meta(slo_ms, ref, batches[0], relative_slo)
@@ -130,30 +170,34 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
             f"[0, 1] s and MPS in [1, 100] % reaches at batch {batches[0]} is "
             f"{floors[batches[0]]:.1f} ms on the {preset} preset; choose an SLO above it")
     slo_info["slo_feasible"] = {str(b): bool(slo_ms >= f) for b, f in floors.items()}
+    plant_kw = {n: _plant_kw(plant, n, overrides) for n in names}
     ctls = build_controllers(names, plant=ref, slo_ms=slo_ms, scenario=scenario,
                              duration_s=periods * period_s, period_s=period_s)
     runs: list[Records] = []
     mps_on: list[bool | None] = []
+    backends: list[str | None] = []
     with Progress(periods * len(ctls), "burst", enabled=progress) as bar:
-        for c in ctls:
-            p = make_plant(plant, preset, seed=seed, **overrides)
+        for c, n in zip(ctls, names):
+            p = make_plant(plant, preset, seed=seed, **plant_kw[n])
             try:
                 runs.append(run_loop(c, p, periods, scenario, period_s=period_s,
                                      on_period=lambda _k: bar.advance()))
                 mps_on.append(plant_mps_enabled(p))
+                backends.append(getattr(getattr(p, "params", None), "backend", None))
             finally:
                 close_plant(p)
     rec = concat(runs)
     summary = []
-    for c, r in zip(ctls, runs):
+    for c, r, b in zip(ctls, runs, backends):
         m = controller_metrics(r, slo_ms, tolerance=tolerance)
         during = controller_metrics(r, slo_ms, tolerance=tolerance, window=burst_s)
         summary.append({"controller": c.name, **m,
-                        "periods_over_after_step": during["periods_over"]})
+                        "periods_over_after_step": during["periods_over"], "backend": b})
     by = {r["controller"]: r for r in summary}
     for row in summary:
         for key, ref_name in (("training_vs_oracle", "Oracle"),
-                              ("training_vs_gslice", "GSLICE-extended")):
+                              ("training_vs_gslice", "GSLICE-extended"),
+                              ("training_vs_sleep", SLEEP_REFERENCE)):
             base = by.get(ref_name, {}).get("training_throughput", math.nan)
             # a reference that (almost) does not train makes the ratio meaningless
             ok = base and base > 1e-3 * max(r["training_throughput"] for r in summary)
@@ -162,7 +206,8 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
             "duration_s": periods * period_s, "period_s": period_s, **slo_info,
             "burst_s": list(burst_s), "batches": list(batches), "tolerance": tolerance,
             **params_meta(plant, ref),
-            "mps_enabled": all(mps_on) if None not in mps_on else None}
+            "mps_enabled": all(mps_on) if None not in mps_on else None,
+            "backends": dict(zip((c.name for c in ctls), backends))}
     oracle = next((c for c in ctls if c.name == "Oracle"), None)
     if oracle is not None:
         meta["oracle_points"] = [vars(p) for p in oracle.points]
@@ -187,6 +232,8 @@ _STYLE: dict[str, tuple[str, str, float]] = {
     "Open": ("tab:gray", "-", 1.3),
     "Simple": ("tab:pink", "-", 1.3),
     "Conservative": ("tab:olive", "-", 1.3),
+    "Sleep, no MPS": ("tab:cyan", "--", 1.4),
+    "Green context + MPS": ("tab:olive", "-.", 1.4),
 }
 
 
@@ -244,9 +291,10 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
     for n in names:
         r = runs[n]
         t = r.col("t_end_s")
-        (a_fix if n in fixed else a_lat).plot(t, r.col("latency_ms"), label=n, **style[n])
-        if n in fixed:
+        if n in fixed and a_fix is not None:
+            a_fix.plot(t, r.col("latency_ms"), label=n, **style[n])
             continue
+        a_lat.plot(t, r.col("latency_ms"), label=n, **style[n])
         a_sleep.step(t, r.col("sleep_s"), where="pre", **style[n])
         a_mps.step(t, r.col("mps_pct"), where="pre", **style[n])
         for key in series:
@@ -264,11 +312,10 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
     for a in time_axes:
         a.axvspan(b0, b1, color="0.92", zorder=0)
         a.grid(alpha=0.3)
-    for a in (a_lat, a_fix):
-        if a is not None:
-            a.axhline(slo, color="k", ls="--", lw=1, label=f"SLO {slo:g} ms")
-            a.set_ylabel("mean batch latency (ms)")
-    for a in (a_fix or a_lat, a_sleep, a_mps):
+    for a in time_axes[:2] if a_fix is not None else time_axes[:1]:  # the latency panels
+        a.axhline(slo, color="k", ls="--", lw=1, label=f"SLO {slo:g} ms")
+        a.set_ylabel("mean batch latency (ms)")
+    for a in (a_fix if a_fix is not None else a_lat, a_sleep, a_mps):
         a.set_xlabel("time (s)")
     for x, text in ((b0, f"burst starts ({b0:g} s): batch {batches[0]} -> {batches[1]}"),
                     (b1, f"burst ends ({b1:g} s): batch {batches[1]} -> {batches[0]}")):

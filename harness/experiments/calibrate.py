@@ -166,7 +166,8 @@ def per_source(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     """
     rows = []
     for src in doc["sources"]:
-        facts = [f for f in doc["facts"] if f.get("source") == src["path"]]
+        facts = [f for f in doc["facts"]
+                 if f.get("source") == src["path"] and f.get("fitted", True)]
         rows.append({"source": src["path"], "preset": src.get("preset"), "facts": len(facts),
                      "latency_rms_base": _rms([f["base_latency_err_pct"] for f in facts]),
                      "latency_rms": _rms([f["latency_err_pct"] for f in facts]),
@@ -245,10 +246,19 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
     if doc["undetermined"]:
         lines += [(f"Not determined by these facts (left at the base): "
                    f"{', '.join(doc['undetermined'])}."), ""]
+    if doc.get("setup"):
+        lines += ["Set up from the records (not fitted):", "",
+                  markdown_table([{"field": k, **v} for k, v in doc["setup"].items()],
+                                 ("field", "value", "how", "source"), digits=4), ""]
     fit = doc["fit"]
     sm = (f"Training SM share error, RMS: base {s['sm_err_pct_rms_base']:.2f} %, calibrated "
           f"{s['sm_err_pct_rms']:.2f} %." if math.isfinite(s["sm_err_pct_rms"])
-          else "No SM shares recorded.")
+          else "No SM shares fitted.")
+    its = s.get("its_err_pct_rms", math.nan)
+    sm += (f" Training rate error, RMS (max): base {s['its_err_pct_rms_base']:.2f} % "
+           f"({s['its_err_pct_max_base']:.2f} %), calibrated {its:.2f} % "
+           f"({s['its_err_pct_max']:.2f} %)." if math.isfinite(its) else
+           " No training rates fitted.")
     lines += [(f"{fit['facts']} facts, {fit['residuals']} measured quantities, "
                f"{fit['fields']} fitted constants; least squares: {fit['message']}"), "",
               (f"Latency error over the facts, RMS (max): base preset "
@@ -269,13 +279,38 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
                    "fit towards that plant, and a source fitted worse than by the base preset "
                    "above is the cost. Calibrate each preset from its own records."), ""]
     lines += ["## Facts: measured vs model", "",
-              markdown_table(doc["facts"], (
+              markdown_table([f for f in doc["facts"] if f.get("fitted", True)], (
                   "case", "periods", "measured_latency_ms", "base_latency_ms",
                   "base_latency_err_pct", "latency_ms", "latency_err_pct", "measured_sm_pct",
-                  "base_sm_pct", "sm_pct"),
+                  "base_sm_pct", "sm_pct", "measured_its", "its", "its_err_pct"),
                   ("operating point", "periods", "measured ms", "base ms", "base err %",
                    "calibrated ms", "calibrated err %", "measured SM %", "base SM %",
-                   "calibrated SM %"), digits=2)]
+                   "calibrated SM %", "measured it/s", "calibrated it/s",
+                   "calibrated it/s err %"), digits=2)]
+    checked = [f for f in doc["facts"] if not f.get("fitted", True)]
+    if checked:
+        c = doc["check_summary"]
+        lines += ["", "## Checked, not fitted", "",
+                  (f"Records given with --check ({', '.join(doc['options']['check'])}): the "
+                   f"calibrated model's latency error RMS {c['latency_err_pct_rms']:.2f} % "
+                   f"(max {c['latency_err_pct_max']:.2f} %), base preset "
+                   f"{c['latency_err_pct_rms_base']:.2f} %."), "",
+                  markdown_table(checked, (
+                      "case", "periods", "measured_latency_ms", "latency_ms",
+                      "latency_err_pct", "measured_its", "its", "its_err_pct"),
+                      ("operating point", "periods", "measured ms", "calibrated ms",
+                       "err %", "measured it/s", "calibrated it/s", "it/s err %"),
+                      digits=2)]
+    notes = sorted({f["its_note"] for f in doc["facts"] if f.get("its_note")
+                    and not f["its_note"].startswith("1 / (")})
+    rated = [f["case"] for f in doc["facts"] if str(f.get("its_note", "")).startswith("1 / (")]
+    if rated:
+        lines += ["", ("Training rate at a sleep, from the spatial study's iterations: "
+                       "1 / (iteration + sleep), because the GPU harness's count drops the "
+                       "iterations that end within the sleep of a period's end ("
+                       + "; ".join(f"{f['case']}: counted {f['its_counted']:.3f} it/s"
+                                   for f in doc["facts"] if f["case"] in rated) + ").")]
+    lines += [f"\nTraining rate {n}." for n in notes]
     path = Path(out_dir) / "calibration.json" if out_dir is not None else "calibration.json"
     lines += [("Run an experiment on the calibrated plant with "
                f"`gpucontrol burst --plant sim --preset {path}` (any experiment takes "
@@ -283,37 +318,9 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
     return "\n".join(lines)
 
 
-def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
-    """Per fact, grouped by source: the latency error of the base preset and of the
-    calibrated plant against the measurement, in percent (left; a 5 ms and a 100 ms
-    operating point on one scale, each source titled with its RMS before -> after), and the
-    training SM share measured, base and calibrated (right)."""
-    import matplotlib.pyplot as plt
-
+def _source_bands(doc: Mapping[str, Any], ax: Any, y: np.ndarray) -> None:
+    """Shade every other source's facts and write each source's fit beside them."""
     facts = doc["facts"]
-    n = len(facts)
-    y = np.arange(n)[::-1]
-    fig, ax = plt.subplots(1, 2, figsize=(12, 1.6 + 0.28 * n), sharey=True,
-                           gridspec_kw={"width_ratios": [3, 2]})
-
-    def col(key: str) -> np.ndarray:
-        return np.array([np.nan if f.get(key) is None else f[key] for f in facts], float)
-
-    base = f"preset {doc['base_preset']}"
-    ax[0].axvline(0.0, color="k", lw=0.8)
-    ax[0].plot(col("base_latency_err_pct"), y, "x", color="tab:grey", ms=6, label=base)
-    ax[0].plot(col("latency_err_pct"), y, "s", color="tab:blue", mfc="none", ms=7,
-               label="calibrated")
-    ax[0].set_xlabel("latency error of the model vs the measurement (%)")
-    for prefix, color, mark, label in (("measured_", "k", "o", "measured"),
-                                       ("base_", "tab:grey", "x", base),
-                                       ("", "tab:blue", "s", "calibrated")):
-        ax[1].plot(col(f"{prefix}sm_pct"), y, mark, color=color, ms=7 if mark == "s" else 5,
-                   mfc="none" if mark == "s" else color, label=label)
-    ax[1].set_xlabel("training SM share (%)")
-    for a in ax:
-        a.grid(axis="x", lw=0.3)
-    # one band per source, its fit written beside it
     for i, src in enumerate(per_source(doc)):
         rows = [k for k, f in enumerate(facts) if f.get("source") == src["source"]]
         if not rows:
@@ -325,15 +332,68 @@ def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
         ax[0].text(0.99, top - 0.15, f"{Path(src['source']).name} (ran on {src['preset']}): "
                    f"RMS {src['latency_rms_base']:.1f} % -> {src['latency_rms']:.1f} %",
                    transform=ax[0].get_yaxis_transform(), ha="right", va="top", fontsize=8,
-                   color="tab:blue" if src["latency_rms"] <= src["latency_rms_base"]
+                   color="tab:blue" if not src["latency_rms"] > src["latency_rms_base"]
                    else "tab:red")
-    ax[0].set_yticks(y, [f["case"] for f in facts], fontsize=7)
+
+
+def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
+    """Per fact, grouped by source: the latency error of the base preset and of the
+    calibrated plant against the measurement, in percent (left; a 5 ms and a 100 ms
+    operating point on one scale, each source banded with its RMS before -> after), then the
+    training SM share and the training rate, measured, base and calibrated, where measured
+    (the facts of ``--check`` records labelled so)."""
+    import matplotlib.pyplot as plt
+
+    facts = doc["facts"]
+    n = len(facts)
+    y = np.arange(n)[::-1]
+
+    def col(key: str) -> np.ndarray:
+        return np.array([np.nan if f.get(key) is None else f[key] for f in facts], float)
+
+    def measured(key: str) -> bool:
+        return bool(np.isfinite(col(key)).any())
+
+    panels = [(k, u) for k, u in (("sm_pct", "training SM share (%)"),
+                                  ("its", "training iterations/s")) if measured(f"measured_{k}")]
+    fig, axes = plt.subplots(1, 1 + len(panels), figsize=(8 + 4 * len(panels), 1.6 + 0.28 * n),
+                             sharey=True, squeeze=False,
+                             gridspec_kw={"width_ratios": [3] + [2] * len(panels)})
+    ax = axes[0]
+    base = f"preset {doc['base_preset']}"
+    ax[0].axvline(0.0, color="k", lw=0.8)
+    ax[0].plot(col("base_latency_err_pct"), y, "x", color="tab:grey", ms=6, label=base)
+    ax[0].plot(col("latency_err_pct"), y, "s", color="tab:blue", mfc="none", ms=7,
+               label="calibrated")
+    ax[0].set_xlabel("latency error of the model vs the measurement (%)")
+    for a, (what, unit) in zip(ax[1:], panels):
+        for prefix, color, mark, label in (("measured_", "k", "o", "measured"),
+                                           ("base_", "tab:grey", "x", base),
+                                           ("", "tab:blue", "s", "calibrated")):
+            a.plot(col(f"{prefix}{what}"), y, mark, color=color, ms=7 if mark == "s" else 5,
+                   mfc="none" if mark == "s" else color, label=label)
+        if what == "its":
+            counted, shown = col("its_counted"), col("measured_its")
+            off = np.isfinite(counted) & ~np.isclose(counted, shown, rtol=0.01)
+            if off.any():
+                a.plot(counted[off], y[off], "v", color="tab:red", ms=5, mfc="none",
+                       label="counted by the GPU harness (sleep rows)")
+        a.set_xlabel(unit)
+        a.legend(fontsize=7, loc="lower right")
+    for a in ax:
+        a.grid(axis="x", lw=0.3)
+    _source_bands(doc, ax, y)
+    ax[0].set_yticks(y, [("check, not fitted: " if not f.get("fitted", True) else "")
+                         + f["case"] for f in facts], fontsize=7)
     ax[0].set_ylim(-0.6, n - 0.4)
     ax[0].legend(fontsize=8, loc="upper left")
-    ax[1].legend(fontsize=8, loc="lower right")
     s = doc["summary"]
-    fig.suptitle(f"Calibration of preset {doc['base_preset']}: latency error RMS over all "
-                 f"facts {s['latency_err_pct_rms_base']:.1f} % -> {s['latency_err_pct_rms']:.1f} "
-                 f"% (per source in the bands)", fontsize=10)
+    rate = (f", training-rate error RMS {s['its_err_pct_rms_base']:.1f} % -> "
+            f"{s['its_err_pct_rms']:.1f} %" if math.isfinite(s.get("its_err_pct_rms", math.nan))
+            else "")
+    fig.suptitle(f"Calibration from preset {doc['base_preset']}: latency error RMS over the "
+                 f"fitted facts {s['latency_err_pct_rms_base']:.1f} % -> "
+                 f"{s['latency_err_pct_rms']:.1f} %{rate} (per source in the bands)",
+                 fontsize=10)
     fig.tight_layout()
     return save_figure(fig, path)

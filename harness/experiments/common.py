@@ -20,11 +20,13 @@ from harness.sim.protocol import Records, Scenario
 from harness.sim.simulated import SimulatedColocation
 
 __all__ = [
+    "ALL_CONTROLLER_NAMES",
     "CONTROLLER_NAMES",
     "ExperimentResult",
     "PlantUnavailable",
     "build_controllers",
     "close_plant",
+    "controller_backend",
     "controller_metrics",
     "distinct_numbers",
     "identify_family",
@@ -38,9 +40,11 @@ __all__ = [
     "steady_mask",
 ]
 
-#: Every controller the experiments know, in display order (the registry
-#: :data:`harness.sim.baselines.BASELINES`).
-CONTROLLER_NAMES: tuple[str, ...] = tuple(b.name for b in B.BASELINES)
+#: The controllers the experiments run when none are named, in display order (the registry
+#: :data:`harness.sim.baselines.BASELINES`, its default set).
+CONTROLLER_NAMES: tuple[str, ...] = B.DEFAULT_NAMES
+#: Every controller the experiments know (the default set and the backend comparison's).
+ALL_CONTROLLER_NAMES: tuple[str, ...] = tuple(b.name for b in B.BASELINES)
 
 #: Short aliases accepted on the command line.
 ALIASES = B.ALIASES
@@ -179,10 +183,11 @@ def resolve_names(names: Sequence[str] | str | None) -> list[str]:
     out = []
     for n in names:
         key = n.strip()
-        full = key if key in CONTROLLER_NAMES else ALIASES.get(key.lower())
+        full = key if key in ALL_CONTROLLER_NAMES else ALIASES.get(key.lower())
         if full is None:
             raise ValueError(f"unknown controller {key!r}; choose from "
-                             f"{', '.join(CONTROLLER_NAMES)} (or {', '.join(sorted(ALIASES))})")
+                             f"{', '.join(ALL_CONTROLLER_NAMES)} (or "
+                             f"{', '.join(sorted(ALIASES))})")
         if full not in out:
             out.append(full)
     return out
@@ -224,6 +229,16 @@ def identify_family(plant: Any, mps_levels: Sequence[float] = (20, 40, 60, 80, 1
     return LatencyModelFamily.from_points(pts)
 
 
+def _identify_backend(plant: SimulatedColocation) -> LatencyModelFamily:
+    """The nominal model of a reference plant with some backend: at its green-context
+    partitions when the share is one (a level between them runs on the one below), else at
+    the MPS levels of :func:`identify_family`."""
+    p = plant.params
+    if p.share_backend == "green-context":
+        return identify_family(plant, p.green_shares_pct)
+    return identify_family(plant)
+
+
 def build_controllers(names: Sequence[str], *, plant: Any, slo_ms: float,
                       scenario: Scenario | None, duration_s: float, period_s: float = 4.0,
                       family: LatencyModelFamily | None = None, initial_mps_pct: float = 80.0
@@ -256,7 +271,9 @@ def build_controllers(names: Sequence[str], *, plant: Any, slo_ms: float,
         One controller per name, in order.
     """
     fam = family if family is not None else identify_family(plant)
-    ctx = B.BaselineContext(plant, slo_ms, scenario, duration_s, period_s, fam, initial_mps_pct)
+    ctx = B.BaselineContext(plant, slo_ms, scenario, duration_s, period_s, fam, initial_mps_pct,
+                            identify=_identify_backend if isinstance(plant, SimulatedColocation)
+                            else None)
     registry = {b.name: b for b in B.BASELINES}
     out: list[Any] = []
     for n in names:
@@ -264,6 +281,11 @@ def build_controllers(names: Sequence[str], *, plant: Any, slo_ms: float,
             raise ValueError(f"unknown controller {n!r}")
         out.append(registry[n].factory(ctx))
     return out
+
+
+def controller_backend(name: str) -> str | None:
+    """The spatial-share backend the named controller drives (None: the plant's own)."""
+    return next((b.backend for b in B.BASELINES if b.name == name), None)
 
 
 def steady_mask(rec: Records, *, warmup_s: float = 100.0, settle_periods: int = 2

@@ -20,9 +20,19 @@ GPUColo mid-range + adpt  :class:`gpucontrol.TwoTierController`, ``outer="mid-ra
                           ``adaptive=True``
 gpucontrol default        ``TwoTierController(model, slo)``: detune 0.5, throughput-seeking
                           outer loop (aliases ``default``, ``throughput``, ``ours``)
+Sleep, no MPS             the default controller with its share held at 100 % (the sleep is
+                          its only knob) on a time-sliced GPU (no MPS; ``sleep`` backend)
+Green context + MPS       the default controller told its share is restart-free, with the
+                          green-context partitions as its levels (``green-context+mps``)
 Oracle                    best static sleep + MPS per load phase meeting the SLO on the
                           noise-free plant, resizes free: the upper bound
 ========================  ===============================================================
+
+A baseline may name the spatial-share backend it drives (:data:`harness.sim.physics.BACKENDS`):
+the experiments run it on the plant with that backend and give it the nominal model identified
+there (:meth:`BaselineContext.family_for`). The last two are not in the default set
+(:data:`DEFAULT_NAMES`): the backend comparison names them (GPUColo two-tier on
+``mps-restart`` is the paper's loop).
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from harness.sim.protocol import PlantActuation, Scenario
 __all__ = [
     "ALIASES",
     "BASELINES",
+    "DEFAULT_NAMES",
     "Baseline",
     "BaselineContext",
     "FixedAllocation",
@@ -52,6 +63,7 @@ __all__ = [
     "best_static_point",
     "gpucolo_midrange_adaptive",
     "gpucolo_two_tier",
+    "green_context_mps",
     "names",
     "sleep_only",
 ]
@@ -369,6 +381,17 @@ def gpucontrol_default(model: LinearLatencyModel | LatencyModelFamily, slo_ms: f
                  TwoTierController(model, slo_ms, initial_mps_pct=initial_mps_pct, **kw))
 
 
+def green_context_mps(model: LinearLatencyModel | LatencyModelFamily, slo_ms: float, *,
+                      partitions_pct: Iterable[float], initial_mps_pct: float = 100.0,
+                      **kw: Any) -> Named:
+    """The library's default controller on restart-free green-context partitions inside MPS:
+    told the share costs no restart (``restart_s=0``) and that the partitions are the only
+    levels (``mps_levels_pct``), so its throughput loop may move every period."""
+    return Named("Green context + MPS",
+                 TwoTierController(model, slo_ms, initial_mps_pct=initial_mps_pct,
+                                   restart_s=0.0, mps_levels_pct=tuple(partitions_pct), **kw))
+
+
 def names(controllers: Iterable[Any]) -> list[str]:
     """The display names of ``controllers``.
 
@@ -406,6 +429,9 @@ class BaselineContext:
         The controllers' nominal model.
     initial_mps_pct : float
         The training MPS share the run starts at, %.
+    identify : Callable or None
+        ``identify(plant) -> LatencyModelFamily``, how the nominal model of another backend's
+        plant is found (:meth:`family_for`); None: ``family`` serves every backend.
     """
 
     plant: Any
@@ -415,7 +441,36 @@ class BaselineContext:
     period_s: float
     family: LatencyModelFamily
     initial_mps_pct: float
+    identify: Callable[[Any], LatencyModelFamily] | None = None
     _oracle: Oracle | None = field(default=None, init=False, repr=False)
+    _families: dict[str, LatencyModelFamily] = field(default_factory=dict, init=False,
+                                                     repr=False)
+
+    def plant_for(self, backend: str | None) -> Any:
+        """The noise-free reference plant with ``backend`` (None: as it is)."""
+        if backend is None:
+            return self.plant
+        from dataclasses import replace
+
+        from harness.sim.physics import backend_overrides
+        from harness.sim.simulated import SimulatedColocation
+
+        return SimulatedColocation(replace(self.plant.params, **backend_overrides(backend)))
+
+    def family_for(self, backend: str | None) -> LatencyModelFamily:
+        """The nominal model identified on the reference plant with ``backend``."""
+        if backend is None or self.identify is None:
+            return self.family
+        if backend not in self._families:
+            self._families[backend] = self.identify(self.plant_for(backend))
+        return self._families[backend]
+
+    @property
+    def partitions_pct(self) -> tuple[float, ...]:
+        """The green-context partitions of the reference plant, % (25/50/75/100 where it
+        names none)."""
+        params = getattr(self.plant, "params", None)
+        return tuple(getattr(params, "green_shares_pct", (25.0, 50.0, 75.0, 100.0)))
 
     @property
     def oracle(self) -> Oracle:
@@ -450,11 +505,18 @@ class Baseline:
         Builds the controller for one run.
     aliases : tuple[str, ...]
         Short lower-case names accepted on the command line.
+    backend : str or None
+        The spatial-share backend it drives (:data:`harness.sim.physics.BACKENDS`); None:
+        the plant's own.
+    default : bool
+        In the set the experiments run when no controllers are named.
     """
 
     name: str
     factory: Callable[[BaselineContext], Any]
     aliases: tuple[str, ...] = ()
+    backend: str | None = None
+    default: bool = True
 
 
 def _open(c: BaselineContext) -> FixedAllocation:
@@ -493,7 +555,22 @@ BASELINES: tuple[Baseline, ...] = (
                                           inner_period_s=c.period_s),
              ("default", "throughput", "ours")),
     Baseline("Oracle", lambda c: c.oracle, ("oracle",)),
+    Baseline("Sleep, no MPS",
+             lambda c: Named("Sleep, no MPS", TwoTierController(
+                 c.family_for("sleep"), c.slo_ms, initial_mps_pct=100.0,
+                 mps_levels_pct=(100.0,), inner_period_s=c.period_s)),
+             ("sleep-no-mps", "time-sliced"), backend="sleep", default=False),
+    Baseline("Green context + MPS",
+             lambda c: green_context_mps(c.family_for("green-context+mps"), c.slo_ms,
+                                         partitions_pct=c.partitions_pct,
+                                         initial_mps_pct=c.initial_mps_pct,
+                                         inner_period_s=c.period_s),
+             ("green", "green-mps", "green-context+mps"), backend="green-context+mps",
+             default=False),
 )
 
 #: Short aliases accepted on the command line -> display name.
 ALIASES: dict[str, str] = {a: b.name for b in BASELINES for a in b.aliases}
+
+#: The controllers the experiments run when none are named.
+DEFAULT_NAMES: tuple[str, ...] = tuple(b.name for b in BASELINES if b.default)

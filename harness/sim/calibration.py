@@ -58,8 +58,8 @@ from harness.sim.simulated import (
 
 __all__ = ["CALIBRATE_FIELDS", "FIG4_FACTS", "FIG4_FIT_FIELDS", "FIT_BOUNDS", "RECORD_FILES",
            "Fact", "FactFit", "Fig4Fit", "MeasuredFacts", "RecordSource", "calibrate",
-           "fact_rows", "facts_from_records", "facts_from_source", "fig4_rows", "find_records",
-           "fit_facts", "fit_fig4"]
+           "default_fields", "fact_rows", "facts_from_records", "facts_from_source",
+           "fig4_rows", "find_records", "fit_facts", "fit_fig4"]
 
 
 #: GPUColo paper, Fig. 4: (name, plant overrides, sleep s, training MPS %, latency ms, training
@@ -82,7 +82,7 @@ FIG4_FIT_FIELDS = ("saturation_per_sqrt_image", "interference_sqrt_image", "infe
 FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "saturation_per_sqrt_image": (0.01, 2.0),
     "interference_sqrt_image": (0.0, 100.0),
-    "inference_weight": (0.05, 20.0),
+    "inference_weight": (0.001, 20.0),
     "contention_exponent": (0.5, 6.0),
     "train_work_s": (0.01, 1.0),
     "timeslice_inference_share": (0.2, 0.95),
@@ -91,6 +91,9 @@ FIT_BOUNDS: dict[str, tuple[float, float]] = {
     "transfer_ms_per_image": (0.0, 10.0),
     "compute_ms_fixed": (0.0, 100.0),
     "compute_ms_per_image": (0.001, 100.0),
+    "train_interference": (0.0, 20.0),
+    "partition_interference": (0.0, 5.0),
+    "timeslice_switch_loss": (0.0, 0.5),
 }
 
 #: SM shares below this (%) count as this in the relative SM error (no division by ~0).
@@ -102,32 +105,50 @@ def fig4_params(**changes: Any) -> ColocationParams:
 
 
 def model_values(facts: Sequence[Fact], params: ColocationParams
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """The noise-free plant's latency (ms) and training SM share (%) at every fact."""
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The noise-free plant's latency (ms), training SM share (%) and training rate
+    (iterations/s) at every fact (an infinite sleep: the inference alone; no latency: the
+    training alone)."""
     lat = np.empty(len(facts))
     sm = np.empty(len(facts))
+    its = np.empty(len(facts))
     groups: dict[tuple[tuple[str, Any], ...], list[int]] = {}
     for i, f in enumerate(facts):
         groups.setdefault(tuple(sorted(f.overrides.items())), []).append(i)
-    for key, idx in groups.items():   # one plant per set of overrides, vectorised over points
+    for key, all_idx in groups.items():   # one plant per set of overrides, vectorised
         plant = SimulatedColocation(replace(params, **dict(key)))
+        p = plant.params
+        alone = [i for i in all_idx if math.isinf(facts[i].sleep_s)]   # no training at all
+        lat[alone] = p.idle_latency_ms(p.batch, plant.inference_mps_pct)
+        sm[alone], its[alone] = 0.0, math.nan
+        solo = [i for i in all_idx if math.isnan(facts[i].latency_ms)]  # no inference
+        m = np.array([facts[i].mps_pct for i in solo], float)
+        its[solo] = p.train_rate(m, 100.0, inference_running=False) / p.train_work_s
+        lat[solo], sm[solo] = math.nan, 100.0 * p.sm_fraction(m)
+        idx = [i for i in all_idx if i not in alone and i not in solo]
         s = np.array([facts[i].sleep_s for i in idx], float)
         m = np.array([facts[i].mps_pct for i in idx], float)
         lat[idx] = plant.expected_latency_ms(s, m)
         sm[idx] = 100.0 * np.asarray(plant.expected_sm_share(s, m))
-    return lat, sm
+        its[idx] = plant.expected_training_throughput(s, m)
+    return lat, sm, its
+
+
+def _err_pct(model: float, measured: float) -> float:
+    return 100 * (model - measured) / measured if measured else math.nan
 
 
 def fact_rows(facts: Sequence[Fact], params: ColocationParams, *, label: str = "measured"
               ) -> list[dict[str, Any]]:
     """The model's value for every fact next to the fact's own (``<label>_latency_ms`` ...)."""
-    lat, sm = model_values(facts, params)
+    lat, sm, its = model_values(facts, params)
     rows = []
-    for f, ml, ms in zip(facts, map(float, lat), map(float, sm)):
+    for f, ml, ms, mi in zip(facts, map(float, lat), map(float, sm), map(float, its)):
         rows.append({"case": f.name, "latency_ms": ml, f"{label}_latency_ms": f.latency_ms,
-                     "latency_err_pct": 100 * (ml - f.latency_ms) / f.latency_ms,
+                     "latency_err_pct": _err_pct(ml, f.latency_ms),
                      "sm_pct": ms, f"{label}_sm_pct": f.sm_pct,
-                     "sm_err_pct": 100 * (ms - f.sm_pct) / f.sm_pct if f.sm_pct else math.nan})
+                     "sm_err_pct": _err_pct(ms, f.sm_pct),
+                     "its": mi, f"{label}_its": f.its, "its_err_pct": _err_pct(mi, f.its)})
     return rows
 
 
@@ -166,9 +187,11 @@ def fit_facts(facts: Sequence[Fact], base: ColocationParams, *,
               label: str = "measured") -> FactFit:
     """Fit ``fields`` of ``base`` to ``facts`` (scipy least squares, start at ``base``).
 
-    Residuals: each fact's relative latency error, and its relative SM-share error times
+    Residuals: each fact's relative latency error, its relative SM-share error times
     ``sm_weight`` (none where the SM share is NaN or the weight 0; shares below
-    :data:`SM_FLOOR_PCT` % count as that much); ``extra(params)`` may add residuals (priors).
+    :data:`SM_FLOOR_PCT` % count as that much) and its relative training-rate error times
+    ``its_weight`` (none where the rate is NaN or the weight 0); ``extra(params)`` may add
+    residuals (priors).
     ``bounds`` overrides :data:`FIT_BOUNDS` per field. Fields that no residual depends on at
     the start (e.g. the time-slicing constants when every fact ran under MPS) are not fitted
     and listed in ``undetermined``. Raises ValueError for an unknown field, an empty fact
@@ -184,21 +207,30 @@ def fit_facts(facts: Sequence[Fact], base: ColocationParams, *,
     if not facts:
         raise ValueError("facts must not be empty")
     for fact in facts:
-        if not (math.isfinite(fact.latency_ms) and fact.latency_ms > 0):
-            raise ValueError(f"fact {fact.name!r}: latency_ms must be a number > 0, got "
+        alone = math.isnan(fact.latency_ms) and math.isfinite(fact.its) and fact.its > 0
+        if not (alone or (math.isfinite(fact.latency_ms) and fact.latency_ms > 0)):
+            raise ValueError(f"fact {fact.name!r}: latency_ms must be a number > 0 (or NaN "
+                             f"for the training alone, with its > 0), got "
                              f"{fact.latency_ms!r}")
     from scipy.optimize import least_squares
 
     lat_meas = np.array([f.latency_ms for f in facts], float)
+    lat_ok = np.isfinite(lat_meas)
+    lat_den = np.where(lat_ok, lat_meas, 1.0)
     sm_meas = np.array([f.sm_pct for f in facts], float)
     sm_w = np.array([f.sm_weight if math.isfinite(f.sm_pct) else 0.0 for f in facts], float)
     sm_den = np.maximum(np.where(np.isfinite(sm_meas), sm_meas, 1.0), SM_FLOOR_PCT)
+    its_meas = np.array([f.its for f in facts], float)
+    its_ok = np.isfinite(its_meas) & (its_meas > 0)
+    its_w = np.array([f.its_weight for f in facts], float) * its_ok
+    its_den = np.where(its_ok, its_meas, 1.0)
 
     def residuals_of(p: ColocationParams) -> np.ndarray:
-        lat, sm = model_values(facts, p)
-        res = np.empty(2 * len(facts))
-        res[0::2] = (lat - lat_meas) / lat_meas
-        res[1::2] = np.where(sm_w > 0, sm_w * (sm - sm_meas) / sm_den, 0.0)
+        lat, sm, its = model_values(facts, p)
+        res = np.empty(3 * len(facts))
+        res[0::3] = np.where(lat_ok, (lat - lat_den) / lat_den, 0.0)
+        res[1::3] = np.where(sm_w > 0, sm_w * (sm - sm_meas) / sm_den, 0.0)
+        res[2::3] = np.where(its_w > 0, its_w * (its - its_den) / its_den, 0.0)
         if extra is not None:
             res = np.concatenate([res, np.asarray(extra(p), float)])
         return res
@@ -225,7 +257,14 @@ def fit_facts(facts: Sequence[Fact], base: ColocationParams, *,
         values: dict[str, Any] = dict(zip(names, map(float, x)))
         return replace(base, **values)
 
-    sol = least_squares(lambda x: residuals_of(params_at(x)), x0, bounds=(lo, hi))
+    def residuals_at(x: np.ndarray) -> np.ndarray:
+        try:
+            p = params_at(x)
+        except ValueError:   # a combination the plant refuses (e.g. no time left to train)
+            return np.full(r0.size, 1e3)
+        return residuals_of(p)
+
+    sol = least_squares(residuals_at, x0, bounds=(lo, hi))
     values = dict(zip(names, map(float, sol.x)))
     tol = 1e-6 * (hi - lo)
     at_bound = tuple(n for n, v, a, b, t in zip(names, sol.x, lo, hi, tol)
@@ -237,7 +276,9 @@ def fit_facts(facts: Sequence[Fact], base: ColocationParams, *,
 
 def _stderr(sol: Any, names: Sequence[str]) -> dict[str, float]:
     """Standard errors of the fitted values: ``sqrt(diag(pinv(J'J)) * rss / dof)`` over the
-    residuals that carry information (rows of the Jacobian that are not all zero)."""
+    residuals that carry information (rows of the Jacobian that are not all zero); infinite
+    for a value no residual depends on at the solution (a zero column: the pseudo-inverse
+    would report 0, a perfectly pinned value, for one the data say nothing about)."""
     jac = np.asarray(sol.jac, float)
     live = np.any(jac != 0.0, axis=1)
     dof = int(live.sum()) - len(names)
@@ -245,7 +286,9 @@ def _stderr(sol: Any, names: Sequence[str]) -> dict[str, float]:
         return dict.fromkeys(names, math.nan)
     rss = float(np.sum(np.asarray(sol.fun, float)[live] ** 2))
     cov = np.linalg.pinv(jac[live].T @ jac[live]) * rss / dof
-    return {n: float(math.sqrt(max(v, 0.0))) for n, v in zip(names, np.diag(cov))}
+    dead = ~np.any(jac[live] != 0.0, axis=0)
+    return {n: math.inf if d else float(math.sqrt(max(v, 0.0)))
+            for n, v, d in zip(names, np.diag(cov), dead)}
 
 
 def _fig4_iteration_prior(p: ColocationParams) -> list[float]:
@@ -262,8 +305,25 @@ def fit_fig4() -> FactFit:
 
 # ---- calibrating a preset from records ----------------------------------------------------------
 #: Fields ``gpucontrol calibrate`` fits unless told otherwise: the Fig 4 set and the per-image
-#: compute cost, which differs most between GPUs.
+#: compute cost, which differs most between GPUs; :func:`default_fields` adds the laws that
+#: only some records pin.
 CALIBRATE_FIELDS = (*FIG4_FIT_FIELDS, "compute_ms_per_image")
+
+
+def default_fields(facts: Sequence[Fact]) -> tuple[str, ...]:
+    """:data:`CALIBRATE_FIELDS`, plus what the facts can pin beyond them: with measured
+    training rates, the training's slow-down by the inference (``train_interference``) and
+    the time lost to context switches (``timeslice_switch_loss``); with green-context facts,
+    how much pinning cuts the interference (``partition_interference``); with facts at more
+    than one batch size, the fixed per-batch cost (``compute_ms_fixed``)."""
+    extra: list[str] = []
+    if any(math.isfinite(f.its) and f.its_weight > 0 for f in facts):
+        extra += ["train_interference", "timeslice_switch_loss"]
+    if any(f.overrides.get("share_backend") == "green-context" for f in facts):
+        extra.append("partition_interference")
+    if len({f.overrides.get("batch") for f in facts}) > 1:
+        extra.append("compute_ms_fixed")
+    return (*CALIBRATE_FIELDS, *extra)
 
 
 def _rms(x: Sequence[float]) -> float:
@@ -277,63 +337,93 @@ def _max_abs(x: Sequence[float]) -> float:
 
 
 def calibrate(sources: Sequence[str | os.PathLike[str]], preset: str | os.PathLike[str], *,
-              fields: Sequence[str] = CALIBRATE_FIELDS, settle_periods: int = 2,
-              sleep_bin_s: float = 0.1, min_periods: int = 3, sm_weight: float = 1.0
+              fields: Sequence[str] | None = None, settle_periods: int = 2,
+              sleep_bin_s: float = 0.1, min_periods: int = 3, sm_weight: float = 1.0,
+              its_weight: float = 1.0, check: Sequence[str | os.PathLike[str]] = ()
               ) -> dict[str, Any]:
-    """Fit ``fields`` of ``preset`` (``"fig4"``, ``"fig8"`` or an earlier calibration file) to
-    the facts in the experiment records under ``sources`` (:func:`facts_from_records`; the
-    other options are :func:`facts_from_source`'s). Returns the calibration document that
-    ``gpucontrol calibrate`` writes as calibration.json and that ``--preset`` accepts: the base
-    preset, the ``overrides`` to apply on it, the fit, the sources and, per fact, the measured
-    value next to the base preset's and the calibrated model's.
+    """Fit ``fields`` of ``preset`` (``"fig4"``, ``"fig8"``, ``"h100"`` or an earlier
+    calibration file; None: :func:`default_fields`) to the facts in the experiment records
+    under ``sources`` (:func:`facts_from_records`; the other options are
+    :func:`facts_from_source`'s). The set-up the records state (the device's SM count and
+    partition granularity, the training kernel's blocks, the resize delay and downtime:
+    ``MeasuredFacts.setup``) is applied to the preset first. Returns the calibration document
+    that ``gpucontrol calibrate`` writes as calibration.json and that ``--preset`` accepts: the
+    base preset, the ``overrides`` to apply on it, the fit with standard errors, the sources
+    and, per fact, the measured value next to the base preset's and the calibrated model's.
+    The records under ``check`` are compared with both models but not fitted (``"fitted":
+    false`` in their facts; their errors summarised apart, ``check_summary``): a regime the
+    physics does not describe, or held-out data.
     """
     start_over = preset_overrides(preset)
     base_name = base_preset_name(preset)
-    names = tuple(fields)
+    options = {"settle_periods": settle_periods, "sleep_bin_s": sleep_bin_s,
+               "min_periods": min_periods, "sm_weight": sm_weight, "its_weight": its_weight}
+    mf = facts_from_records(sources, **options)
+    names = default_fields(mf.facts) if fields is None else tuple(fields)
     unknown = [f for f in names if f not in FIT_BOUNDS]
     if not names or unknown:
         raise ValueError(f"fields must be a non-empty subset of {sorted(FIT_BOUNDS)}, got "
                          f"{list(names)!r}")
-    options = {"settle_periods": settle_periods, "sleep_bin_s": sleep_bin_s,
-               "min_periods": min_periods, "sm_weight": sm_weight}
-    mf = facts_from_records(sources, **options)
-    base = replace(ColocationParams(), **start_over)
+    setup = {k: v["value"] for k, v in mf.setup.items()}
+    base = replace(ColocationParams(), **{**start_over, **setup})
     fit = fit_facts(mf.facts, base, fields=names)
     before = fact_rows(mf.facts, base)
-    over = {k: v for k, v in start_over.items() if PRESETS[base_name].get(k, None) != v}
+    over = {k: v for k, v in {**start_over, **setup}.items()
+            if PRESETS[base_name].get(k, None) != v}
     over.update(fit.values)
-    facts = []
-    for f, d, b, a in zip(mf.facts, mf.details, before, fit.rows):
-        facts.append({
-            "case": f.name, "overrides": dict(f.overrides), "sleep_s": f.sleep_s,
-            "mps_pct": f.mps_pct, "periods": d["periods"], "run": d["run"],
-            "source": d["source"], "latency_sd_ms": d["latency_sd_ms"],
-            "measured_latency_ms": f.latency_ms, "base_latency_ms": b["latency_ms"],
-            "base_latency_err_pct": b["latency_err_pct"], "latency_ms": a["latency_ms"],
-            "latency_err_pct": a["latency_err_pct"], "measured_sm_pct": f.sm_pct,
-            "base_sm_pct": b["sm_pct"], "base_sm_err_pct": b["sm_err_pct"],
-            "sm_pct": a["sm_pct"], "sm_err_pct": a["sm_err_pct"], "sm_weight": f.sm_weight})
+    facts = [_fact_entry(f, d, b, a) for f, d, b, a in zip(mf.facts, mf.details, before,
+                                                            fit.rows)]
+    checked: list[dict[str, Any]] = []
+    if check:
+        cf = facts_from_records(check, **options)
+        values: dict[str, Any] = dict(fit.values)
+        fitted_params = replace(base, **values)
+        checked = [{**_fact_entry(f, d, b, a), "fitted": False} for f, d, b, a in zip(
+            cf.facts, cf.details, fact_rows(cf.facts, base), fact_rows(cf.facts, fitted_params))]
+        mf.sources.extend({**x, "checked": True} for x in cf.sources)
     fitted = {n: {"value": v, "start": fit.start[n], "stderr": fit.stderr.get(n, math.nan),
                   "change_pct": 100.0 * (v / fit.start[n] - 1.0) if fit.start[n] else math.nan,
                   "at_bound": n in fit.at_bound, "bounds": list(FIT_BOUNDS[n])}
               for n, v in fit.values.items()}
-    n_res = len(mf.facts) + sum(1 for f in mf.facts
-                                if math.isfinite(f.sm_pct) and f.sm_weight > 0)
+    n_res = sum(1 + (math.isfinite(f.sm_pct) and f.sm_weight > 0)
+                + (math.isfinite(f.its) and f.its_weight > 0) for f in mf.facts)
     return {
         "kind": CALIBRATION_KIND, "version": 1, "base_preset": base_name,
         "started_from": str(preset), "overrides": over, "fitted": fitted,
-        "undetermined": list(fit.undetermined),
+        "undetermined": list(fit.undetermined), "setup": mf.setup,
         "fit": {"success": fit.success, "nfev": fit.nfev, "cost": fit.cost,
-                "message": fit.message, "facts": len(mf.facts), "residuals": n_res,
+                "message": fit.message, "facts": len(mf.facts), "residuals": int(n_res),
                 "fields": len(fit.values)},
-        "summary": {
-            "latency_err_pct_rms_base": _rms([r["base_latency_err_pct"] for r in facts]),
-            "latency_err_pct_rms": _rms([r["latency_err_pct"] for r in facts]),
-            "latency_err_pct_max_base": _max_abs([r["base_latency_err_pct"] for r in facts]),
-            "latency_err_pct_max": _max_abs([r["latency_err_pct"] for r in facts]),
-            "sm_err_pct_rms_base": _rms([r["base_sm_err_pct"] for r in facts]),
-            "sm_err_pct_rms": _rms([r["sm_err_pct"] for r in facts])},
-        "options": {"fields": list(names), **options},
+        "summary": _summary(facts),
+        **({"check_summary": _summary(checked)} if checked else {}),
+        "options": {"fields": list(names), **options, "check": [str(c) for c in check]},
         "sources": mf.sources,
-        "facts": facts,
+        "facts": facts + checked,
     }
+
+
+def _fact_entry(f: Fact, d: Mapping[str, Any], b: Mapping[str, Any], a: Mapping[str, Any]
+                ) -> dict[str, Any]:
+    """One fact of the calibration document: where it came from, measured, base, calibrated."""
+    return {
+        "case": f.name, "fitted": True, "overrides": dict(f.overrides), "sleep_s": f.sleep_s,
+        "mps_pct": f.mps_pct, "periods": d["periods"], "run": d["run"],
+        "source": d["source"], "latency_sd_ms": d["latency_sd_ms"],
+        "measured_latency_ms": f.latency_ms, "base_latency_ms": b["latency_ms"],
+        "base_latency_err_pct": b["latency_err_pct"], "latency_ms": a["latency_ms"],
+        "latency_err_pct": a["latency_err_pct"], "measured_sm_pct": f.sm_pct,
+        "base_sm_pct": b["sm_pct"], "base_sm_err_pct": b["sm_err_pct"],
+        "sm_pct": a["sm_pct"], "sm_err_pct": a["sm_err_pct"], "sm_weight": f.sm_weight,
+        "measured_its": f.its, "base_its": b["its"], "base_its_err_pct": b["its_err_pct"],
+        "its": a["its"], "its_err_pct": a["its_err_pct"], "its_weight": f.its_weight,
+        **{k: d[k] for k in ("its_counted", "its_note") if k in d}}
+
+
+def _summary(facts: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    out = {}
+    for q in ("latency", "sm", "its"):
+        out[f"{q}_err_pct_rms_base"] = _rms([r[f"base_{q}_err_pct"] for r in facts])
+        out[f"{q}_err_pct_rms"] = _rms([r[f"{q}_err_pct"] for r in facts])
+        out[f"{q}_err_pct_max_base"] = _max_abs([r[f"base_{q}_err_pct"] for r in facts])
+        out[f"{q}_err_pct_max"] = _max_abs([r[f"{q}_err_pct"] for r in facts])
+    return out

@@ -14,7 +14,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -23,12 +23,15 @@ import numpy as np
 from harness.results import read_csv
 from harness.sim.simulated import preset_overrides
 
-__all__ = ["COLUMN_RANGES", "RECORD_FILES", "Fact", "MeasuredFacts", "RecordSource",
-           "facts_from_records", "facts_from_source", "find_records"]
+__all__ = ["COLUMN_RANGES", "GPU_SLEEP_NOTE", "RECORD_FILES", "Fact",
+           "MeasuredFacts", "RecordSource", "facts_from_records", "facts_from_source",
+           "find_records"]
 
 
 class Fact(NamedTuple):
-    """One operating point with what was measured (or published) there."""
+    """One operating point with what was measured (or published) there. An infinite
+    ``sleep_s`` is the inference alone (the training never runs); a NaN ``latency_ms`` with a
+    training rate ``its`` is the training alone (no inference)."""
 
     name: str
     #: :class:`ColocationParams` overrides that hold at this point (``mps_enabled``, ``batch``...)
@@ -40,6 +43,10 @@ class Fact(NamedTuple):
     sm_pct: float = math.nan
     #: weight of the SM share's relative error against the latency's (weight 1)
     sm_weight: float = 1.0
+    #: training iterations per second, NaN when not measured
+    its: float = math.nan
+    #: weight of the training rate's relative error against the latency's
+    its_weight: float = 1.0
 
 
 # ---- facts from measured experiment records -----------------------------------------------------
@@ -53,14 +60,16 @@ RECORD_FILES: dict[str, str] = {"knobs": "knobs.csv", "identify": "identify_peri
 COLUMN_RANGES: dict[str, tuple[float, float]] = {
     "latency_ms": (0.0, math.inf), "sleep_s": (0.0, math.inf), "mps_pct": (1.0, 100.0),
     "inference_mps_pct": (1.0, 100.0), "batch": (1.0, 4096.0), "count": (0.0, math.inf),
-    "training_sm_share": (0.0, 1.0)}
+    "training_sm_share": (0.0, 1.0), "training_throughput": (0.0, math.inf)}
 
 
-def _check_rows(csv: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+def _check_rows(csv: Path, rows: Sequence[Mapping[str, Any]], skip: Sequence[str] = ()
+                ) -> None:
     """Refuse a number column holding text (a damaged or foreign file) or a value outside
-    :data:`COLUMN_RANGES`, naming the file, line, column and range."""
+    :data:`COLUMN_RANGES`, naming the file, line, column and range; columns in ``skip`` (not
+    used by the fit) are not read."""
     for i, row in enumerate(rows):
-        for c in (*COLUMN_RANGES, "t_start_s"):
+        for c in (*(k for k in COLUMN_RANGES if k not in skip), "t_start_s"):
             v = row.get(c)
             if isinstance(v, str):
                 raise ValueError(f"source {str(csv)!r}: line {i + 2}: {c} is {v!r}, not a "
@@ -70,8 +79,10 @@ def _check_rows(csv: Path, rows: Sequence[Mapping[str, Any]]) -> None:
             lo, hi = COLUMN_RANGES[c]
             if not lo <= float(v) <= hi or not math.isfinite(float(v)):
                 rng = f"[{lo:g}, {hi:g}]" if math.isfinite(hi) else f"[{lo:g}, inf)"
+                hint = ("; --sm-weight 0 leaves the SM share out of the fit"
+                        if c == "training_sm_share" else "")
                 raise ValueError(f"source {str(csv)!r}: line {i + 2}: {c} is {v:g}, outside "
-                                 f"its range {rng}")
+                                 f"its range {rng}{hint}")
 
 
 @dataclass(frozen=True)
@@ -114,7 +125,9 @@ def find_records(source: str | os.PathLike[str]) -> list[RecordSource]:
                 meta = _read_meta(cand)
                 break
         return [RecordSource(p, meta, read_csv(p))]
-    out = []
+    from harness.sim.hardware_facts import hardware_sources
+
+    out = hardware_sources(p)
     for m in sorted(p.glob("*_meta.json")) + sorted(p.glob("*/*_meta.json")):
         meta = _read_meta(m)
         name = RECORD_FILES.get(str(meta.get("experiment")))
@@ -124,7 +137,9 @@ def find_records(source: str | os.PathLike[str]) -> list[RecordSource]:
         raise ValueError(
             f"source {str(source)!r}: no experiment records found (expected an "
             f"<experiment>_meta.json with its per-period CSV — "
-            f"{', '.join(RECORD_FILES.values())} — in the folder or one level below)")
+            f"{', '.join(RECORD_FILES.values())} — or the GPU harness's spatial study "
+            f"(meta.json, levels.csv) or smoke run (inference.jsonl), in the folder or one "
+            f"level below)")
     return out
 
 
@@ -209,10 +224,12 @@ class MeasuredFacts:
     facts: list[Fact]
     details: list[dict[str, Any]]
     sources: list[dict[str, Any]]
+    #: plant set-up the records state: field -> ``{"value", "source", "how"}``
+    setup: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _check_options(settle_periods: Any, sleep_bin_s: Any, min_periods: Any,
-                   sm_weight: Any) -> None:
+                   sm_weight: Any, its_weight: Any = 1.0) -> None:
     def integer(name: str, v: Any, lo: int) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
@@ -227,6 +244,7 @@ def _check_options(settle_periods: Any, sleep_bin_s: Any, min_periods: Any,
     number("sleep_bin_s", sleep_bin_s, 0.0, True)
     integer("min_periods", min_periods, 1)
     number("sm_weight", sm_weight, 0.0, False)
+    number("its_weight", its_weight, 0.0, False)
 
 
 def _operating_point(r: Mapping[str, Any], defaults: Mapping[str, Any]
@@ -257,9 +275,31 @@ def _steady(knobs: Sequence[tuple[Any, ...]], restarting: Sequence[bool], settle
     return out
 
 
+#: Why a GPU record's training rate at a positive sleep is left out of a fact.
+GPU_SLEEP_NOTE = ("left out: the GPU harness counts an iteration in a period only when its "
+                  "log row, written after the sleep, arrives before the period ends, so "
+                  "periods with a sleep under-count")
+
+
+def _group_its(rs: Sequence[Mapping[str, Any]], sleep_s: float, gpu: bool
+               ) -> tuple[float, dict[str, Any]]:
+    """The training rate of a group of periods (iterations/s, NaN when not recorded or, on
+    the GPU harness, biased by a sleep: :data:`GPU_SLEEP_NOTE`) and its details."""
+    its = np.array([_num(r, "training_throughput") for r in rs])
+    its = its[np.isfinite(its)]
+    if not its.size:
+        return math.nan, {}
+    mean = float(its.mean())
+    if gpu and sleep_s > 1e-9:
+        return math.nan, {"its_counted": mean, "its_note": GPU_SLEEP_NOTE}
+    return mean, {"its_counted": mean}
+
+
 def _group_fact(label: str, key: tuple[Any, ...], rs: Sequence[Mapping[str, Any]],
-                show_batch: bool, sm_weight: float, csv: Path) -> tuple[Fact, dict[str, Any]]:
-    """The fact of one group of steady periods and its details."""
+                show_batch: bool, weights: tuple[float, float], csv: Path, gpu: bool
+                ) -> tuple[Fact, dict[str, Any]]:
+    """The fact of one group of steady periods and its details; ``weights``: the SM share's
+    and the training rate's."""
     name, mps_on, b, ci, m, _sk = key
     lat = np.array([_num(r, "latency_ms") for r in rs])
     w = np.array([_num(r, "count") for r in rs])
@@ -276,19 +316,23 @@ def _group_fact(label: str, key: tuple[Any, ...], rs: Sequence[Mapping[str, Any]
     text = (f"{label}{'/' + name if name else ''}: sleep {float(s.mean()):.2f} s, "
             f"MPS {m:g} %" + ("" if mps_on else " (no MPS)")
             + (f", batch {int(b)}" if show_batch and b is not None else ""))
+    its, its_detail = _group_its(rs, float(s.mean()), gpu)
     fact = Fact(text, over, float(s.mean()), float(m), mean_lat,
-                float(sm.mean()) if sm.size else math.nan, float(sm_weight))
+                float(sm.mean()) if sm.size and weights[0] > 0 else math.nan,
+                float(weights[0]), its, float(weights[1]))
     detail = {"source": str(csv), "run": name, "periods": len(rs),
               "latency_sd_ms": float(np.std(lat, ddof=1)) if len(rs) > 1 else math.nan,
               "sleep_min_s": float(s.min()), "sleep_max_s": float(s.max()),
-              "sm_periods": int(sm.size)}
+              "sm_periods": int(sm.size), **its_detail}
     return fact, detail
 
 
 def facts_from_source(src: RecordSource, *, label: str | None = None, settle_periods: int = 2,
-                      sleep_bin_s: float = 0.1, min_periods: int = 3, sm_weight: float = 1.0
+                      sleep_bin_s: float = 0.1, min_periods: int = 3, sm_weight: float = 1.0,
+                      its_weight: float = 1.0
                       ) -> tuple[list[Fact], list[dict[str, Any]], dict[str, Any]]:
-    """Facts from one experiment's per-period records.
+    """Facts from one experiment's per-period records (the spatial study's per-level records:
+    and smoke runs: :mod:`harness.sim.hardware_facts`).
 
     Every number column must hold a number in its :data:`COLUMN_RANGES` range or be empty
     (ValueError naming the file, line, column and range otherwise). A period is steady when
@@ -299,8 +343,10 @@ def facts_from_source(src: RecordSource, *, label: str | None = None, settle_per
     and the sleep. In a run whose sleep changes nearly every period (the white-noise
     excitation of ``identify``, a closed loop) a sleep change is not a knob change and the
     sleep is binned by ``sleep_bin_s``. Each group of at least ``min_periods`` periods is a
-    fact: mean latency (weighted by the batches counted, where known), mean sleep and mean
-    training SM share (NaN when not recorded).
+    fact: mean latency (weighted by the batches counted, where known), mean sleep, mean
+    training SM share (NaN when not recorded or ``sm_weight`` is 0: the column is then not
+    read) and mean training rate (NaN when not recorded, or on the GPU harness with a sleep:
+    :data:`GPU_SLEEP_NOTE`).
 
     Parameters
     ----------
@@ -316,13 +362,20 @@ def facts_from_source(src: RecordSource, *, label: str | None = None, settle_per
         Fewest steady periods that make a fact (>= 1).
     sm_weight : float
         Weight of each fact's SM share in the fit (>= 0).
+    its_weight : float
+        Weight of each fact's training rate in the fit (>= 0).
 
     Returns
     -------
     tuple[list[Fact], list[dict], dict]
         The facts, per-fact details and a per-source account of the periods.
     """
-    _check_options(settle_periods, sleep_bin_s, min_periods, sm_weight)
+    _check_options(settle_periods, sleep_bin_s, min_periods, sm_weight, its_weight)
+    from harness.sim.hardware_facts import READERS
+
+    if src.experiment in READERS:
+        return READERS[src.experiment](src, label=label, sm_weight=sm_weight,
+                                       its_weight=its_weight)
     rows = src.rows
     lab = src.experiment if label is None else label
     cols = set().union(*(r.keys() for r in rows)) if rows else set()
@@ -330,7 +383,7 @@ def facts_from_source(src: RecordSource, *, label: str | None = None, settle_per
     if rows and missing:
         raise ValueError(f"source {str(src.csv)!r}: column(s) {', '.join(missing)} missing; "
                          f"per-period records need latency_ms, sleep_s and mps_pct")
-    _check_rows(src.csv, rows)
+    _check_rows(src.csv, rows, () if sm_weight > 0 else ("training_sm_share",))
     defaults = _source_defaults(src.meta)
     count = {"periods": len(rows), "restarting": 0, "settling": 0, "no_latency": 0,
              "thin": 0, "used": 0}
@@ -373,7 +426,8 @@ def facts_from_source(src: RecordSource, *, label: str | None = None, settle_per
             count["thin"] += len(rs)
             continue
         count["used"] += len(rs)
-        fact, detail = _group_fact(lab, key, rs, len(batches) > 1, sm_weight, src.csv)
+        fact, detail = _group_fact(lab, key, rs, len(batches) > 1, (sm_weight, its_weight),
+                                   src.csv, src.meta.get("plant") == "gpu")
         facts.append(fact)
         details.append(detail)
     if not facts:
@@ -403,6 +457,7 @@ def facts_from_records(sources: Sequence[str | os.PathLike[str]], **options: Any
     facts: list[Fact] = []
     details: list[dict[str, Any]] = []
     infos: list[dict[str, Any]] = []
+    setup: dict[str, dict[str, Any]] = {}
     for src in found:
         seen[src.experiment] = seen.get(src.experiment, 0) + 1
         lab = src.experiment + (f"#{seen[src.experiment]}" if seen[src.experiment] > 1 else "")
@@ -410,4 +465,8 @@ def facts_from_records(sources: Sequence[str | os.PathLike[str]], **options: Any
         facts += f
         details += d
         infos.append(info)
-    return MeasuredFacts(facts, details, infos)
+        if src.experiment == "spatial":
+            from harness.sim.hardware_facts import spatial_setup
+
+            setup.update(spatial_setup(src))
+    return MeasuredFacts(facts, details, infos, setup)

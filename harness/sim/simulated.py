@@ -10,26 +10,30 @@ their sources: docs/simulated_plant.md).
   (InSS, Sec. 4.1), slowed by a smaller SM share with diminishing returns
   ``eff(c) = (1 - exp(-c / c_sat)) / (1 - exp(-1 / c_sat))``; bigger batches need more SMs
   to saturate, ``c_sat = k_sat * sqrt(b)``.
-* **Contention under MPS.** While the training process computes, it holds an SM share
-  ``a = c_t**g / (c_t**g + w c_i**g)`` (``c_t``: its MPS cap; a relative-share model: the
-  inference's continuous kernel stream wins contested SMs, ``w > 1``), never above its cap.
-  The inference then computes on ``min(c_i, 1 - a)`` of the SMs and suffers memory/L2
-  interference ``(1 + alpha(b) a)`` (the multiplicative form of InSS, Sec. 4.1), with
-  ``alpha(b) = k_int / sqrt(b)``: the fixed per-kernel waiting weighs less on long batches.
-* **Time slicing** (``mps_enabled=False``, the Fig 4 "Sleep" run): while training runs the
-  inference gets a fraction ``q_i`` of the GPU time.
+* **Sharing the GPU** (:mod:`harness.sim.physics`, which states the laws): under MPS the two
+  run concurrently and contend for SMs — the training holds ``a = c**g / (c**g + w c_i**g)``
+  of them (``c``: its MPS cap or green-context partition; never above ``c``), the inference
+  computes on ``min(c_i, 1 - a)`` with memory/L2 interference ``(1 + alpha(b) a)`` (the
+  multiplicative form of InSS, Sec. 4.1); without MPS the GPU time-slices, the inference
+  getting a fraction ``q_i`` of the time whatever the training's partition. Four backends
+  (:data:`BACKENDS`): ``mps-restart``, ``sleep`` (time-sliced, the share unused),
+  ``green-context`` (time-sliced, partitions confine the training only) and
+  ``green-context+mps``.
 * **Training** does ``W`` seconds of full-GPU work per iteration (log-normal jitter), so one
-  iteration takes ``W / a``; after each iteration it sleeps ``s`` seconds. Its duty cycle is
+  iteration takes ``W / rate``; after each iteration it sleeps ``s`` seconds. Its duty cycle is
   ``t_iter / (t_iter + s)`` — hyperbolic in ``s``, and weaker the slower the iteration (low MPS).
 * **Latency** is measured per batch; batches run back to back (closed loop), each taking its
   log-normal work at the current speed. The period mean is therefore the count-weighted
   (harmonic) mix ``1 / (d / l_busy + (1 - d) / l_idle)`` plus noise — and phase aliasing
   between training iterations and the 4 s control period, as on a real GPU.
-* **Resizing.** A change of the training MPS restarts the training process (``restart_s``,
-  default 7 s; the GPUColo paper measured 5–15 s): it holds no SMs and makes no progress meanwhile,
-  losing its partial iteration; inference keeps running. A change of the inference MPS (only
-  GSLICE-extended does this) restarts the inference process: no batches complete for
-  ``inference_restart_s``.
+* **Resizing.** With an MPS cap, a change of the training share restarts the training process
+  ``resize_delay_s`` after the command (0; a shadow process pre-started at the new share, as
+  the GPU harness does, takes ~2 s on an H100): it holds no SMs and makes no progress for
+  ``restart_s`` (default 7 s; the GPUColo paper measured 5–15 s; 0 with the shadow),
+  losing its partial iteration; inference keeps running. A green-context partition changes
+  without a restart: the training takes the new partition at its next iteration. A change of
+  the inference MPS (only GSLICE-extended does this) restarts the inference process: no
+  batches complete for ``inference_restart_s``.
 * Optional one-period measurement delay; all randomness from one seeded generator.
 
 Noise-free views of the same physics (``expected_latency_ms``, ``local_gain``,
@@ -39,221 +43,30 @@ truth.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
+from dataclasses import asdict, fields, replace
 from typing import Any
 
 import numpy as np
 
 from harness.sim.checks import integer, number, numbers_in
+from harness.sim.physics import BACKENDS, ColocationParams, backend_overrides
+from harness.sim.presets import (
+    CALIBRATION_KIND,
+    PRESETS,
+    SUGGESTED_SLO_MS,
+    base_preset_name,
+    preset_overrides,
+    suggested_slo_ms,
+)
 from harness.sim.protocol import PeriodResult, actuation_knobs, free_resize_of
 
-__all__ = ["CALIBRATION_KIND", "PRESETS", "ColocationParams", "SimulatedColocation",
-           "base_preset_name", "preset_overrides"]
+__all__ = ["BACKENDS", "CALIBRATION_KIND", "PRESETS", "SUGGESTED_SLO_MS", "ColocationParams",
+           "SimulatedColocation", "backend_overrides", "base_preset_name", "preset_overrides",
+           "suggested_slo_ms"]
 
 ArrayLike = Any
-
-
-@dataclass(frozen=True)
-class ColocationParams:
-    """Every parameter of :class:`SimulatedColocation` (values and sources:
-    docs/simulated_plant.md). Defaults are the Fig 8/9 preset (ResNet-50 batch 105 with a
-    Wide ResNet-101 training job on an RTX 3090)."""
-
-    # inference workload -------------------------------------------------------------------
-    batch: int = 105
-    inference_mps_pct: float = 100.0
-    transfer_ms_fixed: float = 0.3
-    transfer_ms_per_image: float = 0.05
-    compute_ms_fixed: float = 1.6
-    compute_ms_per_image: float = 0.62
-    noise_sigma: float = 0.02
-    # GPU sharing (fitted to the GPUColo paper, Fig. 4) ----------------------------------------
-    mps_enabled: bool = True
-    saturation_per_sqrt_image: float = 0.0905
-    interference_sqrt_image: float = 11.5
-    inference_weight: float = 1.62
-    contention_exponent: float = 2.88
-    timeslice_inference_share: float = 0.64
-    timeslice_train_occupancy: float = 0.645
-    # training workload ----------------------------------------------------------------------
-    train_work_s: float = 0.2
-    iteration_jitter: float = 0.05
-    # overheads and measurement ------------------------------------------------------------------
-    restart_s: float = 7.0
-    inference_restart_s: float = 7.0
-    measurement_delay: int = 0
-    keep_samples: bool = False
-
-    def __post_init__(self) -> None:
-        def num(name: str, lo: float, hi: float, *, lo_open: bool = False) -> None:
-            v = getattr(self, name)
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            ok = ok and (v > lo if lo_open else v >= lo) and v <= hi
-            if not ok:
-                rng = f"({lo}, {hi}]" if lo_open else f"[{lo}, {hi}]"
-                raise ValueError(f"{name} must be a number in {rng}, got {v!r}")
-
-        if not (isinstance(self.batch, (int, np.integer)) and 1 <= self.batch <= 4096):
-            raise ValueError(f"batch must be an integer in [1, 4096], got {self.batch!r}")
-        num("inference_mps_pct", 1.0, 100.0)
-        for n in ("transfer_ms_fixed", "transfer_ms_per_image", "compute_ms_fixed"):
-            num(n, 0.0, 1e4)
-        num("compute_ms_per_image", 0.0, 1e4, lo_open=True)
-        num("noise_sigma", 0.0, 1.0)
-        num("saturation_per_sqrt_image", 0.0, 10.0, lo_open=True)
-        num("interference_sqrt_image", 0.0, 1e3)
-        num("inference_weight", 0.0, 1e3, lo_open=True)
-        num("contention_exponent", 0.1, 10.0)
-        num("timeslice_inference_share", 0.0, 1.0, lo_open=True)
-        num("timeslice_train_occupancy", 0.0, 1.0)
-        num("train_work_s", 0.0, 1e3, lo_open=True)
-        num("iteration_jitter", 0.0, 1.0)
-        num("restart_s", 0.0, 600.0)
-        num("inference_restart_s", 0.0, 600.0)
-        if self.measurement_delay not in (0, 1):
-            raise ValueError(f"measurement_delay must be 0 or 1 periods, got "
-                             f"{self.measurement_delay!r}")
-        if self.timeslice_inference_share >= 1.0:
-            raise ValueError("timeslice_inference_share must be < 1 (training needs some time)")
-
-    # ---- the physics, vectorised ---------------------------------------------------------------
-    def saturation(self, batch: ArrayLike) -> np.ndarray:
-        """SM fraction scale at which the inference's speed saturates, ``k_sat sqrt(b)``."""
-        return self.saturation_per_sqrt_image * np.sqrt(np.asarray(batch, dtype=float))
-
-    def efficiency(self, share: ArrayLike, batch: ArrayLike) -> np.ndarray:
-        """Inference speed with an SM share, relative to the whole GPU (1 at share 1)."""
-        cs = self.saturation(batch)
-        c = np.clip(np.asarray(share, dtype=float), 1e-6, 1.0)
-        return (1.0 - np.exp(-c / cs)) / (1.0 - np.exp(-1.0 / cs))
-
-    def interference(self, batch: ArrayLike) -> np.ndarray:
-        """Memory/L2 interference coefficient ``alpha(b) = k_int / sqrt(b)``."""
-        return self.interference_sqrt_image / np.sqrt(np.asarray(batch, dtype=float))
-
-    def transfer_ms(self, batch: ArrayLike) -> np.ndarray:
-        return self.transfer_ms_fixed + self.transfer_ms_per_image * np.asarray(batch, float)
-
-    def compute_ms(self, batch: ArrayLike) -> np.ndarray:
-        return self.compute_ms_fixed + self.compute_ms_per_image * np.asarray(batch, float)
-
-    def train_share(self, mps_pct: ArrayLike, inference_mps_pct: ArrayLike,
-                    inference_running: bool = True) -> np.ndarray:
-        """SM share the training holds while it computes (MPS mode)."""
-        ct = np.clip(np.asarray(mps_pct, dtype=float) / 100.0, 0.01, 1.0)
-        if not inference_running:
-            return ct
-        ci = np.clip(np.asarray(inference_mps_pct, dtype=float) / 100.0, 0.01, 1.0)
-        g = self.contention_exponent
-        a = ct ** g / (ct ** g + self.inference_weight * ci ** g)
-        return np.minimum(a, ct)
-
-    def idle_latency_ms(self, batch: ArrayLike, inference_mps_pct: ArrayLike) -> np.ndarray:
-        """Per-batch latency while the training is not computing."""
-        ci = np.asarray(inference_mps_pct, dtype=float) / 100.0 if self.mps_enabled else 1.0
-        return self.transfer_ms(batch) + self.compute_ms(batch) / self.efficiency(ci, batch)
-
-    def busy_latency_ms(self, batch: ArrayLike, mps_pct: ArrayLike,
-                        inference_mps_pct: ArrayLike) -> np.ndarray:
-        """Per-batch latency while the training computes."""
-        if not self.mps_enabled:
-            return self.idle_latency_ms(batch, 100.0) / self.timeslice_inference_share
-        ci = np.clip(np.asarray(inference_mps_pct, dtype=float) / 100.0, 0.01, 1.0)
-        a = self.train_share(mps_pct, inference_mps_pct)
-        share = np.minimum(ci, 1.0 - a)
-        return self.transfer_ms(batch) + (self.compute_ms(batch) / self.efficiency(share, batch)
-                                          * (1.0 + self.interference(batch) * a))
-
-    def train_rate(self, mps_pct: ArrayLike, inference_mps_pct: ArrayLike,
-                   inference_running: bool = True) -> np.ndarray:
-        """Full-GPU work seconds the training does per second while computing."""
-        if not self.mps_enabled:
-            r = 1.0 - self.timeslice_inference_share if inference_running else 1.0
-            return np.broadcast_to(np.asarray(r, float), np.shape(mps_pct)).astype(float)
-        return self.train_share(mps_pct, inference_mps_pct, inference_running)
-
-    def train_sm_reading(self, mps_pct: ArrayLike, inference_mps_pct: ArrayLike,
-                         inference_running: bool = True) -> np.ndarray:
-        """SM fraction the training occupies while computing (what a %smid sampler reads)."""
-        if not self.mps_enabled:
-            return np.broadcast_to(np.asarray(self.timeslice_train_occupancy, float),
-                                   np.shape(mps_pct)).astype(float)
-        return self.train_share(mps_pct, inference_mps_pct, inference_running)
-
-
-#: Named presets: overrides of :class:`ColocationParams`.
-PRESETS: dict[str, dict[str, Any]] = {
-    # GPUColo paper, Fig. 4: ResNet-50 inference (small batch) with the CUDA matmul training
-    # emulator
-    # (iteration ~0.2 s), both at MPS 80 %.
-    "fig4": {"batch": 5, "inference_mps_pct": 80.0, "train_work_s": 0.085, "noise_sigma": 0.03},
-    # GPUColo paper, Figs. 8/9: ResNet-50 batch 105 (115 in the burst), inference MPS 100 %, Wide
-    # ResNet-101 training (iteration 0.5-0.8 s when co-located at MPS 80-100 %).
-    "fig8": {"batch": 105, "inference_mps_pct": 100.0, "train_work_s": 0.2, "noise_sigma": 0.02},
-}
-
-
-#: The ``kind`` field of a calibration file written by ``gpucontrol calibrate``.
-CALIBRATION_KIND = "gpucontrol.plant-calibration"
-
-
-def _preset_error(preset: Any, why: str = "") -> ValueError:
-    return ValueError(f"preset must be one of {sorted(PRESETS)} or the path of a "
-                      f"calibration.json written by 'gpucontrol calibrate', got {preset!r}"
-                      + (f" ({why})" if why else ""))
-
-
-def _read_calibration(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"preset {str(path)!r}: not a readable JSON file ({exc})") from None
-    if not isinstance(data, dict) or data.get("kind") != CALIBRATION_KIND:
-        raise ValueError(f"preset {str(path)!r}: not a calibration written by 'gpucontrol "
-                         f"calibrate' (its field 'kind' must be {CALIBRATION_KIND!r})")
-    base = data.get("base_preset")
-    if base not in PRESETS:
-        raise ValueError(f"preset {str(path)!r}: field 'base_preset' must be one of "
-                         f"{sorted(PRESETS)}, got {base!r}")
-    over = data.get("overrides")
-    if not isinstance(over, dict):
-        raise ValueError(
-            f"preset {str(path)!r}: field 'overrides' must be an object of "
-            f"ColocationParams fields, got {over!r}")
-    known = {f.name for f in fields(ColocationParams)}
-    bad = sorted(set(over) - known)
-    if bad:
-        raise ValueError(f"preset {str(path)!r}: field 'overrides' names unknown plant "
-                         f"parameter(s) {', '.join(bad)}")
-    return data
-
-
-def preset_overrides(preset: str | os.PathLike[str]) -> dict[str, Any]:
-    """The :class:`ColocationParams` overrides of a named preset (``"fig4"``, ``"fig8"``) or
-    of a calibration file written by ``gpucontrol calibrate`` (its base preset's overrides,
-    then its fitted ones). Raises ValueError naming what is wrong."""
-    if isinstance(preset, str) and preset in PRESETS:
-        return dict(PRESETS[preset])
-    if not isinstance(preset, (str, os.PathLike)) or not str(preset):
-        raise _preset_error(preset)
-    path = Path(preset)
-    if not path.is_file():
-        raise _preset_error(preset, "no such file" if path.suffix or os.sep in str(preset)
-                            else "")
-    data = _read_calibration(path)
-    return {**PRESETS[data["base_preset"]], **data["overrides"]}
-
-
-def base_preset_name(preset: str | os.PathLike[str]) -> str:
-    """The named preset behind ``preset``: itself, or a calibration file's base preset."""
-    if isinstance(preset, str) and preset in PRESETS:
-        return preset
-    preset_overrides(preset)  # validates
-    return str(_read_calibration(Path(preset))["base_preset"])
 
 
 class SimulatedColocation:
@@ -299,9 +112,13 @@ class SimulatedColocation:
         self._buf = np.empty(0)
         self._bi = 0
         self.t = 0.0
-        # knobs in force (None until the first actuation: processes start with it)
+        # knobs commanded (None until the first actuation: processes start with it); the
+        # share in force (_share) follows a command after a delay or at an iteration start
         self.sleep_s: float | None = None
         self.mps_pct: float | None = None
+        self._share = 100.0
+        self._share_cmd: float | None = None   # a share waiting to take effect
+        self._share_wait = math.inf             # seconds until it does (inf: next iteration)
         self.inference_mps_pct: float = p.inference_mps_pct
         # training process state
         self._phase = "active"          # "active" | "sleep" | "restart"
@@ -317,10 +134,13 @@ class SimulatedColocation:
     # ---- construction ----------------------------------------------------------------------------
     @classmethod
     def preset(cls, name: str | os.PathLike[str] = "fig8", *, seed: int = 0,
-               **overrides: Any) -> SimulatedColocation:
-        """A plant with a named preset (``"fig4"`` or ``"fig8"``), or the path of a calibration
-        file written by ``gpucontrol calibrate`` (its base preset with the fitted constants),
-        and optional overrides."""
+               backend: str | None = None, **overrides: Any) -> SimulatedColocation:
+        """A plant with a named preset (``"fig4"``, ``"fig8"`` or ``"h100"``), or the path of a
+        calibration file written by ``gpucontrol calibrate`` (its base preset with the fitted
+        constants), and optional overrides; ``backend`` (one of :data:`BACKENDS`) picks the
+        spatial-share backend (``mps_enabled`` and ``share_backend``)."""
+        if backend is not None:
+            overrides = {**backend_overrides(backend), **overrides}
         return cls(replace(ColocationParams(), **preset_overrides(name)), seed=seed,
                    **overrides)
 
@@ -339,8 +159,8 @@ class SimulatedColocation:
     def expected_iteration_s(self, mps_pct: ArrayLike, batch: int | None = None,
                              inference_mps_pct: float | None = None) -> np.ndarray:
         """Mean training iteration time (s) while co-located."""
-        m, _, ci = self._args(mps_pct, batch, inference_mps_pct)
-        return self.params.train_work_s / self.params.train_rate(m, ci)
+        m, b, ci = self._args(mps_pct, batch, inference_mps_pct)
+        return self.params.train_work_s / self.params.train_rate(m, ci, batch=b)
 
     def expected_duty(self, sleep_s: ArrayLike, mps_pct: ArrayLike, batch: int | None = None,
                       inference_mps_pct: float | None = None) -> np.ndarray:
@@ -429,7 +249,7 @@ class SimulatedColocation:
         iters = 0.0
         train_time = 0.0
         sm_time = 0.0
-        restarting = self._phase == "restart"
+        restarting = self._resizing()
         inf_restarting = self._inf_restart_left > 0
         while self.t < t_end - 1e-12:
             inf_on = self._inf_restart_left <= 0
@@ -438,14 +258,14 @@ class SimulatedColocation:
             if not inf_on:
                 dt = min(dt, self._inf_restart_left)
             if train_on:
-                rate = float(p.train_rate(self.mps_pct, self.inference_mps_pct, inf_on))
+                rate = float(p.train_rate(self._share, self.inference_mps_pct, inf_on))
                 dt = min(dt, self._phase_left / rate)
             else:
                 rate = 0.0
                 dt = min(dt, self._phase_left)
-            dt = max(dt, 0.0)
+            dt = max(min(dt, self._share_wait), 0.0)
             if inf_on:
-                lat_ms = float(p.busy_latency_ms(p.batch, self.mps_pct, self.inference_mps_pct)
+                lat_ms = float(p.busy_latency_ms(p.batch, self._share, self.inference_mps_pct)
                                if train_on else p.idle_latency_ms(p.batch, self.inference_mps_pct))
                 self._advance_inference(dt, lat_ms / 1000.0, lats)
             else:
@@ -455,14 +275,15 @@ class SimulatedColocation:
                 self._phase_left -= done
                 iters += done / self._iter_work
                 train_time += dt
-                sm_time += dt * float(p.train_sm_reading(self.mps_pct, self.inference_mps_pct,
+                sm_time += dt * float(p.train_sm_reading(self._share, self.inference_mps_pct,
                                                          inf_on))
             else:
                 self._phase_left -= dt
             self.t += dt
+            self._wait_share(dt)
             if self._phase_left <= 1e-12:
                 self._next_phase()
-            restarting = restarting or self._phase == "restart"
+            restarting = restarting or self._resizing()
             inf_restarting = inf_restarting or self._inf_restart_left > 0
         self.t = t_end
         all_lats = np.concatenate(lats) * 1000.0 if lats else np.empty(0)
@@ -492,15 +313,43 @@ class SimulatedColocation:
         free = free_resize_of(act)
         first = self.mps_pct is None      # the processes start with the first actuation
         if first:
-            self.mps_pct = m
+            self.mps_pct = self._share = m
         elif m != self.mps_pct:
             self.mps_pct = m
-            if self.params.mps_enabled and not free:
-                self._restart_training()
+            self._command_share(m, free)
         if ci is not None and self.params.mps_enabled and ci != self.inference_mps_pct:
             self.inference_mps_pct = ci
             if not (free or first):
                 self._restart_inference()
+
+    def _command_share(self, m: float, free: bool) -> None:
+        """A new training share: at once (a free resize, or an MPS cap without MPS: nothing to
+        enforce), at the next iteration (a green-context partition), or by a restart of the
+        training ``resize_delay_s`` from now (an MPS cap)."""
+        p = self.params
+        self._share_cmd, self._share_wait = None, math.inf
+        if free or (p.share_backend == "mps" and not p.mps_enabled):
+            self._share = m
+        elif p.share_backend == "green-context":
+            self._share_cmd = m
+        elif p.resize_delay_s > 0:
+            self._share_cmd, self._share_wait = m, p.resize_delay_s
+        else:
+            self._share = m
+            self._restart_training()
+
+    def _wait_share(self, dt: float) -> None:
+        """Count down a delayed MPS resize; at zero the training restarts at the new share."""
+        if self._share_cmd is None or math.isinf(self._share_wait):
+            return
+        self._share_wait -= dt
+        if self._share_wait <= 1e-12:
+            self._share, self._share_cmd, self._share_wait = self._share_cmd, None, math.inf
+            self._restart_training()
+
+    def _resizing(self) -> bool:
+        """The training is down for a restart, or an MPS resize is on its way."""
+        return self._phase == "restart" or math.isfinite(self._share_wait)
 
     def _restart_training(self) -> None:
         # the partial iteration is lost; the process is down for restart_s
@@ -523,6 +372,8 @@ class SimulatedColocation:
         if self._phase == "active" and self.sleep_s and self.sleep_s > 0:
             self._phase, self._phase_left = "sleep", float(self.sleep_s)
             return
+        if self._share_cmd is not None and math.isinf(self._share_wait):
+            self._share, self._share_cmd = self._share_cmd, None   # the next partition
         self._phase = "active"
         self._iter_work = self._phase_left = self._new_iteration_work()
 
@@ -568,7 +419,7 @@ class SimulatedColocation:
         out.append(np.concatenate(done))
 
 
-def make_simulated_plant(preset: str = "fig8", *, seed: int = 0,
+def make_simulated_plant(preset: str = "fig8", *, seed: int = 0, backend: str | None = None,
                          **overrides: Any) -> SimulatedColocation:
     """The ``sim`` entry of the plant registry (:mod:`harness.experiments.plants`)."""
-    return SimulatedColocation.preset(preset, seed=seed, **overrides)
+    return SimulatedColocation.preset(preset, seed=seed, backend=backend, **overrides)

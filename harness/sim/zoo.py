@@ -8,8 +8,8 @@ oracle (the best training rate whose expected latency meets the SLO, resizes fre
 
 Plants (:func:`make_plant` builds each by name):
 
-* ``"ours"`` — :class:`~harness.sim.simulated.SimulatedColocation` (Fig 8 preset); the load
-  factor scales the inference batch (105 images at factor 1).
+* ``"ours"`` — :class:`~harness.sim.simulated.SimulatedColocation` (Fig 8 preset; ``"h100"``:
+  the H100 preset); the load factor scales the inference batch (105 images at factor 1).
 * ``"hyperbolic"`` — :class:`HyperbolicPlant`: mean latency linear in the training's duty
   cycle ``d = t/(t + s)`` (hyperbolic in the sleep ``s``), training share set by *relative* MPS
   caps ``a = m/(m + w)``, interference ``kappa a**gamma``; per-period log-normal noise.
@@ -311,8 +311,10 @@ class _Ours:
 
     name = "ours"
 
-    def __init__(self, *, seed: int = 0, **overrides: Any) -> None:
-        self.sim = SimulatedColocation.preset("fig8", seed=seed, **overrides)
+    def __init__(self, *, seed: int = 0, preset: str = "fig8", backend: str | None = None,
+                 **overrides: Any) -> None:
+        self.name = "ours" if preset == "fig8" else preset
+        self.sim = SimulatedColocation.preset(preset, seed=seed, backend=backend, **overrides)
         self.restart_s = self.sim.params.restart_s
         self.load = 1.0
 
@@ -416,22 +418,25 @@ class NoIterationPlant(_Wrapper):
 
 
 #: The zoo's plant names.
-PLANTS = ("ours", "hyperbolic", "mixture", "delayed", "queue")
+PLANTS = ("ours", "hyperbolic", "mixture", "delayed", "queue", "h100")
 
 
-def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None) -> Any:
+def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None,
+               backend: str | None = None) -> Any:
     """A fresh zoo plant by name (one of :data:`PLANTS`).
 
     Parameters
     ----------
     name : str
-        ``"ours"``, ``"hyperbolic"``, ``"mixture"``, ``"delayed"`` or ``"queue"``.
+        ``"ours"``, ``"hyperbolic"``, ``"mixture"``, ``"delayed"``, ``"queue"`` or
+        ``"h100"``.
     seed : int
         Random seed.
     restart_s : float, optional
         Training downtime of a share change (s, >= 0); 0 is a restart-free knob (a green
         context, a CPU quota). Default: the plant's own (7 s on "ours", 10 s on the
-        others).
+        others; 0 on "h100": a shadow process pre-started, 2 s). ``backend``: the
+        spatial-share backend of "ours" and "h100" (:data:`harness.sim.physics.BACKENDS`).
 
     Returns
     -------
@@ -444,8 +449,10 @@ def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None) -> A
         if not (math.isfinite(r) and 0.0 <= r <= 3600.0):
             raise ValueError(f"restart_s must be in [0, 3600] s, got {restart_s!r}")
         kw["restart_s"] = r
-    if name == "ours":
-        return _Ours(seed=seed, **kw)
+    if name in ("ours", "h100"):
+        return _Ours(seed=seed, preset={"ours": "fig8"}.get(name, name), backend=backend, **kw)
+    if backend is not None:
+        raise ValueError(f"backend: only ours and h100 have spatial-share backends, not {name!r}")
     if name == "hyperbolic":
         return HyperbolicPlant(seed=seed, **kw)
     if name == "mixture":

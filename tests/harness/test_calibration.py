@@ -48,7 +48,7 @@ def test_a_calibration_file_is_a_preset(tmp_path):
     ("not json", "not a readable JSON file"),
     (json.dumps({"base_preset": "fig4", "overrides": {}}), "field 'kind'"),
     (json.dumps({"kind": CALIBRATION_KIND, "base_preset": "fig9", "overrides": {}}),
-     r"field 'base_preset' must be one of \['fig4', 'fig8'\]"),
+     r"field 'base_preset' must be one of \['fig4', 'fig8', 'h100'\]"),
     (json.dumps({"kind": CALIBRATION_KIND, "base_preset": "fig4", "overrides": [1]}),
      "field 'overrides' must be an object"),
     (json.dumps({"kind": CALIBRATION_KIND, "base_preset": "fig4",
@@ -68,7 +68,7 @@ def test_bad_fitted_values_are_caught_by_the_parameters(tmp_path):
 
 
 def test_unknown_preset_names_the_choices(tmp_path):
-    with pytest.raises(ValueError, match=r"one of \['fig4', 'fig8'\] or the path of a "
+    with pytest.raises(ValueError, match=r"one of \['fig4', 'fig8', 'h100'\] or the path of a "
                                          r"calibration.json.*'fig5'"):
         make_plant("sim", "fig5")
     with pytest.raises(ValueError, match="no such file"):
@@ -92,7 +92,7 @@ def test_experiments_run_on_a_calibrated_preset(tmp_path, capsys):
 def test_fit_fig4_is_the_general_fit_on_the_fig4_facts():
     from harness.sim.calibration import FIG4_FACTS, FIG4_FIT_FIELDS, Fact, fig4_params, fit_facts
 
-    assert all(isinstance(f, Fact) and len(f) == 7 for f in FIG4_FACTS)
+    assert all(isinstance(f, Fact) and len(f) == 9 for f in FIG4_FACTS)
     fit = fit_facts(FIG4_FACTS, fig4_params(), fields=("inference_weight",), label="paper")
     assert set(fit.values) == {"inference_weight"} and "paper_latency_ms" in fit.rows[0]
     # fields no fact depends on are reported, not fitted
@@ -219,7 +219,7 @@ def test_calibrate_names_what_is_wrong(perturbed_knobs, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
     with pytest.raises(SystemExit):
         main(["calibrate", "--from", results, "--preset", "fig5"])
-    assert "one of ['fig4', 'fig8']" in capsys.readouterr().err
+    assert "one of ['fig4', 'fig8', 'h100']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["calibrate", "--from", results, "--fit", "batch"])
     assert "--fit takes ColocationParams fields" in capsys.readouterr().err
@@ -314,7 +314,8 @@ def test_an_underdetermined_fit_warns_for_every_constant(tmp_path, capsys):
     ("sleep_s", "-3", "sleep_s is -3, outside its range [0, inf)"),
     ("sleep_s", "inf", "sleep_s is inf, outside its range [0, inf)"),
     ("latency_ms", "-1", "latency_ms is -1, outside its range [0, inf)"),
-    ("training_sm_share", "1.5", "training_sm_share is 1.5, outside its range [0, 1]"),
+    ("training_sm_share", "1.5", "training_sm_share is 1.5, outside its range [0, 1]; "
+                                 "--sm-weight 0 leaves the SM share out of the fit"),
     ("batch", "0", "batch is 0, outside its range [1, 4096]"),
 ])
 def test_out_of_range_records_are_refused(tmp_path, capsys, column, value, text):
