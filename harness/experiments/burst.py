@@ -279,14 +279,14 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
     runs = {n: Records(x for x in res.records if x["controller"] == n) for n in names}
     fixed = [n for n in names
              if all(np.ptp(runs[n].col(k)) == 0 for k in ("sleep_s", "mps_pct"))]
-    fig = plt.figure(figsize=(13, 12.5))
-    gs = fig.add_gridspec(4, 2, height_ratios=[1.25, 0.6, 1.0, 0.9] if fixed else
-                          [1.25, 0.001, 1.0, 0.9], hspace=0.42, wspace=0.18)
+    heights = [1.25, 0.6, 1.0, 0.9] if fixed else [1.25, 1.0, 0.9]  # no empty (a') row
+    fig = plt.figure(figsize=(13, 2.0 + 2.7 * sum(heights)))
+    gs = fig.add_gridspec(len(heights), 2, height_ratios=heights, hspace=0.42, wspace=0.18)
     a_lat = fig.add_subplot(gs[0, :])
     a_fix = fig.add_subplot(gs[1, :], sharex=a_lat) if fixed else None
-    a_sleep = fig.add_subplot(gs[2, 0], sharex=a_lat)
-    a_mps = fig.add_subplot(gs[2, 1], sharex=a_lat)
-    a_tp = fig.add_subplot(gs[3, :])
+    a_sleep = fig.add_subplot(gs[-2, 0], sharex=a_lat)
+    a_mps = fig.add_subplot(gs[-2, 1], sharex=a_lat)
+    a_tp = fig.add_subplot(gs[-1, :])
     series: dict[str, dict[str, tuple[float, ...]]] = {"sleep_s": {}, "mps_pct": {}}
     for n in names:
         r = runs[n]
