@@ -212,7 +212,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                  closed_periods: int = 30, burst: tuple[float, float] = (0.35, 0.7),
                  sleep_range: tuple[float, float] | None = None, slo_ms: float | None = None,
                  outer_every: int = 25, excitation: str = "prbs", detune: float | None = 0.35,
-                 seed: int = 0, progress: bool = True,
+                 seed: int = 0, progress: bool = True, warmup_s: float = 8.0,
                  **plant_overrides: Any) -> dict[str, Any]:
     """Identify, write model.json, run the daemon process through a load burst.
 
@@ -249,6 +249,9 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
         Seed of the identification's excitation (>= 0).
     progress : bool
         Print what happens to stderr.
+    warmup_s : float
+        Seconds of the services' start-up run and discarded before the identification, in
+        [0, 3600] (at least two periods are).
     **plant_overrides : Any
         Plant settings (``backend="torch"``...).
 
@@ -262,6 +265,9 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     _check_pipeline_args(period_s, identify_periods, closed_periods, burst, sleep_range,
                          slo_ms, outer_every, excitation, detune)
     _whole("seed", seed, 0)
+    if not (isinstance(warmup_s, (int, float)) and not isinstance(warmup_s, bool)
+            and 0.0 <= warmup_s <= 3600.0):
+        raise ValueError(f"warmup_s must be in [0, 3600] s, got {warmup_s!r}")
     # the whole run works in the staging folder of <out>/cpu_demo, which replaces the previous
     # run's folder only when this one completes
     with result_set(Path(out_dir) / "cpu_demo") as dest:
@@ -269,14 +275,15 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                              identify_periods=identify_periods, closed_periods=closed_periods,
                              burst=burst, sleep_range=sleep_range, slo_ms=slo_ms,
                              outer_every=outer_every, excitation=excitation, detune=detune,
-                             seed=seed, progress=progress, **plant_overrides)
+                             seed=seed, progress=progress, warmup_s=warmup_s,
+                             **plant_overrides)
 
 
 def _run_pipeline(out: Path, *, plant: str, preset: str, period_s: float,
                   identify_periods: int, closed_periods: int, burst: tuple[float, float],
                   sleep_range: tuple[float, float] | None, slo_ms: float | None,
                   outer_every: int, excitation: str, detune: float | None, seed: int,
-                  progress: bool, **plant_overrides: Any) -> dict[str, Any]:
+                  progress: bool, warmup_s: float, **plant_overrides: Any) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
 
     def say(msg: str) -> None:
@@ -285,7 +292,7 @@ def _run_pipeline(out: Path, *, plant: str, preset: str, period_s: float,
             sys.stderr.flush()
 
     t_start = time.monotonic()
-    warmup = max(2, math.ceil(8.0 / period_s))  # the services' start-up transient
+    warmup = max(2, math.ceil(warmup_s / period_s))  # the services' start-up transient
     log = out / "daemon.jsonl"
     log.unlink(missing_ok=True)
     samples: list[tuple[float, int]] = []

@@ -91,6 +91,13 @@ def test_no_gain_twice_is_one_line_exit_1_and_the_previous_results_stay(
     assert len(scripted_cpu) == 1  # the plant was closed
 
 
+@pytest.mark.parametrize("warmup_s", [-1.0, 1e9, True, "8"])
+def test_a_bad_warmup_is_refused_before_anything_starts(tmp_path, scripted_cpu, warmup_s):
+    with pytest.raises(ValueError, match="warmup_s must be in"):
+        pipeline.run_pipeline(tmp_path, warmup_s=warmup_s, progress=False)
+    assert scripted_cpu == []  # no plant was made
+
+
 def test_the_failure_is_an_experiment_failure_not_a_bug(tmp_path, scripted_cpu):
     with pytest.raises(ExperimentFailed, match="no significant gain twice"):
         pipeline.run_pipeline(tmp_path, period_s=0.1, identify_periods=12, closed_periods=2,
