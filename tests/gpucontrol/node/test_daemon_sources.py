@@ -174,10 +174,12 @@ def test_daemon_holds_through_scrapes_that_are_not_finite(tmp_path, children):
 
 @pytest.mark.parametrize("mode", ["silent", "drip"])
 def test_a_slow_metrics_endpoint_costs_periods_never_the_daemon(tmp_path, children, mode):
-    """With the fast setting (--period-s 0.2 --stall-timeout-s 0.6) an endpoint that accepts
-    and never answers, or drips its body a byte every 0.1 s: every period holds (no samples,
-    one malformed), the loop keeps beating, the guardian never declares a stall, the daemon
-    runs to its end (exit 0) and the training is never left stopped."""
+    """With 0.2 s periods an endpoint that accepts and never answers (for 10 s), or drips its
+    body a byte every 0.1 s (for about 15 s): every period holds (no samples, one malformed),
+    the loop keeps beating, the guardian never declares a stall, the daemon runs to its end
+    (exit 0) and the training is never left stopped. The scrape's deadline is 0.1 s (half a
+    period); a scrape that held the loop would outlast the 3 s stall timeout many times over,
+    which leaves a loaded machine room (at 0.6 s a busy CI machine alone tripped it)."""
     train = children.spawn(SLEEPER)
     (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
     stop = threading.Event()
@@ -197,7 +199,7 @@ def test_a_slow_metrics_endpoint_costs_periods_never_the_daemon(tmp_path, childr
         try:
             out = run_daemon(daemon_argv(
                 tmp_path, "x", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
-                str(tmp_path / "model.json"), "--period-s", "0.2", "--stall-timeout-s", "0.6",
+                str(tmp_path / "model.json"), "--period-s", "0.2", "--stall-timeout-s", "3",
                 "--duration-s", "2", "--latency-source", "prometheus", "--prometheus-url", url,
                 "--prometheus-metric", "lat_seconds", "--share-backend", "cpu",
                 "--sleep-method", "signal", "--run-quantum-s", "0.05"),
