@@ -155,7 +155,7 @@ def freezer_latency(procs: Procs, cycles: int) -> dict[str, list[float]] | None:
 
 # ---------------------------------------------------------------------------- duty cycle
 def daemon_argv(tmp: str, name: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "gpucontrol.node.daemon", "--socket", f"{tmp}/{name}.sock",
+    return [sys.executable, "-m", "gpucontrol.daemon", "--socket", f"{tmp}/{name}.sock",
             "--state", f"{tmp}/{name}.state.json", "--hook", f"{tmp}/{name}.hook", *args]
 
 

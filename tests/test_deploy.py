@@ -28,17 +28,39 @@ DAEMONSET = DEPLOY / "kubernetes" / "daemonset.yaml"
 ALERTS = DEPLOY / "prometheus" / "gpucontrol-alerts.yaml"
 
 
+SYSTEMD_CONFIG = DEPLOY / "systemd" / "gpu0.toml.example"  # /etc/gpucontrol/gpu0.toml
+CONTAINER_CONFIG = "/etc/gpucontrol"  # where the DaemonSet mounts its ConfigMap
+
+
 def _config(argv, **override):
     """Parse daemon flags exactly as the daemon does; build the validated config."""
+    # the unit's --config: the example file (the DaemonSet's argv point at its ConfigMap's)
+    argv = [str(SYSTEMD_CONFIG) if a == "/etc/gpucontrol/gpu0.toml" else a for a in argv]
     ns = build_parser().parse_args(argv)  # an unknown flag exits (SystemExit) here
     for k, v in override.items():
         setattr(ns, k, v)
     return ns, DaemonConfig.from_args(ns)
 
 
+def _configmap_files(where):
+    """The DaemonSet's ConfigMap as the pod sees it (each key a file), written to ``where``;
+    returns the map of container paths to those files."""
+    cm = next(d for d in _docs() if d["kind"] == "ConfigMap")
+    where.mkdir(parents=True, exist_ok=True)
+    for name, text in cm["data"].items():
+        (where / name).write_text(text)
+    return {f"{CONTAINER_CONFIG}/{name}": str(where / name) for name in cm["data"]}
+
+
+def _in_container(argv, files):
+    """``argv`` with the ConfigMap's container paths replaced by the written files."""
+    return [files.get(a, a) for a in argv]
+
+
 def _served_series():
     m = DaemonMetrics(port=None, backend="mps", health=lambda: {"guardian_alive": True})
     m.observe({"period": 1, "count": 1, "mean_ms": 1.0, "mps_pct": 50.0, "reason": "inner"})
+    m.observe({"period": 2, "count": 0, "source_reason": "timeout"})  # labelled: once seen
     m.observe({"event": "mps_restart", "ok": True, "downtime_s": 1.0})
     text = m.render().decode()
     m.close()
@@ -88,6 +110,7 @@ def test_systemd_unit_is_notify_with_watchdog_restart_and_resume_only():
     assert start[1:3] == ["-m", "gpucontrol.daemon"] and post[:3] == start[:3]
     ns, cfg = _config(start[3:], socket_group="root")  # the unit's group need not exist here
     assert cfg.gpu == 0 and cfg.training_cmd == env["TRAINING_CMD"]
+    assert cfg.training_user and cfg.training_user != "root"  # the training is not root
     assert shlex.split(cfg.training_cmd)[0].startswith("/")
     assert ns.socket_group == "root"
     # the guardian's stall detection acts before systemd's watchdog
@@ -115,6 +138,27 @@ def test_systemd_analyze_accepts_the_unit(tmp_path):
     assert not bad, r.stderr
 
 
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+def test_the_unit_is_sandboxed_to_an_exposure_of_5_or_less(tmp_path):
+    """``systemd-analyze security`` of the unit file (issue: 9.4 UNSAFE with only
+    NoNewPrivileges=); the score is the one docs/deploy.md gives."""
+    unit = tmp_path / UNIT.name
+    unit.write_text(UNIT.read_text())
+    r = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager",
+                        str(unit)], capture_output=True, text=True, timeout=60, check=False)
+    got = re.search(r"Overall exposure level for \S+: (\d+\.\d)", r.stdout + r.stderr)
+    if got is None and "--offline" in r.stderr:
+        pytest.skip("this systemd-analyze has no --offline")
+    assert got, r.stdout + r.stderr
+    score = float(got.group(1))
+    assert score <= 5.0, r.stdout
+    assert f"scores it {score:.1f}" in (ROOT / "docs" / "deploy.md").read_text()
+    svc = _unit()["Service"]
+    caps = set(svc["CapabilityBoundingSet"].split())
+    assert caps == {"CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_CHOWN"}
+    assert svc["ProtectSystem"] == "strict" and svc["UMask"] == "0077"
+
+
 # ------------------------------------------------------------------------------ kubernetes
 def _docs():
     return list(yaml.safe_load_all(DAEMONSET.read_text()))
@@ -122,16 +166,18 @@ def _docs():
 
 def _daemon_args(container):
     cmd = container["command"]
-    if cmd[:2] == ["/bin/sh", "-c"]:  # the wrapper waits for the training's PID file
+    if cmd[:2] == ["/bin/sh", "-c"]:  # a wrapper that prepares something, then the daemon
         script = cmd[2]
-        assert "exec python -m gpucontrol.daemon --training-pid" in script and '"$@"' in script
-        return ["--training-pid", "4242", *container["args"]]
+        assert script.rstrip().endswith('exec python -m gpucontrol.daemon "$@"'), script
+        assert "--training-pid" not in script  # never a PID the training pod chose
+        return list(container["args"])
     assert cmd == ["python", "-m", "gpucontrol.daemon"]
     return list(container["args"])
 
 
-def test_daemonset_flags_paths_probes_and_resources():
+def test_daemonset_flags_paths_probes_and_resources(tmp_path):
     docs = _docs()
+    files = _configmap_files(tmp_path / "etc")
     ds = next(d for d in docs if d["kind"] == "DaemonSet")
     assert ds["apiVersion"] == "apps/v1"
     spec = ds["spec"]["template"]["spec"]
@@ -143,7 +189,7 @@ def test_daemonset_flags_paths_probes_and_resources():
     init = spec["initContainers"]
     assert any("--resume-only" in c["args"] for c in init)
     for c in [*init, *spec["containers"]]:
-        argv = _daemon_args(c)
+        argv = _in_container(_daemon_args(c), files)
         env = {e["name"]: e["value"] for e in c.get("env", [])}
         _ns, cfg = (_config(argv, training_cmd="true", fixed_sleep=0.0)
                     if "--resume-only" in argv else _config(argv))
@@ -153,11 +199,18 @@ def test_daemonset_flags_paths_probes_and_resources():
         assert volumes[mounts[runtime]]["hostPath"]["path"] == runtime  # the host's files
         if "--resume-only" in argv:
             continue
-        for path in (cfg.model, cfg.mps_pipe_dir):  # every file flag lies in a mount
+        back = {v: k for k, v in files.items()}  # the files as the container sees them
+        for path in (back.get(cfg.model, cfg.model), cfg.mps_pipe_dir):  # all in a mount
             if path is not None:
                 assert any(path == m or path.startswith(m + "/") for m in mounts), path
         # a training it did not launch is never restarted at a new MPS share: no MPS flags
-        assert cfg.training_pids and cfg.mps_pipe_dir is None
+        assert cfg.training_pid_file and cfg.mps_pipe_dir is None and not cfg.training_pids
+        # the training pod names its PID in a file under its own pod UID, and only a process
+        # of the file's owner, in that pod's cgroup, is accepted
+        assert "/{pod}/" in cfg.training_pid_file and "{pod}" in cfg.training_cgroup
+        assert cfg.allowed_uids and 0 not in cfg.allowed_uids
+        pid_dir = cfg.training_pid_file.split("/{pod}/")[0]
+        assert any(pid_dir.startswith(m + "/") for m in mounts)
         assert "/sys/fs/cgroup" in mounts  # the freezer
         assert cfg.metrics_addr != "127.0.0.1"  # the kubelet probes the pod address
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
@@ -243,43 +296,161 @@ def test_deploy_guide_names_only_served_metrics_and_real_flags():
             assert name in served or {name + "_total", name + "_count"} & served, name
     flags = {a for act in build_parser()._actions for a in act.option_strings}
     for flag in set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", text)):
-        if flag in ("--now", "--system", "--namespace", "--upgrade", "--man"):
+        if flag in ("--now", "--system", "--namespace", "--upgrade", "--man", "--groups",
+                    "--offline"):
             continue  # other tools' flags
         assert flag in flags, flag
     assert os.path.relpath(UNIT, ROOT) in text and os.path.relpath(DAEMONSET, ROOT) in text
 
 
-def test_daemonset_entrypoint_waits_for_the_pid_file_then_runs_the_daemon(tmp_path):
-    """The container's /bin/sh entrypoint, run for real: it waits for the training's PID
-    file, then execs the daemon on that PID with the manifest's args (the model, port and
-    duration overridden for this machine; argparse keeps the last value)."""
-    import json
-    import sys
-    import time
-
-    c = next(d for d in _docs() if d["kind"] == "DaemonSet")["spec"]["template"]["spec"][
+def _agent():
+    return next(d for d in _docs() if d["kind"] == "DaemonSet")["spec"]["template"]["spec"][
         "containers"][0]
+
+
+def _python_shim(tmp_path):
+    """A ``python`` on PATH that runs this interpreter (a wrapper, not a link: a venv is found
+    from its path)."""
+    import sys
+
     shim = tmp_path / "bin"
-    shim.mkdir()
+    shim.mkdir(exist_ok=True)
     (shim / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
-    (shim / "python").chmod(0o755)  # a wrapper, not a link: a venv is found from its path
+    (shim / "python").chmod(0o755)
+    return shim
+
+
+def _entrypoint(tmp_path, *extra):
+    """The agent container's command and args as the manifest gives them (the pid-file
+    directory, model, port and duration overridden for this machine: argparse keeps the last
+    value, and --allow-uid adds 65534, the uid of the tests' training), the ConfigMap's files
+    where --config finds them, and the environment."""
+    c = _agent()
     runtime = tmp_path / "run"
-    (runtime / "training").mkdir(parents=True, mode=0o700)
-    model = tmp_path / "model.json"
-    model.write_text('{"gain": -12.0, "offset": 95.0}')
-    train = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                             start_new_session=True)
-    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}",
+    (runtime / "training").mkdir(parents=True, mode=0o700, exist_ok=True)
+    files = _configmap_files(tmp_path / "etc")
+    env = {**os.environ, "PATH": f"{_python_shim(tmp_path)}:{os.environ['PATH']}",
            "GPUCONTROL_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(ROOT)}
-    argv = [*c["command"], *c["args"], "--model", str(model), "--metrics-port", "0",
-            "--metrics-addr", "127.0.0.1",
-            "--period-s", "0.2", "--duration-s", "1"]
+    pid_file = _setting("training_pid_file").replace("/run/gpucontrol", str(runtime))
+    argv = [*c["command"], *_in_container(c["args"], files), "--training-pid-file", pid_file,
+            "--allow-uid", str(NOBODY), "--metrics-port", "0", "--metrics-addr", "127.0.0.1",
+            "--period-s", "0.2", "--duration-s", "1", *extra]
+    return argv, env, runtime
+
+
+def _setting(key):
+    """A setting of the DaemonSet's gpu0.toml."""
+    import tomllib
+
+    cm = next(d for d in _docs() if d["kind"] == "ConfigMap")
+    return tomllib.loads(cm["data"]["gpu0.toml"])[key]
+
+
+NOBODY = 65534  # the training pod's uid in these tests (the manifest's is 1000)
+
+
+def _pod_pid_file(runtime, pod, pid, *, owner=NOBODY, mode=0o644):
+    """What the training pod writes: <runtime>/training/<pod UID>/gpu0.pid, owned by its
+    uid."""
+    d = runtime / "training" / pod
+    d.mkdir(mode=0o755, exist_ok=True)
+    f = d / "gpu0.pid"
+    f.write_text(f"{pid}\n")
+    os.chown(f, owner, owner)
+    f.chmod(mode)
+    return f
+
+
+@pytest.fixture
+def pod_cgroup():
+    """``make(pod) -> move(pid)``: a cgroup v2 group named as the kubelet's cgroupfs driver
+    names a pod's (``.../pod<uid>/<container>``), into which ``move`` puts a process; skips
+    where no group can be made. Removed at teardown (its members killed)."""
+    import uuid
+
+    from gpucontrol.node.actuators.cgroup import cgroup2_mounts
+
+    made = []
+
+    def make(pod):
+        for mount in cgroup2_mounts():
+            top = Path(mount) / f"gpucontrol-test-kubepods-{uuid.uuid4().hex[:8]}"
+            try:
+                (top / f"pod{pod}" / "ctr").mkdir(parents=True)
+            except OSError:
+                continue
+            made.append(top)
+
+            def move(pid, group=top / f"pod{pod}" / "ctr"):
+                (group / "cgroup.procs").write_text(str(pid))
+
+            return move
+        pytest.skip("no writable cgroup v2 hierarchy to make a pod's group in")
+
     try:
+        yield make
+    finally:
+        import time
+
+        for top in made:
+            groups = [*sorted((p for p in top.rglob("*") if p.is_dir()),
+                              key=lambda p: -len(p.parts)), top]
+            for g in groups:
+                for _ in range(200):
+                    try:
+                        g.rmdir()
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        time.sleep(0.01)
+
+
+def _spawn(*argv, uid=None):
+    kw = {"user": uid, "group": uid} if uid is not None else {}
+    return subprocess.Popen(list(argv), start_new_session=True, stdin=subprocess.DEVNULL, **kw)
+
+
+def _end(*procs):
+    import signal
+
+    for p in procs:
+        if p.poll() is None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.killpg(p.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        p.wait(10)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start processes of "
+                                "other users and to own files for them")
+
+
+@needs_root
+def test_daemonset_entrypoint_waits_for_the_pid_file_then_runs_the_daemon(tmp_path,
+                                                                           pod_cgroup):
+    """The container's entrypoint, run for real: the agent waits for the training pod's PID
+    file (under the pod's UID, owned by the pod's uid), then controls the process it names,
+    which runs as that uid in that pod's cgroup."""
+    import json
+    import select
+    import time
+    import uuid
+
+    argv, env, runtime = _entrypoint(tmp_path)
+    pod = str(uuid.uuid4())
+    train = _spawn("sleep", "60", uid=NOBODY)
+    try:
+        pod_cgroup(pod)(train.pid)
         d = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)
-        time.sleep(1.0)
+        ready, _, _ = select.select([d.stderr], [], [], 60)
+        assert ready and "waiting for the training's PID file" in d.stderr.readline()
+        time.sleep(0.5)
         assert d.poll() is None  # still waiting for the PID file
-        (runtime / "training" / "gpu0.pid").write_text(f"{train.pid}\n")
+        _pod_pid_file(runtime, pod, train.pid)
         out, err = d.communicate(timeout=60)
         assert d.returncode == 0, err
         events = [json.loads(line) for line in out.splitlines()]
@@ -288,8 +459,110 @@ def test_daemonset_entrypoint_waits_for_the_pid_file_then_runs_the_daemon(tmp_pa
         assert started["socket"] == str(runtime / "gpu0.sock")
         assert events[-1]["event"] == "stopped"
     finally:
-        train.kill()
-        train.wait()
+        _end(train)
+
+
+def _run_refused(argv, env, victim):
+    """Run the agent to its end, watching ``victim``: (rc, stderr, states seen)."""
+    d = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    seen = set()
+    try:
+        while d.poll() is None:
+            seen.add(_proc_state(victim.pid))
+        out, err = d.communicate(timeout=60)
+    finally:
+        if d.poll() is None:
+            d.kill()
+            d.wait()
+    seen.add(_proc_state(victim.pid))
+    return d.returncode, out, err, seen
+
+
+@needs_root
+@pytest.mark.parametrize("victim_uid, why", [
+    (NOBODY - 1, f"runs as uid {NOBODY - 1}, but the file is owned by uid {NOBODY}"),
+    (0, f"runs as root, but the file is owned by uid {NOBODY}"),
+])
+def test_the_agent_refuses_a_pid_file_naming_another_users_or_a_root_process(
+        tmp_path, pod_cgroup, victim_uid, why):
+    """The confused deputy (issue B20): the unprivileged training pod writes the PID of a
+    process of another uid, or of a root process on the node, into its PID file. The
+    manifest's own entrypoint refuses it with one line (exit 2) and nothing is stopped -- the
+    victim is even in the pod's cgroup, so the uid rule alone refuses it."""
+    import uuid
+
+    argv, env, runtime = _entrypoint(tmp_path)
+    pod = str(uuid.uuid4())
+    victim = _spawn("sleep", "60", uid=victim_uid)
+    try:
+        pod_cgroup(pod)(victim.pid)
+        _pod_pid_file(runtime, pod, victim.pid)
+        rc, out, err, seen = _run_refused(argv, env, victim)
+        assert rc == 2, err
+        assert len(err.splitlines()) == 1 and why in err, err
+        assert out == ""  # nothing started, nothing logged
+        assert not seen & {"T", "t"}, seen
+    finally:
+        _end(victim)
+
+
+@needs_root
+def test_the_agent_refuses_a_process_of_the_files_owner_outside_the_pods_cgroup(tmp_path):
+    """A pod may not name a process of its own uid in another pod (or on the host): the
+    cgroup must be the one of the pod whose directory holds the file."""
+    import uuid
+
+    argv, env, runtime = _entrypoint(tmp_path)
+    pod = str(uuid.uuid4())
+    victim = _spawn("sleep", "60", uid=NOBODY)  # the right uid, not in the pod's cgroup
+    try:
+        _pod_pid_file(runtime, pod, victim.pid)
+        rc, _out, err, seen = _run_refused(argv, env, victim)
+        assert rc == 2, err
+        assert len(err.splitlines()) == 1 and "does not match --training-cgroup" in err, err
+        assert not seen & {"T", "t"}, seen
+    finally:
+        _end(victim)
+
+
+@needs_root
+def test_the_init_container_makes_the_directory_the_pid_files_go_in(tmp_path):
+    """The resume-leftovers init container, run for real, makes the training pods' directory
+    sticky, writable and not listable (the kubelet gives each pod's subdirectory its mode)
+    before it resumes leftovers."""
+    import stat
+
+    init = next(c for c in next(d for d in _docs() if d["kind"] == "DaemonSet")["spec"][
+        "template"]["spec"]["initContainers"] if "--resume-only" in c["args"])
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, "PATH": f"{_python_shim(tmp_path)}:{os.environ['PATH']}",
+           "GPUCONTROL_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([*init["command"], *init["args"]], env=env, capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    st = os.stat(runtime / "training")
+    assert stat.S_IMODE(st.st_mode) == 0o1733
+    pid_file = _setting("training_pid_file")
+    assert pid_file.startswith("/run/gpucontrol/training/")  # the directory it made
+
+
+def test_the_training_example_writes_where_the_agent_reads():
+    """training-example.yaml: the pod UID names its directory, the PID written is the host's,
+    it runs as one of the agent's --allow-uid."""
+    pod = yaml.safe_load((DEPLOY / "kubernetes" / "training-example.yaml").read_text())
+    spec = pod["spec"]
+    assert spec["hostPID"] is True
+    assert spec["securityContext"]["runAsUser"] in _setting("allowed_uids")
+    c = spec["containers"][0]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    mount = next(m for m in c["volumeMounts"] if m["subPathExpr"] == "$(POD_UID)")
+    vol = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    pid_file = _setting("training_pid_file")
+    assert pid_file == f"{vol['hostPath']['path']}/{{pod}}/gpu0.pid"
+    assert f"> {mount['mountPath']}/gpu0.pid" in c["command"][2]
 
 
 def _proc_state(pid):
@@ -368,3 +641,21 @@ def test_systemd_unit_command_lines_run_for_real(tmp_path):
                 os.kill(training, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_the_commented_green_context_recipe_is_a_valid_configuration(tmp_path):
+    """Uncommenting the ConfigMap's green-context block gives a configuration the daemon
+    accepts, joining the device plugin's MPS pipe directory under the commented mount."""
+    import tomllib
+
+    cm = next(d for d in _docs() if d["kind"] == "ConfigMap")
+    text = re.sub(r"^# ((share_backend|green_shares|outer_every|mps_pipe_dir) = .*)$", r"\1",
+                  cm["data"]["gpu0.toml"], flags=re.M)
+    assert tomllib.loads(text)["share_backend"] == "green-context"
+    (tmp_path / "gpu0.toml").write_text(text)
+    _ns, cfg = _config(["--config", str(tmp_path / "gpu0.toml")])
+    assert cfg.share_backend == "green-context" and cfg.outer_every == 1
+    manifest = DAEMONSET.read_text()
+    assert "#   mountPath: /run/nvidia/mps" in manifest
+    assert "#     path: /run/nvidia/mps" in manifest
+    assert cfg.mps_pipe_dir.startswith("/run/nvidia/mps/")

@@ -30,7 +30,6 @@ from typing import NoReturn
 from gpucontrol.errors import ControlLoopError
 from gpucontrol.node.config import (
     LATENCY_SOURCES,
-    MODES,
     OUTER_LOOPS,
     READY_MODES,
     RUN_QUANTUM_S,
@@ -62,27 +61,32 @@ def _quantum(text: str) -> float | str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Declare the daemon's flags on ``p`` (one per :class:`DaemonConfig` field).
 
+    A flag not given is absent from the namespace (``argparse.SUPPRESS``): it leaves the
+    value of ``--config`` or the field's default.
+
     Parameters
     ----------
     p : argparse.ArgumentParser
         The parser (or subcommand parser) to extend.
     """
+    p.argument_default = argparse.SUPPRESS  # for every flag below (and its groups)
+    c = p.add_argument_group("configuration")
+    c.add_argument("--config", metavar="FILE", help="TOML file of settings (one per GPU; "
+                   "keys: the flags without '--', '-' as '_'); the flags given override it")
     g = p.add_argument_group("control")
     g.add_argument("--slo-ms", type=float, help="latency set point (ms per batch)")
     g.add_argument("--model", help="model.json: {gain, offset} or a list of MPS-level rows")
-    g.add_argument("--period-s", type=float, default=4.0,
+    g.add_argument("--period-s", type=float,
                    help="control period, s, in [0.01, 3600] (default 4)")
-    g.add_argument("--outer-every", type=int, default=25, help="outer loop every N periods")
-    g.add_argument("--outer", choices=OUTER_LOOPS, default="throughput",
+    g.add_argument("--outer-every", type=int, help="outer loop every N periods")
+    g.add_argument("--outer", choices=OUTER_LOOPS,
                    help="outer (share) loop: throughput (default; highest training rate at "
                    "the SLO, counting each change's measured cost) or paper (the GPUColo loop)")
-    g.add_argument("--mode", choices=MODES, default="mean")
     g.add_argument("--detune", type=float, help="inner-loop gain, fraction of deadbeat on the "
                    "model, in (0, 2) (default 0.5; lower for a noisy plant)")
-    g.add_argument("--max-sleep-s", type=float, default=1.0,
+    g.add_argument("--max-sleep-s", type=float,
                    help="sleep upper bound, s, in (0, 3600] (default 1; at most 60 with "
                         "--sleep-method hook)")
-    g.add_argument("--initial-mps", type=float, default=100.0)
     g.add_argument("--fixed-sleep", type=float, help="open loop: this sleep (s) always, in "
                    "[0, --max-sleep-s]; instead of --slo-ms and --model")
     g.add_argument("--fixed-mps", type=float,
@@ -93,48 +97,56 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "stopped)")
     t = p.add_argument_group("training")
     t.add_argument("--training-pid", type=int, action="append", help="repeatable")
+    t.add_argument("--training-pid-file", help="a file the training writes its PID into "
+                   "(waited for; opened without following links; only a process of the "
+                   "file's owner is accepted; {pod} as a directory name: a pod UID)")
+    t.add_argument("--training-cgroup", help="shell pattern the training's cgroup path must "
+                   "match, e.g. '*pod{pod}*' ({pod}: the pod UID of --training-pid-file)")
     t.add_argument("--training-cmd", help="command the daemon launches (and restarts for MPS)")
+    t.add_argument("--training-user", help="run the launched training as this user (name or "
+                   "uid; the daemon must be root); default: the daemon's user")
     t.add_argument("--sleep-method", choices=SLEEP_METHODS,
-                   default="auto", help="auto: cgroup freezer when possible, else signals")
+                   help="auto: cgroup freezer when possible, else signals")
     t.add_argument("--cgroup", help="cgroup v2 directory holding the training (with "
                    "--training-pid it must hold every training process; with --training-cmd "
                    "it is created if missing and the training started in it)")
-    t.add_argument("--run-quantum-s", type=_quantum, default=0.2,
+    t.add_argument("--run-quantum-s", type=_quantum,
                    help="run time between pauses (about one iteration), s, in [0.001, 3600], "
                         "or 'auto' (default 0.2; not with --sleep-method hook)")
     t.add_argument("--shadow", action="store_true", help="MPS change: pre-start the new one")
-    t.add_argument("--ready", choices=READY_MODES, default="notify")
-    t.add_argument("--ready-timeout-s", type=float, default=120.0,
+    t.add_argument("--ready", choices=READY_MODES)
+    t.add_argument("--ready-timeout-s", type=float,
                    help="wait this long for a restarted training, s, in (0, 3600] "
                         "(default 120)")
-    t.add_argument("--mps-binary", default="nvidia-cuda-mps-control")
-    t.add_argument("--mps-pipe-dir", help="use this existing MPS daemon instead of a private one")
-    t.add_argument("--mps-health-s", type=float, default=10.0,
+    t.add_argument("--mps-binary")
+    t.add_argument("--mps-pipe-dir", help="join this running MPS control daemon (the node's, "
+                   "e.g. the NVIDIA device plugin's) instead of starting a private one")
+    t.add_argument("--mps-unchecked", action="store_true",
+                   help="with --share-backend green-context: go on (one warning line) when "
+                        "the inference cannot be confirmed an MPS client, instead of refusing")
+    t.add_argument("--mps-health-s", type=float,
                    help="check the MPS daemon this often, s, in [0.1, 300] (back-off on "
                         "failure; default 10)")
-    t.add_argument("--allow-other-users", action="store_true",
-                   help="root only: allow training processes of other users")
+    t.add_argument("--allow-uid", type=int, action="append", metavar="UID",
+                   help="root only, repeatable: a user whose training processes may be "
+                        "paused and whose PID file may name one")
     f = p.add_argument_group("files")
-    f.add_argument("--gpu", type=int, default=0, help="GPU index (names the default files)")
+    f.add_argument("--gpu", type=int, help="GPU index (names the default files)")
     f.add_argument("--socket", help="latency socket (default <runtime dir>/gpuN.sock)")
     f.add_argument("--state", help="state file (default <runtime dir>/gpuN.state.json)")
     f.add_argument("--hook", help="hook file (default <runtime dir>/gpuN.hook)")
     f.add_argument("--log", help="JSON-lines log file (default stdout)")
     f.add_argument("--metrics-port", type=int,
                    help="serve Prometheus metrics on METRICS_ADDR:PORT (off by default)")
-    f.add_argument("--metrics-addr", default="127.0.0.1",
+    f.add_argument("--metrics-addr",
                    help="IPv4 address or host name of the metrics server, with --metrics-port "
                         "(default 127.0.0.1, loopback only; 0.0.0.0: every interface)")
     f.add_argument("--metrics-textfile",
                    help="also write the metrics to this file every period (node-exporter "
                    "text-file collector)")
-    f.add_argument("--metrics-target", help="the 'target' label of every metric (default: "
-                   "the cgroup's name, the training script or the PIDs)")
     f.add_argument("--socket-group", help="group (name or gid) allowed to report to the "
                    "socket and read the hook file (default: owner only)")
     s = p.add_argument_group("supervision")
-    s.add_argument("--silent-periods", type=int, default=5,
-                   help="warn after this many periods without a latency report (default 5)")
     s.add_argument("--resume-only", action="store_true",
                    help="resume whatever the state file (--state, or the default of --gpu) "
                    "lists as stopped, then exit; for systemd ExecStopPost=")
@@ -147,16 +159,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_source_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("latency source and share backend")
-    s.add_argument("--latency-source", choices=LATENCY_SOURCES, default="socket",
+    s.add_argument("--latency-source", choices=LATENCY_SOURCES,
                    help="socket: report_latency datagrams (default); prometheus: scrape a "
                         "latency histogram (bucket deltas per period)")
     s.add_argument("--prometheus-url", help="with --latency-source prometheus: the inference "
                    "server's /metrics URL (each scrape waited for at most min(1 s, "
                    "--period-s/2, --stall-timeout-s/4); a late one is a period without samples)")
-    s.add_argument("--prometheus-metric", default="inference_latency_seconds",
+    s.add_argument("--prometheus-metric",
                    help="with --latency-source prometheus: histogram base name, in seconds "
                         "(default inference_latency_seconds)")
-    s.add_argument("--share-backend", choices=SHARE_BACKENDS, default="mps",
+    s.add_argument("--share-backend", choices=SHARE_BACKENDS,
                    help="outer-loop knob: mps (restart the launched training with a new MPS "
                         "percentage, default), cpu (the training's cgroup CPU quota) or "
                         "green-context (the share written into the hook file; the cooperative "
@@ -164,11 +176,11 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
                         "green-context change it without a restart, so --outer-every may be "
                         "short, down to 1 (a decision still averages the last 8 periods; see "
                         "docs/daemon.md)")
-    s.add_argument("--share-cgroup", default=None,
+    s.add_argument("--share-cgroup",
                    help="with --share-backend cpu: the CPU-share group name under the cgroup "
                         "cpu controller (default gpucontrol-training-gpu<N>, N the --gpu); one "
                         "daemon per group")
-    s.add_argument("--green-shares", default=None,
+    s.add_argument("--green-shares",
                    help="with --share-backend green-context: the partitions the training "
                         "created, %% comma-separated (e.g. 25,50,75,100, its --green-shares); "
                         "the daemon reports the partition a command runs on")
@@ -210,9 +222,9 @@ def _resume_only(args: argparse.Namespace) -> int:
     gpu = getattr(args, "gpu", 0) or 0
     if gpu < 0:
         raise ValueError(f"--gpu must be >= 0, got {gpu}")
-    defaults = vars(build_parser().parse_args(["--resume-only"]))
-    for name, value in vars(args).items():  # nothing else would be used: refuse, not ignore
-        if name in defaults and name not in _RESUME_ONLY_FLAGS and value != defaults[name]:
+    flags = {a.dest for a in build_parser()._actions}  # a flag given is in the namespace
+    for name in vars(args):  # nothing else would be used: refuse, not ignore
+        if name in flags and name not in _RESUME_ONLY_FLAGS:
             raise ValueError(f"--{name.replace('_', '-')} has no effect with --resume-only "
                              "(it reads only the state file: --state or --gpu)")
     path = os.path.abspath(args.state) if getattr(args, "state", None) else str(

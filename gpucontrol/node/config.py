@@ -40,26 +40,33 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import os
-import shlex
-import shutil
-import socket
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from gpucontrol._validate import choice, flag, in_range, int_at_least, positive
 from gpucontrol.errors import ConfigurationError
+from gpucontrol.node import registry
+from gpucontrol.node.config_checks import (
+    BOOL_FIELDS,
+    FILE_ONLY,
+    NEEDS,
+    PATH_FIELDS,
+    TEXT_FIELDS,
+    TEXT_REQUIRED,
+    check_metrics_addr,
+    flag_of,
+)
 
-__all__ = ["DaemonConfig", "default_share_cgroup"]
+__all__ = ["FILE_ONLY", "PATH_FIELDS", "DaemonConfig", "default_share_cgroup", "field_names"]
 
 OUTER_LOOPS = ("throughput", "paper", "mid-range", "none")
 MODES = ("mean", "p99")
-SLEEP_METHODS = ("auto", "signal", "cgroup", "hook")
+#: The knobs' names come from their registries (:mod:`gpucontrol.node.registry`).
+SLEEP_METHODS = tuple(registry.SLEEP_METHODS)
 READY_MODES = ("notify", "spawn")
-LATENCY_SOURCES = ("socket", "prometheus")
-SHARE_BACKENDS = ("mps", "cpu", "green-context")
+LATENCY_SOURCES = tuple(registry.LATENCY_SOURCES)
+SHARE_BACKENDS = tuple(registry.SHARE_BACKENDS)
 #: The longest a Prometheus scrape may take, seconds (less at short periods or stall timeouts).
 SCRAPE_TIMEOUT_S = 1.0
 #: The shortest scrape deadline the period and stall timeout may leave, seconds.
@@ -93,10 +100,23 @@ class DaemonConfig:
     Parameters
     ----------
     training_pids : tuple of int
-        Running training processes to pause [``--training-pid``, repeatable]; give these or
-        ``training_cmd``, not both.
+        Running training processes to pause [``--training-pid``, repeatable]; give these,
+        ``training_cmd`` or ``training_pid_file``, one of the three.
     training_cmd : str or None
         Command line the daemon launches (and restarts for an MPS change) [``--training-cmd``].
+    training_user : str or None
+        Run the launched training as this user, a name or a uid [``--training-user``]; only
+        with ``training_cmd``, and the daemon must be root (or that user). Its targets may
+        then run as that user.
+    training_pid_file : str or None
+        A file the training writes its PID into [``--training-pid-file``]; the daemon waits
+        for it, opens it without following links and accepts only a process of the file's
+        owner (:mod:`gpucontrol.node.pidfile`); ``{pod}`` as one directory name stands for a
+        Kubernetes pod UID.
+    training_cgroup : str or None
+        A shell pattern the training's cgroup path must match [``--training-cgroup``], e.g.
+        ``*pod{pod}*`` (``{pod}``: the pod UID of the PID file's path); not with
+        ``training_cmd``.
     slo_ms : float or None
         Latency set point, ms per batch, > 0 [``--slo-ms``]; needed in closed loop.
     model : str or None
@@ -151,11 +171,17 @@ class DaemonConfig:
         The ``nvidia-cuda-mps-control`` executable [``--mps-binary``].
     mps_pipe_dir : str or None
         Use this running MPS control daemon instead of a private one [``--mps-pipe-dir``].
+    mps_unchecked : bool
+        With ``green-context``: go on when the inference cannot be confirmed an MPS client
+        of the training's control daemon (or there is none), with one warning line, instead
+        of refusing to start [``--mps-unchecked``].
     mps_health_s : float
         Check the MPS control daemon this often, seconds, in [0.1, 300] (doubling after each
         failure, up to 300 s); a private one that died is restarted [``--mps-health-s``].
-    allow_other_users : bool
-        Root only: accept training processes of other users [``--allow-other-users``].
+    allowed_uids : tuple of int
+        Root only: the other users whose training processes may be paused, and whose PID
+        files may name one [``--allow-uid``, repeatable]; empty: the daemon's own user (and
+        root's PID files) only.
     gpu : int
         GPU index, >= 0; names the default files [``--gpu``].
     socket : str
@@ -175,6 +201,10 @@ class DaemonConfig:
     silent_periods : int
         Warn (event ``inference_silent``, metric ``gpucontrol_inference_silent``) after this
         many consecutive periods without a latency report, >= 1 [``--silent-periods``].
+    unready_periods : int
+        ``/readyz`` answers 503, with the reason in its body, after this many consecutive
+        periods without usable latency (no report, or a latency source that fails), >= 0
+        (0: never) [``--unready-periods``].
     metrics_textfile : str or None
         Also write the metrics to this file every period, for node-exporter's text-file
         collector [``--metrics-textfile``].
@@ -232,6 +262,9 @@ class DaemonConfig:
 
     training_pids: tuple[int, ...] = ()
     training_cmd: str | None = None
+    training_pid_file: str | None = None
+    training_cgroup: str | None = None
+    training_user: str | None = None
     slo_ms: float | None = None
     model: str | None = None
     period_s: float = 4.0
@@ -253,7 +286,8 @@ class DaemonConfig:
     mps_binary: str = "nvidia-cuda-mps-control"
     mps_pipe_dir: str | None = None
     mps_health_s: float = 10.0
-    allow_other_users: bool = False
+    mps_unchecked: bool = False
+    allowed_uids: tuple[int, ...] = ()
     gpu: int = 0
     socket: str = ""
     state: str = ""
@@ -262,6 +296,7 @@ class DaemonConfig:
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
     silent_periods: int = 5
+    unready_periods: int = 0
     metrics_textfile: str | None = None
     metrics_target: str | None = None
     socket_group: str | None = None
@@ -293,15 +328,21 @@ class DaemonConfig:
                                      f"PIDs, got {pids!r}")
         object.__setattr__(self, "training_pids", tuple(
             int_at_least("--training-pid", p, 1) for p in pids))
-        for name in _BOOL_FIELDS:
-            object.__setattr__(self, name, flag(_flag(name), getattr(self, name)))
-        for name in _TEXT_FIELDS:
+        uids = self.allowed_uids
+        if isinstance(uids, (str, bytes)) or not hasattr(uids, "__iter__"):
+            raise ConfigurationError(f"--allow-uid: allowed_uids must be a sequence of uids, "
+                                     f"got {uids!r}")
+        object.__setattr__(self, "allowed_uids", tuple(sorted(
+            {int_at_least("--allow-uid", u, 0) for u in uids})))
+        for name in BOOL_FIELDS:
+            object.__setattr__(self, name, flag(flag_of(name), getattr(self, name)))
+        for name in TEXT_FIELDS:
             value = getattr(self, name)
-            if value is None and name not in _TEXT_REQUIRED:
+            if value is None and name not in TEXT_REQUIRED:
                 continue
             if not isinstance(value, str) and not (
-                    isinstance(value, os.PathLike) and name in _PATH_FIELDS):
-                raise ConfigurationError(f"{_flag(name)} must be text, got {value!r}")
+                    isinstance(value, os.PathLike) and name in PATH_FIELDS):
+                raise ConfigurationError(f"{flag_of(name)} must be text, got {value!r}")
             if isinstance(value, os.PathLike):
                 object.__setattr__(self, name, os.fspath(value))
         if not isinstance(self.green_shares, (str, tuple, list)):
@@ -309,8 +350,20 @@ class DaemonConfig:
                                      f"got {self.green_shares!r}")
 
     def _validate(self) -> None:
-        if bool(self.training_pids) == bool(self.training_cmd):
-            raise ConfigurationError("give either --training-pid (repeatable) or --training-cmd")
+        self._validate_training()
+        self._validate_control()
+        self._validate_supervision()
+        self._validate_sources()
+        self._check_needs()
+
+    def _validate_training(self) -> None:
+        if (bool(self.training_pids) + bool(self.training_cmd)
+                + bool(self.training_pid_file)) != 1:
+            raise ConfigurationError("give either --training-pid (repeatable), "
+                                     "--training-pid-file or --training-cmd")
+        from gpucontrol.node.pidfile import check_pattern
+
+        check_pattern(self.training_pid_file, self.training_cgroup)
         for pid in self.training_pids:
             int_at_least("--training-pid", pid, 1)
         if self.fixed_sleep is None and (self.slo_ms is None or self.model is None):
@@ -320,18 +373,20 @@ class DaemonConfig:
                     "loop) or --slo-ms and --model (closed loop)")
             raise ConfigurationError("closed-loop operation needs --slo-ms and --model "
                                      "(or run open loop with --fixed-sleep)")
+
+    def _validate_control(self) -> None:
         if self.slo_ms is not None:
             positive("--slo-ms", self.slo_ms)
         in_range("--period-s", self.period_s, *PERIOD_S)
         in_range("--max-sleep-s", self.max_sleep_s, 0.0, MAX_SLEEP_S, lo_open=True)
         int_at_least("--outer-every", self.outer_every, 1)
         choice("--outer", self.outer, OUTER_LOOPS)
-        choice("--mode", self.mode, MODES)
+        choice(flag_of("mode"), self.mode, MODES)
         if self.detune is not None:
             in_range("--detune", self.detune, 0.0, 2.0, lo_open=True, hi_open=True)
         choice("--sleep-method", self.sleep_method, SLEEP_METHODS)
         choice("--ready", self.ready, READY_MODES)
-        in_range("--initial-mps", self.initial_mps, 1, 100)
+        in_range(flag_of("initial_mps"), self.initial_mps, 1, 100)
         if self.sleep_method == "hook" and self.max_sleep_s > 60.0:
             in_range("--max-sleep-s (with --sleep-method hook, whose hard cap is 60 s)",
                      self.max_sleep_s, 0, 60.0)
@@ -344,6 +399,8 @@ class DaemonConfig:
             in_range("--fixed-mps", self.fixed_mps, 1, 100)
         if self.duration_s is not None:
             in_range("--duration-s", self.duration_s, 0.0, DURATION_S, lo_open=True)
+
+    def _validate_supervision(self) -> None:
         if self.run_quantum_s != "auto":
             if isinstance(self.run_quantum_s, str):
                 raise ConfigurationError(
@@ -353,7 +410,8 @@ class DaemonConfig:
         in_range("--ready-timeout-s", self.ready_timeout_s, 0.0, READY_TIMEOUT_S, lo_open=True)
         in_range("--mps-health-s", self.mps_health_s, *MPS_HEALTH_S)
         int_at_least("--gpu", self.gpu, 0)
-        int_at_least("--silent-periods", self.silent_periods, 1)
+        int_at_least(flag_of("silent_periods"), self.silent_periods, 1)
+        int_at_least(flag_of("unready_periods"), self.unready_periods, 0)
         if self.socket_group is not None:
             from gpucontrol.node._runtime import resolve_group
 
@@ -366,9 +424,7 @@ class DaemonConfig:
         if self.metrics_port is not None:
             int_at_least("--metrics-port", self.metrics_port, 0)
             in_range("--metrics-port", self.metrics_port, 0, 65535)
-        _check_metrics_addr(self.metrics_addr)
-        self._validate_sources()
-        self._check_needs()
+        check_metrics_addr(self.metrics_addr)
 
     def _validate_sources(self) -> None:
         choice("--latency-source", self.latency_source, LATENCY_SOURCES)
@@ -408,7 +464,7 @@ class DaemonConfig:
             for name in fields:
                 value = getattr(self, name)
                 if value != defaults[name] and value != also_unset.get(name, defaults[name]):
-                    raise ConfigurationError(f"{_flag(name)} {why}")
+                    raise ConfigurationError(f"{flag_of(name)} {why}")
 
     # ------------------------------------------------------------------ derived
     @property
@@ -442,7 +498,7 @@ class DaemonConfig:
         Raises
         ------
         ConfigurationError
-            ``allow_other_users`` without root; a ``training_cmd`` whose program cannot be
+            ``allowed_uids`` without root; a ``training_cmd`` whose program cannot be
             run (not found on PATH, not executable, or an empty command); a ``socket``,
             ``state`` or ``hook`` path that is a directory; a metrics address or port the
             server could not listen on (a trial bind).
@@ -450,32 +506,43 @@ class DaemonConfig:
             A ``training_pids`` entry may not be paused (init, ourselves, an ancestor, a
             kernel thread, another user's process, or no such process).
         """
-        from gpucontrol.node.actuators.procs import check_target
+        from gpucontrol.node.config_checks import check_environment
 
-        if self.allow_other_users and os.geteuid() != 0:
-            raise ConfigurationError("--allow-other-users is for root only")
-        for name, path in (("--socket", self.socket), ("--state", self.state),
-                           ("--hook", self.hook)):
-            _check_file_path(name, path)
-        if self.metrics_port is not None:
-            _check_metrics_listen(self.metrics_addr, self.metrics_port)
-        if self.metrics_textfile:
-            _check_textfile(self.metrics_textfile)
-        if self.training_cmd is not None:
-            _check_program(self.training_cmd)
-        for pid in self.training_pids:
-            check_target(pid, allow_other_users=self.allow_other_users)
+        check_environment(self)
+
+    def target_uids(self) -> frozenset[int]:
+        """The uids a training process may run as: the daemon's own, ``allowed_uids`` and the
+        ``training_user``'s (a PID file narrows this to its owner)."""
+        extra = {self.training_uid()} if self.training_user is not None else set()
+        return frozenset({os.geteuid(), *self.allowed_uids, *extra})
+
+    def training_uid(self) -> int:
+        """The uid of ``training_user`` (raises ConfigurationError for an unknown user)."""
+        from gpucontrol.node.actuators.mps import account_spec
+
+        try:
+            return int(account_spec(str(self.training_user)).split(":")[0])
+        except ValueError as exc:
+            raise ConfigurationError(f"--training-user: {exc}") from None
+
+    def pid_file_owners(self) -> frozenset[int]:
+        """The owners whose ``training_pid_file`` is read: the daemon's user, root and
+        ``allowed_uids``."""
+        return frozenset({os.geteuid(), 0, *self.allowed_uids})
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DaemonConfig:
         """Build from the namespace parsed by :func:`gpucontrol.node.cli.add_arguments`.
 
+        The settings of ``--config`` (:mod:`gpucontrol.node.config_file`), then the flags given,
+        which win.
+
         Parameters
         ----------
         args : argparse.Namespace
-            Parsed arguments; attributes the namespace lacks keep their defaults, attributes
-            that are not settings (``func`` of a subcommand) are ignored.
+            Parsed arguments; attributes the namespace lacks keep their defaults (or the
+            file's), attributes that are not settings (``func`` of a subcommand) are ignored.
 
         Returns
         -------
@@ -484,137 +551,25 @@ class DaemonConfig:
         """
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}
         # an unset flag (None) keeps the field's default
-        kw = {k: v for k, v in vars(args).items()
-              if k in defaults and (v is not None or defaults[k] is None)}
-        pids = getattr(args, "training_pid", None)
-        if pids:
-            kw["training_pids"] = tuple(pids)
+        kw: dict[str, Any] = {k: v for k, v in vars(args).items()
+                              if k in defaults and (v is not None or defaults[k] is None)}
+        for flag_name, field in (("training_pid", "training_pids"),
+                                 ("allow_uid", "allowed_uids")):
+            if getattr(args, flag_name, None):
+                kw[field] = tuple(getattr(args, flag_name))
+        path = getattr(args, "config", None)
+        if path:
+            from gpucontrol.node.config_file import merge, read_config_file
+
+            kw = merge(read_config_file(path, fields=field_names(), path_fields=PATH_FIELDS),
+                       kw)
         return cls(**kw)
 
 
-#: Fields that are flags (True/False), text, text that must be given, and file paths.
-_BOOL_FIELDS = ("shadow", "allow_other_users")
-_TEXT_FIELDS = ("training_cmd", "model", "cgroup", "mps_binary", "mps_pipe_dir", "socket",
-                "state", "hook", "log", "metrics_addr", "metrics_textfile", "metrics_target",
-                "socket_group", "prometheus_url", "prometheus_metric", "share_cgroup",
-                "outer", "mode", "sleep_method", "ready", "latency_source", "share_backend")
-_TEXT_REQUIRED = ("mps_binary", "socket", "state", "hook", "metrics_addr", "prometheus_metric",
-                  "share_cgroup", "outer", "mode", "sleep_method", "ready", "latency_source",
-                  "share_backend")
-_PATH_FIELDS = ("model", "cgroup", "mps_pipe_dir", "socket", "state", "hook", "log",
-                "metrics_textfile")
+def field_names() -> set[str]:
+    """The settings' names (the configuration file's keys).
 
-
-def _flag(field: str) -> str:
-    """The command-line flag of a :class:`DaemonConfig` field."""
-    return "--" + field.replace("_", "-")
-
-
-#: Settings that act only together with another one: (fields, when they act, why not). A
-#: field away from its default while the condition is false would be silently ignored, so
-#: :class:`DaemonConfig` refuses it, naming the flag.
-NEEDS: tuple[tuple[tuple[str, ...], Callable[[DaemonConfig], bool], str], ...] = (
-    (("slo_ms", "model", "detune", "outer", "outer_every", "mode"),
-     lambda c: c.fixed_sleep is None,
-     "is for the closed loop, and --fixed-sleep runs open loop, which would ignore it: give "
-     "--fixed-sleep or --slo-ms and --model, not both"),
-    (("outer", "outer_every"), lambda c: c.fixed_mps is None,
-     "has no effect with --fixed-mps: the share is held, no outer loop runs"),
-    (("initial_mps",), lambda c: c.fixed_mps is None,
-     "has no effect with --fixed-mps: the share starts (and stays) at --fixed-mps"),
-    (("prometheus_url", "prometheus_metric"), lambda c: c.latency_source == "prometheus",
-     "goes with --latency-source prometheus (the latency comes from the socket otherwise)"),
-    (("share_cgroup",), lambda c: c.share_backend == "cpu",
-     "goes with --share-backend cpu"),
-    (("green_shares",), lambda c: c.share_backend == "green-context",
-     "goes with --share-backend green-context"),
-    (("mps_pipe_dir",), lambda c: bool(c.training_cmd) and c.share_backend == "mps",
-     "goes with --training-cmd and --share-backend mps (only a training the daemon launches "
-     "is restarted at a new MPS share)"),
-    (("shadow", "ready", "ready_timeout_s"),
-     lambda c: bool(c.training_cmd) and c.share_backend == "mps",
-     "goes with --training-cmd and --share-backend mps (it shapes the restart of a launched "
-     "training for a new MPS share)"),
-    (("run_quantum_s",), lambda c: c.sleep_method != "hook",
-     "has no effect with --sleep-method hook (the training sleeps between its own "
-     "iterations)"),
-    (("metrics_addr",), lambda c: c.metrics_port is not None,
-     "goes with --metrics-port (no metrics server runs without it)"),
-    (("metrics_target",), lambda c: c.metrics_port is not None or bool(c.metrics_textfile),
-     "goes with --metrics-port or --metrics-textfile"),
-)
-
-
-def _check_metrics_addr(addr: str) -> None:
-    """Refuse an empty ``--metrics-addr`` (the server would listen on every interface) and
-    a dotted number that is no IPv4 address (it would be looked up as a host name)."""
-    if not isinstance(addr, str) or not addr.strip():
-        raise ConfigurationError(f"--metrics-addr must be an IPv4 address or a host name "
-                                 f"(0.0.0.0 for every interface), got {addr!r}")
-    if addr.replace(".", "").isdigit():
-        try:
-            ipaddress.IPv4Address(addr)
-        except ValueError:
-            raise ConfigurationError(f"--metrics-addr must be an IPv4 address or a host "
-                                     f"name, got {addr!r}") from None
-
-
-def _check_metrics_listen(addr: str, port: int) -> None:
-    """Bind (and close) where the metrics server will listen, as it will (IPv4,
-    ``SO_REUSEADDR``): an unknown host, an address not of this machine or a port in use is
-    one line naming the flag, before anything runs."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((addr, port))
-    except socket.gaierror as exc:
-        raise ConfigurationError(f"--metrics-addr {addr!r}: no IPv4 address of that name "
-                                 f"({exc.strerror})") from None
-    except OSError as exc:
-        raise ConfigurationError(f"--metrics-addr {addr} --metrics-port {port}: cannot "
-                                 f"listen there ({exc.strerror})") from None
-
-
-def _check_file_path(flag: str, path: str) -> None:
-    """Refuse a ``--socket``/``--state``/``--hook`` that is a directory."""
-    if os.path.isdir(path):
-        raise ConfigurationError(f"{flag} {path} is a directory; give the path of a file")
-
-
-def _check_textfile(path: str) -> None:
-    """Refuse a ``--metrics-textfile`` that is a directory or whose directory cannot take it
-    (missing, or not one the daemon may write into safely), before the start: it would
-    otherwise fail every period."""
-    from gpucontrol.node._runtime import open_private_dir
-
-    p = os.path.abspath(path)
-    if os.path.isdir(p):
-        raise ConfigurationError(f"--metrics-textfile {path} is a directory; give the path of "
-                                 "a file")
-    try:
-        os.close(open_private_dir(os.path.dirname(p)))
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigurationError(f"--metrics-textfile {path}: cannot write into its directory "
-                                 f"({why})") from None
-
-
-def _check_program(cmd: str) -> None:
-    """Refuse a ``--training-cmd`` whose program cannot be run (split as the daemon splits
-    it), so a typo is one line instead of a traceback from the launcher."""
-    try:
-        argv = shlex.split(cmd)
-    except ValueError as exc:
-        raise ConfigurationError(f"--training-cmd {cmd!r}: cannot be split into arguments "
-                                 f"({exc})") from None
-    if not argv:
-        raise ConfigurationError("--training-cmd is empty; give the command that starts the "
-                                 "training")
-    prog = argv[0]
-    if os.sep in prog:
-        ok = os.path.isfile(prog) and os.access(prog, os.X_OK)
-    else:
-        ok = shutil.which(prog) is not None
-    if not ok:
-        raise ConfigurationError(f"--training-cmd: program {prog!r} not found or not "
-                                 "executable" + ("" if os.sep in prog else " on PATH"))
+    >>> {"slo_ms", "training_pids", "mode"} <= field_names()
+    True
+    """
+    return {f.name for f in dataclasses.fields(DaemonConfig)}

@@ -84,6 +84,19 @@ class DaemonSafety:
         self._locks = TargetLocks(Path(self.cfg.state).parent)
         self._locks.prune_stale()
 
+    def _remove_state(self) -> None:
+        """The state file removed, only one of ours (before the guardian stops: it resumes
+        from the file when it is told to exit)."""
+        if self._owner is not None:  # never a file another daemon owns
+            unlink_quietly(self.cfg.state)
+
+    def _release_ownership(self) -> None:
+        """The target locks and the owner lock released: the last step of the undo path."""
+        if self._locks is not None:
+            self._locks.release_all()
+        if self._owner is not None:
+            self._owner.release()
+
     def _claim_targets(self, handles: list[ProcessHandle]) -> None:
         """One daemon per training process, whatever its --gpu (raises TargetRefused)."""
         assert self._locks is not None

@@ -141,7 +141,8 @@ class Heartbeat:
         """
         return float("inf") if self.last_beat is None else time.monotonic() - self.last_beat
 
-    def health(self, *, guardian_alive: bool, actuator_up: bool) -> dict[str, Any]:
+    def health(self, *, guardian_alive: bool, actuator_up: bool,
+               latency_unready: str = "") -> dict[str, Any]:
         """The ``/healthz`` answer.
 
         Parameters
@@ -150,20 +151,32 @@ class Heartbeat:
             Whether the guardian process runs.
         actuator_up : bool
             Whether the sleep actuator works (it has not stopped on an error).
+        latency_unready : str
+            Why the latency makes the daemon not ready ("" when it does not): no usable
+            latency for the configured number of periods, and the source's reason.
 
         Returns
         -------
         dict
             ``live`` (the loop beat within the stall window), ``ready`` (live, set up,
-            guardian alive, actuator up) and the facts behind them.
+            guardian alive, actuator up, usable latency), ``reason`` (why not ready, when
+            it is not) and the facts behind them.
         """
         silent = self.silent_s()
         live = silent < (self.stall_timeout_s or default_stall_timeout(self.period_s))
-        return {"live": live, "ready": bool(live and self.set_up and guardian_alive
-                                            and actuator_up),
-                "set_up": self.set_up, "guardian_alive": guardian_alive,
-                "actuator_up": actuator_up,
-                "heartbeat_age_s": None if self.last_beat is None else round(silent, 3)}
+        why = ("starting" if self.last_beat is None
+               else "the control loop has not beaten within the stall timeout" if not live
+               else "setting up" if not self.set_up
+               else "the guardian is not running" if not guardian_alive
+               else "the sleep actuator stopped on an error" if not actuator_up
+               else latency_unready)
+        out: dict[str, Any] = {"live": live, "ready": not why,
+               "set_up": self.set_up, "guardian_alive": guardian_alive,
+               "actuator_up": actuator_up,
+               "heartbeat_age_s": None if self.last_beat is None else round(silent, 3)}
+        if why:
+            out["reason"] = why
+        return out
 
 
 class SilenceWatch:

@@ -37,6 +37,7 @@ name                                        type      meaning
 ``saturated_periods_total``                 counter   periods with a saturated sleep
 ``control_action``                          enum      what the controller did last period
 ``model_gain``                              gauge     latency model gain in use (s per s)
+``share_changes_total``                     counter   share changes made, label backend
 ``mps_changes_total``                       counter   MPS share changes (restarts) attempted
 ``mps_change_failures_total``               counter   MPS restarts that failed
 ``mps_restart_downtime_seconds``            summary   training downtime per MPS restart
@@ -46,6 +47,8 @@ name                                        type      meaning
 ``inference_silent``                        gauge     1 once that reached --silent-periods
 ``samples_total``                           counter   latency reports received
 ``malformed_reports_total``                 counter   malformed report lines dropped
+``latency_source_errors_total``             counter   scrapes that failed, label reason
+``latency_source_resets_total``             counter   scraped counters that went down
 ``periods_total``                           counter   control periods run
 ``last_period_timestamp_seconds``           gauge     Unix time of the last period
 ``actuator_up``                             gauge     1 while the sleep actuator works
@@ -71,20 +74,14 @@ gpucontrol_sleep_seconds{gpu="0",target="train"} 0.01
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 import math
 import os
 import shlex
-import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -94,8 +91,9 @@ from prometheus_client import (
     Info,
     Summary,
     generate_latest,
-    make_wsgi_app,
 )
+
+from gpucontrol.node.metrics_server import MetricsServer
 
 if TYPE_CHECKING:
     from gpucontrol.node.config import DaemonConfig
@@ -168,102 +166,6 @@ def _num(x: Any) -> float:
         return math.nan
 
 
-_HEALTH_PATHS = ("/healthz", "/readyz")
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    """A threading WSGI server with a cap on concurrent connections (issue B13).
-
-    Each connection must deliver its whole request within ``request_timeout_s`` (a total
-    deadline, not per receive: a client trickling a header line at a time is cut off too).
-    When all ``max_connections`` slots are taken, up to ``health_connections`` more are
-    accepted for ``/healthz`` and ``/readyz`` only, with a deadline of ``health_timeout_s``
-    (anything else there is answered 503), so slow clients cannot starve the probes."""
-
-    daemon_threads = True
-    request_queue_size = 16
-    max_connections = 16  # set per server by a subclass (DaemonMetrics._serve)
-    request_timeout_s = 5.0
-    health_connections = 4
-    health_timeout_s = 1.0
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        self.slots = threading.BoundedSemaphore(self.max_connections)
-        self.health_slots = threading.BoundedSemaphore(self.health_connections)
-        self.health_only: dict[Any, threading.BoundedSemaphore] = {}
-        self.on_reject: Callable[[], None] = lambda: None
-        super().__init__(*args, **kw)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        slots = self.slots
-        if not slots.acquire(blocking=False):
-            slots = self.health_slots
-            if not slots.acquire(blocking=False):
-                self.on_reject()
-                self.shutdown_request(request)  # over the cap: closed at once, no thread
-                return
-            self.health_only[request] = slots
-        try:
-            request.settimeout(self.request_timeout_s)  # an idle connection is dropped
-            super().process_request(request, client_address)
-        except BaseException:
-            self.health_only.pop(request, None)
-            slots.release()
-            raise
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # an idle client timing out is routine: a debug line, not a traceback on stderr
-        logger.debug("metrics connection from %s ended: %s", client_address,
-                     sys.exc_info()[1])
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            (self.health_only.pop(request, None) or self.slots).release()
-
-
-class _DeadlineReader(io.RawIOBase):
-    """Reads a socket until a deadline (monotonic): each receive waits only what is left."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock, self._deadline = sock, deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("request not received in time")
-        self._sock.settimeout(left)
-        return self._sock.recv_into(b)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        self.health_only = self.request in self.server.health_only
-        limit = (min(self.server.health_timeout_s, self.server.request_timeout_s)
-                 if self.health_only else self.server.request_timeout_s)
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection,
-                                                       time.monotonic() + limit))
-
-    def parse_request(self) -> bool:
-        if not super().parse_request():
-            return False
-        self.connection.settimeout(self.server.request_timeout_s)  # for the answer
-        if self.health_only and self.path.split("?", 1)[0] not in _HEALTH_PATHS:
-            self.send_error(503, "busy: only /healthz and /readyz are served now")
-            return False
-        return True
-
-    def log_message(self, format: str, *args: object) -> None:
-        logger.debug("metrics request: %s", format % args)
-
-
 class DaemonMetrics:
     """One daemon's metrics registry and, when ``port`` is given, its HTTP server.
 
@@ -296,6 +198,9 @@ class DaemonMetrics:
     timeout_s : float
         A connection that has not sent its whole request this long after it was accepted is
         closed.
+    mps : bool or None
+        Whether an MPS control daemon is in use (``gpucontrol_mps_up``); None: when the
+        backend is ``mps``.
 
     Attributes
     ----------
@@ -312,7 +217,8 @@ class DaemonMetrics:
                  info: dict[str, str] | None = None, backend: str = "none",
                  textfile: str | None = None,
                  health: Callable[[], dict[str, Any]] | None = None,
-                 max_connections: int = 16, timeout_s: float = 5.0) -> None:
+                 max_connections: int = 16, timeout_s: float = 5.0,
+                 mps: bool | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.textfile = textfile
         self._health = health
@@ -326,9 +232,10 @@ class DaemonMetrics:
         def counter(name: str, doc: str) -> Counter:
             return Counter(f"gpucontrol_{name}", doc, _LABELS, registry=r).labels(**labels)
 
-        Info("gpucontrol_daemon", "Static facts of the daemon (value 1).", _LABELS,
-             registry=r).labels(**labels).info(
-                 {k: str(v) for k, v in (info or {}).items()})
+        self._info_facts = {k: str(v) for k, v in (info or {}).items()}
+        self._info = Info("gpucontrol_daemon", "Static facts of the daemon (value 1).",
+                          _LABELS, registry=r).labels(**labels)
+        self._info.info(self._info_facts)
         gauge("slo_seconds", "Latency set point (NaN when running open loop).").set(
             math.nan if slo_ms is None else slo_ms / 1e3)
         self._mean = gauge("latency_mean_seconds",
@@ -357,10 +264,13 @@ class DaemonMetrics:
                                     "Control periods with a saturated sleep.")
         self._action = Enum("gpucontrol_control_action",
                             "What the controller did in the last period: the inner (sleep) "
-                            "tier, the outer (MPS) tier, hold, or open loop.", _LABELS,
+                            "tier, the outer (spatial share) tier, hold, or open loop.", _LABELS,
                             states=list(ACTIONS), registry=r).labels(**labels)
         self._gain = gauge("model_gain", "Latency model gain in use: seconds of latency per "
                            "second of sleep (the adaptive estimate when adaptive).")
+        self._share_changes = Counter(
+            "gpucontrol_share_changes", "Spatial share changes made (an MPS restart attempted, "
+            "or a restart-free change applied), by backend.", (*_LABELS, "backend"), registry=r)
         self._mps_changes = counter("mps_changes", "MPS share changes (training restarts) "
                                     "attempted.")
         self._mps_failures = counter("mps_change_failures", "MPS restarts that failed.")
@@ -379,6 +289,12 @@ class DaemonMetrics:
         self._reports = counter("samples", "Latency reports received.")
         self._malformed = counter("malformed_reports", "Malformed latency report lines "
                                   "dropped.")
+        self._source_errors = Counter(
+            "gpucontrol_latency_source_errors", "Periods whose latency scrape failed, by reason "
+            "(timeout, refused, connection, http_status, too_long, not_finite, missing, "
+            "malformed).", (*_LABELS, "reason"), registry=r)
+        self._source_resets = counter("latency_source_resets", "Periods whose scraped "
+                                      "latency counters went down (a restarted server).")
         self._periods = counter("periods", "Control periods run.")
         self._last = gauge("last_period_timestamp_seconds",
                            "Unix time at which the last control period ended (freshness).")
@@ -401,7 +317,7 @@ class DaemonMetrics:
         self._share_value = math.nan
         self._share.set(math.nan)
         self._actuator_up.set(1)
-        self._mps_up.set(1 if self._backend == "mps" else 0)
+        self._mps_up.set(1 if (self._backend == "mps" if mps is None else mps) else 0)
         self._action.state("initial")
         if health is not None:
             self._guardian_up.set_function(
@@ -409,8 +325,7 @@ class DaemonMetrics:
             self._hb_age.set_function(
                 lambda: _num(self._call_health().get("heartbeat_age_s")))
         self._log_seen = 0
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: MetricsServer | None = None
         self.port: int | None = None
         self.url: str | None = None
         if port is not None:
@@ -419,7 +334,7 @@ class DaemonMetrics:
     @classmethod
     def from_config(cls, cfg: DaemonConfig, *, pids: Iterable[int], mps_ok: bool,
                     method: str, health: Callable[[], dict[str, Any]] | None = None,
-                    backend: str | None = None) -> DaemonMetrics:
+                    backend: str | None = None, mps_up: bool | None = None) -> DaemonMetrics:
         """The daemon's metrics, as its configuration asks (server and/or text file).
 
         Parameters
@@ -437,7 +352,10 @@ class DaemonMetrics:
             The health answer of ``/healthz`` and ``/readyz``.
         backend : str or None
             The spatial-share backend label (``mps``, ``cpu.max``, ``green-context`` or
-            ``none``; :meth:`gpucontrol.node.share.ShareWiring.metrics_label`).
+            ``none``; :meth:`gpucontrol.node.share.ShareKnob.metrics_label`).
+        mps_up : bool or None
+            Whether an MPS control daemon is in use whatever the backend (green contexts run
+            inside one); None: when the backend is ``mps``.
 
         Returns
         -------
@@ -448,7 +366,7 @@ class DaemonMetrics:
             cgroup=cfg.cgroup, training_cmd=cfg.training_cmd, training_pids=pids)
         return cls(cfg.metrics_port, cfg.metrics_addr, gpu=cfg.gpu, target=target,
                    slo_ms=cfg.slo_ms, backend=backend or ("mps" if mps_ok else "none"),
-                   textfile=cfg.metrics_textfile, health=health,
+                   textfile=cfg.metrics_textfile, health=health, mps=mps_up,
                    info={"mode": cfg.mode, "outer": cfg.outer, "method": method,
                          "closed_loop": str(cfg.closed_loop).lower()})
 
@@ -459,43 +377,12 @@ class DaemonMetrics:
         except Exception as exc:  # a health probe must answer, not raise
             return {"live": False, "ready": False, "error": str(exc)}
 
-    def _app(self) -> Callable[..., Iterable[bytes]]:
-        metrics_app = make_wsgi_app(self.registry)
-
-        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            path = environ.get("PATH_INFO", "/")
-            if path in _HEALTH_PATHS:
-                h = self._call_health()
-                ok = bool(h.get("live" if path == "/healthz" else "ready"))
-                body = json.dumps(h).encode()
-                start_response("200 OK" if ok else "503 Service Unavailable",
-                               [("Content-Type", "application/json"),
-                                ("Content-Length", str(len(body)))])
-                return [body]
-            if path in ("/", "/metrics"):
-                return metrics_app(environ, start_response)
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"try /metrics, /healthz or /readyz\n"]
-
-        return app
-
     def _serve(self, port: int, addr: str, max_connections: int, timeout_s: float) -> None:
-        class _Bound(_Server):
-            pass
-
-        _Bound.max_connections = int(max_connections)
-        _Bound.request_timeout_s = float(timeout_s)
-        server = make_server(addr, port, self._app(), server_class=_Bound,
-                             handler_class=_QuietHandler)
         rejected = self._rejected
-        server.on_reject = lambda: rejected.inc()
-        self._server = server
-        self.port = int(self._server.server_port)
-        host = f"[{addr}]" if ":" in addr else addr
-        self.url = f"http://{host}:{self.port}/metrics"
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        name="gpucontrol-metrics", daemon=True)
-        self._thread.start()
+        self._server = MetricsServer(self.registry, self._call_health, port, addr,
+                                     max_connections=max_connections, timeout_s=timeout_s,
+                                     on_reject=lambda: rejected.inc())
+        self.port, self.url = self._server.port, self._server.url
         logger.info("serving metrics on %s", self.url)
 
     # ------------------------------------------------------------------ recording
@@ -549,6 +436,11 @@ class DaemonMetrics:
         bad = _num(rec.get("malformed"))
         if math.isfinite(bad) and bad > 0:
             self._malformed.inc(bad)
+        reason = rec.get("source_reason")
+        if reason == "counter_reset":
+            self._source_resets.inc()
+        elif reason:
+            self._source_errors.labels(**self._labels, reason=str(reason)).inc()
         silent = _num(rec.get("periods_without_samples"))
         if math.isfinite(silent):
             self._silent.set(silent)
@@ -558,7 +450,10 @@ class DaemonMetrics:
 
     def _event(self, rec: dict[str, Any]) -> None:
         ev = rec.get("event")
-        if ev == "mps_restart":
+        if ev == "share_change" and rec.get("ok"):
+            self._share_changes.labels(**self._labels, backend=str(rec.get("backend"))).inc()
+        elif ev == "mps_restart":
+            self._share_changes.labels(**self._labels, backend="mps").inc()
             self._mps_changes.inc()
             if rec.get("ok", True) is False:
                 self._mps_failures.inc()
@@ -580,6 +475,18 @@ class DaemonMetrics:
             self._mps_up.set(0)
         elif ev == "mps_recovered":
             self._mps_up.set(1)
+
+    def set_info(self, **facts: Any) -> None:
+        """Update facts of ``gpucontrol_daemon_info`` (e.g. the sleep method once chosen).
+
+        Parameters
+        ----------
+        **facts : Any
+            Fact -> value (shown as text).
+        """
+        with self._lock:
+            self._info_facts.update({k: str(v) for k, v in facts.items()})
+            self._info.info(self._info_facts)
 
     def set_backend(self, backend: str) -> None:
         """Switch the spatial-share backend label (the old series is removed).
@@ -636,11 +543,7 @@ class DaemonMetrics:
         """Stop the HTTP server (if any), remove the text file; safe to call twice."""
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
+            server.close()
         if self.textfile:
             try:
                 os.unlink(self.textfile)

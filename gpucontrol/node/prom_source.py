@@ -14,7 +14,15 @@ scrape, and hands back the period's :class:`~gpucontrol.node.monitor.PeriodStats
 A counter that went down (the server restarted) starts a new baseline: that period reports
 no samples (the controller holds) and counts one malformed reading, as does a failed scrape,
 or a malformed one (a value that is not a finite number, a negative count), or a late one:
-none of them stops the control loop.
+none of them stops the control loop. Each such period has a **reason** (:data:`REASONS`):
+``timeout``, ``refused``, ``connection``, ``http_status``, ``too_long``, ``not_finite``,
+``missing``, ``malformed`` or ``counter_reset``; :attr:`PrometheusSource.reason` holds the
+last period's ("" after a usable one), so the daemon logs one line when it changes and counts
+the periods by reason.
+
+The body is parsed as it arrives, line by line, into the histogram's running sums: memory
+stays bounded by one line (:data:`MAX_LINE`) and the histogram itself, whatever the body's
+size; a body longer than :data:`MAX_BODY` is cut off (``too_long``).
 
 A scrape never holds the control loop longer than ``timeout_s``, however slowly the server
 connects, answers or drips its body: it runs on a thread of its own that
@@ -54,14 +62,73 @@ from gpucontrol._validate import positive
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node.monitor import PeriodStats
 
-__all__ = ["Histogram", "PrometheusSource", "histogram_delta", "histogram_quantile",
-           "parse_histogram"]
+__all__ = ["REASONS", "Histogram", "PrometheusSource", "ScrapeError", "histogram_delta",
+           "histogram_quantile", "parse_histogram", "scrape_reason"]
 
 #: The largest ``/metrics`` body read, bytes; a longer one is a malformed scrape.
 MAX_BODY = 64 << 20
+#: The longest line of the body, bytes (the read buffer holds at most one).
+MAX_LINE = 64 << 10
+
+#: Why a scrape gave no usable period (the ``reason`` label of the daemon's error counter).
+REASONS = ("timeout", "refused", "connection", "http_status", "too_long", "not_finite",
+           "missing", "malformed", "counter_reset")
 
 #: What a failed or malformed scrape raises (it then counts as one malformed period).
 _SCRAPE_ERRORS = (OSError, ValueError, http.client.HTTPException)
+
+
+class ScrapeError(ValueError):
+    """A scrape's body that gives no histogram, with its :data:`REASONS` entry.
+
+    Parameters
+    ----------
+    message : str
+        What was wrong.
+    reason : str
+        One of :data:`REASONS`.
+    """
+
+    def __init__(self, message: str, reason: str = "malformed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def scrape_reason(exc: BaseException) -> str:
+    """The :data:`REASONS` entry of what a scrape raised.
+
+    Parameters
+    ----------
+    exc : BaseException
+        The error.
+
+    Returns
+    -------
+    str
+        ``timeout``, ``refused``, ``connection``, ``http_status`` or the
+        :class:`ScrapeError`'s reason (``malformed`` for any other ``ValueError``).
+
+    Examples
+    --------
+    >>> scrape_reason(ConnectionRefusedError()), scrape_reason(TimeoutError())
+    ('refused', 'timeout')
+    """
+    import urllib.error
+
+    if isinstance(exc, ScrapeError):
+        return exc.reason
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    if isinstance(exc, urllib.error.HTTPError):
+        return "http_status"
+    if isinstance(exc, urllib.error.URLError):
+        return scrape_reason(exc.reason) if isinstance(exc.reason, BaseException) \
+            else "connection"
+    if isinstance(exc, ConnectionRefusedError):
+        return "refused"
+    if isinstance(exc, (OSError, http.client.HTTPException)):
+        return "connection"
+    return "malformed"
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -90,6 +157,59 @@ def _labels(text: str | None) -> dict[str, str]:
     return dict(_LABEL.findall(text or ""))
 
 
+class _HistogramReader:
+    """The running sums of one histogram, fed one exposition line at a time."""
+
+    def __init__(self, name: str, labels: Mapping[str, str] | None) -> None:
+        self.name = name
+        self.want = dict(labels or {})
+        self.buckets: dict[float, float] = {}
+        self.total = self.count = 0.0
+        self.seen = False
+
+    def line(self, line: str) -> None:
+        if not line or line[0] == "#":
+            return
+        m = _LINE.match(line)
+        if not m or not m.group(1).startswith(self.name):
+            return
+        series, lab, val = m.group(1), _labels(m.group(2)), m.group(3)
+        suffix = series[len(self.name):]
+        if suffix not in ("_bucket", "_sum", "_count"):
+            return
+        le = lab.pop("le", None)
+        if any(lab.get(k) != v for k, v in self.want.items()):
+            return
+        try:
+            v = float(val)
+        except ValueError:
+            raise ScrapeError(f"{series}: value {val[:40]!r} is not a number") from None
+        if not math.isfinite(v) or (v < 0 and suffix != "_sum"):
+            raise ScrapeError(f"{series}: value {val[:40]!r} is not a finite "
+                              f"{'number' if suffix == '_sum' else 'count'}",
+                              "not_finite" if not math.isfinite(v) else "malformed")
+        self.seen = True
+        if suffix == "_bucket" and le is not None:
+            try:
+                b = float(le)
+            except ValueError:
+                raise ScrapeError(f"{series}: bound le={le[:40]!r} is not a number") from None
+            if math.isnan(b) or b == -math.inf:
+                raise ScrapeError(f"{series}: bound le={le[:40]!r} is not a bucket bound")
+            self.buckets[b] = self.buckets.get(b, 0.0) + v
+        elif suffix == "_sum":
+            self.total += v
+        elif suffix == "_count":
+            self.count += v
+
+    def result(self) -> Histogram:
+        if not self.seen:
+            raise ScrapeError(f"histogram {self.name!r} not found in the scrape", "missing")
+        if math.inf not in self.buckets:
+            raise ScrapeError(f"histogram {self.name!r} has no +Inf bucket", "missing")
+        return Histogram(tuple(sorted(self.buckets.items())), self.total, self.count)
+
+
 def parse_histogram(text: str, name: str, labels: Mapping[str, str] | None = None) -> Histogram:
     """Read the histogram ``name`` from Prometheus text exposition.
 
@@ -112,53 +232,15 @@ def parse_histogram(text: str, name: str, labels: Mapping[str, str] | None = Non
 
     Raises
     ------
-    ValueError
-        The histogram is absent, or has no ``+Inf`` bucket, or one of its series holds
-        something other than a finite number (a negative one for a count), or a bucket bound
-        that is not a number.
+    ScrapeError
+        (A ``ValueError``.) The histogram is absent, or has no ``+Inf`` bucket, or one of its
+        series holds something other than a finite number (a negative one for a count), or a
+        bucket bound that is not a number.
     """
-    want = dict(labels or {})
-    buckets: dict[float, float] = {}
-    total = count = 0.0
-    seen = False
+    reader = _HistogramReader(name, labels)
     for line in text.splitlines():
-        if not line or line[0] == "#":
-            continue
-        m = _LINE.match(line)
-        if not m or not m.group(1).startswith(name):
-            continue
-        series, lab, val = m.group(1), _labels(m.group(2)), m.group(3)
-        suffix = series[len(name):]
-        if suffix not in ("_bucket", "_sum", "_count"):
-            continue
-        le = lab.pop("le", None)
-        if any(lab.get(k) != v for k, v in want.items()):
-            continue
-        try:
-            v = float(val)
-        except ValueError:
-            raise ValueError(f"{series}: value {val[:40]!r} is not a number") from None
-        if not math.isfinite(v) or (v < 0 and suffix != "_sum"):
-            raise ValueError(f"{series}: value {val[:40]!r} is not a finite "
-                             f"{'number' if suffix == '_sum' else 'count'}")
-        seen = True
-        if suffix == "_bucket" and le is not None:
-            try:
-                b = float(le)
-            except ValueError:
-                raise ValueError(f"{series}: bound le={le[:40]!r} is not a number") from None
-            if math.isnan(b) or b == -math.inf:
-                raise ValueError(f"{series}: bound le={le[:40]!r} is not a bucket bound")
-            buckets[b] = buckets.get(b, 0.0) + v
-        elif suffix == "_sum":
-            total += v
-        elif suffix == "_count":
-            count += v
-    if not seen:
-        raise ValueError(f"histogram {name!r} not found in the scrape")
-    if math.inf not in buckets:
-        raise ValueError(f"histogram {name!r} has no +Inf bucket")
-    return Histogram(tuple(sorted(buckets.items())), total, count)
+        reader.line(line)
+    return reader.result()
 
 
 def histogram_delta(new: Histogram, old: Histogram | None) -> Histogram | None:
@@ -181,7 +263,8 @@ def histogram_delta(new: Histogram, old: Histogram | None) -> Histogram | None:
     """
     for h in (new, old):
         if h is not None and not all(math.isfinite(v) for v in _values(h)):
-            raise ValueError("the histogram holds a value that is not a finite number")
+            raise ScrapeError("the histogram holds a value that is not a finite number",
+                              "not_finite")
     if old is None:
         return new
     prev = dict(old.buckets)
@@ -195,7 +278,7 @@ def histogram_delta(new: Histogram, old: Histogram | None) -> Histogram | None:
         return None
     delta = Histogram(tuple(out), new.sum - old.sum, new.count - old.count)
     if not all(math.isfinite(v) for v in _values(delta)):  # overflow
-        raise ValueError("the histogram's increment is not a finite number")
+        raise ScrapeError("the histogram's increment is not a finite number", "not_finite")
     return delta
 
 
@@ -272,6 +355,7 @@ class PrometheusSource:
         self.total_count = 0
         self.total_malformed = 0
         self.last_error = ""
+        self.reason = ""  # the last period's REASONS entry; "" after a usable one
 
     def scrape(self) -> Histogram:
         """One scrape of the histogram, in the calling thread.
@@ -288,19 +372,32 @@ class PrometheusSource:
         ------
         OSError, http.client.HTTPException
             The request failed, or took longer (``TimeoutError``).
-        ValueError
-            The body is not a usable histogram, or longer than :data:`MAX_BODY`.
+        ScrapeError
+            (A ``ValueError``.) The body is not a usable histogram, longer than
+            :data:`MAX_BODY` or has a line longer than :data:`MAX_LINE`.
         """
         deadline = time.monotonic() + self.timeout_s
-        body = bytearray()
+        reader = _HistogramReader(self.metric, self.labels)
+        pending = bytearray()  # at most one line: the body is never held whole
+        size = 0
         with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:
             while chunk := resp.read1(1 << 16):
-                body += chunk
-                if len(body) > MAX_BODY:
-                    raise ValueError(f"{self.url}: body longer than {MAX_BODY} bytes")
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise ScrapeError(f"{self.url}: body longer than {MAX_BODY} bytes",
+                                      "too_long")
+                pending += chunk
+                *lines, rest = pending.split(b"\n")
+                for line in lines:
+                    reader.line(line.decode("utf-8", "replace").rstrip("\r"))
+                if len(rest) > MAX_LINE:
+                    raise ScrapeError(f"{self.url}: a line longer than {MAX_LINE} bytes",
+                                      "too_long")
+                pending = bytearray(rest)
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{self.url}: body not read within {self.timeout_s:g} s")
-        return parse_histogram(body.decode("utf-8", "replace"), self.metric, self.labels)
+        reader.line(pending.decode("utf-8", "replace").rstrip("\r"))
+        return reader.result()
 
     def _scrape_in_time(self) -> Histogram:
         """:meth:`scrape` on a thread of its own, waited for at most ``timeout_s``.
@@ -336,7 +433,7 @@ class PrometheusSource:
             try:
                 self._last = self._scrape_in_time()
             except _SCRAPE_ERRORS as exc:
-                self.last_error = str(exc)
+                self.last_error, self.reason = str(exc), scrape_reason(exc)
                 self._last = None
         return self
 
@@ -356,6 +453,7 @@ class PrometheusSource:
             start, self._t = self._t, now
             bad = 0
             delta: Histogram | None = None
+            reason = ""
             try:
                 new = self._scrape_in_time()  # finite values only (parse_histogram)
                 old, self._last = self._last, new
@@ -363,10 +461,11 @@ class PrometheusSource:
                     delta = histogram_delta(new, old)
                     if delta is None:
                         self.last_error = "a counter went down (a restarted server)"
-                        bad = 1  # new baseline
+                        bad, reason = 1, "counter_reset"  # new baseline
             except _SCRAPE_ERRORS as exc:  # failed, malformed or late: the period holds
-                self.last_error = str(exc)
+                self.last_error, reason = str(exc), scrape_reason(exc)
                 delta, bad = None, 1
+            self.reason = reason
             self.total_malformed += bad
             n = round(delta.count) if delta is not None else 0
             if delta is None or n <= 0:

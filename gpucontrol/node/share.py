@@ -1,39 +1,37 @@
-"""The daemon's spatial-share wiring: which backend moves the training's share, what a change
-costs the controller, and how a share is applied and withdrawn.
+"""The daemon's spatial-share backends as knobs (``--share-backend``, registry
+:data:`gpucontrol.node.registry.SHARE_BACKENDS`), each driving one
+:class:`~gpucontrol.node.actuators.spatial.SpatialShareBackend`:
 
-``--share-backend`` names one backend of :mod:`gpucontrol.node.actuators.spatial`:
+=================  ===================  ==================================================
+value              knob                 a change
+=================  ===================  ==================================================
+``mps``            MPSRestartShare      restarts the training under a new MPS active-thread
+                                        percentage (needs ``--training-cmd`` and MPS);
+                                        costs the measured restart, which the controller
+                                        is told after each one (``set_restart_duration``)
+``cpu``            CPUQuotaShare        the training's cgroup CPU quota; no restart
+``green-context``  GreenContextShare    a command in the hook file; the cooperative
+                                        training runs its next iteration on the
+                                        green-context partition of that share; no restart
+=================  ===================  ==================================================
 
-=================  =================  ====================================================
-flag               backend            a change
-=================  =================  ====================================================
-``mps``            ``mps-restart``    restarts the training under a new MPS active-thread
-                                      percentage (needs ``--training-cmd`` and MPS); costs
-                                      the measured restart, which the controller is told
-                                      after each one (``set_restart_duration``)
-``cpu``            ``cpu.max``        the training's cgroup CPU quota; no restart
-``green-context``  ``green-context``  a command in the hook file; the cooperative training
-                                      runs its next iteration on the green-context partition
-                                      of that share (:mod:`gpucontrol.node.green_torch`,
-                                      ``harness.hil.green_emulator``); no restart
-=================  =================  ====================================================
-
-A restart-free backend tells the controller that a change costs nothing (``restart_s=0``):
-its outer decision may then come often (``--outer-every`` down to 1; a decision still averages
-the last 8 readings at the current share, see docs/daemon.md). The MPS backend leaves the
+A restart-free knob tells the controller that a change costs nothing (``restart_s=0``): its
+outer decision may then come often (``--outer-every`` down to 1; a decision still averages
+the last 8 readings at the current share, see docs/daemon.md). The MPS knob leaves the
 controller's prior (15 s) until the first restart is measured.
 
-Crash paths: the green-context share lives in the hook file's flags, so whatever withdraws the
-sleep withdraws the share too -- :meth:`HookWriter.close` at exit, the guardian's and the next
-daemon's :func:`~gpucontrol.node.hooks.clear_hook_file`, and the reader's staleness check when
-no daemon beats any more: the training is back on the full device (100 %). The CPU cap is
-lifted, and each capped process returned to the cgroup it came from, by
+Crash paths: the green-context share lives in the hook file's flags, so whatever withdraws
+the sleep withdraws the share too -- :meth:`GreenContextShare.close` at exit, the guardian's
+and the next daemon's :func:`~gpucontrol.node.hooks.clear_hook_file`, and the reader's
+staleness check when no daemon beats any more: the training is back on the full device. The
+CPU cap is lifted, and each capped process returned to the cgroup it came from, by
 :func:`gpucontrol.node.records.release_share` (one daemon per share group: the daemon locks it
 before it is made); an MPS training is ended with its daemon.
 
 Examples
 --------
 >>> from gpucontrol.node.share import controller_restart_s, is_restart_free
->>> [is_restart_free(f) for f in SHARE_BACKENDS]
+>>> [is_restart_free(f) for f in ("mps", "cpu", "green-context")]
 [False, True, True]
 >>> controller_restart_s("green-context"), controller_restart_s("mps") is None
 (0.0, True)
@@ -42,33 +40,49 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpucontrol.node.actuators.spatial import (
     BackendInfo,
-    CPUShareBackend,
-    GreenContextBackend,
     MPSRestartBackend,
-    SpatialShareBackend,
-    change_cost_periods,
     make_backend,
 )
-from gpucontrol.node.config import SHARE_BACKENDS
+from gpucontrol.node.registry import SHARE_BACKENDS, knob_class
+from gpucontrol.node.share_knob import ShareKnob
 
-__all__ = ["REGISTRY_NAME", "SHARE_BACKENDS", "ShareWiring", "controller_restart_s",
-           "is_restart_free"]
+__all__ = ["CPUQuotaShare", "GreenContextShare", "MPSRestartShare", "ShareKnob",
+           "controller_restart_s", "is_restart_free", "make_share"]
 
-#: ``--share-backend`` value -> :data:`gpucontrol.node.actuators.spatial.BACKENDS` name.
-REGISTRY_NAME = {"mps": "mps-restart", "cpu": "cpu.max", "green-context": "green-context"}
-_CLASSES: dict[str, type[SpatialShareBackend]] = {
-    "mps": MPSRestartBackend, "cpu": CPUShareBackend, "green-context": GreenContextBackend}
+
+def make_share(flag: str, infos: Iterable[BackendInfo], cfg: Any = None) -> ShareKnob:
+    """The share knob a ``--share-backend`` value names.
+
+    Parameters
+    ----------
+    flag : str
+        The value (a key of :data:`~gpucontrol.node.registry.SHARE_BACKENDS`).
+    infos : iterable of BackendInfo
+        What :func:`~gpucontrol.node.actuators.spatial.detect_backends` found here.
+    cfg : DaemonConfig or None
+        The settings.
+
+    Returns
+    -------
+    ShareKnob
+        The knob, not started.
+    """
+    cls: type[ShareKnob] = knob_class(SHARE_BACKENDS, flag)
+    return cls(infos, cfg)
 
 
 def is_restart_free(flag: str) -> bool:
     """Whether the ``--share-backend`` value changes the share without a restart."""
-    return bool(_CLASSES[flag].restart_free)
+    return bool(knob_class(SHARE_BACKENDS, flag).changes_without_restart)
 
 
 def controller_restart_s(flag: str) -> float | None:
@@ -78,45 +92,120 @@ def controller_restart_s(flag: str) -> float | None:
     return 0.0 if is_restart_free(flag) else None
 
 
-class ShareWiring:
-    """The daemon's spatial-share backend, from its choice to its release.
+# ---------------------------------------------------------------------------------------------
+class GreenContextShare(ShareKnob):
+    """``green-context``: the share written into the hook file, the cooperative training on
+    that share's green-context partition from its next iteration, both the training and the
+    inference clients of one MPS control daemon.
 
-    Parameters
-    ----------
-    flag : str
-        The ``--share-backend`` value (one of :data:`SHARE_BACKENDS`).
-    infos : iterable of BackendInfo
-        What :func:`~gpucontrol.node.actuators.spatial.detect_backends` found here.
-
-    Attributes
-    ----------
-    backend : SpatialShareBackend or None
-        The backend once built (None: no share knob, e.g. MPS unavailable).
-    reason : str
-        Why this backend, or why none.
+    Without MPS the two processes time-slice the GPU and a partition confines the training
+    without lowering the inference's latency (measured on an H100: 40.4 ms at every share), so
+    the daemon runs the training as an MPS client -- launched with the private control
+    daemon's or the node's (``--mps-pipe-dir``) pipe directory, at an active-thread
+    percentage of 100 (the partition is the share) -- and checks at start that the inference
+    is a client too (:mod:`gpucontrol.node.mps_clients`). When it is not, or that cannot be
+    told, the daemon says so in one line with the measured reason and refuses to start,
+    unless ``mps_unchecked`` lets it go on.
     """
 
-    def __init__(self, flag: str, infos: Iterable[BackendInfo]) -> None:
-        if flag not in _CLASSES:
-            raise ValueError(f"--share-backend must be one of {', '.join(SHARE_BACKENDS)}, "
-                             f"got {flag!r}")
-        self.flag = flag
-        self.name = REGISTRY_NAME[flag]
-        self.info = {i.name: i for i in infos}.get(self.name)
-        self.backend: SpatialShareBackend | None = None
-        self.reason = ""
-        self._cpu: Any = None
+    name = "green-context"
+    backend_name = "green-context"
+    changes_without_restart = True
+    before_training = True
+    label = "green-context"
 
-    @property
-    def restart_free(self) -> bool:
-        """True when a built backend changes the share without a restart."""
-        return self.backend is not None and self.backend.restart_free
+    def __init__(self, infos: Iterable[BackendInfo] = (), cfg: Any = None) -> None:
+        super().__init__(infos, cfg)
+        self.client_check: Any = None  # the ClientCheck, once confirmed
 
-    # ------------------------------------------------------------------ building
-    def start_green(self, writer: Any, initial_pct: float,
-                    shares_pct: Sequence[float] = ()) -> None:
-        """``green-context``: publish the first share in the hook file (before the training
-        starts: its first iteration reads it).
+    @staticmethod
+    def mps_pipe_dir(cfg: Any) -> str | None:
+        """``--mps-pipe-dir``, else the control daemon the daemon's own environment names
+        (``CUDA_MPS_PIPE_DIRECTORY``, as every client's does: the one the inference and the
+        training would join by themselves); None: start a private one.
+
+        Parameters
+        ----------
+        cfg : DaemonConfig
+            The settings.
+
+        Returns
+        -------
+        str or None
+            The pipe directory to join.
+        """
+        return cfg.mps_pipe_dir or os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or None
+
+    @classmethod
+    def needs_mps(cls, cfg: Any) -> bool:
+        """A launched training joins a private control daemon, any training the node's.
+
+        Parameters
+        ----------
+        cfg : DaemonConfig
+            The settings.
+
+        Returns
+        -------
+        bool
+            Whether the daemon starts or joins an MPS control daemon.
+        """
+        return bool(cfg.training_cmd) or cls.mps_pipe_dir(cfg) is not None
+
+    def launch_pct(self, host: Any) -> float:
+        """100: the green-context partition confines the training, not MPS.
+
+        Parameters
+        ----------
+        host : Daemon
+            Unused.
+
+        Returns
+        -------
+        float
+            100.
+        """
+        return 100.0
+
+    def confirm(self, host: Any) -> None:
+        """Is the inference an MPS client beside the training? One line when not (or when it
+        cannot be told), and a refusal unless ``mps_unchecked``
+        (:func:`gpucontrol.node.mps_clients.confirm_inference_client`)."""
+        from gpucontrol.node.mps_clients import confirm_inference_client
+
+        self.client_check, said = confirm_inference_client(
+            host, unchecked=self.cfg.mps_unchecked)
+        self.reason += said
+
+    def chosen(self, period_s: float) -> dict[str, Any]:
+        """The ``share_backend`` event, with the MPS control daemon and the client check.
+
+        Parameters
+        ----------
+        period_s : float
+            The control period, s.
+
+        Returns
+        -------
+        dict
+            The event.
+        """
+        ev = super().chosen(period_s)
+        if self.client_check is not None:
+            ev["inference_client"] = self.client_check.verdict
+        mps = self.host.mps if self.host is not None else None
+        ev["mps"] = (None if mps is None or not mps.ok else
+                     "private" if mps.private else "node")
+        return ev
+
+    def start(self, host: Any) -> None:
+        """Publish the first share in the hook file (before the training starts)."""
+        self.host = host
+        self.publish(host.hook, host.initial_share(), self.cfg.green_shares)
+
+    def publish(self, writer: Any, initial_pct: float,
+                shares_pct: Sequence[float] = ()) -> None:
+        """Build the backend on the hook file and publish the first share.
 
         Parameters
         ----------
@@ -127,29 +216,63 @@ class ShareWiring:
         shares_pct : sequence of float
             The partitions the training created (``--green-shares``); empty: any share.
         """
-        if self.flag != "green-context":
-            return
         self.backend = make_backend("green-context", writer=writer,
                                     shares_pct=list(shares_pct) or None)
         self.backend.set_share_pct(initial_pct)
-        probe = self.info
         self.reason = ("--share-backend green-context: the share is written into the hook "
                        "file and the training switches its green-context partition at its "
                        "next iteration (no restart)")
+        probe = self.info
         if probe is not None and not probe.available:
             self.reason += (f"; this machine's driver probe says '{probe.reason}': a training "
                             "that cannot create partitions runs on the full device")
 
-    def start_cpu(self, pids: Sequence[int], *, cgroup: str, initial_pct: float,
-                  record: Callable[..., None], lock: str | None = None) -> dict[str, Any]:
-        """``cpu``: cap the training's CPU share. The ``share`` record goes into the state file
-        as soon as the group exists and again, with the group each process comes from, before
-        the processes are moved, so a crash lifts the cap and returns them. All or nothing: a
+
+class CPUQuotaShare(ShareKnob):
+    """``cpu``: the training's CPU share through the cgroup CPU controller (no restart)."""
+
+    name = "cpu"
+    backend_name = "cpu.max"
+    changes_without_restart = True
+    label = "cpu.max"
+
+    def start(self, host: Any) -> None:
+        """Claim the share group (one daemon per group), cap the training in it."""
+        from gpucontrol.node.actuators.cpu_share import group_path
+
+        self.host = host
+        lock = host._claim_share_group(group_path(self.cfg.share_cgroup))
+        host.emit(**self.cap(host.training.pids, cgroup=self.cfg.share_cgroup,
+                             initial_pct=host.initial_share(), record=host._record, lock=lock))
+
+    def cap(self, pids: Sequence[int], *, cgroup: str, initial_pct: float,
+            record: Callable[..., None], lock: str | None = None) -> dict[str, Any]:
+        """Cap the training's CPU share. The ``share`` record goes into the state file as soon
+        as the group exists and again, with the group each process comes from, before the
+        processes are moved, so a crash lifts the cap and returns them. All or nothing: a
         failure (a process the controller refuses, a state write that fails) undoes what was
         done -- the processes back where they were, a group made here removed, the record
         withdrawn -- and raises. ``lock``: the daemon's lock file of the group, named in the
         record (a crash clean-up leaves a group alone that another daemon has claimed since).
-        Returns the ``cpu_share_ready`` event."""
+
+        Parameters
+        ----------
+        pids : sequence of int
+            The training's processes.
+        cgroup : str
+            The share group, relative to the CPU controller's root.
+        initial_pct : float
+            The share to start at, %.
+        record : callable
+            Writes the ``share`` record into the state file.
+        lock : str or None
+            The group's lock file.
+
+        Returns
+        -------
+        dict
+            The ``cpu_share_ready`` event.
+        """
         from gpucontrol.node.actuators.cpu_share import CpuShare
 
         recorded = False
@@ -160,7 +283,7 @@ class ShareWiring:
             record(share=rec if lock is None else {**rec, "lock": lock})
 
         try:
-            self._cpu = CpuShare(pids, name=cgroup, share_pct=initial_pct, on_record=keep)
+            cpu = CpuShare(pids, name=cgroup, share_pct=initial_pct, on_record=keep)
         except BaseException as exc:
             if recorded:  # withdrawn: the group it names is undone (or not ours)
                 with contextlib.suppress(OSError):
@@ -171,18 +294,56 @@ class ShareWiring:
                 err.errno = exc.errno
                 raise err from exc
             raise
-        self.backend = make_backend("cpu.max", actuator=self._cpu)
+        self.backend = make_backend("cpu.max", actuator=cpu)
         self.backend.share_pct = initial_pct
         self.reason = ("--share-backend cpu: the training's cgroup CPU quota "
-                       f"({self._cpu.backend}), changed without a restart")
-        return {"event": "cpu_share_ready", "backend": self._cpu.backend,
-                "cgroup": str(self._cpu.path), "share_pct": initial_pct,
-                "granularity_pct": self._cpu.granularity_pct}
+                       f"({cpu.backend}), changed without a restart")
+        return {"event": "cpu_share_ready", "backend": cpu.backend, "cgroup": str(cpu.path),
+                "share_pct": initial_pct, "granularity_pct": cpu.granularity_pct}
 
-    def start_mps(self, trainer: Any, *, mps_ok: bool, why_not: str = "") -> None:
-        """``mps``: restart the launched training with a new percentage (when MPS runs)."""
-        if self.flag != "mps":
-            return
+
+class MPSRestartShare(ShareKnob):
+    """``mps``: restart the launched training under a new MPS active-thread percentage."""
+
+    name = "mps"
+    backend_name = "mps-restart"
+    label = "mps"
+
+    @staticmethod
+    def needs_mps(cfg: Any) -> bool:
+        """A launched training runs under MPS (a given one cannot be restarted).
+
+        Parameters
+        ----------
+        cfg : DaemonConfig
+            The settings.
+
+        Returns
+        -------
+        bool
+            Whether the daemon launches the training.
+        """
+        return bool(cfg.training_cmd)
+
+    def start(self, host: Any) -> None:
+        """Wrap the launcher when MPS runs (else say why there is no share knob)."""
+        self.host = host
+        mps = host.mps
+        self.wrap(host.training.trainer, mps_ok=mps is not None and mps.ok,
+                  why_not=mps.error if mps is not None else "")
+
+    def wrap(self, trainer: Any, *, mps_ok: bool, why_not: str = "") -> None:
+        """Restart ``trainer`` with a new percentage (when MPS runs).
+
+        Parameters
+        ----------
+        trainer : MPSActuator or None
+            The launcher of the training.
+        mps_ok : bool
+            Whether an MPS control daemon is in use.
+        why_not : str
+            Why not, when it is not.
+        """
         if mps_ok and trainer is not None:
             # the controller's percentage as is (today's commands; no rounding to 1 %)
             self.backend = make_backend("mps-restart", actuator=trainer, round_pct=False)
@@ -194,57 +355,74 @@ class ShareWiring:
         else:
             self.reason = f"MPS unavailable ({why_not or 'see mps_unavailable'}): sleep-only"
 
-    # ------------------------------------------------------------------ reporting
-    def chosen(self, period_s: float) -> dict[str, Any]:
-        """The ``share_backend`` event: what was chosen, why, and what a change costs."""
-        b = self.backend
-        if b is None:
-            return {"event": "share_backend", "flag": self.flag, "backend": None,
-                    "reason": self.reason}
-        cost = change_cost_periods(b, period_s)
-        return {"event": "share_backend", "flag": self.flag, "backend": b.name,
-                "restart_free": b.restart_free, "granularity_pct": b.granularity_pct,
-                "change_latency_s": _num(b.resize_latency_s),
-                "change_cost_periods": _num(cost),
-                "controller_restart_s": 0.0 if b.restart_free else None,
-                "share_pct": b.share_pct, "reason": self.reason}
-
-    def metrics_label(self) -> str:
-        """The ``backend`` label of ``gpucontrol_spatial_share_ratio`` (``mps``, ``cpu.max``,
-        ``green-context``, or ``none`` without a share knob)."""
-        if self.backend is None:
-            return "none"
-        return "mps" if self.flag == "mps" else self.backend.name
-
-    # ------------------------------------------------------------------ acting
-    def change(self, pct: float) -> dict[str, Any]:
-        """Apply a restart-free change; returns the ``share_change`` event (``ok`` False
-        with the error when the backend refused)."""
-        assert self.backend is not None and self.backend.restart_free
-        try:
-            dt = self.backend.set_share_pct(pct)
-        except (OSError, ValueError) as exc:
-            return {"event": "share_change", "ok": False, "new_pct": pct, "error": str(exc),
-                    "backend": self.backend.name}
-        return {"event": "share_change", "ok": True, "new_pct": pct,
-                "applied_pct": self.backend.share_pct, "latency_s": round(dt, 6),
-                "backend": self.backend.name}
-
     def restart(self, pct: float) -> Any:
-        """An MPS change (blocking: run it off the control loop); returns the
-        :class:`~gpucontrol.node.actuators.mps.RestartResult`."""
+        """An MPS change (blocking: run it off the control loop).
+
+        Parameters
+        ----------
+        pct : float
+            The new percentage.
+
+        Returns
+        -------
+        RestartResult
+            What the restart measured.
+        """
         assert isinstance(self.backend, MPSRestartBackend)
         self.backend.set_share_pct(pct)
         return self.backend.results[-1]
 
+    def apply(self, value: Any) -> None:
+        """Start a restart at ``value`` % on a thread of its own (none while one runs or
+        while the MPS control daemon is unhealthy).
+
+        Parameters
+        ----------
+        value : float
+            The new percentage.
+        """
+        host = self.host
+        if self.backend is None or host.training.restarting():
+            return
+        if host.mps is not None and not host.mps.healthy:
+            host.emit(event="mps_restart", ok=False, new_pct=value,
+                      error="the MPS control daemon is unhealthy: change skipped")
+            return
+        t = threading.Thread(target=self._restart, args=(value,), name="gpucontrol-mps",
+                             daemon=True)
+        host.training.restart_thread = t
+        t.start()
+
+    def _restart(self, pct: float) -> None:
+        host = self.host
+        try:
+            res = self.restart(pct)  # MPSActuator.apply
+            host.training.restarted(host)
+        except Exception as exc:
+            host.emit(event="mps_restart", ok=False, new_pct=pct, error=str(exc))
+            return
+        finally:
+            host.sleep.suspend(False)
+            host.restarted = True
+        host.emit(event="mps_restart", **dataclasses.asdict(res))
+        if host.controller is not None and res.ok and math.isfinite(res.total_s):
+            host.controller.set_restart_duration(res.total_s)  # the hold and its cost
+
+    def words(self, text: str) -> str:
+        """The controller's words as they are (its share is the MPS percentage).
+
+        Parameters
+        ----------
+        text : str
+            A reason the controller gave.
+
+        Returns
+        -------
+        str
+            ``text``.
+        """
+        return text
+
     def close(self) -> None:
-        """Withdraw the share: the training back on the full device (green-context; call it
-        while the hook file is still open) or the CPU cap lifted (cpu). MPS: nothing here (the
-        training is stopped with the daemon)."""
-        b, self.backend = self.backend, None
-        if b is not None and b.restart_free:
-            b.close()
-
-
-def _num(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
+        """Nothing to withdraw (the training stops with the daemon)."""
+        self.backend = None

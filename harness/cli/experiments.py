@@ -45,10 +45,11 @@ CPU_DEMO_DURATION = 120.0
 
 
 def _common(p: argparse.ArgumentParser, *, duration: float, period: float,
-            out: str = "results", plants: tuple[str, ...] = ("sim", "gpu"),
+            out: str = "results", plants: tuple[str, ...] = ("sim", "gpu", "gpu-green"),
             duration_help: str | None = None) -> None:
     p.add_argument("--plant", choices=plants, default="sim",
-                   help="simulated plant (default) or the real GPU (needs the GPU harness)"
+                   help="simulated plant (default) or the real GPU (needs the GPU harness; "
+                        "gpu-green: its share a green-context partition inside MPS)"
                         + ("; cpu: the whole pipeline (identify, model.json, the daemon "
                            "process, a load burst) on real processes sharing this machine's "
                            "CPUs" if "cpu" in plants else ""))
@@ -291,7 +292,7 @@ def register(sub: Any) -> None:
                        "simulated "
                                    "plant and print, per controller, latency, SLO violations and "
                                    "throughputs. Results go to ./results/burst/.")
-    _common(p, duration=400.0, period=4.0, plants=("sim", "gpu", "cpu"),
+    _common(p, duration=400.0, period=4.0, plants=("sim", "gpu", "gpu-green", "cpu"),
             duration_help=f"seconds per run, a whole number of periods, (0, 86400] (default "
                           f"400); with --plant cpu the closed-loop phase, at least "
                           f"{CPU_DEMO_MIN_PERIODS} periods (default {CPU_DEMO_DURATION:g})")

@@ -65,8 +65,9 @@ def register(sub: Any) -> None:
                     "MPS level, fit latency = gain * sleep + offset, validate on held-out "
                     "periods and report gain, offset and R² per level (GPUColo paper, Figs. 6/7). "
                     "Results go to <out>/identify/.")
-    p.add_argument("--plant", choices=("sim", "gpu", "cpu"), default="sim",
-                   help="simulated plant (default), the real GPU (needs the GPU harness) or "
+    p.add_argument("--plant", choices=("sim", "gpu", "gpu-green", "cpu"), default="sim",
+                   help="simulated plant (default), the real GPU (needs the GPU harness; "
+                        "gpu-green: the share a green-context partition inside MPS) or "
                         "the CPU plant (real processes on this machine's CPUs; presets "
                         "default, small)")
     p.add_argument("--preset", default="fig8",

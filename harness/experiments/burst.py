@@ -31,6 +31,7 @@ from harness.experiments.common import (
     make_plant,
     params_meta,
     plant_mps_enabled,
+    plant_setup,
     resolve_names,
     slo_floor_ms,
     slo_meta,
@@ -175,6 +176,7 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
                              duration_s=periods * period_s, period_s=period_s)
     runs: list[Records] = []
     mps_on: list[bool | None] = []
+    setups: list[dict[str, Any] | None] = []
     backends: list[str | None] = []
     with Progress(periods * len(ctls), "burst", enabled=progress) as bar:
         for c, n in zip(ctls, names):
@@ -183,6 +185,7 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
                 runs.append(run_loop(c, p, periods, scenario, period_s=period_s,
                                      on_period=lambda _k: bar.advance()))
                 mps_on.append(plant_mps_enabled(p))
+                setups.append(plant_setup(p))
                 backends.append(getattr(getattr(p, "params", None), "backend", None))
             finally:
                 close_plant(p)
@@ -207,6 +210,7 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
             "burst_s": list(burst_s), "batches": list(batches), "tolerance": tolerance,
             **params_meta(plant, ref),
             "mps_enabled": all(mps_on) if None not in mps_on else None,
+            "plant_setup": next((s for s in setups if s), None),
             "backends": dict(zip((c.name for c in ctls), backends))}
     oracle = next((c for c in ctls if c.name == "Oracle"), None)
     if oracle is not None:

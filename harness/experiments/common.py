@@ -34,6 +34,7 @@ __all__ = [
     "make_plant",
     "params_meta",
     "plant_mps_enabled",
+    "plant_setup",
     "scale_slo",
     "slo_floor_ms",
     "slo_meta",
@@ -59,6 +60,14 @@ def plant_mps_enabled(plant: Any) -> bool | None:
         return bool(params.mps_enabled)
     v = getattr(plant, "mps_enabled", None)
     return None if v is None else bool(v)
+
+
+def plant_setup(plant: Any) -> dict[str, Any] | None:
+    """What a plant with processes ran, for the results' metadata (the GPU plant's training,
+    batch and, when sized to its GPU, the sizing); None for a plant that does not say. Ask
+    after it has started."""
+    setup = getattr(plant, "setup", None)
+    return setup() if callable(setup) else None
 
 
 def close_plant(plant: Any) -> None:

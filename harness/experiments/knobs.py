@@ -26,6 +26,7 @@ from harness.experiments.common import (
     close_plant,
     make_plant,
     plant_mps_enabled,
+    plant_setup,
 )
 from harness.progress import Progress
 from harness.results import save_figure
@@ -129,6 +130,7 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
     summary: list[dict[str, Any]] = []
     mps_on: dict[str, bool | None] = {}
     batch: int | None = None
+    setups: dict[str, dict[str, Any] | None] = {}
     with Progress(periods * len(KNOB_RUNS), "knobs", enabled=progress) as bar:
         for name, (over, before, after) in KNOB_RUNS.items():
             p = make_plant(plant, preset, seed=seed, **over)
@@ -139,6 +141,7 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
                              on_period=lambda _k: bar.advance())
                 mps_on[name] = plant_mps_enabled(p)
                 batch = _batch(p)
+                setups[name] = plant_setup(p)
             finally:
                 close_plant(p)
             runs.append(r)
@@ -163,7 +166,8 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
             "duration_s": periods * period_s, "period_s": period_s, "change_s": list(change_s),
             "batch": batch, "paper_batch": PAPER_FIG4_BATCH,
             "runs": {k: {"overrides": v[0], "before": v[1], "after": v[2],
-                         "mps_enabled": mps_on.get(k)} for k, v in KNOB_RUNS.items()}}
+                         "mps_enabled": mps_on.get(k), "plant_setup": setups.get(k)}
+                     for k, v in KNOB_RUNS.items()}}
     res = ExperimentResult("knobs", rec, summary, meta=meta)
     if out_dir is not None:
         cols = ("run", "phase", "latency_ms", "paper_latency_ms", "latency_err_pct", "sm_pct",

@@ -8,7 +8,7 @@ its own plant with :func:`register_plant`. A factory is called as
 :class:`~gpucontrol.errors.PlantUnavailable` when it cannot run on this machine.
 
 >>> sorted(PLANTS)
-['cpu', 'gpu', 'sim']
+['cpu', 'gpu', 'gpu-green', 'sim']
 >>> make_plant("sim", "fig8").params.batch
 105
 """
@@ -35,10 +35,14 @@ class ExperimentFailed(RuntimeError):
 PLANTS: dict[str, str] = {
     "sim": "harness.sim.simulated:make_simulated_plant",
     "gpu": "harness.hil.gpu_plant:make_gpu_plant",
+    # the GPU with green-context partitions inside MPS as the share knob (no restarts)
+    "gpu-green": "harness.hil.spatial_plant:make_green_gpu_plant",
     "cpu": "harness.hil.cpu.plant:make_cpu_plant",
 }
 
-_HINTS = {"gpu": "--plant gpu needs the GPU harness (harness.hil), which is not importable here"}
+_HINTS = {"gpu": "--plant gpu needs the GPU harness (harness.hil), which is not importable here",
+          "gpu-green": "--plant gpu-green needs the GPU harness (harness.hil), which is not "
+                       "importable here"}
 
 
 def register_plant(name: str, factory: str) -> None:

@@ -28,6 +28,7 @@ from harness.experiments.common import (
     make_plant,
     params_meta,
     plant_mps_enabled,
+    plant_setup,
     resolve_names,
     slo_floor_ms,
     slo_meta,
@@ -108,6 +109,7 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
     runs: list[Records] = []
     mps_on: list[bool | None] = []
     summary: list[dict[str, Any]] = []
+    setups: list[dict[str, Any] | None] = []
     with Progress(periods * len(names) * len(slos), "sweep", enabled=progress) as bar:
         for slo in slos:
             ctls = build_controllers(names, plant=ref, slo_ms=slo, scenario=None,
@@ -118,6 +120,7 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
                     r = run_loop(c, p, periods, period_s=period_s, extra={"slo_ms": slo},
                                  on_period=lambda _k: bar.advance())
                     mps_on.append(plant_mps_enabled(p))
+                    setups.append(plant_setup(p))
                 finally:
                     close_plant(p)
                 runs.append(r)
@@ -129,7 +132,8 @@ def slo_sweep(*, plant: str = "sim", preset: str = "fig8", seed: int = 0,
             "duration_s": periods * period_s, "period_s": period_s,
             "warmup_s": warmup_s, "batch": batch, "slo_floor_ms": floor,
             **params_meta(plant, ref),
-            "mps_enabled": all(mps_on) if None not in mps_on else None}
+            "mps_enabled": all(mps_on) if None not in mps_on else None,
+            "plant_setup": next((s for s in setups if s), None)}
     res = ExperimentResult("slo_sweep", rec, summary, meta=meta)
     if out_dir is not None:
         res.write_set(Path(out_dir), SUMMARY_COLUMNS, f"SLO sweep (batch {batch}, seed {seed})",

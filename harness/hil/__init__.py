@@ -9,7 +9,14 @@
 - :mod:`harness.hil.mps_session` — a private MPS control daemon
   (``gpucontrol.node.actuators.mps.MPSControl``) for an experiment, always stopped with
   ``quit``; sleep-only fallback without MPS.
-- :mod:`harness.hil.gpu_plant` — :class:`GPUPlant`, the real co-location behind the Plant protocol.
+- :mod:`harness.hil.gpu_plant` — :class:`GPUPlant`, the real co-location behind the Plant protocol
+  (:mod:`harness.hil.sizing`: its inference batch sized to the GPU).
+- :mod:`harness.hil.torch_training` — ``python -m harness.hil.torch_training``: a PyTorch
+  ResNet-18 training on the commanded green-context partition (the loop to copy).
+- :mod:`harness.hil.green_pools` — green-context pools through cuda.core, PyTorch, or the
+  ctypes driver layer (:mod:`harness.hil.green_ctx`); :mod:`harness.hil.spatial_plant` and
+  :mod:`harness.hil.spatial_study` — the plant and the study of restart-free shares.
+- :mod:`harness.hil.daemon_run` — the node agent as its own process through a burst.
 - :mod:`harness.hil.cpu` — the CPU plant: real inference and training processes sharing this
   machine's CPUs (no GPU), the registry's ``cpu`` plant.
 

@@ -44,7 +44,10 @@ import numpy as np
 
 from gpucontrol.node.actuators.mps import MPSActuator
 from gpucontrol.node.hooks import ENV_HOOK_FILE, HookWriter
+from harness.hil._accounting import TrainingAccount
+from harness.hil._signals import sigterm_as_exit
 from harness.hil._tail import CSVTail, first_and_last_rows
+from harness.hil.device_info import gpu_info
 from harness.hil.mps_session import client_env, mps_session, validate_pct
 from harness.results import read_json, write_int
 from harness.sim.protocol import PeriodResult, actuation_knobs, inference_mps_of
@@ -55,6 +58,8 @@ if TYPE_CHECKING:  # typing.Self is 3.11+; annotations are not evaluated at run 
 __all__ = ["PRESETS", "GPUPlant", "GPUPlantConfig", "gpu_info"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The PyTorch training (``GPUPlantConfig(training="torch")``).
+TORCH_TRAINING_ARGV = (sys.executable, "-m", "harness.hil.torch_training")
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,12 @@ class GPUPlantConfig:
     flags); ``inference_args`` / ``training_args`` are extra flags appended after them.
     ``latency`` picks the per-batch latency the controller sees: ``"wall"`` (submit to result,
     what the service sees) or ``"gpu"`` (CUDA events around the forward pass).
+    ``size_inference_to_ms``: when set, the plant measures the inference alone at start and
+    runs the batch that takes this long (every batch asked for scaled by the same factor;
+    :mod:`harness.hil.sizing`); the paper presets set it to the RTX 3090's time.
+    ``training`` picks the training process: ``"emulator"`` (the CuPy matmul emulator, the
+    GPUColo paper's) or ``"torch"`` (a PyTorch ResNet-18, :mod:`harness.hil.torch_training`),
+    both sized to ``target_iter_s`` on the idle GPU.
     """
 
     batch: int = 105
@@ -93,6 +104,8 @@ class GPUPlantConfig:
     inference_args: tuple[str, ...] = ()
     training_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = field(default=())
+    training: str = "emulator"
+    size_inference_to_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not (1 <= self.batch <= 4096):
@@ -105,6 +118,12 @@ class GPUPlantConfig:
         if not (0 <= self.initial_sleep_s <= self.max_sleep_s):
             raise ValueError(f"initial_sleep_s must be in [0, max_sleep_s], "
                              f"got {self.initial_sleep_s!r}")
+        if self.size_inference_to_ms is not None and not (
+                math.isfinite(self.size_inference_to_ms) and self.size_inference_to_ms > 0):
+            raise ValueError(f"size_inference_to_ms must be a number > 0 or None, "
+                             f"got {self.size_inference_to_ms!r}")
+        if self.training not in ("emulator", "torch"):
+            raise ValueError(f"training must be 'emulator' or 'torch', got {self.training!r}")
         if self.latency not in ("wall", "gpu"):
             raise ValueError(f"latency must be 'wall' or 'gpu', got {self.latency!r}")
         for name in ("target_iter_s", "start_timeout_s", "hook_stale_after_s"):
@@ -114,13 +133,20 @@ class GPUPlantConfig:
             raise ValueError("inference_argv and training_argv must not be empty")
 
 
-#: Named setups mirroring :data:`harness.sim.simulated.PRESETS`.
+#: Named setups mirroring :data:`harness.sim.simulated.PRESETS`. ``size_to_paper``: the
+#: inference batch is sized so that inference alone takes what it took on the paper's RTX 3090
+#: (:mod:`harness.hil.sizing`); without it the batch runs as named.
 PRESETS: dict[str, dict[str, Any]] = {
     # GPUColo paper, Fig. 4: ResNet-50 inference with the matmul training emulator, both at
     # MPS 80 %.
-    "fig4": {"batch": 5, "inference_mps_pct": 80.0, "initial_mps_pct": 80.0},
+    "fig4": {"batch": 5, "inference_mps_pct": 80.0, "initial_mps_pct": 80.0,
+             "size_to_paper": True},
     # GPUColo paper, Figs. 8/9: ResNet-50 batch 105 (115 in the burst), inference MPS 100 %.
-    "fig8": {"batch": 105, "inference_mps_pct": None, "initial_mps_pct": 80.0},
+    "fig8": {"batch": 105, "inference_mps_pct": None, "initial_mps_pct": 80.0,
+             "size_to_paper": True},
+    # The H100 runs of 2026-11-27: batch 105 as measured there (inference alone 18.1 ms), the
+    # workload the simulated ``h100`` preset is calibrated on; not resized.
+    "h100": {"batch": 105, "inference_mps_pct": None, "initial_mps_pct": 100.0},
 }
 
 
@@ -169,9 +195,11 @@ class GPUPlant:
         self._windows: list[list[float]] = []  # [begin, end] unix times of training restarts
         self._inf_windows: list[list[float]] = []
         self._pending: list[dict[str, Any]] = []
-        self._pending_train: list[dict[str, Any]] = []
+        self._account = TrainingAccount()
         self._warned: set[str] = set()
         self._inference: subprocess.Popen | None = None
+        self.batch_scale = 1.0
+        self.sizing: dict[str, Any] | None = None
 
     @classmethod
     def preset(cls, name: str = "fig8", *, seed: int | None = None,
@@ -180,7 +208,12 @@ class GPUPlant:
         is accepted for symmetry and ignored: the hardware brings its own noise)."""
         if name not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
-        return cls(GPUPlantConfig(**_check_fields({**PRESETS[name], **overrides})))
+        entry = dict(PRESETS[name])
+        if entry.pop("size_to_paper", False):
+            from harness.hil.sizing import paper_alone_ms
+
+            entry["size_inference_to_ms"] = paper_alone_ms(name)
+        return cls(GPUPlantConfig(**_check_fields({**entry, **overrides})))
 
     # ---- paths and environments ---------------------------------------------------------------
     def _path(self, name: str) -> str:
@@ -195,6 +228,11 @@ class GPUPlant:
 
     def _training_argv(self) -> list[str]:
         c = self.cfg
+        if c.training == "torch":
+            argv = [*TORCH_TRAINING_ARGV] if c.training_argv == GPUPlantConfig.training_argv \
+                else [*c.training_argv]
+            return [*argv, "--target-iter-s", f"{c.target_iter_s:g}",
+                    "--calibration-file", self._path("calibration.json"), *c.training_args]
         return [*c.training_argv, "--target-iter-s", f"{c.target_iter_s:g}",
                 "--matrix-n", str(c.matrix_n), "--copy-mb", f"{c.copy_mb:g}",
                 "--calibration-file", self._path("calibration.json"), *c.training_args]
@@ -228,25 +266,9 @@ class GPUPlant:
         return self
 
     def _install_sigterm(self) -> None:
-        """Turn SIGTERM into SystemExit while the plant runs (main thread, default handler
-        only), so that ``finally`` blocks and :meth:`close` stop MPS and the processes."""
-        self._old_sigterm = None
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-
-        def _exit(signum: int, frame: Any) -> None:
-            raise SystemExit(128 + signum)
-
-        self._old_sigterm = signal.signal(signal.SIGTERM, _exit)
-        self._stack.callback(self._restore_sigterm)
-
-    def _restore_sigterm(self) -> None:
-        if self._old_sigterm is not None and \
-                threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
+        """Turn SIGTERM into SystemExit while the plant runs, so that ``finally`` blocks and
+        :meth:`close` stop MPS and the processes (:func:`harness.hil._signals.sigterm_as_exit`)."""
+        sigterm_as_exit(self._stack)
 
     def _start(self) -> None:
         c = self.cfg
@@ -276,6 +298,10 @@ class GPUPlant:
         # 2. inference, warmed up (registered first: a start-up timeout still stops it)
         self._stack.callback(self._stop_inference)
         self._start_inference(self._want_inf_mps)
+        if c.size_inference_to_ms is not None:  # on the idle GPU, before the training starts
+            from harness.hil.sizing import size_inference
+
+            size_inference(self, c.size_inference_to_ms)
 
         # 3. training through the MPS actuator
         env = {ENV_HOOK_FILE: self._path("gpu.hook"), "PYTHONPATH": base["PYTHONPATH"],
@@ -310,6 +336,17 @@ class GPUPlant:
                                    f"{self.cfg.start_timeout_s:g} s")
             time.sleep(0.05)
         self.inference_mps_pct = pct
+
+    def setup(self) -> dict[str, Any]:
+        """What this plant ran, for the results' metadata: the training, the batch (and the
+        sizing, when the batch was sized to the GPU), MPS, the calibration of the training."""
+        cal = getattr(self, "calibration", None) or {}
+        return {"training": self.cfg.training, "batch": self.batch,
+                "sizing": self.sizing, "mps_enabled": self.mps_enabled,
+                "target_iter_s": self.cfg.target_iter_s,
+                "training_calibration": {k: cal.get(k) for k in
+                                         ("matmuls", "per_matmul_s", "matrix_n", "accumulate",
+                                          "model") if k in cal}}
 
     def _stop_inference(self) -> None:
         p, self._inference = self._inference, None
@@ -419,7 +456,8 @@ class GPUPlant:
 
     # ---- the Plant protocol ---------------------------------------------------------------------
     def set_load(self, **changes: Any) -> None:
-        """``batch=N``: the inference's batch size from its next batch on."""
+        """``batch=N``: the inference's batch size from its next batch on (times the sizing's
+        ``batch_scale`` when the plant sized its batch to the GPU)."""
         bad = set(changes) - set(self.LOAD_FIELDS)
         if bad:
             raise ValueError(f"set_load accepts {', '.join(self.LOAD_FIELDS)}; "
@@ -429,6 +467,7 @@ class GPUPlant:
             if not (1 <= b <= 4096):
                 raise ValueError(f"batch must be in [1, 4096], got {changes['batch']!r}")
             self.start()
+            b = min(max(round(b * self.batch_scale), 1), 4096)  # the GPU's equivalent batch
             write_int(self._path("batch"), b)
             self.batch = b
 
@@ -505,28 +544,18 @@ class GPUPlant:
         key = "wall_ms" if self.cfg.latency == "wall" else "gpu_ms"
         lats = np.array([r[key] for r in rows if isinstance(r.get(key), float)], dtype=float)
         n = int(lats.size)
-        train = self._pending_train + self._train_tail.read()
-
-        def end_of(r: dict[str, Any]) -> float:
-            return (r.get("t_unix") or -1) + (r.get("iter_s") or 0)
-
-        self._pending_train = [r for r in train if end_of(r) >= t_end]
-        it = [r for r in train if t_start <= end_of(r) < t_end]
-        busy = [(r["sm_fraction"], r["iter_s"]) for r in it
-                if isinstance(r.get("sm_fraction"), float) and math.isfinite(r["sm_fraction"])]
+        self._account.add(self._train_tail.read())
+        restarting = self._overlaps(self._windows, t_start, t_end)
+        work = self._account.period(t_start, t_end, estimate=not restarting)
         T = t_end - t_start
-        sm_share = sum(f * s for f, s in busy) / T if busy else (0.0 if not it else math.nan)
         mps = self._actuator.mps_pct if self.mps_enabled else 100.0
-        times = [r["iter_s"] for r in it if isinstance(r.get("iter_s"), float) and
-                 math.isfinite(r["iter_s"]) and r["iter_s"] > 0]
         return PeriodResult(
             mean_ms=float(lats.mean()) if n else math.nan,
             p99_ms=float(np.percentile(lats, 99)) if n else math.nan, count=n,
             t_end_s=t_end - self.t0, period_s=T, inference_batches=n,
             inference_images=int(sum(int(r.get("batch_size") or 0) for r in rows)),
-            training_iterations=float(len(it)), training_sm_share=float(sm_share),
-            iteration_s=sum(times) / len(times) if times else math.nan,
-            restarting=self._overlaps(self._windows, t_start, t_end),
+            training_iterations=work.iterations, training_sm_share=work.sm_share(T),
+            iteration_s=work.iteration_s, restarting=restarting,
             inference_restarting=self._overlaps(self._inf_windows, t_start, t_end),
             sleep_s=self.sleep_s, mps_pct=float(mps if mps is not None else math.nan),
             inference_mps_pct=float(self.inference_mps_pct or 100.0), batch=self.batch,
@@ -550,39 +579,6 @@ class GPUPlant:
                                                           + (old_last["sleep_s"] or 0.0))
             out.append(rec)
         return out
-
-
-def gpu_info(device: int = 0) -> dict[str, Any]:
-    """Name, SM count, driver and CUDA versions of a GPU, for the results' metadata.
-
-    Read-only queries through CuPy (and nvidia-ml-py for the driver string when installed).
-    """
-    from harness.hil._lazy import require
-
-    cp = require("cupy")
-    props = cp.cuda.runtime.getDeviceProperties(device)
-    name = props["name"]
-    info: dict[str, Any] = {
-        "name": name.decode() if isinstance(name, bytes) else str(name),
-        "multiprocessor_count": int(props["multiProcessorCount"]),
-        "total_memory_gib": round(int(props["totalGlobalMem"]) / 2**30, 1),
-        "compute_capability": f"{props['major']}.{props['minor']}",
-        "cuda_driver_api": int(cp.cuda.runtime.driverGetVersion()),
-        "cuda_runtime": int(cp.cuda.runtime.runtimeGetVersion()),
-        "cupy": cp.__version__,
-    }
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            drv = pynvml.nvmlSystemGetDriverVersion()
-            info["driver"] = drv.decode() if isinstance(drv, bytes) else str(drv)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        info["driver"] = None
-    return info
 
 
 def make_gpu_plant(preset: str = "fig8", *, seed: int | None = None, **overrides: Any) -> GPUPlant:

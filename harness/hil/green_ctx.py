@@ -63,6 +63,7 @@ __all__ = [
     "GreenContextError",
     "GreenContextPool",
     "GreenPartition",
+    "PartitionPool",
     "load_driver",
     "plan_sm_counts",
     "sm_granularity",
@@ -191,8 +192,10 @@ class GreenPartition:
 
 
 @dataclass
-class GreenContextPool:
-    """Green contexts for a set of shares, created up front; :meth:`select` picks one.
+class PartitionPool:
+    """What every green-context pool offers (:mod:`harness.hil.green_pools` has the others:
+    cuda.core, PyTorch, the CPU dry run): partitions made up front, one per share and the
+    full device; :meth:`select` picks one.
 
     Parameters
     ----------
@@ -200,15 +203,12 @@ class GreenContextPool:
         The shares to offer, % (100 is always added: the full device).
     device : int
         CUDA device ordinal.
-    lib : object, optional
-        The driver library (tests inject a fake); :func:`load_driver` otherwise.
     clock : callable
         For the creation and selection timings.
     """
 
     shares_pct: Sequence[float] = (25.0, 50.0, 75.0, 100.0)
     device: int = 0
-    lib: Any = None
     clock: Callable[[], float] = time.perf_counter
     partitions: list[GreenPartition] = field(default_factory=list)
     total_sms: int = 0
@@ -216,6 +216,77 @@ class GreenContextPool:
     granularity: tuple[int, int] = (0, 0)
     driver_version: int = 0
     select_s: list[float] = field(default_factory=list)
+    backend: str = "?"
+    tried: list[str] = field(default_factory=list)
+
+    def shares(self) -> list[float]:
+        """The shares to make, ascending, 100 % included."""
+        return sorted({float(s) for s in self.shares_pct} | {100.0})
+
+    def open(self) -> PartitionPool:
+        """Create every partition (idempotent)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release every partition (idempotent)."""
+        self.partitions = []
+
+    def __enter__(self) -> PartitionPool:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def select(self, share_pct: float | None) -> GreenPartition:
+        """The partition for a commanded share: the largest whose share does not exceed it
+        (the smallest when all do; the full device for None). Timed into ``select_s``.
+
+        Parameters
+        ----------
+        share_pct : float or None
+            Commanded share, % (None: no command, the full device).
+
+        Returns
+        -------
+        GreenPartition
+            The partition to launch on.
+        """
+        t0 = self.clock()
+        if not self.partitions:
+            raise RuntimeError("select() before open()")
+        want = 100.0 if share_pct is None else float(share_pct)
+        fits = [p for p in self.partitions if p.share_pct <= want + 1e-9]
+        part = fits[-1] if fits else self.partitions[0]
+        self.select_s.append(self.clock() - t0)
+        return part
+
+    def describe(self) -> dict[str, Any]:
+        """The pool for result metadata."""
+        return {"backend": self.backend, "not_used": list(self.tried), "device": self.device,
+                "total_sms": self.total_sms,
+                "compute_capability": ".".join(map(str, self.compute_capability)),
+                "granularity_min_sms": self.granularity[0],
+                "granularity_step_sms": self.granularity[1],
+                "driver_api": self.driver_version,
+                "partitions": [{"share_pct": p.share_pct, "sm_count": p.sm_count,
+                                "create_s": p.create_s} for p in self.partitions]}
+
+
+@dataclass
+class GreenContextPool(PartitionPool):
+    """Green contexts for a set of shares through ctypes on the driver API: the fallback for
+    stacks whose cuda.core and PyTorch have no green contexts (:func:`harness.hil.green_pools.
+    open_pool` tries those first).
+
+    Parameters
+    ----------
+    shares_pct, device, clock : as :class:`PartitionPool`
+    lib : object, optional
+        The driver library (tests inject a fake); :func:`load_driver` otherwise.
+    """
+
+    lib: Any = None
+    backend: str = "ctypes"
 
     # ---- driver calls -------------------------------------------------------------------------
     def _err(self, rc: int) -> str:
@@ -273,7 +344,7 @@ class GreenContextPool:
             if 0 < full.smCoscheduledAlignment <= self.total_sms:
                 step = int(full.smCoscheduledAlignment)
         self.granularity = (lo, step)
-        shares = sorted({float(s) for s in self.shares_pct} | {100.0})
+        shares = self.shares()
         try:
             for share, n in zip(shares, plan_sm_counts(shares, self.total_sms, lo, step)):
                 self.partitions.append(self._make(share, n, full, dev))
@@ -327,43 +398,3 @@ class GreenContextPool:
                 f = getattr(self.lib, fn, None)
                 if f is not None and h:
                     f(ctypes.c_void_p(h))
-
-    def __enter__(self) -> GreenContextPool:
-        return self.open()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # ---- use ----------------------------------------------------------------------------------
-    def select(self, share_pct: float | None) -> GreenPartition:
-        """The partition for a commanded share: the largest whose share does not exceed it
-        (the smallest when all do; the full device for None). Timed into ``select_s``.
-
-        Parameters
-        ----------
-        share_pct : float or None
-            Commanded share, % (None: no command, the full device).
-
-        Returns
-        -------
-        GreenPartition
-            The partition to launch on.
-        """
-        t0 = self.clock()
-        if not self.partitions:
-            raise RuntimeError("select() before open()")
-        want = 100.0 if share_pct is None else float(share_pct)
-        fits = [p for p in self.partitions if p.share_pct <= want + 1e-9]
-        part = fits[-1] if fits else self.partitions[0]
-        self.select_s.append(self.clock() - t0)
-        return part
-
-    def describe(self) -> dict[str, Any]:
-        """The pool for result metadata."""
-        return {"device": self.device, "total_sms": self.total_sms,
-                "compute_capability": ".".join(map(str, self.compute_capability)),
-                "granularity_min_sms": self.granularity[0],
-                "granularity_step_sms": self.granularity[1],
-                "driver_api": self.driver_version,
-                "partitions": [{"share_pct": p.share_pct, "sm_count": p.sm_count,
-                                "create_s": p.create_s} for p in self.partitions]}

@@ -26,12 +26,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.hil.green_ctx import GreenContextPool, GreenPartition
-from harness.hil.training_emulator import CupyBackend, IterationTiming, NumpyBackend
+from harness.hil.emulator_backends import CupyBackend, IterationTiming, NumpyBackend
+from harness.hil.green_ctx import GreenPartition, PartitionPool
+from harness.hil.green_pools import SimulatedPool, open_pool
 from harness.results import CSVLog
 
 __all__ = ["SWITCH_FIELDS", "GreenCupyBackend", "NumpyGreenBackend", "PartitionSwitcher",
-           "SimulatedPool", "parse_shares"]
+           "SimulatedPool", "parse_shares"]  # SimulatedPool: re-exported from green_pools
 
 SWITCH_FIELDS = ("t_unix", "share_cmd_pct", "share_pct", "sm_count", "select_s", "switch_s")
 
@@ -70,8 +71,8 @@ class PartitionSwitcher:
 
     Parameters
     ----------
-    pool : GreenContextPool
-        The opened pool.
+    pool : PartitionPool
+        The opened pool (any implementation of :mod:`harness.hil.green_pools`).
     read_share : callable
         Returns the commanded share, % or None (``HookReader(path).share_pct``).
     wrap : callable
@@ -82,7 +83,7 @@ class PartitionSwitcher:
         Monotonic and wall clocks.
     """
 
-    def __init__(self, pool: GreenContextPool, read_share: Callable[[], int | None],
+    def __init__(self, pool: PartitionPool, read_share: Callable[[], int | None],
                  wrap: Callable[[GreenPartition], Any], *, log_path: str | None = None,
                  clock: Callable[[], float] = time.perf_counter,
                  wall: Callable[[], float] = time.time) -> None:
@@ -131,17 +132,23 @@ class GreenCupyBackend(CupyBackend):
         The hook file (None: ``$GPUCONTROL_HOOK_FILE``).
     spatial_log : str or None
         The switch log (CSV).
+    pool_backend : str
+        Which pool (:data:`harness.hil.green_pools.POOL_BACKENDS`; ``"auto"``: cuda.core,
+        then the ctypes fallback).
+    lib : object, optional
+        A driver library for the ctypes pool (tests).
     """
 
     def __init__(self, matrix_n: int, dtype: str, copy_mb: float, sample_sm: bool, *,
                  shares_pct: list[float], hook_path: str | None = None,
-                 spatial_log: str | None = None, lib: Any = None) -> None:
+                 spatial_log: str | None = None, pool_backend: str = "auto",
+                 lib: Any = None) -> None:
         super().__init__(matrix_n, dtype, copy_mb, sample_sm)
         from gpucontrol.node.hooks import HookReader
 
         cp = self._cp
-        self.pool = GreenContextPool(tuple(shares_pct), device=cp.cuda.Device().id,
-                                     lib=lib).open()
+        self.pool = open_pool(tuple(shares_pct), device=cp.cuda.Device().id,
+                              backend=pool_backend, lib=lib)
         self._primary_stream = self.stream
         reader = HookReader(hook_path)
         self.switcher = PartitionSwitcher(
@@ -158,23 +165,6 @@ class GreenCupyBackend(CupyBackend):
         self.stream = self._primary_stream
         self.switcher.close()
         self.pool.close()
-
-
-class SimulatedPool(GreenContextPool):
-    """The pool's selection rule without a GPU: partitions of a nominal ``total_sms`` (no
-    driver, no streams; the "stream" is the partition's index). For CPU dry runs only."""
-
-    def open(self) -> SimulatedPool:
-        if not self.partitions:
-            self.total_sms = self.total_sms or 100
-            shares = sorted({float(s) for s in self.shares_pct} | {100.0})
-            self.partitions = [GreenPartition(s, max(1, round(s / 100 * self.total_sms)), 0, 0,
-                                              i + 1, 0.0, self.total_sms)
-                               for i, s in enumerate(shares)]
-        return self
-
-    def close(self) -> None:
-        self.partitions = []
 
 
 class NumpyGreenBackend(NumpyBackend):

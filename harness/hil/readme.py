@@ -252,6 +252,20 @@ def _smoke(folder: Path, sim: bool) -> list[str]:
     return out
 
 
+def _daemon_burst(folder: Path, sim: bool) -> list[str]:
+    meta = _read_json(folder / "meta.json")
+    md = folder / "summary.md"
+    src = "; ".join(f"{m}: {(d or {}).get('source', 'model.json')}"
+                    for m, d in (meta.get("models") or {}).items())
+    out = [f"SLO {meta.get('slo_ms', '?')} ms; the daemon's models: {src or '?'}.", ""]
+    if md.is_file():
+        out += [md.read_text(encoding="utf-8").strip(), ""]
+    out.append("Target (issue: restart-free spatial sharing): green context + MPS at least 1.5x "
+               "the training of sleep only (`training_vs_sleep`) with at most 2 % of periods "
+               "over 1.05 SLO.")
+    return out
+
+
 def _spatial(folder: Path, sim: bool) -> list[str]:
     from harness.hil.spatial_study import readme_section
 
@@ -273,6 +287,14 @@ SECTIONS: dict[str, tuple[str, str, Callable[[Path, bool], list[str]]]] = {
     "gpu_tests": ("Hardware tests (`pytest -m gpu`)", "junit.xml", _gpu_tests),
     "smoke": ("Smoke checks", "smid.jsonl", _smoke),
     "spatial": ("Spatial share: green contexts vs MPS restarts vs sleep", "meta.json", _spatial),
+    "spatial_mps": ("Spatial share: green contexts inside MPS (spatial_study --backends "
+                    "green-context+mps)", "levels.csv", _spatial),
+    "daemon_burst": ("The node agent through a burst: sleep only, MPS restarts, green context "
+                     "+ MPS", "summary.csv", _daemon_burst),
+    "identify_green": ("System identification on green context + MPS (GPUColo paper, Figs. "
+                       "6/7)", "identify_summary.csv", _identify),
+    "slo_sweep_h100": ("SLO sweep on green context + MPS (GPUColo paper, Fig. 9)",
+                       "slo_sweep_summary.csv", _summary_md("slo_sweep", "slo_sweep")),
 }
 
 

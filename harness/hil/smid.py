@@ -14,6 +14,17 @@ Examples
 >>> s = summarize_smids([3, 1, 3, 0, 1], multiprocessor_count=8)
 >>> s.sm_ids, s.n_sms, s.fraction
 ((0, 1, 3), 3, 0.375)
+
+Each block is also timed (``%globaltimer`` at its start and end), which gives the second
+reading of a launch: the most SMs that held one of its blocks *at the same instant*
+(:func:`peak_concurrent_sms`). The union of ids counts every SM the launch visited; under MPS,
+whose active-thread percentage caps how many SMs a client uses at a time but not which ones,
+the union over one launch overstates the share (on the H100, 0.44-0.63 of the SMs for MPS
+25-100 %), and the peak is the reading that means "the SMs the process can hold".
+
+>>> s = summarize_smids([0, 1, 2], 4, starts=[0, 10, 20], ends=[10, 20, 30])
+>>> s.n_sms, s.peak_sms, s.peak_fraction       # three SMs, one at a time
+(3, 1, 0.25)
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,12 +86,15 @@ class SMSample:
         Blocks the kernel launched (ids read).
     nsmid : int or None
         The ``%nsmid`` the kernel read, if any.
+    peak_sms : int or None
+        The most SMs holding a block of the launch at one instant (None: not timed).
     """
 
     sm_ids: tuple[int, ...]
     multiprocessor_count: int
     blocks: int
     nsmid: int | None = None
+    peak_sms: int | None = None
 
     def __post_init__(self) -> None:
         if self.multiprocessor_count < 1:
@@ -88,6 +102,8 @@ class SMSample:
                              f"got {self.multiprocessor_count!r}")
         if self.blocks < 0:
             raise ValueError(f"blocks must be >= 0, got {self.blocks!r}")
+        if self.peak_sms is not None and self.peak_sms < 0:
+            raise ValueError(f"peak_sms must be >= 0, got {self.peak_sms!r}")
 
     @property
     def n_sms(self) -> int:
@@ -99,18 +115,68 @@ class SMSample:
         return self.n_sms / self.multiprocessor_count
 
     @property
+    def peak_fraction(self) -> float:
+        """Peak concurrent SMs over the multiprocessor count (NaN when not timed)."""
+        return self.peak_sms / self.multiprocessor_count if self.peak_sms is not None \
+            else float("nan")
+
+    @property
     def out_of_range(self) -> tuple[int, ...]:
         return tuple(i for i in self.sm_ids if i >= self.multiprocessor_count)
 
     def as_dict(self) -> dict[str, Any]:
         return {"n_sms": self.n_sms, "sm_fraction": self.fraction,
                 "multiprocessor_count": self.multiprocessor_count, "blocks": self.blocks,
-                "nsmid": self.nsmid, "max_sm_id": max(self.sm_ids) if self.sm_ids else None}
+                "nsmid": self.nsmid, "max_sm_id": max(self.sm_ids) if self.sm_ids else None,
+                "peak_n_sms": self.peak_sms,
+                "sm_peak_fraction": None if self.peak_sms is None else self.peak_fraction}
+
+
+def peak_concurrent_sms(ids: Sequence[int], starts: Sequence[float],
+                        ends: Sequence[float]) -> int:
+    """The most distinct SMs holding at least one block at the same instant.
+
+    A sweep over the blocks' ``[start, end)`` intervals (ends before starts at equal times; an
+    interval shorter than one clock tick counts as one tick).
+
+    Parameters
+    ----------
+    ids : sequence of int
+        Each block's SM id.
+    starts, ends : sequence of float
+        Each block's start and end time (any unit, one clock).
+
+    Returns
+    -------
+    int
+        The peak number of SMs in use at once (0 for no blocks).
+
+    >>> peak_concurrent_sms([0, 1, 0, 1], [0, 0, 5, 5], [5, 5, 9, 9])   # two at a time
+    2
+    >>> peak_concurrent_sms([0, 0, 1], [0, 1, 2], [3, 3, 3])           # SM 0 twice, then 1
+    2
+    """
+    events: list[tuple[float, int, int]] = []
+    for sm, a, b in zip(ids, starts, ends):
+        a, b = float(a), float(b)
+        events += [(a, 1, int(sm)), (max(b, a + 1), 0, int(sm))]  # 0 sorts ends first
+    held: dict[int, int] = {}
+    busy = peak = 0
+    for _t, kind, sm in sorted(events):
+        if kind:
+            held[sm] = held.get(sm, 0) + 1
+            busy += held[sm] == 1
+            peak = max(peak, busy)
+        else:
+            held[sm] -= 1
+            busy -= held[sm] == 0
+    return peak
 
 
 def summarize_smids(ids: Iterable[int], multiprocessor_count: int, *,
-                    nsmid: int | None = None) -> SMSample:
-    """Distinct SM ids of one launch and their share of the device.
+                    nsmid: int | None = None, starts: Sequence[float] | None = None,
+                    ends: Sequence[float] | None = None) -> SMSample:
+    """Distinct SM ids of one launch, their share of the device, and the peak held at once.
 
     Parameters
     ----------
@@ -120,6 +186,8 @@ def summarize_smids(ids: Iterable[int], multiprocessor_count: int, *,
         The device's SM count (``cudaDevAttrMultiProcessorCount``), >= 1.
     nsmid : int, optional
         The ``%nsmid`` the kernel read (upper bound on ids), for the record.
+    starts, ends : sequence of float, optional
+        Each block's start and end (``%globaltimer``); with them the sample has ``peak_sms``.
 
     Returns
     -------
@@ -129,8 +197,14 @@ def summarize_smids(ids: Iterable[int], multiprocessor_count: int, *,
     vals = [int(i) for i in ids]
     if any(v < 0 for v in vals):
         raise ValueError(f"SM ids must be >= 0, got {min(vals)}")
+    peak = None
+    if starts is not None and ends is not None:
+        if not len(starts) == len(ends) == len(vals):
+            raise ValueError(f"starts and ends must have one entry per id ({len(vals)}), got "
+                             f"{len(starts)} and {len(ends)}")
+        peak = peak_concurrent_sms(vals, starts, ends)
     return SMSample(tuple(sorted(set(vals))), int(multiprocessor_count), len(vals),
-                    None if nsmid is None else int(nsmid))
+                    None if nsmid is None else int(nsmid), peak)
 
 
 class SMIDSampler:
@@ -176,12 +250,14 @@ class SMIDSampler:
         self._kernel = module.get_function(KERNEL_NAME)
         self._out = cp.zeros(self.blocks, dtype=cp.uint32)
         self._nsmid = cp.zeros(1, dtype=cp.uint32)
+        self._times = cp.zeros(2 * self.blocks, dtype=cp.uint64)
         self._launched = False
 
     def launch(self, stream: Any = None) -> None:
         """Queue one sampler launch on ``stream`` (the current stream if None)."""
         cp = self._cp
-        args = (self._out, self._nsmid, cp.int32(self.blocks), cp.int64(self.spin_cycles))
+        args = (self._out, self._nsmid, cp.int32(self.blocks), cp.int64(self.spin_cycles),
+                self._times)
         if stream is None:
             self._kernel((self.blocks,), (self.threads,), args)
         else:
@@ -193,10 +269,14 @@ class SMIDSampler:
         """Wait for the last launch and summarize it."""
         if not self._launched:
             raise RuntimeError("collect() before launch()")
-        ids = self._out.get(stream=stream) if stream is not None else self._out.get()
-        nsmid = self._nsmid.get(stream=stream) if stream is not None else self._nsmid.get()
+        kw = {"stream": stream} if stream is not None else {}
+        ids = self._out.get(**kw)
+        nsmid = self._nsmid.get(**kw)
+        raw = self._times.get(**kw).astype("int64")  # ns since an epoch: keep the digits
+        times = (raw - raw.min()).astype(float) if raw.size else raw.astype(float)
         self._launched = False
-        return summarize_smids(ids.tolist(), self.multiprocessor_count, nsmid=int(nsmid[0]))
+        return summarize_smids(ids.tolist(), self.multiprocessor_count, nsmid=int(nsmid[0]),
+                               starts=times[0::2], ends=times[1::2])
 
     def sample(self, stream: Any = None) -> SMSample:
         self.launch(stream)
@@ -225,13 +305,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     sampler = SMIDSampler(blocks=args.blocks, spin_cycles=args.spin_cycles)
     seen: set[int] = set()
+    peaks: list[int] = []
     for _ in range(args.samples):
         s = sampler.sample()
         seen.update(s.sm_ids)
+        if s.peak_sms is not None:
+            peaks.append(s.peak_sms)
         print(json_line(s.as_dict()))
     union = summarize_smids(seen, sampler.multiprocessor_count)
     print(json_line({"union_n_sms": union.n_sms, "union_fraction": union.fraction,
-                      "out_of_range": list(union.out_of_range)}))
+                     "max_peak_n_sms": max(peaks) if peaks else None,
+                     "out_of_range": list(union.out_of_range)}))
     return 0
 
 

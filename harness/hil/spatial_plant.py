@@ -24,9 +24,14 @@ from harness.hil._tail import CSVTail
 from harness.hil.gpu_plant import GPUPlant, GPUPlantConfig
 from harness.sim.protocol import PeriodResult
 
-__all__ = ["DEFAULT_GREEN_SHARES", "GreenGPUPlant"]
+__all__ = ["DEFAULT_GREEN_SHARES", "TRAINING_BACKENDS", "GreenGPUPlant",
+           "make_green_gpu_plant"]
 
 DEFAULT_GREEN_SHARES = (25.0, 50.0, 75.0, 100.0)
+TRAINING_BACKENDS = ("cupy-green", "numpy-green", "torch", "torch-dry-run")
+#: The PyTorch training's CPU dry run: a tiny model, small images, the dry-run pool.
+TORCH_DRY_RUN = ("--device", "cpu", "--model", "tiny", "--image-size", "32", "--batch-size",
+                 "4", "--green-pool", "simulated")
 
 
 class GreenGPUPlant(GPUPlant):
@@ -40,8 +45,10 @@ class GreenGPUPlant(GPUPlant):
     shares_pct : tuple of float
         The partitions the training creates up front, %.
     training_backend : str
-        The emulator backend: ``"cupy-green"`` (the GPU) or ``"numpy-green"`` (CPU dry run of
-        the switching, for tests).
+        The training on partitions: ``"cupy-green"`` (the matmul emulator on the GPU),
+        ``"numpy-green"`` (its CPU dry run), ``"torch"`` (the PyTorch ResNet-18,
+        :mod:`harness.hil.torch_training`, on ``torch.cuda.green_contexts``) or
+        ``"torch-dry-run"`` (a tiny PyTorch model on the CPU with the dry-run pool).
     **overrides : Any
         More :class:`GPUPlantConfig` fields.
     """
@@ -54,12 +61,18 @@ class GreenGPUPlant(GPUPlant):
             if not 0 < float(s) <= 100:
                 raise ValueError(f"shares_pct must be in (0, 100], got {s!r}")
         self.shares_pct = tuple(float(s) for s in shares_pct)
-        if training_backend not in ("cupy-green", "numpy-green"):
-            raise ValueError(f"training_backend must be 'cupy-green' or 'numpy-green', "
+        if training_backend not in TRAINING_BACKENDS:
+            raise ValueError(f"training_backend must be one of {', '.join(TRAINING_BACKENDS)}, "
                              f"got {training_backend!r}")
-        extra = ("--backend", training_backend, "--green-shares",
-                 ",".join(f"{s:g}" for s in self.shares_pct), "--spatial-log",
-                 "{workdir}/spatial-{pid}.csv")
+        extra: tuple[str, ...] = (
+            "--green-shares", ",".join(f"{s:g}" for s in self.shares_pct), "--spatial-log",
+            "{workdir}/spatial-{pid}.csv")
+        if training_backend.startswith("torch"):
+            overrides = {"training": "torch", **overrides}
+            if training_backend == "torch-dry-run":
+                extra += TORCH_DRY_RUN
+        else:
+            extra = ("--backend", training_backend, *extra)
         cfg = dataclasses.replace(cfg, training_args=(*cfg.training_args, *extra), **overrides)
         super().__init__(cfg)
         self.share_pct: float = 100.0
@@ -110,3 +123,44 @@ class GreenGPUPlant(GPUPlant):
                         "delay_s": (first["t_unix"] - t_cmd) if first else math.nan,
                         "switch_s": first.get("switch_s") if first else math.nan})
         return out
+
+
+def make_green_gpu_plant(preset: str = "h100", *, seed: int | None = None,
+                         **overrides: Any) -> GreenGPUPlant:
+    """The ``gpu-green`` entry of the plant registry: the GPU plant whose share knob is a
+    green-context partition inside MPS (both processes MPS clients, the training on
+    25/50/75/100 % partitions), set up by the named GPU preset with its batch as named (the
+    H100 runs' workload: not resized to the paper's GPU unless ``size_inference_to_ms``
+    says). Raises :class:`~gpucontrol.errors.PlantUnavailable` when no CUDA GPU is usable.
+
+    Parameters
+    ----------
+    preset : str
+        A GPU preset (:data:`harness.hil.gpu_plant.PRESETS`) or a calibration file's base.
+    seed : int, optional
+        Ignored (the hardware brings its own noise).
+    **overrides : Any
+        :class:`~harness.hil.gpu_plant.GPUPlantConfig` fields, and ``shares_pct`` /
+        ``training_backend``.
+
+    Returns
+    -------
+    GreenGPUPlant
+        The plant (not started).
+    """
+    import harness.hil as hil
+    from gpucontrol.errors import PlantUnavailable
+    from harness.hil.gpu_plant import GPUPlant
+    from harness.sim.simulated import base_preset_name
+
+    name = base_preset_name(preset)
+    if not (hil.torch_cuda_available() or hil.cupy_device_count() > 0):
+        raise PlantUnavailable(
+            "--plant gpu-green needs the GPU harness on a machine with a CUDA GPU, and none "
+            "is usable here. Use --plant sim for the simulated plant.")
+    shares = tuple(overrides.pop("shares_pct", DEFAULT_GREEN_SHARES))
+    backend = overrides.pop("training_backend", "cupy-green")
+    # the H100 study's plant: the batch as named (105, the measured table's), not resized
+    cfg = GPUPlant.preset(name, **{"mps_enabled": True, "size_inference_to_ms": None,
+                                   **overrides}).cfg
+    return GreenGPUPlant(cfg, shares_pct=shares, training_backend=backend)

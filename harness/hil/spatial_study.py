@@ -102,9 +102,10 @@ def plan(backends: Sequence[str] = DEFAULT_BACKENDS, shares: Sequence[float] = (
 
 # ---- phase 1: the partitions themselves ---------------------------------------------------------
 def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: int = 20,
-                     cupy: Any = None, lib: Any = None) -> tuple[list[dict[str, Any]],
-                                                                 dict[str, Any]]:
-    """Per partition: SMs given, SMs reached (%smid), matmul time, switch cost.
+                     cupy: Any = None, lib: Any = None, sampler: Any = None
+                     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per partition of the pool (every share asked for, and 100 %, the full device): SMs
+    given, SMs reached (%smid: visited, and held at once), matmul time, switch cost.
 
     Parameters
     ----------
@@ -112,8 +113,8 @@ def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: 
         Shares, %.
     matrix_n, matmuls : int
         The fixed work timed on each partition.
-    cupy, lib : module/object, optional
-        CuPy and the driver library (injected by tests).
+    cupy, lib, sampler : module/object, optional
+        CuPy, the driver library and the %smid sampler (injected by tests).
 
     Returns
     -------
@@ -121,16 +122,16 @@ def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: 
         The rows and the pool's description.
     """
     from harness.hil._lazy import require
-    from harness.hil.green_ctx import GreenContextPool
+    from harness.hil.green_pools import open_pool
     from harness.hil.smid import SMIDSampler
 
     cp = cupy if cupy is not None else require("cupy")
     dev = cp.cuda.Device().id
     a = cp.ones((matrix_n, matrix_n), dtype=cp.float32)
     c = cp.empty_like(a)
-    sampler = SMIDSampler(cupy=cp)
+    sampler = sampler if sampler is not None else SMIDSampler(cupy=cp)
     rows: list[dict[str, Any]] = []
-    with GreenContextPool(tuple(shares), device=dev, lib=lib) as pool:
+    with open_pool(tuple(shares), device=dev, lib=lib) as pool:
         streams = {p.stream: cp.cuda.ExternalStream(p.stream, dev) for p in pool.partitions}
         ev0, ev1 = cp.cuda.Event(), cp.cuda.Event()
 
@@ -145,9 +146,10 @@ def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: 
 
         prev = pool.select(None)
         timed(streams[prev.stream], 2)  # warm-up on the full device
-        for share in sorted({float(s) for s in shares}, reverse=True):
+        # every partition the pool made, the full device included: the rows a reader compares
+        for part in sorted(pool.partitions, key=lambda p: -p.share_pct):
             t0 = time.perf_counter()
-            part = pool.select(share)
+            part = pool.select(part.share_pct)
             s = streams[part.stream]
             with s:
                 cp.matmul(a, a, out=c)
@@ -159,11 +161,15 @@ def probe_partitions(shares: Sequence[float], *, matrix_n: int = 4096, matmuls: 
             s.synchronize()
             steady_s = time.perf_counter() - t1
             seen: set[int] = set()
+            peak = 0
             for _ in range(5):
-                seen.update(sampler.sample(s).sm_ids)
-            rows.append({"share_pct": share, "sm_count": part.sm_count,
+                smp = sampler.sample(s)
+                seen.update(smp.sm_ids)
+                peak = max(peak, smp.peak_sms or 0)
+            rows.append({"share_pct": part.share_pct, "sm_count": part.sm_count,
                          "sm_given_fraction": part.sm_count / pool.total_sms,
                          "smid_n_sms": len(seen), "smid_fraction": len(seen) / pool.total_sms,
+                         "smid_peak_n_sms": peak,
                          "matmul_s": timed(s, matmuls) / matmuls,
                          "select_s": pool.select_s[-1],
                          "switch_first_kernel_s": first_s, "steady_kernel_s": steady_s,
@@ -195,7 +201,9 @@ def run_plant(backend: str, shares: Sequence[float], *, period_s: float = 2.0,
     base : GPUPlantConfig, optional
         The plant set-up to start from (tests: the CPU stand-ins); ``batch`` still applies.
     training_backend : str
-        The green plant's emulator backend (``"numpy-green"``: CPU dry run).
+        The green plant's training on partitions (``"cupy-green"``, ``"torch"``;
+        ``"numpy-green"`` / ``"torch-dry-run"``: CPU dry runs); the MPS-restart plant runs the
+        same training (the emulator, or PyTorch for the two torch ones).
 
     Returns
     -------
@@ -213,7 +221,9 @@ def run_plant(backend: str, shares: Sequence[float], *, period_s: float = 2.0,
     plant: Any
     cfg = base if base is not None else GPUPlantConfig()
     if backend == "mps-restart":
-        plant = GPUPlant(cfg, batch=batch, shadow=True, initial_mps_pct=float(shares[0]))
+        plant = GPUPlant(cfg, batch=batch, shadow=True, initial_mps_pct=float(shares[0]),
+                         training="torch" if training_backend.startswith("torch")
+                         else cfg.training)
     else:
         plant = GreenGPUPlant(cfg, shares_pct=tuple(float(s) for s in shares),
                               training_backend=training_backend, batch=batch,
@@ -273,8 +283,9 @@ def summarize(parts: list[dict[str, Any]], levels: list[dict[str, Any]],
     out = []
     if parts:
         out += ["## Green-context partitions (in-process probe)", "", markdown_table(
-            parts, ["share_pct", "sm_count", "smid_n_sms", "smid_fraction", "matmul_s",
-                    "select_s", "switch_overhead_s"], digits=4), ""]
+            parts, ["share_pct", "sm_count", "smid_n_sms", "smid_fraction"]
+            + (["smid_peak_n_sms"] if "smid_peak_n_sms" in parts[0] else [])
+            + ["matmul_s", "select_s", "switch_overhead_s"], digits=4), ""]
     if levels:
         out += ["## Per backend and share (co-located with ResNet-50 inference)", "",
                 markdown_table(levels, ["backend", "share_pct", "sleep_s", "latency_first_ms",
@@ -333,12 +344,17 @@ def _plot(parts: list[dict[str, Any]], levels: list[dict[str, Any]], path: Path)
     if parts:
         x = [r["share_pct"] for r in parts]
         b.plot(x, [100 * r["sm_given_fraction"] for r in parts], "s--", label="SMs given")
-        b.plot(x, [100 * r["smid_fraction"] for r in parts], "o-", label="SMs reached (%smid)")
+        b.plot(x, [100 * r["smid_fraction"] for r in parts], "o-",
+               label="SMs visited (%smid union)")
+        if "smid_peak_n_sms" in parts[0]:
+            b.plot(x, [100 * r["smid_peak_n_sms"] / (r["sm_count"] / r["sm_given_fraction"])
+                       for r in parts], "x-", label="SMs held at once (%smid peak)")
     for bk in ("green-context", "mps-restart", "green-context+mps"):
         rows = [r for r in levels if r["backend"] == bk]
         if rows:  # the training's time-weighted %smid share, co-located
             b.plot([r["share_pct"] for r in rows],
-                   [100 * r["training_sm_share"] for r in rows], "^:", label=f"{bk}, co-located")
+                   [100 * r["training_sm_share"] for r in rows], "^:",
+                   label=f"{bk}, co-located (time-weighted)")
     if parts or levels:
         b.plot([0, 100], [0, 100], ":", color="grey")
         b.legend()
@@ -411,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--period", type=float, default=2.0)
     ap.add_argument("--measure", type=int, default=3)
     ap.add_argument("--batch", type=int, default=105)
+    ap.add_argument("--training", choices=("emulator", "torch"), default="emulator",
+                    help="the training: the CuPy matmul emulator (default) or the PyTorch "
+                         "ResNet-18 (python -m harness.hil.torch_training)")
     ap.add_argument("--no-probe", action="store_true")
     ap.add_argument("--probe-only", action="store_true",
                     help="run the partition probe here and write partitions.csv, pool.json")
@@ -453,7 +472,9 @@ def main(argv: list[str] | None = None) -> int:
                 parts, meta["pool"] = _probe_child(out, shares)
             else:
                 lv, rs = run_plant(st["backend"], shares, period_s=args.period,
-                                   measure=args.measure, batch=args.batch)
+                                   measure=args.measure, batch=args.batch,
+                                   training_backend="torch" if args.training == "torch"
+                                   else "cupy-green")
                 levels += lv
                 resizes += rs
                 write_csv(levels, out / "levels.csv")

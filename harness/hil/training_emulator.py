@@ -22,9 +22,12 @@ file to appear before its first timed iteration. The MPS actuator starts the new
 the old one still runs, and swaps when the new one is ready, so the downtime is the swap only.
 
 Per iteration it writes one CSV row (``--log``) and, with ``--json``, one JSON line on stdout:
-``iteration, t_s, iter_s, copy_s, compute_s, sleep_s, n_sms, sm_fraction, sm_share, mps_pct``,
-where ``sm_fraction`` is the share of SMs the sample reached while running and ``sm_share``
-weights it by the time not slept, ``sm_fraction * iter_s / (iter_s + sleep_s)``.
+``iteration, t_s, iter_s, copy_s, compute_s, sleep_s, n_sms, sm_fraction, sm_share, mps_pct,
+n_sms_peak, sm_peak_fraction``, where ``n_sms`` / ``sm_fraction`` are the SMs the sample
+visited (the union of its blocks' SM ids), ``n_sms_peak`` / ``sm_peak_fraction`` the most it
+held at one instant (:func:`harness.hil.smid.peak_concurrent_sms`; under MPS the union
+overstates the share, the peak does not), and ``sm_share`` weights the peak (the union when the
+peak is not measured) by the time not slept, ``fraction * iter_s / (iter_s + sleep_s)``.
 
 Run ``python -m harness.hil.training_emulator --help``.
 """
@@ -42,16 +45,16 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from harness.hil._lazy import gpu_entry_point, require
+from harness.hil._lazy import gpu_entry_point
 from harness.hil._signals import stop_on_signals
-from harness.hil.smid import SMSample
+from harness.hil.emulator_backends import Backend, IterationTiming, make_backend
 from harness.results import CSVLog, json_line, write_json
 
 MPS_PCT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 LOG_FIELDS = ("iteration", "t_s", "t_unix", "iter_s", "copy_s", "compute_s", "sleep_s", "n_sms",
-              "sm_fraction", "sm_share", "mps_pct")
+              "sm_fraction", "sm_share", "mps_pct", "n_sms_peak", "sm_peak_fraction")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,15 +145,6 @@ def sm_share(sm_fraction: float, iter_s: float, sleep_s: float) -> float:
 
 
 @dataclass(frozen=True)
-class IterationTiming:
-    """What the backend measured for one iteration (GPU event times, seconds)."""
-
-    copy_s: float
-    compute_s: float
-    sm: SMSample | None = None
-
-
-@dataclass(frozen=True)
 class IterationRecord:
     iteration: int
     t_s: float
@@ -163,6 +157,8 @@ class IterationRecord:
     sm_fraction: float
     sm_share: float
     mps_pct: float | None
+    n_sms_peak: int | None = None
+    sm_peak_fraction: float = math.nan
 
     def as_row(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,157 +187,6 @@ class EmulatorSummary:
                 "per_matmul_s": self.per_matmul_s, "mps_pct": self.mps_pct,
                 "median_iter_s": med(self.iter_s), "mean_iter_s": mean(self.iter_s),
                 "mean_sm_fraction": mean(self.sm_fraction), "mean_sm_share": mean(self.sm_share)}
-
-
-# ---------------------------------------------------------------------------------------------
-# the GPU side, behind a small protocol so the loop is testable with a fake
-class Backend(Protocol):
-    @property
-    def multiprocessor_count(self) -> int | None:
-        """The GPU's SM count (None on the CPU stand-in)."""
-
-    def time_matmuls(self, n: int) -> float:
-        """Seconds for ``n`` back-to-back matmuls (synchronized)."""
-
-    def time_copy(self) -> float:
-        """Seconds for one emulated host-to-device copy (synchronized)."""
-
-    def run_iteration(self, matmuls: int) -> IterationTiming:
-        """Copy, ``matmuls`` matmuls with a %smid sample half-way; wait for the stream."""
-
-
-class CupyBackend:
-    """The real thing: CuPy arrays, cuBLAS matmuls, a pinned-memory copy, CUDA events."""
-
-    def __init__(self, matrix_n: int, dtype: str, copy_mb: float, sample_sm: bool,
-                 seed: int = 0) -> None:
-        cp = require("cupy")
-        cupyx = require("cupyx")
-        import numpy as np
-
-        self._cp = cp
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        self.multiprocessor_count = int(cp.cuda.Device().attributes["MultiProcessorCount"])
-        with self.stream:
-            rs = cp.random.RandomState(seed)
-            self.a = rs.random_sample((matrix_n, matrix_n)).astype(dtype)
-            self.b = rs.random_sample((matrix_n, matrix_n)).astype(dtype)
-            self.c = cp.empty((matrix_n, matrix_n), dtype=dtype)
-        nbytes = int(copy_mb * 1024 * 1024)
-        self.host = cupyx.empty_pinned((nbytes,), dtype=np.uint8) if nbytes else None
-        if self.host is not None:
-            self.host[...] = 1
-        self.dev = cp.empty((nbytes,), dtype=cp.uint8) if nbytes else None
-        self.sampler = None
-        if sample_sm:
-            from harness.hil.smid import SMIDSampler
-
-            self.sampler = SMIDSampler(cupy=cp)
-        self._ev = [cp.cuda.Event() for _ in range(3)]
-        self.stream.synchronize()
-
-    def _copy(self) -> None:
-        if self.dev is not None:
-            self.dev.set(self.host, stream=self.stream)
-
-    def _matmuls(self, n: int) -> None:
-        cp = self._cp
-        with self.stream:
-            for _ in range(n):
-                cp.matmul(self.a, self.b, out=self.c)
-
-    def _elapsed(self, i: int, j: int) -> float:
-        return self._cp.cuda.get_elapsed_time(self._ev[i], self._ev[j]) / 1e3
-
-    def time_matmuls(self, n: int) -> float:
-        self._ev[0].record(self.stream)
-        self._matmuls(n)
-        self._ev[1].record(self.stream)
-        self._ev[1].synchronize()
-        return self._elapsed(0, 1)
-
-    def time_copy(self) -> float:
-        self._ev[0].record(self.stream)
-        self._copy()
-        self._ev[1].record(self.stream)
-        self._ev[1].synchronize()
-        return self._elapsed(0, 1)
-
-    def run_iteration(self, matmuls: int) -> IterationTiming:
-        ev = self._ev
-        ev[0].record(self.stream)
-        self._copy()
-        ev[1].record(self.stream)
-        half = matmuls // 2
-        self._matmuls(half)
-        if self.sampler is not None:
-            self.sampler.launch(self.stream)
-        self._matmuls(matmuls - half)
-        ev[2].record(self.stream)
-        ev[2].synchronize()
-        sm = self.sampler.collect(self.stream) if self.sampler is not None else None
-        return IterationTiming(self._elapsed(0, 1), self._elapsed(1, 2), sm)
-
-
-class NumpyBackend:
-    """CPU stand-in for dry runs of the harness on a machine without a GPU (and for the CPU
-    tests): a memcpy as the "copy", no SM sample, and as the unit of work one element-wise
-    multiply-add over ``matrix_n**2`` elements instead of a matmul -- element-wise NumPy runs
-    on one thread, so its cost is steady, where a multi-threaded BLAS matmul on a busy CPU
-    is not."""
-
-    multiprocessor_count = None
-
-    def __init__(self, matrix_n: int, dtype: str, copy_mb: float, seed: int = 0) -> None:
-        import numpy as np
-
-        self._np = np
-        rng = np.random.default_rng(seed)
-        self.a = rng.random((matrix_n, matrix_n)).astype(dtype)
-        self.b = rng.random((matrix_n, matrix_n)).astype(dtype)
-        self.c = np.empty((matrix_n, matrix_n), dtype=dtype)
-        nbytes = int(copy_mb * 1024 * 1024)
-        self.host = np.ones(nbytes, dtype=np.uint8)
-        self.dev = np.empty_like(self.host)
-
-    def _matmuls(self, n: int) -> None:
-        np = self._np
-        for _ in range(n):
-            np.multiply(self.a, self.b, out=self.c)
-            np.add(self.c, self.a, out=self.c)
-
-    def time_matmuls(self, n: int) -> float:
-        t = time.perf_counter()
-        self._matmuls(n)
-        return time.perf_counter() - t
-
-    def time_copy(self) -> float:
-        t = time.perf_counter()
-        self._np.copyto(self.dev, self.host)
-        return time.perf_counter() - t
-
-    def run_iteration(self, matmuls: int) -> IterationTiming:
-        copy_s = self.time_copy()
-        return IterationTiming(copy_s, self.time_matmuls(matmuls), None)
-
-
-def make_backend(name: str, cfg: EmulatorConfig, **green: Any) -> Backend:
-    """``"cupy"`` (the GPU), ``"cupy-green"`` (the GPU, on the commanded green-context
-    partition: :mod:`harness.hil.green_emulator`; ``green`` are its arguments), ``"numpy"``
-    (CPU dry run) or ``"numpy-green"`` (CPU dry run of the partition switching)."""
-    if name == "cupy-green":
-        from harness.hil.green_emulator import GreenCupyBackend
-
-        return GreenCupyBackend(cfg.matrix_n, cfg.dtype, cfg.copy_mb, cfg.sample_sm, **green)
-    if name == "numpy-green":
-        from harness.hil.green_emulator import NumpyGreenBackend
-
-        return NumpyGreenBackend(cfg.matrix_n, cfg.dtype, cfg.copy_mb, **green)
-    if name == "cupy":
-        return CupyBackend(cfg.matrix_n, cfg.dtype, cfg.copy_mb, cfg.sample_sm)
-    if name == "numpy":
-        return NumpyBackend(cfg.matrix_n, cfg.dtype, cfg.copy_mb)
-    raise ValueError(f"backend must be 'cupy' or 'numpy', got {name!r}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,11 +294,13 @@ class TrainingEmulator:
     # -- ready / start handshake --------------------------------------------------------------
     def signal_ready(self) -> None:
         """Initialized: write the ready file and notify a launcher (MPS actuator)."""
+        pool = getattr(self.backend, "pool", None)
         if self.cfg.ready_file:
             write_json({
                 "pid": os.getpid(), "time": self.wall(), "mps_pct": self.mps_pct,
                 "matmuls": self.matmuls, "per_matmul_s": self.per_matmul_s,
-                "multiprocessor_count": getattr(self.backend, "multiprocessor_count", None)},
+                "multiprocessor_count": getattr(self.backend, "multiprocessor_count", None),
+                "green_pool": pool.describe() if pool is not None else None},
                 self.cfg.ready_file)
         self.notify()
 
@@ -507,12 +354,16 @@ class TrainingEmulator:
 
     def _record(self, i: int, t_s: float, t_unix: float, iter_s: float, slept: float,
                 timing: IterationTiming) -> IterationRecord:
-        frac = timing.sm.fraction if timing.sm is not None else math.nan
+        sm = timing.sm
+        frac = sm.fraction if sm is not None else math.nan
+        peak = sm.peak_fraction if sm is not None else math.nan
         return IterationRecord(
             iteration=i, t_s=t_s, t_unix=t_unix, iter_s=iter_s, copy_s=timing.copy_s,
             compute_s=timing.compute_s, sleep_s=slept,
-            n_sms=timing.sm.n_sms if timing.sm is not None else None, sm_fraction=frac,
-            sm_share=sm_share(frac, iter_s, slept), mps_pct=self.mps_pct)
+            n_sms=sm.n_sms if sm is not None else None, sm_fraction=frac,
+            sm_share=sm_share(peak if math.isfinite(peak) else frac, iter_s, slept),
+            mps_pct=self.mps_pct, n_sms_peak=sm.peak_sms if sm is not None else None,
+            sm_peak_fraction=peak)
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT finish the current step and stop cleanly."""
@@ -555,6 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "run, no SM sample) or numpy-green (CPU dry run of the switching)")
     ap.add_argument("--green-shares", default="25,50,75,100",
                     help="cupy-green: the partitions created up front, %% (default %(default)s)")
+    ap.add_argument("--green-pool", default="auto",
+                    choices=("auto", "cuda.core", "torch", "ctypes"),
+                    help="cupy-green: which green-context pool (auto: cuda.core, then the "
+                         "ctypes driver layer)")
     ap.add_argument("--spatial-log", default=None,
                     help="cupy-green: CSV of partition switches; '{pid}' becomes the process id")
     return ap
@@ -585,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             green = {"shares_pct": parse_shares(args.green_shares), "spatial_log": args.spatial_log}
+            if args.backend == "cupy-green":
+                green["pool_backend"] = args.green_pool
         except ValueError as exc:
             print(f"training_emulator: error: --green-shares: {exc}", file=sys.stderr)
             return 2
@@ -592,7 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     emu = TrainingEmulator(cfg, backend)
     emu.install_signal_handlers()
     summary = emu.run()
-    print(json_line({"summary": summary.as_dict()}), file=sys.stderr)
+    pool = getattr(backend, "pool", None)
+    print(json_line({"summary": summary.as_dict(), "green_pool": pool.describe() if pool
+                     else None}), file=sys.stderr)
     return 0
 
 

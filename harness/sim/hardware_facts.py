@@ -15,8 +15,10 @@ study (105 unless its meta says otherwise) and the inference at MPS 100 %. The `
 backend is time slicing on the whole GPU with the sleep that gives the commanded share's
 duty, so its fact is at MPS 100 % with that sleep.
 
-**Training rate under a sleep.** The GPU harness counts an iteration in a period only when the
-training's log row, written after the hook's sleep, arrives before the period ends; with a
+**Training rate under a sleep.** The GPU harness of the 2026-11-27 runs counted an iteration in
+a period only when the training's log row, written after the hook's sleep, arrived before the
+period ended (fixed since: :mod:`harness.hil._accounting` estimates the iteration in progress,
+but the shipped records keep the bias); with a
 sleep ``s`` the iterations that end in the last ``s`` seconds of every period are lost (25 %:
 0.50 it/s counted where the latency implies about 1 it/s). The same rows give the iterations'
 own busy time: ``training_sm_share`` over ``training_throughput`` is the mean of

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from gpucontrol.node.actuators.duty import DutyCycler
@@ -94,7 +94,8 @@ def check_cgroup_holds(group: str | os.PathLike[str], pids: Iterable[int]) -> No
                                 f"(it is in {where or 'the root group'}); move it there first")
 
 
-def freezable_cgroup_for(pids: Iterable[int], *, allow_other_users: bool = False) -> Path | None:
+def freezable_cgroup_for(pids: Iterable[int], *,
+                         uids: Collection[int] | None = None) -> Path | None:
     """A cgroup that holds exactly these processes (and their descendants) and that we may
     freeze.
 
@@ -102,8 +103,8 @@ def freezable_cgroup_for(pids: Iterable[int], *, allow_other_users: bool = False
     ----------
     pids : iterable of int
         The training processes.
-    allow_other_users : bool
-        Root only: accept members owned by other users.
+    uids : collection of int or None
+        The uids members may run as (another user's: root only); None: ours.
 
     Returns
     -------
@@ -127,7 +128,7 @@ def freezable_cgroup_for(pids: Iterable[int], *, allow_other_users: bool = False
         return None
     try:
         for m in members:
-            check_target(m, allow_other_users=allow_other_users)
+            check_target(m, uids=uids)
     except TargetRefused:
         return None
     return group
@@ -140,8 +141,8 @@ class CgroupFreezer(DutyCycler):
     ----------
     cgroup : path
         The group's directory (it must have ``cgroup.freeze`` and ``cgroup.events``).
-    allow_other_users : bool
-        Root only: allow members owned by other users.
+    uids : collection of int or None
+        The uids members may run as (another user's: root only); None: ours.
     verify_mount : bool
         Require the directory to lie on a cgroup2 mount (turn off only to test against a
         directory that mimics the interface files).
@@ -150,14 +151,14 @@ class CgroupFreezer(DutyCycler):
 
     The members (recursively) are checked with :func:`~.procs.check_target` at construction
     and on every refresh: a group that holds this process, one of its ancestors, PID 1 or
-    (without the option) another user's process is refused and cycling stops.
+    a process of a uid outside ``uids`` is refused and cycling stops.
     """
 
-    def __init__(self, cgroup: str | os.PathLike[str], *, allow_other_users: bool = False,
+    def __init__(self, cgroup: str | os.PathLike[str], *, uids: Collection[int] | None = None,
                  verify_mount: bool = True, **kwargs) -> None:
         super().__init__(**kwargs)
         self.path = Path(os.path.realpath(cgroup))
-        self.allow_other_users = bool(allow_other_users)
+        self.uids = None if uids is None else frozenset(uids)
         if verify_mount:
             mounts = cgroup2_mounts()
             if not any(self.path != m and self.path.is_relative_to(m) for m in mounts):
@@ -173,7 +174,7 @@ class CgroupFreezer(DutyCycler):
     def _check_members(self) -> None:
         for pid in _cgroup_members(self.path):
             try:
-                check_target(pid, allow_other_users=self.allow_other_users)
+                check_target(pid, uids=self.uids)
             except TargetRefused as exc:
                 if read_stat(pid) is None:  # exited meanwhile
                     continue

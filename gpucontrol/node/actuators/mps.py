@@ -72,9 +72,15 @@ _GATE = (
     "            f.write('0')\n"
     "except (OSError, ValueError):\n"
     "    pass\n"
+    "if sys.argv[2]:\n"
+    "    uid, gid, name, home = sys.argv[2].split(':', 3)\n"
+    "    os.initgroups(name, int(gid))\n"
+    "    os.setgid(int(gid))\n"
+    "    os.setuid(int(uid))\n"
+    "    os.environ.update(USER=name, LOGNAME=name, HOME=home)\n"
     "if 'GPUCONTROL_READY_FD' in os.environ:\n"
     "    os.environ['GPUCONTROL_READY_PID'] = str(os.getpid())\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
 )
 
 if TYPE_CHECKING:
@@ -87,9 +93,43 @@ __all__ = [
     "MPSError",
     "MPSUnavailable",
     "RestartResult",
+    "account_spec",
 ]
 
 DEFAULT_BINARY = "nvidia-cuda-mps-control"
+
+
+def account_spec(user: str) -> str:
+    """``uid:gid:name:home`` of an account given by name or number (what the launch gate
+    switches to).
+
+    Parameters
+    ----------
+    user : str
+        A user name or a numeric uid.
+
+    Returns
+    -------
+    str
+        The account's uid, primary gid, name and home directory.
+
+    Raises
+    ------
+    ValueError
+        No such user.
+
+    Examples
+    --------
+    >>> account_spec("0").split(":")[:3]
+    ['0', '0', 'root']
+    """
+    import pwd
+
+    try:
+        pw = pwd.getpwuid(int(user)) if str(user).isdigit() else pwd.getpwnam(str(user))
+    except (KeyError, OverflowError):
+        raise ValueError(f"no such user: {user!r}") from None
+    return f"{pw.pw_uid}:{pw.pw_gid}:{pw.pw_name}:{pw.pw_dir}"
 
 
 class MPSControl:
@@ -320,6 +360,10 @@ class MPSActuator:
     cancel_fd : int or None
         A descriptor that becomes readable when the owner stops (the daemon's stop pipe):
         every wait for a ready signal ends at once, and the process being started is stopped.
+    user : str or None
+        Run the training as this user (a name or a uid; needs root): after the gate, its
+        groups, gid and uid become the user's, and ``USER``, ``LOGNAME`` and ``HOME`` are set
+        from the account.
     """
 
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
@@ -327,7 +371,7 @@ class MPSActuator:
                  ready_timeout_s: float = 120.0, stop_timeout_s: float = 30.0,
                  cwd: str | None = None, on_spawn: Callable[[int], None] | None = None,
                  before_terminate: Callable[[int], None] | None = None,
-                 cancel_fd: int | None = None) -> None:
+                 cancel_fd: int | None = None, user: str | None = None) -> None:
         if not argv:
             raise ValueError("argv must name the training command")
         if ready not in ("notify", "spawn"):
@@ -343,6 +387,7 @@ class MPSActuator:
         self.on_spawn = on_spawn
         self.before_terminate = before_terminate
         self.cancel_fd = cancel_fd
+        self._account = account_spec(user) if user is not None else ""
         self.proc: subprocess.Popen | None = None
         self.mps_pct: float | None = None
         self.history: list[RestartResult] = []
@@ -370,8 +415,9 @@ class MPSActuator:
         env.pop("GPUCONTROL_READY_PID", None)  # set by the gate to the training's own PID
         try:
             p = subprocess.Popen([sys.executable, "-I", "-S", "-c", _GATE, str(gate_r),
-                                  *self.argv], env=env, cwd=self.cwd, pass_fds=(w, gate_r),
-                                 stdin=subprocess.DEVNULL, start_new_session=True)
+                                  self._account, *self.argv], env=env, cwd=self.cwd,
+                                 pass_fds=(w, gate_r), stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
         except BaseException:
             os.close(r)
             os.close(gate_w)

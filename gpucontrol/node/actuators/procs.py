@@ -12,15 +12,15 @@ pidfs (6.9+) every process's pidfd has its own inode number, unique for the boot
 then recorded and compared too, making the identity exact.
 
 Security rules (:func:`check_target`): never PID 1, never ourselves or one of our ancestors,
-never a kernel thread, and never a process of another user unless we run as root *and* the
-caller passes ``allow_other_users=True``.
+never a kernel thread, and only processes whose real, effective and saved uids are all in the
+caller's explicit set ``uids`` (default: our own uid); a set naming another user needs root.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 try:
@@ -65,15 +65,34 @@ def read_stat(pid: int) -> ProcStat | None:
 
 def proc_uids(pid: int) -> tuple[int, int] | None:
     """(real uid, effective uid) of a process, or None when it is gone."""
+    ids = proc_all_uids(pid)
+    return None if ids is None else (ids[0], ids[1])
+
+
+def proc_all_uids(pid: int) -> tuple[int, ...] | None:
+    """(real, effective, saved, filesystem) uids of a process, or None when it is gone."""
     try:
         with open(f"/proc/{int(pid)}/status", "rb") as f:
             for line in f:
                 if line.startswith(b"Uid:"):
-                    parts = line.split()
-                    return int(parts[1]), int(parts[2])
-    except OSError:
+                    return tuple(int(x) for x in line.split()[1:5])
+    except (OSError, ValueError):
         return None
     return None
+
+
+def target_uids(uids: Collection[int] | None) -> frozenset[int]:
+    """The uids a target may run as: ``uids``, or our own effective uid when None.
+
+    Raises :class:`TargetRefused` when the set names another user and we are not root."""
+    euid = os.geteuid()
+    if uids is None:
+        return frozenset({euid})
+    out = frozenset(int(u) for u in uids)
+    if euid != 0 and out - {euid}:
+        raise TargetRefused(f"only root may signal other users' processes (uids "
+                            f"{', '.join(str(u) for u in sorted(out - {euid}))})")
+    return out
 
 
 def stop_requested(pid: int) -> bool:
@@ -149,19 +168,20 @@ def descendant_edges(pids: Iterable[int]) -> list[tuple[int, int]]:
     return out
 
 
-def check_target(pid: int, *, allow_other_users: bool = False) -> ProcStat:
+def check_target(pid: int, *, uids: Collection[int] | None = None) -> ProcStat:
     """Raise :class:`TargetRefused` unless the actuators may signal ``pid``; return its stat.
 
     Refused: PID <= 1, ourselves, our ancestors (our supervisor or shell), kernel threads,
-    processes that do not exist, and processes whose real or effective uid differs from our
-    effective uid -- unless we are root and ``allow_other_users`` is true.
+    processes that do not exist, and processes with a real, effective or saved uid outside
+    ``uids`` (default: our own effective uid only).
 
     Parameters
     ----------
     pid : int
         The process to check.
-    allow_other_users : bool
-        Root only: accept processes of other users.
+    uids : collection of int or None
+        The uids a target may run as, given explicitly (another user's needs root); None:
+        ours.
 
     Returns
     -------
@@ -175,6 +195,7 @@ def check_target(pid: int, *, allow_other_users: bool = False) -> ProcStat:
     """
     if isinstance(pid, bool) or not isinstance(pid, int):
         raise TargetRefused(f"pid must be an integer, got {pid!r}")
+    allowed = target_uids(uids)
     if pid <= 1:
         raise TargetRefused(f"refusing to signal pid {pid} (init or invalid)")
     me = os.getpid()
@@ -187,17 +208,15 @@ def check_target(pid: int, *, allow_other_users: bool = False) -> ProcStat:
         raise TargetRefused(f"no such process: {pid}")
     if st.flags & PF_KTHREAD or (st.ppid == 2 and pid != 2):
         raise TargetRefused(f"refusing to signal kernel thread {pid}")
-    uids = proc_uids(pid)
-    if uids is None:
+    ids = proc_all_uids(pid)
+    if ids is None:
         raise TargetRefused(f"no such process: {pid}")
-    euid = os.geteuid()
-    if any(u != euid for u in uids):
-        if allow_other_users and euid != 0:
-            raise TargetRefused("allow_other_users needs root")
-        if not allow_other_users:
-            raise TargetRefused(
-                f"pid {pid} belongs to uid {uids[0]}, not to us (uid {euid}); only root with "
-                "the explicit allow-other-users option may signal other users' processes")
+    other = [u for u in ids[:3] if u not in allowed]
+    if other:
+        mine = ", ".join(str(u) for u in sorted(allowed))
+        raise TargetRefused(
+            f"pid {pid} runs as uid {other[0]}, not as an allowed uid ({mine}); only root "
+            "may signal other users' processes, and only of the uids it is given (--allow-uid)")
     return st
 
 
@@ -247,18 +266,22 @@ class ProcessHandle:
 
     @classmethod
     def open(cls, pid: int, *, expected_start: int | None = None,
-             expected_ino: int | None = None, allow_other_users: bool = False,
+             expected_ino: int | None = None, uids: Collection[int] | None = None,
              check: bool = True) -> ProcessHandle:
         """Open a handle on ``pid``.
 
         ``expected_start`` (start ticks) and ``expected_ino`` (pidfs inode), e.g. from a state
         file, make the open fail with ProcessLookupError when the PID now belongs to a
-        different process.
+        different process. With ``check``, :func:`check_target` (``uids``) runs once the
+        pidfd is open, and the process is confirmed alive after it: the process checked is
+        the one held (a PID recycled in between is never accepted).
         """
         if check:
-            check_target(pid, allow_other_users=allow_other_users)
+            check_target(pid, uids=uids)  # a clear error for a missing process
         fd = os.pidfd_open(pid)
         try:
+            if check:
+                check_target(pid, uids=uids)
             st = read_stat(pid)
             # The stat we read belongs to the pidfd's process only if that process is still
             # alive (not reaped) now: a live process's PID cannot have been recycled.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
 from gpucontrol.node.actuators.cgroup import (
@@ -54,8 +54,8 @@ class SignalDutyCycler(DutyCycler):
     include_descendants : bool
         Also pause their descendants (data-loader workers...), rediscovered every
         ``refresh_s``; a descendant that fails the security check is skipped, not signaled.
-    allow_other_users : bool
-        Root only: allow processes of other users.
+    uids : collection of int or None
+        The uids the processes may run as (another user's: root only); None: ours.
     on_targets_changed : callable, optional
         Called with :meth:`identities` whenever the set changes, *before* any new member is
         signaled, so a state file can list every process that may be stopped (write-ahead).
@@ -74,12 +74,12 @@ class SignalDutyCycler(DutyCycler):
     """
 
     def __init__(self, pids: Iterable[int], *, include_descendants: bool = True,
-                 allow_other_users: bool = False,
+                 uids: Collection[int] | None = None,
                  on_targets_changed: Callable[[list[dict]], None] | None = None,
                  **kwargs) -> None:
         super().__init__(**kwargs)
         self.include_descendants = bool(include_descendants)
-        self.allow_other_users = bool(allow_other_users)
+        self.uids = None if uids is None else frozenset(uids)
         self.on_targets_changed = on_targets_changed
         self._roots: list[ProcessHandle] = []
         self._desc: dict[int, ProcessHandle] = {}
@@ -91,7 +91,7 @@ class SignalDutyCycler(DutyCycler):
         handles: list[ProcessHandle] = []
         try:
             for pid in dict.fromkeys(pids):
-                handles.append(ProcessHandle.open(pid, allow_other_users=self.allow_other_users))
+                handles.append(ProcessHandle.open(pid, uids=self.uids))
         except BaseException:
             for h in handles:
                 h.close()
@@ -176,7 +176,7 @@ class SignalDutyCycler(DutyCycler):
             if key in self._refused:
                 continue
             try:
-                h = ProcessHandle.open(pid, allow_other_users=self.allow_other_users)
+                h = ProcessHandle.open(pid, uids=self.uids)
             except TargetRefused:
                 self._refused[key] = None
                 continue
@@ -228,7 +228,7 @@ class SignalDutyCycler(DutyCycler):
 
 
 def choose_sleep_actuator(*, pids: Iterable[int] = (), cgroup: str | os.PathLike[str] | None = None,
-                          method: str = "auto", allow_other_users: bool = False,
+                          method: str = "auto", uids: Collection[int] | None = None,
                           **kwargs) -> DutyCycler:
     """Build the sleep actuator for a set of training processes.
 
@@ -242,8 +242,8 @@ def choose_sleep_actuator(*, pids: Iterable[int] = (), cgroup: str | os.PathLike
         ``"cgroup"`` (the given ``cgroup``, else the processes' own group when they are alone
         in it), ``"signal"``, or ``"auto"`` -- the freezer when a suitable group exists
         (given, or found by :func:`freezable_cgroup_for`), else signals.
-    allow_other_users : bool
-        Root only: allow processes of other users.
+    uids : collection of int or None
+        The uids the processes may run as (another user's: root only); None: ours.
     **kwargs : Any
         Passed to the cycler (:class:`DutyCycler` settings); ``on_targets_changed`` goes to
         the signal cycler only.
@@ -264,13 +264,13 @@ def choose_sleep_actuator(*, pids: Iterable[int] = (), cgroup: str | os.PathLike
     on_change = kwargs.pop("on_targets_changed", None)
     if method != "signal":
         group = Path(cgroup) if cgroup is not None else freezable_cgroup_for(
-            pids, allow_other_users=allow_other_users)
+            pids, uids=uids)
         if group is not None:
-            return CgroupFreezer(group, allow_other_users=allow_other_users, **kwargs)
+            return CgroupFreezer(group, uids=uids, **kwargs)
         if method == "cgroup":
             raise ValueError("method='cgroup' needs a cgroup: none was given and the processes "
                              "do not sit alone in a cgroup v2 group we may write")
     if not pids:
         raise ValueError("the signal method needs at least one pid")
-    return SignalDutyCycler(pids, allow_other_users=allow_other_users,
+    return SignalDutyCycler(pids, uids=uids,
                             on_targets_changed=on_change, **kwargs)

@@ -364,23 +364,29 @@ def detect_backends(*, mps_binary: str = "nvidia-cuda-mps-control",
     Returns
     -------
     list[BackendInfo]
-        One entry per registered backend, in :data:`BACKENDS` order.
+        One entry per registered backend, best first: green contexts inside MPS where the
+        driver has them and MPS is here (restart-free, and on an H100 they matched or beat
+        MPS restarts at every share), then MPS restarts, green contexts without MPS (they
+        confine the training but do not lower the inference's latency), the CPU quota.
     """
     from gpucontrol.node.actuators.mps import MPSControl
 
-    out = []
     mps_ok = MPSControl(mps_binary).available()
-    out.append(BackendInfo("mps-restart", mps_ok, "" if mps_ok else f"{mps_binary} not found",
-                           False, 1.0, 10.0))
+    mps = BackendInfo("mps-restart", mps_ok, "" if mps_ok else f"{mps_binary} not found",
+                      False, 1.0, 10.0)
     ok, why, _ver = probe_green_context_driver(driver_loader)
-    out.append(BackendInfo(
-        "green-context", ok,
-        why if not ok else "cooperative: the training must run a green-context partition pool "
-                           "(granularity known once the GPU is opened)",
-        True, math.nan, math.nan))
+    if ok and mps_ok:
+        why = ("cooperative, inside MPS: both processes MPS clients, the training on a "
+               "green-context partition pool, no restart (granularity known once the GPU is "
+               "opened); ranked first")
+    elif ok:
+        why = (f"cooperative; the driver has green contexts but MPS is not here ({mps_binary} "
+               "not found): without MPS the processes time-slice and a partition does not "
+               "lower the inference's latency")
+    green = BackendInfo("green-context", ok, why, True, math.nan, math.nan)
     ok, why = _cpu_share_available(cgroup_root)
-    out.append(BackendInfo("cpu.max", ok, why, True, 1.0, 1e-3))
-    return out
+    cpu = BackendInfo("cpu.max", ok, why, True, 1.0, 1e-3)
+    return [green, mps, cpu] if green.available and mps_ok else [mps, green, cpu]
 
 
 def _make_mps(**kw: Any) -> SpatialShareBackend:

@@ -187,7 +187,7 @@ def test_resume_only_after_a_total_crash(children, tmp_path):
     d.wait()
     time.sleep(0.1)
     assert state(t.pid) == "T"
-    resume = [args[0], "-m", "gpucontrol.node.daemon", "--resume-only", "--state",
+    resume = [args[0], "-m", "gpucontrol.daemon", "--resume-only", "--state",
               str(tmp_path / "r.state.json")]
     r = subprocess.run(resume, capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 0, r.stderr
@@ -233,7 +233,7 @@ def test_resume_only_ends_a_launched_training_after_a_total_crash(children, tmp_
     time.sleep(0.05)
     d.kill()
     d.wait()
-    resume = [args[0], "-m", "gpucontrol.node.daemon", "--resume-only", "--state",
+    resume = [args[0], "-m", "gpucontrol.daemon", "--resume-only", "--state",
               str(tmp_path / "o.state.json")]
     r = subprocess.run(resume, capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr

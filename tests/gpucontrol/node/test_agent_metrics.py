@@ -77,6 +77,22 @@ def test_every_metric_has_help_labels_and_a_prometheus_name():
     m.close()
 
 
+def test_a_scraped_sources_failures_are_counted_by_reason():
+    m = DaemonMetrics(port=None)
+    for reason in ("timeout", "timeout", "http_status", "counter_reset", None):
+        m.observe({"period": 1, "count": 0, "malformed": 1 if reason else 0,
+                   "source_reason": reason})
+    got = {(f.name, tuple(sorted(s.labels.items()))): s.value
+           for f in text_string_to_metric_families(m.render().decode()) for s in f.samples
+           if s.name.endswith("_total")}
+    base = (("gpu", "0"), ("target", "training"))
+    err = "gpucontrol_latency_source_errors"
+    assert got[err, (*base[:1], ("reason", "timeout"), base[1])] == 2
+    assert got[err, (*base[:1], ("reason", "http_status"), base[1])] == 1
+    assert got["gpucontrol_latency_source_resets", base] == 1
+    m.close()
+
+
 def test_health_endpoints_and_the_connection_cap_in_process():
     state = {"live": True, "ready": False}
     m = DaemonMetrics(port=0, health=lambda: dict(state), max_connections=2, timeout_s=0.3)
@@ -184,11 +200,13 @@ def test_daemon_metrics_health_textfile_and_silence(children, tmp_path):
     textfile.parent.mkdir()
     model = tmp_path / "model.json"
     model.write_text(json.dumps({"gain": -600.0, "offset": 100.0}))
+    conf = tmp_path / "gpu0.toml"  # settings only the configuration file holds
+    conf.write_text('metrics_target = "train"\nsilent_periods = 3\n')
     d = children.popen(daemon_argv(tmp_path, "m", "--training-pid", str(t.pid),
                                    "--slo-ms", "75", "--model", str(model),
                                    "--max-sleep-s", "0.1", "--period-s", "0.2",
                                    "--metrics-port", "0", "--metrics-textfile", str(textfile),
-                                   "--metrics-target", "train", "--silent-periods", "3"),
+                                   "--config", str(conf)),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ev = read_events(d.stdout, "metrics")

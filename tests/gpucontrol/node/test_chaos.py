@@ -247,7 +247,7 @@ def test_chaos_green_share_never_outlives_the_daemon(children, tmp_path):
                 str(tmp_path / "model.json"), "--period-s", "0.2", "--outer-every", "1",
                 "--latency-source", "prometheus", "--prometheus-url", url,
                 "--share-backend", "green-context", "--sleep-method", "hook",
-                "--max-sleep-s", "0.05"),
+                "--max-sleep-s", "0.05", "--mps-unchecked"),  # no MPS here: go on
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             lowered = _lines_until(d, lambda r: r.get("event") == "share_change"
                                    and r.get("ok") and r["new_pct"] < 100, 30)

@@ -81,14 +81,14 @@ def test_the_range_ends_are_accepted_and_the_guardian_can_poll_them():
     ({"fixed_sleep": None, "slo_ms": 90.0, "model": "m.json", "fixed_mps": 50.0,
       "share_backend": "cpu", "outer_every": 5}, "--outer-every has no effect with --fixed-mps"),
     ({"fixed_mps": 50.0, "share_backend": "cpu", "initial_mps": 30.0},
-     "--initial-mps has no effect with --fixed-mps"),
+     "initial_mps (--config) has no effect with --fixed-mps"),
     ({"shadow": True}, "--shadow goes with --training-cmd and --share-backend mps"),
     ({"mps_pipe_dir": "/tmp/nvidia-mps"},
      "--mps-pipe-dir goes with --training-cmd and --share-backend mps"),
     ({"sleep_method": "hook", "run_quantum_s": 0.05},
      "--run-quantum-s has no effect with --sleep-method hook"),
     ({"metrics_addr": "0.0.0.0"}, "--metrics-addr goes with --metrics-port"),
-    ({"metrics_target": "train"}, "--metrics-target goes with --metrics-port or"),
+    ({"metrics_target": "train"}, "metrics_target (--config) goes with --metrics-port or"),
 ])
 def test_a_flag_that_would_be_ignored_is_refused(kw, message):
     with pytest.raises(ConfigurationError) as exc:
@@ -297,7 +297,8 @@ def test_sigint_stops_cleanly_with_status_130(children, tmp_path):
 # ------------------------------------------------------------------------------ types
 @pytest.mark.parametrize("kw, message", [
     ({"training_pids": 4242}, "--training-pid"),
-    ({"allow_other_users": "false"}, "--allow-other-users must be True or False"),
+    ({"allowed_uids": "1000"}, "--allow-uid"),
+    ({"allowed_uids": (-1,)}, "--allow-uid"),
     ({"shadow": "no"}, "--shadow must be True or False"),
     ({"green_shares": 50}, "--green-shares"),
     ({"socket": 123}, "--socket must be text"),

@@ -27,7 +27,7 @@ from actuators._children import (
 
 from gpucontrol.node.actuators.cpu_share import detect_backend
 from gpucontrol.node.records import release_share
-from gpucontrol.node.share import ShareWiring
+from gpucontrol.node.share import CPUQuotaShare
 
 OPEN_LOOP = ("--fixed-sleep", "0", "--share-backend", "cpu", "--sleep-method", "signal",
              "--period-s", "0.2")
@@ -196,9 +196,9 @@ def test_a_failed_state_write_withdraws_the_share(children, cpu_groups):
             raise OSError(28, "No space left on device")
 
     name = _group_name()
-    wiring = ShareWiring("cpu", [])
+    wiring = CPUQuotaShare([])
     with pytest.raises(OSError, match=r"--share-backend cpu: .*No space.*undone"):
-        wiring.start_cpu([train.pid], cgroup=name, initial_pct=30.0, record=record)
+        wiring.cap([train.pid], cgroup=name, initial_pct=30.0, record=record)
     assert wiring.backend is None
     assert calls[-1] == {"share": None}
     assert not (detect_backend()[1] / name).exists()

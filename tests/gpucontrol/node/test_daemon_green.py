@@ -23,7 +23,12 @@ from gpucontrol.node.client import report_latency
 from gpucontrol.node.config import SHARE_BACKENDS, DaemonConfig
 from gpucontrol.node.daemon import Daemon
 from gpucontrol.node.hooks import HookReader, HookWriter
-from gpucontrol.node.share import ShareWiring, controller_restart_s, is_restart_free
+from gpucontrol.node.share import (
+    GreenContextShare,
+    MPSRestartShare,
+    controller_restart_s,
+    is_restart_free,
+)
 
 #: A cooperative training: each iteration it reads the commanded share from the hook file (as
 #: GreenPartitions.iteration does) and appends "pid share" to the file it is given.
@@ -76,9 +81,9 @@ def test_restart_free_backends_cost_the_controller_nothing():
 def test_green_wiring_publishes_changes_and_withdraws_them(tmp_path):
     w = HookWriter(tmp_path / "h")
     r = HookReader(w.path)
-    s = ShareWiring("green-context", NO_DRIVER)
+    s = GreenContextShare(NO_DRIVER)
     assert s.backend is None and not s.restart_free and s.metrics_label() == "none"
-    s.start_green(w, 60.0)  # before the training starts
+    s.publish(w, 60.0)  # before the training starts
     assert r.share_pct() == 60 and s.restart_free and s.metrics_label() == "green-context"
     ev = s.chosen(period_s=4.0)
     assert ev["event"] == "share_backend" and ev["backend"] == "green-context"
@@ -111,9 +116,8 @@ class FakeMPSActuator:
 
 def test_mps_wiring_restarts_with_the_controllers_percentage_as_is():
     act = FakeMPSActuator()
-    s = ShareWiring("mps", NO_DRIVER)
-    s.start_green(object(), 50.0)  # not green: nothing
-    s.start_mps(act, mps_ok=True)
+    s = MPSRestartShare(NO_DRIVER)
+    s.wrap(act, mps_ok=True)
     assert not s.restart_free and s.metrics_label() == "mps"
     res = s.restart(37.5)
     assert act.calls == [37.5] and res.total_s == 2.5  # unrounded, as before the backend
@@ -129,8 +133,8 @@ def test_mps_wiring_restarts_with_the_controllers_percentage_as_is():
     (FakeMPSActuator(), False, "MPS unavailable (no daemon)"),
 ])
 def test_mps_wiring_without_mps_says_why(trainer, ok, why):
-    s = ShareWiring("mps", NO_DRIVER)
-    s.start_mps(trainer, mps_ok=ok, why_not="no daemon")
+    s = MPSRestartShare(NO_DRIVER)
+    s.wrap(trainer, mps_ok=ok, why_not="no daemon")
     ev = s.chosen(period_s=1.0)
     assert ev["backend"] is None and why in ev["reason"] and s.metrics_label() == "none"
 
@@ -153,8 +157,8 @@ def test_green_shares_reach_the_wiring_and_the_controller(tmp_path):
     """--green-shares: the daemon reports the partition a command runs on, and its outer
     loop moves between the partitions only."""
     w = HookWriter(tmp_path / "h")
-    s = ShareWiring("green-context", NO_DRIVER)
-    s.start_green(w, 100.0, (25.0, 50.0, 75.0))
+    s = GreenContextShare(NO_DRIVER)
+    s.publish(w, 100.0, (25.0, 50.0, 75.0))
     ch = s.change(60.0)   # published as is; the training runs it on the 50 % partition
     assert (ch["ok"], ch["new_pct"], ch["applied_pct"]) == (True, 60.0, 50.0)
     assert s.chosen(4.0)["granularity_pct"] == 25.0
@@ -224,7 +228,8 @@ def test_green_context_share_follows_the_outer_loop_without_restart_and_is_withd
     d = children.popen(daemon_argv(
         tmp_path, "g", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
         str(tmp_path / "m.json"), "--period-s", "0.2", "--outer-every", "1",
-        "--sleep-method", "hook", "--max-sleep-s", "0.05", "--share-backend", "green-context"),
+        "--sleep-method", "hook", "--max-sleep-s", "0.05", "--share-backend", "green-context",
+        "--mps-unchecked"),  # no MPS on this machine: go on (one warning line)
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         recs = read_events(d.stdout, "share_backend", timeout=30)
@@ -259,7 +264,8 @@ def test_green_context_share_follows_the_outer_loop_without_restart_and_is_withd
     again = run_daemon(daemon_argv(
         tmp_path, "g", "--training-pid", str(train.pid), "--fixed-sleep", "0", "--period-s",
         "0.2", "--duration-s", "0.5", "--sleep-method", "hook", "--share-backend",
-        "green-context"), capture_output=True, text=True, timeout=60, check=False)
+        "green-context", "--mps-unchecked"), capture_output=True, text=True, timeout=60,
+        check=False)
     assert again.returncode == 0, again.stderr
     evs = {r.get("event"): r for r in map(json.loads, again.stdout.splitlines())}
     assert evs["leftovers_resumed"]["hook"] == 1

@@ -15,6 +15,7 @@ from actuators._children import (
     daemon_argv,
     histogram_text,
     metrics_server,
+    read_events,
     run_daemon,
     send_body,
     slow_inference_metrics,
@@ -325,3 +326,65 @@ def test_a_daemon_runs_once(tmp_path, children):
     log2 = io.StringIO()
     assert Daemon(cfg, log=log2).run() == 0  # a new one with the same config runs
     assert sum('"period"' in x for x in log2.getvalue().splitlines()) >= 1
+
+
+def test_the_daemon_says_why_the_source_fails_counts_it_and_turns_unready(tmp_path, children):
+    """A scraped endpoint that answers, then fails with 500 for five scrapes, answers again,
+    then restarts (its counters go down): one line and one ``latency_source_state`` event per
+    change of reason (never one per period), the periods counted by reason in the metrics,
+    and with unready_periods = 2 /readyz answers 503 naming the reason while no usable
+    latency comes in, 200 again once it does."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    train = children.spawn(SLEEPER)
+    (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
+
+    def respond(handler, n):
+        if 3 <= n <= 7:
+            handler.send_error(500)
+        else:
+            send_body(handler, histogram_text(10 * (n + 1) if n < 10 else 10 * (n - 9)))
+
+    probes, texts = [], []
+    conf = tmp_path / "gpu0.toml"
+    conf.write_text("unready_periods = 2\n")
+    with metrics_server(respond) as url:
+        d = children.popen(daemon_argv(
+            tmp_path, "x", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
+            str(tmp_path / "model.json"), "--period-s", "0.25", "--duration-s", "4",
+            "--latency-source", "prometheus", "--prometheus-url", url, "--prometheus-metric",
+            "lat_seconds", "--sleep-method", "signal", "--run-quantum-s", "0.05",
+            "--metrics-port", "0", "--config", str(conf)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        events = read_events(d.stdout, "metrics")
+        base = next(e for e in events if e.get("event") == "metrics")["url"].rsplit("/", 1)[0]
+        while d.poll() is None:
+            try:
+                with urllib.request.urlopen(base + "/readyz", timeout=2) as r:
+                    probes.append((r.status, r.read().decode()))
+                with urllib.request.urlopen(base + "/metrics", timeout=2) as r:
+                    texts.append(r.read().decode())
+            except urllib.error.HTTPError as exc:
+                probes.append((exc.code, exc.read().decode()))
+            except OSError:
+                pass
+            time.sleep(0.05)
+        out, err = d.communicate(timeout=30)
+    assert d.returncode == 0, err
+    recs = events + [json.loads(x) for x in out.splitlines()]
+    states = [(r["reason"], r["previous"]) for r in recs
+              if r.get("event") == "latency_source_state"]
+    assert states == [("http_status", None), (None, "http_status"), ("counter_reset", None),
+                      (None, "counter_reset")], states
+    assert err.count(": http_status (") == 1 and "usable again (was http_status)" in err, err
+    periods = [r for r in recs if "period" in r and "event" not in r]
+    assert [r["source_reason"] for r in periods].count("http_status") == 5
+    unready = [body for code, body in probes if code == 503]
+    assert any("no usable latency" in b and "http_status" in b for b in unready), probes
+    assert probes[-1][0] == 200 or any(c == 200 for c, _ in probes[-5:]), probes
+    last = texts[-1]
+    assert 'gpucontrol_latency_source_errors_total{gpu="0",reason="http_status"' in last \
+        or 'reason="http_status"' in last, last
+    assert "gpucontrol_latency_source_resets_total" in last

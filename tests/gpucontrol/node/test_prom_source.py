@@ -229,3 +229,89 @@ def test_a_late_scrape_is_abandoned_and_never_used():
         st = src.collect()                                  # count 30, after 10
     assert st.count == 20 and st.malformed == 0 and st.mean_ms == pytest.approx(20.0)
     assert src.total_count == 20 and src.total_malformed == 2
+
+
+def _reset(handler, n):
+    send_body(handler, histogram_text(50 if n < 2 else 5))  # 50, 50, then down to 5
+
+
+@pytest.mark.parametrize("respond, reason, says", [
+    (lambda h, n: send_body(h, histogram_text("NaN")), "not_finite", "lat_seconds_count"),
+    (lambda h, n: send_body(h, "other_metric 1\n"), "missing", "not found"),
+    (lambda h, n: send_body(h, histogram_text(-3)), "malformed", "not a finite count"),
+    (lambda h, n: h.send_error(500), "http_status", "500"),
+    (lambda h, n: h.wfile.write(b"garbage\r\n\r\n"), "connection", ""),
+    (lambda h, n: send_body(h, "x" * (70 << 10)), "too_long", "line longer"),
+])
+def test_each_failed_scrape_says_why(respond, reason, says):
+    """A failed period keeps its reason (REASONS), which the daemon logs and counts; a
+    usable scrape clears it."""
+    with metrics_server(respond) as url:
+        src = PrometheusSource(url, "lat_seconds", timeout_s=2.0).start()
+        st = src.collect()
+    assert st.count == 0 and st.malformed == 1
+    assert src.reason == reason and says in src.last_error, (src.reason, src.last_error)
+
+
+def test_refused_timeout_and_reset_reasons_and_recovery():
+    with metrics_server(lambda h, n: None) as url:
+        port = int(url.split(":")[2].split("/")[0])
+    src = PrometheusSource(f"http://127.0.0.1:{port}/metrics", "lat_seconds", timeout_s=1.0)
+    src.collect()
+    assert src.reason == "refused"  # nothing listens there any more
+    with slow_server("silent") as url:
+        src = PrometheusSource(url, "lat_seconds", timeout_s=0.3).start()
+        src.collect()
+        assert src.reason == "timeout"
+    with metrics_server(_reset) as url:
+        src = PrometheusSource(url, "lat_seconds", timeout_s=2.0).start()
+        assert src.collect().count == 0 and src.reason == ""  # usable, just no requests
+        assert src.collect().malformed == 1 and src.reason == "counter_reset"
+        assert src.collect().malformed == 0 and src.reason == ""
+
+
+def test_a_huge_body_is_read_in_a_bounded_buffer(tmp_path):
+    """A 100 MB /metrics body (issue B21): the scrape stops at MAX_BODY (``too_long``) and
+    the scraping process's peak memory grows by less than 16 MB (the body was held whole
+    before, about 150 MB). Measured in a fresh process, its peak RSS (VmHWM) after the
+    scrape against its RSS before, served by a real HTTP server streaming the body."""
+    import json
+    import subprocess
+    import sys
+
+    line = b'filler_metric{shard="0123456789abcdef"} 12345.678\n'
+    chunk = line * ((64 << 10) // len(line))
+    total = 100 << 20
+
+    def respond(handler, n):
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/plain")
+        handler.send_header("Content-Length", str(total))
+        handler.end_headers()
+        sent = 0
+        while sent < total:
+            part = chunk[:total - sent]
+            handler.wfile.write(part)
+            sent += len(part)
+
+    code = (
+        "import json, sys\n"
+        "from gpucontrol.node.prom_source import PrometheusSource, ScrapeError\n"
+        "def kb(key):\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith(key):\n"
+        "            return int(line.split()[1])\n"
+        "src = PrometheusSource(sys.argv[1], 'lat_seconds', timeout_s=60.0)\n"
+        "before = kb('VmRSS:')\n"
+        "try:\n"
+        "    src.scrape()\n"
+        "    why = 'read'\n"
+        "except ScrapeError as exc:\n"
+        "    why = exc.reason\n"
+        "print(json.dumps({'growth_kb': kb('VmHWM:') - before, 'why': why}))\n")
+    with metrics_server(respond) as url:
+        out = subprocess.run([sys.executable, "-c", code, url], capture_output=True,
+                             text=True, timeout=120, check=True)
+    got = json.loads(out.stdout)
+    assert got["why"] == "too_long", got
+    assert got["growth_kb"] < 16 << 10, got

@@ -118,7 +118,8 @@ def test_bad_input_names_the_problem(tmp_path):
 
 def test_default_steps_are_the_documented_experiments():
     assert set(STEPS) == {"info", "smoke", "tests", "knobs", "mps", "identify", "burst", "sweep",
-                          "spatial"}
+                          "spatial", "identify-green", "burst-daemon", "sweep-h100",
+                          "tests-fast", "tests-slow"}
     for s in STEPS.values():
         assert s.timeout_s <= 570  # each fits one 10-minute call with room for start-up
         for c in s.commands:

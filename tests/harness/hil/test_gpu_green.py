@@ -37,6 +37,7 @@ def test_partitions_confine_the_smid_sample(tmp_path, green_ok):
         assert r["sm_count"] < total
         # blocks of a green-context stream land only on the partition's SMs
         assert 0 < r["smid_n_sms"] <= r["sm_count"], r
+        assert 0 < r["smid_peak_n_sms"] <= r["smid_n_sms"], r
     # less SMs, slower fixed work
     assert rows[25]["matmul_s"] > rows[100]["matmul_s"]
     assert rows[50]["select_s"] < 1e-3

@@ -113,3 +113,20 @@ def test_mps_restart_with_shadow_prestart(tmp_path):
     assert lo.mean_ms < hi.mean_ms
     assert lo.training_sm_share < hi.training_sm_share
     assert rep[0]["gap_s"] < 0.5, rep
+
+
+@pytest.mark.skipif(shutil.which("nvidia-cuda-mps-control") is None,
+                    reason="nvidia-cuda-mps-control not installed")
+def test_smid_peak_stays_under_the_mps_cap_where_the_union_need_not():
+    """Under MPS 25 % the union of one launch's SM ids read 0.44-0.54 of the H100 (the cap
+    bounds the SMs used at once, not which); the peak held at once must stay near 25 %."""
+    from harness.hil.mps_session import client_env, mps_session
+
+    with mps_session(True) as mps:
+        if mps is None:
+            pytest.skip("the MPS control daemon did not start")
+        out = run_module("harness.hil.smid", "--samples", "5", env=client_env(mps, 25))
+    lines = json_lines(out.stdout)
+    n = lines[0]["multiprocessor_count"]
+    assert lines[-1]["max_peak_n_sms"] <= 0.25 * n + 8, lines  # + one split step of slack
+    assert all(s["peak_n_sms"] <= s["n_sms"] for s in lines[:-1])

@@ -92,7 +92,7 @@ def test_kernel_compiles_to_ptx_reading_smid(tmp_path):
 # ---- the CuPy wrapper against a fake CuPy -----------------------------------------------------
 class FakeArray:
     def __init__(self, n, dtype):
-        self.data = np.zeros(n, dtype=np.uint32)
+        self.data = np.zeros(n, dtype=dtype)
 
     def get(self, stream=None):
         return self.data.copy()
@@ -109,16 +109,18 @@ class FakeStream:
         return False
 
 
-def make_fake_cupy(sm_count, assign):
-    """A CuPy stand-in: the kernel writes ``assign(block)`` as each block's SM id."""
+def make_fake_cupy(sm_count, assign, interval=lambda b: (0, 10)):
+    """A CuPy stand-in: the kernel writes ``assign(block)`` as each block's SM id and
+    ``interval(block)`` as its start and end time."""
     calls = []
 
     class Kernel:
         def __call__(self, grid, block, args):
-            out, nsmid, n, spin = args
+            out, nsmid, n, spin, times = args
             calls.append((grid, block, int(n), int(spin)))
             for b in range(grid[0]):
                 out.data[b] = assign(b)
+                times.data[2 * b:2 * b + 2] = interval(b)
             nsmid.data[0] = sm_count
 
     class RawModule:
@@ -134,7 +136,7 @@ def make_fake_cupy(sm_count, assign):
         cuda=SimpleNamespace(Device=lambda: SimpleNamespace(
             attributes={"MultiProcessorCount": sm_count})),
         RawModule=RawModule, zeros=lambda n, dtype: FakeArray(n, dtype),
-        uint32=np.uint32, int32=np.int32, int64=np.int64)
+        uint32=np.uint32, uint64=np.uint64, int32=np.int32, int64=np.int64)
     return cp, calls
 
 
@@ -145,6 +147,33 @@ def test_sampler_launches_four_blocks_per_sm_and_summarizes():
     assert s.sm_ids == tuple(range(6))
     assert s.fraction == pytest.approx(6 / 8)
     assert s.nsmid == 8
+
+
+def test_peak_counts_the_sms_held_at_once_not_the_sms_visited():
+    # MPS-like: the launch moves over 8 SMs in waves of 2 -- the union reads 8, the peak 2
+    cp, _ = make_fake_cupy(8, assign=lambda b: b % 8,
+                           interval=lambda b: (100 * (b // 2), 100 * (b // 2) + 90))
+    s = SMIDSampler(cupy=cp, blocks=8).sample()
+    assert (s.n_sms, s.peak_sms) == (8, 2)
+    assert s.fraction == 1.0 and s.peak_fraction == pytest.approx(0.25)
+    # a partition: the same SMs all along -- both read 3
+    cp, _ = make_fake_cupy(8, assign=lambda b: b % 3, interval=lambda b: (0, 50))
+    s = SMIDSampler(cupy=cp, blocks=12).sample()
+    assert (s.n_sms, s.peak_sms) == (3, 3)
+    assert s.as_dict()["sm_peak_fraction"] == pytest.approx(3 / 8)
+
+
+@given(st.lists(st.tuples(st.integers(0, 15), st.integers(0, 50), st.integers(0, 20)),
+                max_size=60))
+def test_peak_is_at_most_the_union_and_at_least_one(blocks):
+    ids = [b[0] for b in blocks]
+    starts = [b[1] for b in blocks]
+    ends = [b[1] + b[2] for b in blocks]  # zero-length blocks count as one tick
+    s = summarize_smids(ids, 16, starts=starts, ends=ends)
+    assert (1 if ids else 0) <= s.peak_sms <= s.n_sms
+    assert summarize_smids(ids, 16).peak_sms is None
+    with pytest.raises(ValueError, match="one entry per id"):
+        summarize_smids([1, 2], 4, starts=[0], ends=[1])
 
 
 def test_sampler_uses_the_given_stream():

@@ -132,26 +132,33 @@ class FakeStream:
 
 
 def fake_torch(new_api=True):
+    """torch.cuda.green_contexts as released: 2.11+ (keyword-only ``create``, ``Stream()``) or
+    2.8-2.10 (positional ``create``, ``set_context`` / ``pop_context``); no constructor."""
     made = []
 
     class GC:
-        def __init__(self, num_sms, device_id):
-            made.append(num_sms)
-            self.n, self.stream, self.log = num_sms, FakeStream(f"g{num_sms}"), []
+        def __init__(self, *a, **k):
+            raise TypeError("No constructor defined")
+
+        @classmethod
+        def _new(cls, n):
+            obj = object.__new__(cls)
+            made.append(n)
+            obj.n, obj.stream, obj.log = n, FakeStream(f"g{n}"), []
+            return obj
 
         if new_api:
+            @classmethod
+            def create(cls, *, num_sms=None, workqueue_scope=None,
+                       workqueue_concurrency_limit=None, device_id=None):
+                return cls._new(num_sms)
+
             def Stream(self):
                 return self.stream
         else:
-            def __init__(self, *a, **k):  # the old API has only create()
-                raise TypeError("use create()")
-
             @classmethod
-            def create(cls, n, dev):
-                obj = object.__new__(cls)
-                made.append(n)
-                obj.n, obj.log = n, []
-                return obj
+            def create(cls, num_sms, device_id=0):
+                return cls._new(num_sms)
 
             def set_context(self):
                 self.log.append("set")
@@ -181,17 +188,50 @@ def fake_torch(new_api=True):
 
 
 def test_torch_helper_new_api():
+    """PyTorch 2.11+: ``GreenContext.create`` is keyword-only (the helper called the class,
+    then ``create(n, device)`` positionally, and ran every iteration unpartitioned)."""
     torch, made, entered, cur = fake_torch()
     share = [None]
-    parts = GreenPartitions((25, 50, 100), read_share=lambda: share[0], torch=torch)
+    switches = []
+    parts = GreenPartitions((25, 50, 100), read_share=lambda: share[0], torch=torch,
+                            on_switch=lambda *a: switches.append(a))
     with parts.iteration() as s:
         assert s == 100
+    assert parts.available and parts.backend == "torch", parts.reason
     assert made == [32, 64] and entered == []
     share[0] = 60
     with parts.iteration() as s:
         assert s == 50
     assert entered == ["g64"] and cur.waits == ["g64"]
+    assert [(c, s, n) for c, s, n, _t in switches] == [(60, 50.0, 64)]
     assert sm_count_for(75, 132, 9) == 96
+
+
+def test_torch_helper_on_another_pool_and_the_dry_run():
+    from harness.hil.green_pools import SimulatedPool, make_pool
+    from tests.harness.hil.fake_green import FakeCore
+
+    share = [50]
+    dry = GreenPartitions((25, 50), read_share=lambda: share[0], pool=SimulatedPool((25, 50)))
+    with dry.iteration() as s:  # the rule, not the stream: the CPU runs it unchanged
+        assert s == 50 and dry.backend == "simulated"
+    share[0] = 30
+    with dry.iteration() as s:
+        assert s == 25
+    torch, _made, entered, cur = fake_torch()
+    made_ext = []
+
+    def external(ptr, device=None):
+        made_ext.append(ptr)
+        return FakeStream(f"x{ptr}")
+
+    torch.cuda.ExternalStream = external
+    pool = make_pool("cuda.core", (25, 50), core=FakeCore())
+    parts = GreenPartitions((25, 50), read_share=lambda: 50, pool=pool, torch=torch)
+    with parts.iteration() as s:
+        assert s == 50
+    assert parts.backend == "cuda.core" and made_ext == [pool.select(50).stream]
+    assert entered == [f"x{made_ext[0]}"] and cur.waits == [f"x{made_ext[0]}"]
 
 
 def test_torch_helper_old_api_and_missing_green_contexts():
@@ -257,7 +297,7 @@ class FakeCupy:
 
 
 def test_green_cupy_backend_launches_on_the_commanded_partition(tmp_path, monkeypatch):
-    import harness.hil.training_emulator as te
+    import harness.hil.emulator_backends as te
     from harness.hil.green_emulator import GreenCupyBackend
 
     cp = FakeCupy()

@@ -165,3 +165,67 @@ def test_a_failing_phase_leaves_the_others_and_says_so(tmp_path, capsys):
     assert (tmp_path / "summary.md").is_file()
     assert "Phases that failed (see errors.txt): probe green-context" in "\n".join(
         readme_section(tmp_path, True))
+
+
+def test_probe_reports_every_partition_and_the_full_device():
+    """Asked for 50 and 25 %, the probe still measures the full device (the pool always has
+    it): the H100 run of the gpu test read the 100 % row and found none (KeyError: 100)."""
+    import numpy as np
+
+    from harness.hil.smid import summarize_smids
+    from harness.hil.spatial_study import probe_partitions
+    from tests.harness.hil.fake_cuda import FakeCuda
+    from tests.harness.hil.test_green_ctx import FakeCupy
+
+    cp = FakeCupy()
+    cp.float32 = np.float32
+    cp.ones = lambda shape, dtype=None: np.ones(shape, dtype=dtype)
+    cp.empty_like = np.empty_like
+    lib = FakeCuda()
+
+    class Sampler:  # reaches exactly the SMs of the partition whose stream it runs on
+        def sample(self, stream):
+            n = lib.green[lib.streams[stream.ptr]]
+            return summarize_smids(range(n), 132, starts=[0] * n, ends=[9] * n)
+
+    rows, desc = probe_partitions((50, 25), matrix_n=8, matmuls=2, cupy=cp, lib=lib,
+                                  sampler=Sampler())
+    by = {r["share_pct"]: r for r in rows}
+    assert sorted(by) == [25.0, 50.0, 100.0]
+    assert by[100]["sm_count"] == desc["total_sms"] == 132
+    assert [by[s]["smid_peak_n_sms"] for s in (25, 50, 100)] == [32, 64, 132]
+    assert lib.green == {}  # the pool was closed
+
+
+def test_gpu_green_plant_kind(monkeypatch):
+    """``--plant gpu-green``: the green-context + MPS plant from the registry."""
+    import harness.hil as hil
+    from gpucontrol.errors import PlantUnavailable
+    from harness.experiments.plants import make_plant
+    from harness.hil.spatial_plant import make_green_gpu_plant
+
+    monkeypatch.setattr(hil, "torch_cuda_available", lambda: False)
+    monkeypatch.setattr(hil, "cupy_device_count", lambda: 0)
+    with pytest.raises(PlantUnavailable, match="gpu-green"):
+        make_plant("gpu-green", "fig8")
+    monkeypatch.setattr(hil, "cupy_device_count", lambda: 1)
+    p = make_green_gpu_plant("fig8", size_inference_to_ms=None, shares_pct=(50, 100))
+    assert p.cfg.mps_enabled and p.shares_pct == (50.0, 100.0)
+    assert p.cfg.training_args[:2] == ("--backend", "cupy-green")
+    assert p.cfg.size_inference_to_ms is None and not p.started
+
+
+def test_backends_figure_and_the_spatial_mps_readme(tmp_path):
+    from harness.hil.figures import main as figures_main
+
+    d = tmp_path / "spatial_mps"
+    d.mkdir()
+    write_csv([{"backend": "green-context+mps", "share_pct": s, "latency_ms": lat,
+                "training_throughput": it} for s, lat, it in ((25, 21.0, 0.8),
+                                                              (75, 34.0, 3.0))],
+              d / "levels.csv")
+    assert figures_main(["backends", str(tmp_path), "--out", str(tmp_path / "b.png")]) == 0
+    assert (tmp_path / "b.png").stat().st_size > 1000
+    assert figures_main(["backends", str(tmp_path / "none"), "--out", str(tmp_path / "c.png")]) == 1
+    assert draft_readmes(tmp_path) == [d / "README.md"]
+    assert "green contexts inside MPS" in (d / "README.md").read_text()

@@ -147,7 +147,7 @@ def group_pids(pgid: int) -> list[int]:
 
 def daemon_argv(tmp, name: str, *args: str) -> list[str]:
     """``python -m gpucontrol.daemon`` with private socket/state/hook files under ``tmp``."""
-    return [sys.executable, "-m", "gpucontrol.node.daemon", "--socket", f"{tmp}/{name}.sock",
+    return [sys.executable, "-m", "gpucontrol.daemon", "--socket", f"{tmp}/{name}.sock",
             "--state", f"{tmp}/{name}.state.json", "--hook", f"{tmp}/{name}.hook", *args]
 
 

@@ -36,7 +36,7 @@ def test_refuses_kernel_threads_and_missing():
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a process as another user")
-def test_other_users_need_root_and_the_flag(children):
+def test_other_users_need_root_and_their_uid_given(children):
     p = children.popen(["sleep", "60"], user=65534, group=65534)
     assert wait_state(p.pid, {"S", "R"})
     time.sleep(0.05)  # let the uid change settle
@@ -44,7 +44,12 @@ def test_other_users_need_root_and_the_flag(children):
         check_target(p.pid)
     with pytest.raises(TargetRefused):
         SignalDutyCycler([p.pid])
-    assert check_target(p.pid, allow_other_users=True).pid == p.pid
+    with pytest.raises(TargetRefused, match="runs as uid 65534"):  # another uid given
+        check_target(p.pid, uids={0, 65533})
+    assert check_target(p.pid, uids={65534}).pid == p.pid
+    me = children.spawn(SLEEPER)  # a root process, when the set names only another uid
+    with pytest.raises(TargetRefused, match="runs as uid 0"):
+        check_target(me.pid, uids={65534})
 
 
 def test_handle_signals_only_its_process(children):

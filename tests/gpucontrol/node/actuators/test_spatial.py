@@ -146,3 +146,24 @@ def test_detect_backends_reports_every_backend_and_why_not(tmp_path):
     assert not by["cpu.max"].available and by["cpu.max"].reason
     assert isinstance(by["cpu.max"], BackendInfo) and by["cpu.max"].as_dict()["name"] == "cpu.max"
     assert math.isnan(change_cost_periods(by["green-context"], 1.0))
+
+
+def test_green_contexts_inside_mps_rank_first_where_the_driver_and_mps_allow(tmp_path):
+    """Issue 30: green contexts inside MPS are the restart-free share that lowers the
+    inference's latency; without MPS they confine the training only, so they rank behind
+    MPS restarts, and the reason says why."""
+    fake = tmp_path / "nvidia-cuda-mps-control"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    (tmp_path / "cgroup.controllers").write_text("cpu\n")
+    both = detect_backends(mps_binary=str(fake), driver_loader=lambda: FakeLib(12080),
+                           cgroup_root=str(tmp_path))
+    assert [i.name for i in both] == ["green-context", "mps-restart", "cpu.max"]
+    assert "inside MPS" in both[0].reason and "ranked first" in both[0].reason
+    no_mps = detect_backends(mps_binary=str(tmp_path / "absent"),
+                             driver_loader=lambda: FakeLib(12080), cgroup_root=str(tmp_path))
+    assert [i.name for i in no_mps][:2] == ["mps-restart", "green-context"]
+    assert "does not lower the inference's latency" in no_mps[1].reason
+    old = detect_backends(mps_binary=str(fake), driver_loader=lambda: FakeLib(12020),
+                          cgroup_root=str(tmp_path))
+    assert old[0].name == "mps-restart"  # no green contexts: MPS restarts first

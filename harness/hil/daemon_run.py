@@ -1,0 +1,392 @@
+"""The real node agent on the GPU, as its own process, through an inference burst:
+``python -m harness.hil.daemon_run``.
+
+Where ``gpucontrol burst --plant gpu`` runs the controllers inside the harness, this runs what a
+node runs: ``python -m gpucontrol.daemon`` launching the training itself (``--training-cmd``,
+the CuPy emulator or the PyTorch ResNet-18), the ResNet-50 inference reporting each batch's
+latency to the daemon's socket, and a private MPS control daemon. One run per mode, same SLO,
+same load (batch 105, 115 during the burst), same model:
+
+* ``sleep`` -- no MPS (the two processes time-sliced), the sleep only (``--outer none``): the
+  GPUColo paper's inner loop alone;
+* ``mps-restart`` -- both processes MPS clients, the share an MPS restart with shadow
+  pre-start (``--share-backend mps``), the outer loop every ``--outer-every`` periods (12);
+* ``green-mps`` -- both processes MPS clients, the share a green-context partition
+  (``--share-backend green-context``, partitions 25/50/75/100 %), no restart, so the outer loop
+  may move every period (``--outer-every 1``).
+
+Written to ``<out>/``: per mode ``runs/<mode>/`` (the daemon's JSON log, the processes' CSV
+logs), ``periods.csv`` (one row per period and mode: latency, sleep, share, training
+iterations), ``summary.csv`` / ``summary.md`` (per mode: mean latency, % of periods over 1.05
+SLO, training it/s and its ratio to ``sleep``), ``meta.json`` and ``daemon_run.png``.
+``--dry-run`` prints the plan and the expected time without a GPU.
+
+The daemon's model (``--model``, default ``auto``): the latency slope of the sleep per share
+level on the simulated preset (``--preset``, the H100-calibrated ``h100``), written to
+``model.json`` -- or an identified ``model.json`` (``gpucontrol identify --plant gpu-green``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.hil._accounting import TrainingAccount
+from harness.hil._tail import CSVTail
+from harness.results import atomic_write_text, markdown_table, save_figure, write_csv, write_int
+
+__all__ = ["MODES", "main", "model_from_preset", "plan", "summarize"]
+
+MODES = ("sleep", "mps-restart", "green-mps")
+OUTER_EVERY = {"sleep": 0, "mps-restart": 12, "green-mps": 1}
+GREEN_SHARES = "25,50,75,100"
+#: Seconds a run needs before its first period (MPS daemon, emulator sizing, ResNet-50
+#: warm-up) and after its last (stopping): from the H100 run's logs, rounded up.
+START_S, STOP_S = 40.0, 10.0
+PERIOD_COLUMNS = ("mode", "period", "t_s", "latency_ms", "count", "sleep_s", "share_pct",
+                  "training_iterations", "burst")
+
+
+def plan(modes: list[str], duration_s: float, period_s: float) -> dict[str, Any]:
+    """The runs and their expected wall time (s).
+
+    Parameters
+    ----------
+    modes : list of str
+        Any of :data:`MODES`.
+    duration_s, period_s : float
+        Closed-loop time per run and the control period.
+
+    Returns
+    -------
+    dict
+        ``runs`` and ``expected_s``.
+    """
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ValueError(f"modes must be among {', '.join(MODES)}, got {', '.join(modes)}")
+    if not (period_s > 0 and duration_s >= 5 * period_s):
+        raise ValueError(f"need period_s > 0 and duration_s >= 5 periods, got {duration_s!r}, "
+                         f"{period_s!r}")
+    runs = [{"mode": m, "outer_every": OUTER_EVERY[m],
+             "expected_s": START_S + duration_s + STOP_S} for m in modes]
+    return {"runs": runs, "expected_s": sum(r["expected_s"] for r in runs)}
+
+
+#: The simulated plant's backend matching each mode (its model's physics).
+SIM_BACKEND = {"sleep": "sleep", "mps-restart": "mps-restart", "green-mps": "green-context+mps"}
+
+
+def model_from_preset(preset: str, shares: list[float], sleep_span: tuple[float, float],
+                      backend: str | None = None) -> dict[str, Any]:
+    """A ``model.json`` from a simulated preset: per share level the secant latency slope of
+    the sleep over ``sleep_span`` (ms per s) and the latency at the span's start.
+
+    Parameters
+    ----------
+    preset : str
+        A simulated preset (``h100``) or a calibration file.
+    shares : list of float
+        Share levels, %.
+    sleep_span : (float, float)
+        The sleep range the slope is taken over, s.
+    backend : str, optional
+        The simulated plant's spatial-share backend (``"sleep"``, ``"mps-restart"``,
+        ``"green-context+mps"``; default: the preset's).
+
+    Returns
+    -------
+    dict
+        The model document the daemon's ``--model`` reads.
+    """
+    from harness.sim.simulated import SimulatedColocation
+
+    ref = SimulatedColocation.preset(preset, backend=backend) if backend else \
+        SimulatedColocation.preset(preset)
+    a, b = sleep_span
+    points = []
+    for m in shares:
+        la, lb = (float(ref.expected_latency_ms(s, float(m))) for s in (a, b))
+        points.append({"mps_pct": float(m), "gain": (lb - la) / (b - a),
+                       "offset": la - (lb - la) / (b - a) * a})
+    return {"points": points, "sleep_span_s": [float(a), float(b)],
+            "source": f"simulated preset {preset}" + (f", backend {backend}" if backend else "")}
+
+
+class _Run:
+    """One mode: MPS, inference, the daemon (which launches the training), the burst."""
+
+    def __init__(self, mode: str, args: argparse.Namespace, model: Path, work: Path) -> None:
+        self.mode, self.args, self.model, self.work = mode, args, model, work
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def _training_cmd(self) -> str:
+        a, w = self.args, self.work
+        if a.training == "torch":
+            argv = [sys.executable, "-m", "harness.hil.torch_training"]
+        else:
+            argv = [sys.executable, "-m", "harness.hil.training_emulator",
+                    "--backend", "cupy-green" if self.mode == "green-mps" else "cupy"]
+            if a.training_backend:
+                argv[-1] = a.training_backend
+        argv += ["--target-iter-s", "0.2", "--calibration-file", str(w / "calibration.json"),
+                 "--log", str(w / "training-{pid}.csv"), *shlex.split(a.training_extra or "")]
+        if self.mode == "green-mps":
+            argv += ["--green-shares", GREEN_SHARES, "--spatial-log", str(w / "spatial-{pid}.csv")]
+        return shlex.join(argv)
+
+    def daemon_argv(self, pipe: str | None) -> list[str]:
+        """The daemon's command line for this mode (the one place it is built)."""
+        a, w = self.args, self.work
+        argv = [sys.executable, "-m", "gpucontrol.daemon", "--slo-ms", f"{a.slo_ms:g}",
+                "--model", str(self.model), "--period-s", f"{a.period:g}",
+                "--duration-s", f"{a.duration + 0.5 * a.period:g}",
+                "--training-cmd", self._training_cmd(), "--sleep-method", "hook",
+                "--socket", str(w / "g.sock"), "--state", str(w / "g.state.json"),
+                "--hook", str(w / "g.hook"), "--log", str(w / "daemon.jsonl")]
+        if self.mode == "sleep":
+            return [*argv, "--outer", "none"]
+        argv += ["--outer-every", str(a.outer_every.get(self.mode, OUTER_EVERY[self.mode]))]
+        if self.mode == "mps-restart":
+            return [*argv, "--share-backend", "mps", "--shadow", "--mps-pipe-dir", str(pipe)]
+        return [*argv, "--share-backend", "green-context", "--green-shares", GREEN_SHARES]
+
+    def start_inference(self, env: dict[str, str]) -> None:
+        a, w = self.args, self.work
+        write_int(w / "batch", a.batch[0])
+        argv = [*a.inference_argv, "--batch-size", str(a.batch[0]), "--batch-file",
+                str(w / "batch"), "--log", str(w / "inference-{pid}.csv"), "--ready-file",
+                str(w / "inference.ready"), "--report", "--socket", str(w / "g.sock")]
+        with open(w / "inference.out", "ab") as out:
+            self.procs.append(subprocess.Popen(argv, env=env, cwd=w, stdout=out,
+                                               stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL,
+                                               start_new_session=True))
+        deadline = time.monotonic() + 600
+        while not (w / "inference.ready").exists():
+            if self.procs[-1].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the inference did not start; see {w / 'inference.out'}")
+            time.sleep(0.05)
+
+    def run(self) -> None:
+        from harness.hil.mps_session import client_env, mps_session
+
+        a, w = self.args, self.work
+        w.mkdir(parents=True, exist_ok=True)
+        base = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+        with mps_session(self.mode != "sleep" and not a.no_mps) as mps, \
+                contextlib.ExitStack() as stack:
+            stack.callback(self.stop)
+            env = client_env(mps, None, base)  # MPS clients (the daemon's training inherits)
+            self.start_inference(env)
+            pipe = env.get("CUDA_MPS_PIPE_DIRECTORY")
+            with open(w / "daemon.stderr", "ab") as err:
+                daemon = subprocess.Popen(self.daemon_argv(pipe), env=env, cwd=w,
+                                          stdout=subprocess.DEVNULL, stderr=err,
+                                          stdin=subprocess.DEVNULL)
+            self.procs.append(daemon)
+            self._drive(daemon)
+
+    def _first_period_ts(self) -> float | None:
+        log = self.work / "daemon.jsonl"
+        with contextlib.suppress(OSError):
+            for line in log.read_text().splitlines():
+                if line.startswith("{") and '"period"' in line and '"event"' not in line:
+                    return float(json.loads(line)["ts"]) - self.args.period
+        return None
+
+    def _drive(self, daemon: subprocess.Popen[bytes]) -> None:
+        """The load burst, timed from the daemon's first period (the closed loop's start)."""
+        a, w = self.args, self.work
+        deadline = time.time() + a.duration + START_S + 120
+        t0: float | None = None
+        on = False
+        while daemon.poll() is None and time.time() < deadline:
+            t0 = t0 if t0 is not None else self._first_period_ts()
+            burst = t0 is not None and a.burst[0] <= time.time() - t0 < a.burst[1]
+            if burst != on:
+                on = burst
+                write_int(w / "batch", a.batch[1] if on else a.batch[0])
+                with open(w / "burst.jsonl", "a") as f:
+                    f.write(json.dumps({"t_unix": time.time(), "on": on}) + "\n")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def read_periods(mode: str, work: Path, period_s: float) -> list[dict[str, Any]]:
+    """One row per daemon period: its latency, sleep, share, the training's iterations."""
+    rows: list[dict[str, Any]] = []
+    lines = [json.loads(x) for x in (work / "daemon.jsonl").read_text().splitlines()
+             if x.startswith("{")] if (work / "daemon.jsonl").exists() else []
+    bursts = [json.loads(x) for x in (work / "burst.jsonl").read_text().splitlines()] \
+        if (work / "burst.jsonl").exists() else []
+    acc = TrainingAccount()
+    acc.add(CSVTail(work / "training-*.csv").read())
+    periods = [r for r in lines if "period" in r and "event" not in r]
+    t_first = periods[0]["ts"] - period_s if periods else 0.0
+    for r in periods:
+        t1 = float(r["ts"])
+        work_ = acc.period(t1 - period_s, t1, estimate=False)
+        on = [b["on"] for b in bursts if b["t_unix"] <= t1 - period_s / 2]
+        rows.append({"mode": mode, "period": r["period"], "t_s": t1 - t_first,
+                     "latency_ms": r.get("mean_ms", math.nan), "count": r.get("count", 0),
+                     "sleep_s": r.get("sleep_s"), "share_pct": r.get("mps_pct"),
+                     "training_iterations": work_.iterations, "burst": bool(on and on[-1])})
+    return rows
+
+
+def summarize(rows: list[dict[str, Any]], slo_ms: float, period_s: float,
+              warmup: int = 3) -> list[dict[str, Any]]:
+    """Per mode: mean latency, % of periods over 1.05 SLO, training it/s, ratio to sleep.
+
+    Parameters
+    ----------
+    rows : list of dict
+        :func:`read_periods` rows of every mode.
+    slo_ms, period_s : float
+        The SLO and the period.
+    warmup : int
+        Periods left out at the start of each run.
+
+    Returns
+    -------
+    list of dict
+        One row per mode.
+    """
+    out = []
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        rs = [r for r in rows if r["mode"] == mode][warmup:]
+        lat = [float(r["latency_ms"]) for r in rs if isinstance(r["latency_ms"], (int, float))
+               and math.isfinite(r["latency_ms"])]
+        it = sum(float(r["training_iterations"]) for r in rs)
+        out.append({"mode": mode, "periods": len(rs),
+                    "latency_ms": sum(lat) / len(lat) if lat else math.nan,
+                    "over_105_pct": 100 * sum(x > 1.05 * slo_ms for x in lat) / len(lat)
+                    if lat else math.nan,
+                    "training_it_s": it / (len(rs) * period_s) if rs else math.nan})
+    base = next((r["training_it_s"] for r in out if r["mode"] == "sleep"), math.nan)
+    for r in out:
+        r["training_vs_sleep"] = r["training_it_s"] / base if base and base > 0 else math.nan
+    return out
+
+
+def _plot(rows: list[dict[str, Any]], slo_ms: float, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        rs = [r for r in rows if r["mode"] == mode]
+        a.plot([r["t_s"] for r in rs], [r["latency_ms"] for r in rs], ".-", label=mode)
+        b.plot([r["t_s"] for r in rs], [r["share_pct"] for r in rs], ".-", label=mode)
+    a.axhline(slo_ms, color="k", ls=":", label="SLO")
+    a.axhline(1.05 * slo_ms, color="grey", ls=":", lw=0.8)
+    a.set(ylabel="inference latency (ms)")
+    b.set(xlabel="time (s)", ylabel="training share (%)")
+    a.legend()
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.hil.campaign import H100_PRESET, H100_SLO_MS
+
+    ap = argparse.ArgumentParser(prog="python -m harness.hil.daemon_run",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="results/daemon_burst")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--slo-ms", type=float, default=H100_SLO_MS)
+    ap.add_argument("--preset", default=H100_PRESET,
+                    help="simulated preset of --model auto (h100 where it exists)")
+    ap.add_argument("--model", default="auto", help="model.json, or auto (from --preset)")
+    ap.add_argument("--duration", type=float, default=100.0, help="closed loop per run, s")
+    ap.add_argument("--period", type=float, default=4.0)
+    ap.add_argument("--burst", default="30,70", help="burst start,end, s into the run")
+    ap.add_argument("--batch", default="105,115", help="normal,burst batch")
+    ap.add_argument("--outer-every", default="", help="per mode, e.g. green-mps=12")
+    ap.add_argument("--training", choices=("emulator", "torch"), default="emulator")
+    ap.add_argument("--training-backend", default=None, help=argparse.SUPPRESS)  # tests
+    ap.add_argument("--training-extra", default="", help=argparse.SUPPRESS)  # tests
+    ap.add_argument("--inference-cmd", default=None, help=argparse.SUPPRESS)  # tests
+    ap.add_argument("--no-mps", action="store_true", help=argparse.SUPPRESS)  # tests
+    ap.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    args = ap.parse_args(argv)
+    try:
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        args.burst = tuple(float(x) for x in args.burst.split(","))
+        args.batch = tuple(int(x) for x in args.batch.split(","))
+        args.outer_every = {k: int(v) for k, v in (x.split("=") for x in
+                                                   args.outer_every.split(",") if x)}
+        if len(args.burst) != 2 or len(args.batch) != 2 or not args.slo_ms > 0:
+            raise ValueError("--burst and --batch take two values, --slo-ms one > 0")
+        steps = plan(modes, args.duration, args.period)
+    except ValueError as exc:
+        print(f"daemon_run: error: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(json.dumps({**steps, "slo_ms": args.slo_ms}, indent=2))
+        return 0
+    args.inference_argv = shlex.split(args.inference_cmd) if args.inference_cmd else \
+        [sys.executable, "-m", "harness.hil.inference"]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    models: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    errors = []
+    for m in modes:
+        print(f"[daemon_run] {m}: ~{START_S + args.duration:.0f} s", file=sys.stderr, flush=True)
+        work = out / "runs" / m
+        work.mkdir(parents=True, exist_ok=True)
+        model = work / "model.json"
+        try:
+            if args.model == "auto":  # the mode's own physics on the simulated preset
+                models[m] = model_from_preset(args.preset, [25, 50, 75, 100], (0.0, 0.4),
+                                              SIM_BACKEND[m])
+                atomic_write_text(model, json.dumps(models[m], indent=2))
+            else:
+                model.write_text(Path(args.model).read_text())
+                models[m] = json.loads(model.read_text())
+            _Run(m, args, model, work).run()
+        except Exception as exc:  # keep the other modes' results
+            errors.append(f"{m}: {type(exc).__name__}: {exc}")
+        rows += read_periods(m, work, args.period)
+        write_csv(rows, out / "periods.csv")
+    summary = summarize(rows, args.slo_ms, args.period)
+    write_csv(summary, out / "summary.csv")
+    text = (f"# Daemon burst (SLO {args.slo_ms:g} ms, batch {args.batch[0]} -> {args.batch[1]})"
+            f"\n\n" + markdown_table(summary, list(summary[0]) if summary else ["mode"],
+                                     digits=3) + "\n" + "".join(f"- failed: {e}\n"
+                                                                for e in errors))
+    atomic_write_text(out / "summary.md", text)
+    atomic_write_text(out / "meta.json", json.dumps(
+        {"command": shlex.join([sys.executable, "-m", "harness.hil.daemon_run",
+                                *(argv if argv is not None else sys.argv[1:])]),
+         "plan": steps, "slo_ms": args.slo_ms, "models": models,
+         "errors": errors}, indent=2))
+    with contextlib.suppress(Exception):
+        _plot(rows, args.slo_ms, out / "daemon_run.png")
+    print(text)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

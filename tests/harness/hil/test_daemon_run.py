@@ -1,0 +1,96 @@
+"""The node agent through a burst on the GPU (harness.hil.daemon_run) and the H100 campaign
+steps: the plan, the daemon's command per mode, and a short sleep-only run on the CPU with the
+real daemon, the NumPy emulator and the synthetic inference."""
+
+import json
+import shlex
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from harness.hil.campaign import H100_SLO_MS, STEPS
+from harness.hil.daemon_run import _Run, main, plan, summarize
+
+HERE = Path(__file__).resolve().parent
+
+
+def _fits(names, deadline=570.0, grace=30.0):
+    """The campaign runner's rule: a step starts when its time + 45 s fits in what is left."""
+    used = 0.0
+    for n in names:
+        if deadline - used - (grace + 15.0) < STEPS[n].expected_s:
+            return False
+        used += STEPS[n].expected_s
+    return used <= 8.5 * 60
+
+
+def test_h100_steps_fit_one_call_each_and_share_one_slo():
+    for name in ("identify-green", "burst-daemon", "sweep-h100", "tests-fast", "tests-slow"):
+        s = STEPS[name]
+        assert s.expected_s <= 480 and s.timeout_s <= 570, (name, s)  # <= 8 minutes each
+    # the three calls of docs/gpu.md, each one command
+    for call in (["info", "burst-daemon"], ["info", "identify-green", "tests-fast"],
+                 ["info", "sweep-h100", "tests-slow"]):
+        assert _fits(call), call
+    argv = STEPS["burst-daemon"].commands[0].argv
+    assert argv[argv.index("--slo-ms") + 1] == f"{H100_SLO_MS:g}"
+    assert f"{H100_SLO_MS:g}" in STEPS["sweep-h100"].commands[0].argv[
+        STEPS["sweep-h100"].commands[0].argv.index("--slos") + 1]
+    ident = STEPS["identify-green"].commands[0].argv
+    assert ident[ident.index("--plant") + 1] == "gpu-green"
+    assert ident[ident.index("--mps") + 1] == "25,50,75,100"
+    runs = plan(["sleep", "mps-restart", "green-mps"], 100, 4)
+    assert runs["expected_s"] <= STEPS["burst-daemon"].expected_s
+    with pytest.raises(ValueError, match="modes"):
+        plan(["mig"], 100, 4)
+
+
+def test_daemon_command_per_mode(tmp_path):
+    args = Namespace(slo_ms=35.0, period=4.0, duration=100.0, training="emulator",
+                     training_backend=None, training_extra="", outer_every={})
+    cmds = {m: _Run(m, args, tmp_path / "model.json", tmp_path).daemon_argv("/p")
+            for m in ("sleep", "mps-restart", "green-mps")}
+    assert cmds["sleep"][-2:] == ["--outer", "none"]
+    mps = cmds["mps-restart"]
+    assert mps[mps.index("--outer-every") + 1] == "12" and "--shadow" in mps
+    assert mps[mps.index("--mps-pipe-dir") + 1] == "/p"
+    green = cmds["green-mps"]
+    assert green[green.index("--outer-every") + 1] == "1"
+    assert green[green.index("--share-backend") + 1] == "green-context"
+    train = shlex.split(green[green.index("--training-cmd") + 1])
+    assert train[train.index("--backend") + 1] == "cupy-green" and "--green-shares" in train
+
+
+def test_summary_counts_periods_over_and_compares_with_sleep():
+    rows = [{"mode": m, "latency_ms": lat, "training_iterations": it}
+            for m, lat, it in [("sleep", 30, 4)] * 5 + [("green-mps", 37, 8)] * 2
+            + [("green-mps", 30, 8)] * 3]
+    s = {r["mode"]: r for r in summarize(rows, 35.0, 4.0, warmup=0)}
+    assert s["sleep"]["over_105_pct"] == 0 and s["green-mps"]["over_105_pct"] == 40
+    assert s["green-mps"]["training_vs_sleep"] == pytest.approx(2.0)
+    assert s["sleep"]["training_it_s"] == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_sleep_only_run_with_the_real_daemon_on_the_cpu(tmp_path):
+    out = tmp_path / "out"
+    rc = main(["--out", str(out), "--modes", "sleep", "--duration", "6", "--period", "0.5",
+               "--burst", "2,4", "--slo-ms", "25", "--preset", "fig8",
+               "--training-backend", "numpy", "--no-mps",
+               "--training-extra", "--matrix-n 256 --copy-mb 0.25",
+               "--inference-cmd", f"{sys.executable} {HERE / 'fake_inference.py'}"])
+    err = (out / "runs" / "sleep" / "daemon.stderr").read_text()
+    assert rc == 0, err[-3000:]
+    rows = [json.loads(x) for x in (out / "runs" / "sleep" / "daemon.jsonl").read_text()
+            .splitlines() if '"period"' in x and '"event"' not in x]
+    assert len(rows) >= 8
+    summary = (out / "summary.md").read_text()
+    assert "| sleep |" in summary
+    from harness.results import read_csv
+
+    periods = read_csv(out / "periods.csv")
+    assert sum(r["training_iterations"] for r in periods) > 1  # the training ran, and slept:
+    assert max(r["sleep_s"] for r in periods) > 0  # the SLO is below its unslept latency
+    assert any(r["burst"] for r in periods) and not periods[0]["burst"]
