@@ -34,8 +34,8 @@ class Measurement:
     p99_ms : float
         99th percentile of the per-batch latency (ms); NaN when not measured; also ``p99``.
     count : int
-        Number of batches measured; 0 means no requests, and the controllers then hold the
-        actuation.
+        Number of batches measured, >= 0; 0 means no requests, and the controllers then hold
+        the actuation.
     restarting : bool
         The training process was restarting (MPS change) during the period.
     iteration_s : float
@@ -46,9 +46,14 @@ class Measurement:
     p99 : float, optional
         The README's name for ``p99_ms``.
 
-    Numbers of any real type (ints, numpy scalars) are stored as floats; a string or another
-    non-number raises TypeError. NaN, inf and negative readings are kept: the controllers
-    hold on them.
+    Numbers of any real type (ints, numpy scalars) are stored as floats; a string, a bool or
+    another non-number raises TypeError, a negative count ConfigurationError. NaN, inf and
+    negative readings are kept: the controllers hold on them. A p99 below the mean is kept
+    too: it is a real outcome, not a malformed one -- the node's Prometheus source
+    interpolates the p99 inside its histogram bucket while the mean is exact (two batches of
+    49.9 ms in the 10-50 ms bucket read as mean 49.9, p99 49.6), and a period whose slowest 1 %
+    of batches is many times the rest has its mean above its p99. Each mode uses its own
+    statistic (``mode="p99"`` the p99).
 
     Examples
     --------
@@ -100,10 +105,15 @@ def _reading(name: str, x: Any) -> float:
 
 
 def _count(x: Any) -> int:
-    """The batch count as an int (an integral float too); TypeError otherwise."""
+    """The batch count as an int (an integral float too); TypeError for what is not a whole
+    number, ConfigurationError (a ValueError) for a negative one: no period measures fewer
+    than no batches, and holding on it as "no requests" would hide the caller's bug."""
     if isinstance(x, bool) or not (isinstance(x, numbers.Integral) or (
             isinstance(x, float) and x.is_integer())):
         raise TypeError(f"Measurement: count must be a whole number of batches, got {x!r}")
+    if x < 0:
+        raise ConfigurationError(f"Measurement: count must be >= 0 (batches measured in the "
+                                 f"period; 0: no requests), got {x!r}")
     return int(x)
 
 
@@ -111,12 +121,65 @@ def _count(x: Any) -> int:
 #: ``measurement_value`` reads the same keys in the same order (sysid cannot import this).
 MEASUREMENT_KEYS: dict[str, tuple[str, ...]] = {"mean": ("mean_ms", "mean"),
                                                 "p99": ("p99_ms", "p99")}
+#: Every key a mapping given to ``update`` may hold: :class:`Measurement`'s fields and names.
+MAPPING_KEYS: tuple[str, ...] = ("mean", "mean_ms", "p99", "p99_ms", "count", "restarting",
+                                 "iteration_s")
+
+
+def measurement_from_mapping(x: Mapping[Any, Any], name: str = "measurement") -> Measurement:
+    """A mapping with :class:`Measurement`'s keys (``{"mean": 95, "p99": 120, "count": 40}``)
+    as a Measurement, checked as the constructor checks its arguments.
+
+    A key that is not one of :data:`MAPPING_KEYS` raises (a misspelt ``"men"`` would
+    otherwise leave the period without a mean and hold the loop silently), and so does a
+    mapping without a mean unless its ``count`` is 0 (a period with no requests).
+
+    Parameters
+    ----------
+    x : Mapping
+        The period's statistics.
+    name : str
+        The argument's name, for the message.
+
+    Returns
+    -------
+    Measurement
+        The measurement.
+
+    Raises
+    ------
+    TypeError
+        An unknown key, no mean, or a value of the wrong type (a string, a bool).
+    ConfigurationError
+        A value out of its range (a negative count).
+
+    Examples
+    --------
+    >>> measurement_from_mapping({"mean": 95, "p99": 120, "count": 40})
+    Measurement(mean_ms=95.0, p99_ms=120.0, count=40, restarting=False)
+    """
+    unknown = [k for k in x if k not in MAPPING_KEYS]
+    if unknown:
+        raise TypeError(f"{name}: unknown key(s) {', '.join(map(repr, unknown))}; a mapping "
+                        f"takes {', '.join(MAPPING_KEYS)}")
+    count = x.get("count", 1)
+    mean, mean_ms = x.get("mean"), x.get("mean_ms")
+    if mean is None and mean_ms is None:
+        if _count(count) != 0:
+            raise TypeError(f"{name} needs the period's mean latency under 'mean' or "
+                            f"'mean_ms' (ms), got keys {sorted(map(str, x))}")
+        mean_ms = math.nan  # a period with no requests has no mean
+    it = x.get("iteration_s")
+    return Measurement(mean_ms, x.get("p99_ms"), count, x.get("restarting", False), mean=mean,
+                       p99=x.get("p99"), iteration_s=math.nan if it is None else it)
 
 
 def check_measurement(x: Any, name: str = "measurement") -> None:
-    """Raise TypeError for inputs that are plainly not one period's measurement: strings and
-    byte strings, and sequences or arrays of several values (a 0-d numpy scalar is fine).
-    Anything else that is unreadable (None, an object without latency fields) is held on.
+    """Raise for inputs that are plainly not one period's measurement: strings and byte
+    strings, booleans (``True`` is not 1 ms), sequences or arrays of several values (a 0-d
+    numpy scalar is fine), and mappings :func:`measurement_from_mapping` refuses (unknown
+    keys, no mean, values of the wrong type or range). Anything else that is unreadable
+    (``None``, an object without latency fields) is held on.
 
     Parameters
     ----------
@@ -128,12 +191,22 @@ def check_measurement(x: Any, name: str = "measurement") -> None:
     Returns
     -------
     None
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not a measurement (the message names what it is).
+    ConfigurationError
+        A mapping's value is out of its range.
     """
     if type(x) is float or isinstance(x, Measurement):
         return
-    if isinstance(x, (str, bytes, bytearray)):
-        raise TypeError(f"{name} must be a latency in ms (float), a Measurement or an object "
-                        f"with mean/mean_ms, got {type(x).__name__} {x!r}")
+    if isinstance(x, (str, bytes, bytearray)) or is_bool(x):
+        raise TypeError(f"{name} must be a latency in ms (float), a Measurement or a mapping "
+                        f"or object with mean/mean_ms, got {type(x).__name__} {x!r}")
+    if isinstance(x, Mapping):
+        measurement_from_mapping(x, name)
+        return
     ndim = getattr(x, "ndim", None)
     if (ndim is not None and ndim != 0) or isinstance(x, (list, tuple, set, frozenset)):
         n = len(x) if hasattr(x, "__len__") and ndim != 0 else "several"
@@ -151,22 +224,23 @@ def as_measurement(x: Any) -> Measurement:
     if type(x) is float:
         return Measurement(x)
     try:
-        if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        if isinstance(x, numbers.Real) and not is_bool(x):
             return Measurement(float(x))
-        if getattr(x, "ndim", None) == 0:
+        if getattr(x, "ndim", None) == 0 and not is_bool(x):
             return Measurement(float(x))
-        get = x.get if isinstance(x, Mapping) else (lambda k, d=None: getattr(x, k, d))
+        if isinstance(x, Mapping):
+            return measurement_from_mapping(x)
 
         def read(statistic: str) -> float:
             for key in MEASUREMENT_KEYS[statistic]:
-                v = get(key, None)
+                v = getattr(x, key, None)
                 if v is not None:
                     return float(v)
             return math.nan
 
-        it = get("iteration_s", None)
-        return Measurement(read("mean"), read("p99"), int(get("count", 1)),
-                           bool(get("restarting", False)),
+        it = getattr(x, "iteration_s", None)
+        return Measurement(read("mean"), read("p99"), int(getattr(x, "count", 1)),
+                           bool(getattr(x, "restarting", False)),
                            iteration_s=math.nan if it is None else float(it))
     except Exception:
         return Measurement(math.nan, math.nan, 0)
