@@ -14,6 +14,7 @@ from gpucontrol import (
     Measurement,
     OperatingPoint,
     ShareKnob,
+    SleepKnob,
     TwoTierController,
     check_envelope,
     design_p,
@@ -68,7 +69,7 @@ def test_what_cannot_be_a_measurement_is_refused_naming_the_field_and_rule(kw, e
     ({"mean": 95.0, "mean_ms": 95.0}, TypeError, "mean or mean_ms, not both"),
 ])
 def test_update_refuses_what_is_not_a_measurement(bad, err, words):
-    ctl = TwoTierController(M, slo_ms=90.0, initial_sleep_s=0.3)
+    ctl = TwoTierController(M, slo_ms=90.0, sleep=SleepKnob(initial_s=0.3))
     with pytest.raises(err, match=words):
         ctl.update(bad)
     assert ctl.period == 0 and ctl.sleep_s == 0.3  # refused before anything moved
@@ -85,7 +86,7 @@ def test_a_mapping_with_the_documented_keys_is_that_measurement(mapping, mean):
 
 
 def test_a_mapping_of_a_period_without_requests_holds():
-    act = TwoTierController(M, slo_ms=90.0, initial_sleep_s=0.3).update({"count": 0})
+    act = TwoTierController(M, slo_ms=90.0, sleep=SleepKnob(initial_s=0.3)).update({"count": 0})
     assert act.reason == "hold: no requests this period" and act.sleep_s == 0.3
 
 
