@@ -52,14 +52,14 @@ class ExcitationActuation:
 
 
 #: Where each statistic is read from a mapping or an object, first key first: the same keys,
-#: in the same order, as ``gpucontrol.controllers.MEASUREMENT_KEYS`` (sysid cannot import it).
+#: in the same order, as ``gpucontrol.measurement.MEASUREMENT_KEYS`` (sysid cannot import it).
 _KEYS = {"mean": ("mean_ms", "mean"), "p99": ("p99_ms", "p99")}
 
 
 def measurement_value(m: Any, statistic: str = "mean") -> float:
     """One latency statistic of a plant's per-period measurement, as a float.
 
-    Reads a measurement the way ``gpucontrol.controllers.as_measurement`` does (a number, or
+    Reads a measurement the way ``gpucontrol.measurement.as_measurement`` does (a number, or
     a mapping or object with ``mean_ms``/``mean``, ``p99_ms``/``p99`` and ``count``), so a
     harness ``PeriodResult`` or a ``gpucontrol.Measurement`` works by duck typing. Unlike the
     controller's reader, which must never raise, this one raises on a measurement it cannot
