@@ -15,12 +15,12 @@ Guarantees", ICDCS 2024). The node agent that runs it on a GPU node is
 from gpucontrol.controllers import (
     GainEstimator,
     InnerSleepController,
-    Measurement,
     OuterMPSOptimizer,
 )
 from gpucontrol.design import PDesign, PIDesign, design_p, design_pi
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.knobs import ShareKnob, SleepKnob
+from gpucontrol.measurement import Measurement
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel, OperatingPoint
 from gpucontrol.outer import ThroughputOuter
 from gpucontrol.stability import (

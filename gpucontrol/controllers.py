@@ -4,178 +4,30 @@ These are the per-period state machines that :class:`gpucontrol.TwoTierControlle
 They are pure Python with no numpy in the hot path, so one update costs microseconds.
 
 Odd measurements (NaN, inf, negative, a period with no requests) never raise and never move
-an actuator: the controller holds its last output and says why.
+an actuator: the controller holds its last output and says why. What a measurement is, and
+how a reading becomes one, is :mod:`gpucontrol.measurement` (re-exported here).
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from gpucontrol._validate import bounds, finite, flag, in_range, is_bool, positive
+from gpucontrol._validate import bounds, finite, flag, in_range, positive
 from gpucontrol.errors import ConfigurationError
 
-
-@dataclass(frozen=True, init=False)
-class Measurement:
-    """One control period's latency statistics.
-
-    The statistics may be given as ``mean``/``p99`` (the README's form) or ``mean_ms``/
-    ``p99_ms``; both name the same fields.
-
-    Parameters
-    ----------
-    mean_ms : float
-        Mean per-batch inference latency over the period (ms); also accepted as ``mean``.
-    p99_ms : float
-        99th percentile of the per-batch latency (ms); NaN when not measured; also ``p99``.
-    count : int
-        Number of batches measured; 0 means no requests, and the controllers then hold the
-        actuation.
-    restarting : bool
-        The training process was restarting (MPS change) during the period.
-    iteration_s : float
-        Mean compute time of one training iteration in the period (s, sleep excluded), where
-        the node measures it; NaN when unknown.
-    mean : float, optional
-        The README's name for ``mean_ms`` (give one of the two).
-    p99 : float, optional
-        The README's name for ``p99_ms``.
-
-    Numbers of any real type (ints, numpy scalars) are stored as floats; a string or another
-    non-number raises TypeError. NaN, inf and negative readings are kept: the controllers
-    hold on them.
-
-    Examples
-    --------
-    >>> Measurement(92.0, p99_ms=110.0)
-    Measurement(mean_ms=92.0, p99_ms=110.0, count=1, restarting=False)
-    >>> Measurement(mean=92, p99=110, count=40)
-    Measurement(mean_ms=92.0, p99_ms=110.0, count=40, restarting=False)
-    """
-
-    mean_ms: float
-    p99_ms: float
-    count: int
-    restarting: bool
-    iteration_s: float = field(default=math.nan, repr=False, compare=False)
-
-    def __init__(self, mean_ms: float | None = None, p99_ms: float | None = None,
-                 count: int = 1, restarting: bool = False, *, mean: float | None = None,
-                 p99: float | None = None, iteration_s: float = math.nan) -> None:
-        if mean is not None and mean_ms is not None:
-            raise TypeError("Measurement: give mean or mean_ms, not both")
-        if p99 is not None and p99_ms is not None:
-            raise TypeError("Measurement: give p99 or p99_ms, not both")
-        m = mean if mean is not None else mean_ms
-        if m is None:
-            raise TypeError("Measurement needs the period's mean latency (mean= or mean_ms=)")
-        q = p99 if p99 is not None else p99_ms
-        object.__setattr__(self, "mean_ms", _reading("mean", m))
-        object.__setattr__(self, "p99_ms", math.nan if q is None else _reading("p99", q))
-        object.__setattr__(self, "count", _count(count))
-        if not is_bool(restarting):
-            raise TypeError(f"Measurement: restarting must be True or False, got {restarting!r}")
-        object.__setattr__(self, "restarting", bool(restarting))
-        object.__setattr__(self, "iteration_s", math.nan if iteration_s is None else
-                           _reading("iteration_s", iteration_s))
-
-
-def _reading(name: str, x: Any) -> float:
-    """A statistic as a float (ints and numpy scalars too); NaN/inf/negative stay as they are:
-    the controllers hold on them. Raises TypeError for what is not a number."""
-    if (isinstance(x, numbers.Real) and not isinstance(x, bool)) or (
-            getattr(x, "ndim", None) == 0 and not isinstance(x, (str, bytes))):
-        try:
-            return float(x)
-        except (TypeError, ValueError):
-            pass
-    unit = "s" if name == "iteration_s" else "ms"
-    raise TypeError(f"Measurement: {name} must be a number ({unit}), "
-                    f"got {type(x).__name__} {x!r}")
-
-
-def _count(x: Any) -> int:
-    """The batch count as an int (an integral float too); TypeError otherwise."""
-    if isinstance(x, bool) or not (isinstance(x, numbers.Integral) or (
-            isinstance(x, float) and x.is_integer())):
-        raise TypeError(f"Measurement: count must be a whole number of batches, got {x!r}")
-    return int(x)
-
-
-#: Where each statistic is read from a mapping or an object, first key first. sysid's
-#: ``measurement_value`` reads the same keys in the same order (sysid cannot import this).
-MEASUREMENT_KEYS: dict[str, tuple[str, ...]] = {"mean": ("mean_ms", "mean"),
-                                                "p99": ("p99_ms", "p99")}
-
-
-def check_measurement(x: Any, name: str = "measurement") -> None:
-    """Raise TypeError for inputs that are plainly not one period's measurement: strings and
-    byte strings, and sequences or arrays of several values (a 0-d numpy scalar is fine).
-    Anything else that is unreadable (None, an object without latency fields) is held on.
-
-    Parameters
-    ----------
-    x : Any
-        The candidate measurement.
-    name : str
-        The argument's name, for the message.
-
-    Returns
-    -------
-    None
-    """
-    if type(x) is float or isinstance(x, Measurement):
-        return
-    if isinstance(x, (str, bytes, bytearray)):
-        raise TypeError(f"{name} must be a latency in ms (float), a Measurement or an object "
-                        f"with mean/mean_ms, got {type(x).__name__} {x!r}")
-    ndim = getattr(x, "ndim", None)
-    if (ndim is not None and ndim != 0) or isinstance(x, (list, tuple, set, frozenset)):
-        n = len(x) if hasattr(x, "__len__") and ndim != 0 else "several"
-        raise TypeError(f"{name} must be one period's value, not a sequence of {n} values "
-                        f"(got {type(x).__name__}); call update once per period")
-
-
-def as_measurement(x: Any) -> Measurement:
-    """Coerce a float, a :class:`Measurement`, a mapping or any object with ``mean``/``mean_ms``,
-    ``p99``/``p99_ms``, ``count`` (and optionally ``iteration_s``) into a Measurement. Never
-    raises: anything unreadable becomes a zero-count measurement (which the controllers hold
-    on); :func:`check_measurement` rejects what is not a measurement at all."""
-    if isinstance(x, Measurement):
-        return x
-    if type(x) is float:
-        return Measurement(x)
-    try:
-        if isinstance(x, numbers.Real) and not isinstance(x, bool):
-            return Measurement(float(x))
-        if getattr(x, "ndim", None) == 0:
-            return Measurement(float(x))
-        get = x.get if isinstance(x, Mapping) else (lambda k, d=None: getattr(x, k, d))
-
-        def read(statistic: str) -> float:
-            for key in MEASUREMENT_KEYS[statistic]:
-                v = get(key, None)
-                if v is not None:
-                    return float(v)
-            return math.nan
-
-        it = get("iteration_s", None)
-        return Measurement(read("mean"), read("p99"), int(get("count", 1)),
-                           bool(get("restarting", False)),
-                           iteration_s=math.nan if it is None else float(it))
-    except Exception:
-        return Measurement(math.nan, math.nan, 0)
-
-
-def usable(value: float, max_ms: float = math.inf) -> bool:
-    """True for a finite, non-negative float latency no larger than ``max_ms`` (the
-    plausibility bound: a larger reading is a glitch and counts as a missing period)."""
-    return isinstance(value, float) and math.isfinite(value) and 0.0 <= value <= max_ms
+# Measurements live in gpucontrol.measurement; they stay importable from here, where the
+# controllers that read them have always been.
+from gpucontrol.measurement import (  # noqa: F401
+    MEASUREMENT_KEYS,
+    Measurement,
+    as_measurement,
+    check_measurement,
+    measurement_from_mapping,
+    usable,
+)
 
 
 class GainEstimator:

@@ -37,7 +37,9 @@ def jury(coefficients: ArrayLike) -> bool:
     """Jury stability test: True iff every root of the polynomial lies strictly inside |z| = 1.
 
     ``coefficients`` are real, in descending powers of z (as for ``numpy.roots``); leading
-    zeros are ignored. Uses Jury's table in its Schur–Cohn reduction form: with
+    zeros are ignored, and what remains must have degree >= 1 (a constant has no roots: no
+    stability to judge, so it is refused rather than called stable). Uses Jury's table in its
+    Schur–Cohn reduction form: with
     ``p(z) = a0 z**n + ... + an`` and ``|an| < |a0|``, the polynomial with coefficients
     ``a0*a_k - an*a_{n-k}`` (k = 0..n-1) has degree n-1 and all roots inside the unit circle
     iff ``p`` does. Roots on the circle count as unstable.
@@ -72,6 +74,11 @@ def jury(coefficients: ArrayLike) -> bool:
     if nz.size == 0:
         raise ConfigurationError("coefficients must not all be zero")
     a = a[nz[0]:]
+    if a.size < 2:  # a constant: no root to judge (a characteristic polynomial has degree >= 1)
+        raise ConfigurationError(
+            f"coefficients must describe a polynomial of degree >= 1 (a characteristic "
+            f"polynomial), got {coefficients!r}: without its leading zeros it is the constant "
+            f"{a[0]:g}")
     scale = np.max(np.abs(a))
     a = a / scale
     eps = 1e-12
@@ -79,8 +86,6 @@ def jury(coefficients: ArrayLike) -> bool:
     if a[0] < 0:
         a = -a
     n = a.size - 1
-    if n == 0:
-        return True
     if np.polyval(a, 1.0) <= eps or ((-1) ** n) * np.polyval(a, -1.0) <= eps:
         return False
     while a.size > 1:
@@ -268,7 +273,7 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
     model : LinearLatencyModel, optional
         Nominal model to judge against (default ``design.model``).
     ratios : iterable of float, optional
-        Real/nominal gain ratios, each > 0 (default 0.1 to 2.5 in steps of 0.1).
+        Real/nominal gain ratios, at least one, each > 0 (default 0.1 to 2.5 in steps of 0.1).
     delay_periods : int, optional
         Measurement delay in periods (>= 0); default the design's ``delay_periods``.
     horizon : int
@@ -296,6 +301,11 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
         ratios = np.round(np.linspace(0.1, 2.5, 25), 6)
     elif isinstance(ratios, (str, bytes)) or not isinstance(ratios, Iterable):
         raise TypeError(f"ratios must be a sequence of gain ratios, got {ratios!r}")
+    else:
+        ratios = list(ratios)
+        if not ratios:
+            raise ConfigurationError("ratios must hold at least one gain ratio > 0 (or None "
+                                     "for the default 0.1..2.5), got none")
     rows = []
     for g in ratios:
         g = finite("ratios[]", g)

@@ -43,18 +43,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucontrol._validate import bounds, choice, in_range, positive
-from gpucontrol.controllers import (
-    GainEstimator,
-    InnerSleepController,
-    Measurement,
-    OuterMPSOptimizer,
-    as_measurement,
-    check_measurement,
-    usable,
-)
+from gpucontrol.controllers import GainEstimator, InnerSleepController, OuterMPSOptimizer
 from gpucontrol.design import Design, design_p
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.knobs import ShareKnob, SleepKnob
+from gpucontrol.measurement import Measurement, as_measurement, check_measurement, usable
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 from gpucontrol.outer import ThroughputOuter
 

@@ -52,14 +52,14 @@ class ExcitationActuation:
 
 
 #: Where each statistic is read from a mapping or an object, first key first: the same keys,
-#: in the same order, as ``gpucontrol.controllers.MEASUREMENT_KEYS`` (sysid cannot import it).
+#: in the same order, as ``gpucontrol.measurement.MEASUREMENT_KEYS`` (sysid cannot import it).
 _KEYS = {"mean": ("mean_ms", "mean"), "p99": ("p99_ms", "p99")}
 
 
 def measurement_value(m: Any, statistic: str = "mean") -> float:
     """One latency statistic of a plant's per-period measurement, as a float.
 
-    Reads a measurement the way ``gpucontrol.controllers.as_measurement`` does (a number, or
+    Reads a measurement the way ``gpucontrol.measurement.as_measurement`` does (a number, or
     a mapping or object with ``mean_ms``/``mean``, ``p99_ms``/``p99`` and ``count``), so a
     harness ``PeriodResult`` or a ``gpucontrol.Measurement`` works by duck typing. Unlike the
     controller's reader, which must never raise, this one raises on a measurement it cannot
@@ -75,14 +75,14 @@ def measurement_value(m: Any, statistic: str = "mean") -> float:
     Returns
     -------
     float
-        The statistic; NaN when the period measured no requests (``count`` <= 0, where a
+        The statistic; NaN when the period measured no requests (``count`` 0, where a
         controller holds) or the value is not a number.
 
     Raises
     ------
     ValueError
-        If ``statistic`` is unknown, ``m`` has none of the statistic's keys, or its
-        ``count`` is not a whole number.
+        If ``statistic`` is unknown, ``m`` has none of the statistic's keys (or, a mapping,
+        both), or its ``count`` is not a whole number >= 0.
     TypeError
         If ``m`` is a string, a bool, or a sequence or array (several values, or one value
         in a list): not one period's measurement.
@@ -116,8 +116,14 @@ def measurement_value(m: Any, statistic: str = "mean") -> float:
             isinstance(count, (float, np.floating)) and float(count).is_integer())):
         raise ValueError(f"cannot read a {type(m).__name__} measurement: its count must be a "
                          f"whole number of requests, got {count!r:.60}")
-    if int(count) <= 0:
+    if int(count) < 0:
+        raise ValueError(f"cannot read a {type(m).__name__} measurement: its count must be "
+                         f">= 0 (0: no requests), got {count!r:.60}")
+    if int(count) == 0:
         return math.nan
+    if isinstance(m, Mapping) and all(m.get(k) is not None for k in _KEYS[statistic]):
+        raise ValueError(f"cannot read a mapping measurement: give "
+                         f"{' or '.join(_KEYS[statistic])}, not both")
     for key in _KEYS[statistic]:
         v = get(key, None)
         if v is not None:

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpucontrol.controllers import Measurement
+from gpucontrol.measurement import Measurement
 from gpucontrol.node._runtime import open_private_dir
 from gpucontrol.node.client import MAX_VALUE_MS
 

@@ -15,10 +15,11 @@ value              knob                 a change
                                         green-context partition of that share; no restart
 =================  ===================  ==================================================
 
-A restart-free knob tells the controller that a change costs nothing (``restart_s=0``): its
-outer decision may then come often (``--outer-every`` down to 1; a decision still averages
-the last 8 readings at the current share, see docs/daemon.md). The MPS knob leaves the
-controller's prior (15 s) until the first restart is measured.
+A restart-free knob tells the controller that a change costs nothing
+(``ShareKnob(change_s=0)``): its outer decision may then come often (``--outer-every``
+down to 1; a decision still averages the last 8 readings at the current share, see
+docs/daemon.md). The MPS knob leaves the controller's prior (15 s) until the first
+restart is measured.
 
 Crash paths: the green-context share lives in the hook file's flags, so whatever withdraws
 the sleep withdraws the share too -- :meth:`GreenContextShare.close` at exit, the guardian's

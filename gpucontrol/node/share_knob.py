@@ -42,7 +42,7 @@ class ShareKnob(Knob):
 
     #: The backend's name in :data:`gpucontrol.node.actuators.spatial.BACKENDS`.
     backend_name: ClassVar[str] = ""
-    #: Whether a change needs no restart (the controller's ``restart_s=0``).
+    #: Whether a change needs no restart (the controller's ``ShareKnob(change_s=0)``).
     changes_without_restart: ClassVar[bool] = False
     #: Started before the training (its first iteration reads the share) or after it.
     before_training: ClassVar[bool] = False

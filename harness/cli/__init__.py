@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from harness.cli.args import Terminated, terminate_cleanly
+    from harness.experiments.plants import ExperimentFailed
     from harness.results import result_note, result_set
 
     parser = build_parser()
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpucontrol {args.command}: terminated by {exc.signame}; stopped what it had "
               f"started{note(exc)}", file=sys.stderr)
         return exc.exit_status
+    except ExperimentFailed as exc:  # the plant ran, the result was out of reach: say why
+        print(f"gpucontrol {args.command}: {exc}{note(exc)}", file=sys.stderr)
+        return 1
     except ValueError as exc:  # configuration errors: say what is wrong, no traceback
         print(f"gpucontrol {args.command}: error: {exc}{note(exc)}", file=sys.stderr)
         return 2

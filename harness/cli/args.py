@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -37,9 +38,22 @@ class UsageError(ValueError):
     console script prints it as one line and exits with status 2."""
 
 
+#: A value that starts with a minus and is numbers, not an option: ``-5``, ``-0.5``, ``-1e3``,
+#: and lists ``-5,10`` or ``-5 10`` (argparse's own pattern takes single numbers only, so
+#: ``--batch -5,10`` was read as a second flag: "expected one argument").
+_NEGATIVE_NUMBERS = re.compile(
+    r"^-(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:[, ]+-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)*$")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line (``PROG: error: MESSAGE (see PROG
-    -h)``) with exit status 2, instead of the usage block followed by the message."""
+    -h)``) with exit status 2, instead of the usage block followed by the message. A value
+    that starts with a minus but is numbers (``--batch -5,10``) is a value, which its flag's
+    type then checks, not an unknown option."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._negative_number_matcher = _NEGATIVE_NUMBERS
 
     def error(self, message: str) -> NoReturn:
         """Print ``message`` as one line on stderr and exit with status 2.
@@ -270,9 +284,11 @@ out_dir = _as_type(check_out_dir)
 out_file = _as_type(check_out_file)
 
 
-def whole_periods(duration_s: float, period_s: float) -> None:
+def whole_periods(duration_s: float, period_s: float, min_periods: int = 1,
+                  what: str = "") -> None:
     """Refuse a ``--duration`` that is not a whole number of ``--period`` periods (the run
-    would silently be lengthened to the next whole period).
+    would silently be lengthened to the next whole period), or that is fewer than
+    ``min_periods`` of them; the durations it suggests are ones it takes.
 
     Parameters
     ----------
@@ -280,6 +296,10 @@ def whole_periods(duration_s: float, period_s: float) -> None:
         The run's length, s.
     period_s : float
         The control period, s.
+    min_periods : int
+        The fewest periods the run needs (>= 1).
+    what : str
+        What the duration is of, for the message (e.g. ``" with --plant cpu"``).
 
     Returns
     -------
@@ -287,9 +307,13 @@ def whole_periods(duration_s: float, period_s: float) -> None:
         It raises :class:`UsageError` or returns.
     """
     n = duration_s / period_s
-    if n < 1 - 1e-9:
+    if n < 1 - 1e-9 and min_periods <= 1:
         raise UsageError(f"--duration {duration_s:g} s is shorter than one --period "
                          f"({period_s:g} s); it must be at least {period_s:g} s")
+    if n < min_periods - 1e-9:
+        raise UsageError(f"--duration {duration_s:g} s{what} is {n:.3g} periods of "
+                         f"{period_s:g} s; it needs at least {min_periods} (--duration >= "
+                         f"{min_periods * period_s:g} s, a whole number of periods)")
     if abs(n - round(n)) > 1e-6 * max(1.0, n):
         lo, hi = math.floor(n) * period_s, math.ceil(n) * period_s
         raise UsageError(f"--duration {duration_s:g} s is not a whole number of "

@@ -13,6 +13,7 @@ from harness.experiments.calibrate import (
     FILES,
     format_report,
     has_stderr,
+    mixed_presets,
     no_stderr_reason,
     pin_text,
     run_calibration,
@@ -38,6 +39,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                                  min_periods=args.min_periods, sm_weight=args.sm_weight,
                                  its_weight=args.its_weight, check=args.check)
     print(format_report(doc, args.out))
+    mixed = mixed_presets(doc)
+    if mixed:
+        warn(f"calibrate: {', '.join(mixed)} ran on another simulated preset than "
+             f"{doc['base_preset']}; the fit compromises between two plants (see the fit per "
+             "source): calibrate each preset from its own records")
     for n in unpinned(doc):
         why = "" if has_stderr(doc, n) else f": {no_stderr_reason(doc)}"
         warn(f"calibrate: {n} = {pin_text(doc, n)} is not pinned by these data{why} (see the "

@@ -18,7 +18,7 @@ from harness.cli.args import (
     seed,
     warn,
 )
-from harness.cli.experiments import _pair, preset_arg, results_in
+from harness.cli.experiments import CPU_PRESETS, _pair, preset_arg, results_in
 from harness.experiments.common import PlantUnavailable
 from harness.experiments.identify import check_split, format_summary, identify, rate_levels
 
@@ -47,7 +47,8 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         return 3
     print(f"Identification on the {args.plant} plant ({args.preset} preset, seed {args.seed}): "
           f"white-noise sleep in [{args.sleep[0]:g}, {args.sleep[1]:g}] s, {args.periods} "
-          f"periods of {args.period:g} s per MPS level, {args.train:.0%} fit / rest held out")
+          f"periods of {args.period:g} s per {res.meta['share_name']} level, {args.train:.0%} fit "
+          f"/ rest held out")
     print(format_summary(res))
     print("Results: " + ", ".join(str(f) for f in res.files))
     if out / "model.json" not in res.files:
@@ -71,15 +72,15 @@ def register(sub: Any) -> None:
                         "the CPU plant (real processes on this machine's CPUs; presets "
                         "default, small)")
     p.add_argument("--preset", default="fig8",
-                   help="plant preset: fig4, fig8, h100 or a calibration.json written by "
-                        "'gpucontrol calibrate' (sim, gpu); default or small (cpu)")
+                   help=f"plant preset: fig4, fig8, h100 or a calibration.json written by "
+                        f"'gpucontrol calibrate' (sim, gpu); with --plant cpu {CPU_PRESETS}")
     p.add_argument("--seed", type=seed, default=0, help="random seed, 0..2^32-1 (default 0)")
     p.add_argument("--out", type=out_dir, default="results",
                    help="output folder (default ./results)")
     p.add_argument("--mps", type=number_list(1, 100, unit="%", example="40,60,80,100"),
                    default=[40.0, 60.0, 80.0, 100.0],
-                   help="training MPS levels in %%, each in [1, 100] and none twice (default "
-                        "40,60,80,100)")
+                   help="training MPS levels in %% (with --plant cpu: the training's CPU "
+                        "share), each in [1, 100] and none twice (default 40,60,80,100)")
     p.add_argument("--sleep", type=_pair(float, 0.0, 10.0, increasing=True), default=(0.1, 0.7),
                    help="sleep range of the excitation in s, 0 <= lo < hi <= 10 "
                         "(default 0.1,0.7)")

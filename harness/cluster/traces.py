@@ -269,6 +269,71 @@ def _int(s: str) -> int:
     return int(v)
 
 
+class _Skip(Exception):
+    """A trace row left out: ``kind`` ``"bad"`` (malformed, with its line) or ``"filter"``
+    (well formed, not a task we simulate), and why."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind, self.reason = kind, reason
+
+    def count(self, rep: LoadReport, line: int) -> None:
+        if self.kind == "bad":
+            rep.bad(self.reason, line)
+        else:
+            rep.filter(self.reason)
+
+
+def _openb_fields(r: dict[str, str]) -> tuple[int, int, int | None, int | None, str, str]:
+    """The pod's numbers and labels, checked: ``(num_gpu, milli, sched, deleted, qos,
+    phase)``; raises :class:`_Skip` for a malformed row."""
+    try:
+        num_gpu, milli = _int(r["num_gpu"]), _int(r["gpu_milli"])
+        created = _int(r["creation_time"])
+        deleted = _int(r["deletion_time"]) if r["deletion_time"].strip() else None
+        sched = _int(r["scheduled_time"]) if r["scheduled_time"].strip() else None
+    except ValueError:
+        raise _Skip("bad", "non-integer number") from None
+    qos, phase = r["qos"].strip(), r["pod_phase"].strip()
+    if qos not in OPENB_QOS:
+        raise _Skip("bad", "unknown qos")
+    if phase not in OPENB_PHASES:
+        raise _Skip("bad", "unknown pod_phase")
+    if num_gpu < 0 or milli < 0 or milli > 1000 or created < 0:
+        raise _Skip("bad", "value out of range")
+    return num_gpu, milli, sched, deleted, qos, phase
+
+
+def _openb_pod(r: dict[str, str]) -> tuple[int, int, int, int, str]:
+    """A pod we simulate: ``(num_gpu, milli, sched, length, qos)``; raises :class:`_Skip`
+    (the module docstring's rules, in their order) otherwise."""
+    num_gpu, milli, sched, deleted, qos, phase = _openb_fields(r)
+    if num_gpu == 0:
+        raise _Skip("filter", "no GPU (num_gpu=0)")
+    if phase == "Failed":
+        raise _Skip("filter", "failed")
+    if phase == "Pending" or sched is None:
+        raise _Skip("filter", "never scheduled")
+    if deleted is None:
+        raise _Skip("bad", "missing deletion_time")
+    if deleted < sched or sched < 0:
+        raise _Skip("bad", "deletion before scheduling")
+    if deleted == sched:
+        raise _Skip("filter", "zero length")
+    if milli == 0:
+        raise _Skip("filter", "zero GPU share")
+    return num_gpu, milli, sched, deleted - sched, qos
+
+
+def _openb_kind(qos: str, milli: int, length: int) -> int:
+    """Inference or training by QoS class (Burstable: by share and length)."""
+    if qos in ("LS", "Guaranteed"):
+        return INFERENCE
+    if qos == "BE":
+        return TRAINING
+    return TRAINING if (milli >= 500 and length >= 3600) else INFERENCE  # Burstable
+
+
 # ---------------------------------------------------------------------------------------------
 def load_openb(path: str | Path = OPENB_PODS, *, seed: int = 0) -> Trace:
     """Load an openb pod list (see the module docstring for the mapping rules).
@@ -306,51 +371,11 @@ def load_openb(path: str | Path = OPENB_PODS, *, seed: int = 0) -> Trace:
                 continue
             r = dict(zip(OPENB_COLUMNS, (row[i] for i in idx)))
             try:
-                num_gpu, milli = _int(r["num_gpu"]), _int(r["gpu_milli"])
-                created = _int(r["creation_time"])
-                deleted = _int(r["deletion_time"]) if r["deletion_time"].strip() else None
-                sched = _int(r["scheduled_time"]) if r["scheduled_time"].strip() else None
-            except ValueError:
-                rep.bad("non-integer number", line)
+                num_gpu, milli, sched, length, qos = _openb_pod(r)
+            except _Skip as skip:
+                skip.count(rep, line)
                 continue
-            qos, phase = r["qos"].strip(), r["pod_phase"].strip()
-            if qos not in OPENB_QOS:
-                rep.bad("unknown qos", line)
-                continue
-            if phase not in OPENB_PHASES:
-                rep.bad("unknown pod_phase", line)
-                continue
-            if num_gpu < 0 or milli < 0 or milli > 1000 or created < 0:
-                rep.bad("value out of range", line)
-                continue
-            if num_gpu == 0:
-                rep.filter("no GPU (num_gpu=0)")
-                continue
-            if phase == "Failed":
-                rep.filter("failed")
-                continue
-            if phase == "Pending" or sched is None:
-                rep.filter("never scheduled")
-                continue
-            if deleted is None:
-                rep.bad("missing deletion_time", line)
-                continue
-            if deleted < sched or sched < 0:
-                rep.bad("deletion before scheduling", line)
-                continue
-            if deleted == sched:
-                rep.filter("zero length")
-                continue
-            if milli == 0:
-                rep.filter("zero GPU share")
-                continue
-            length = deleted - sched
-            if qos in ("LS", "Guaranteed"):
-                k = INFERENCE
-            elif qos == "BE":
-                k = TRAINING
-            else:  # Burstable
-                k = TRAINING if (milli >= 500 and length >= 3600) else INFERENCE
+            k = _openb_kind(qos, milli, length)
             rep.kept_rows += 1
             d = milli / 1000.0
             for j in range(num_gpu):
@@ -380,6 +405,40 @@ def pai_kind(task_name: str, util: float, mem_gb: float, length: float) -> int:
         return INFERENCE
     score = (util >= 0.5) + (mem_gb >= 8.0) + (length >= 3600)
     return TRAINING if score >= 2 else INFERENCE
+
+
+def _pai_fields(r: dict[str, str]) -> tuple[float, float, int, float, float]:
+    """The task's numbers, checked: ``(plan_gpu, plan_mem, inst_num, start, end)``; raises
+    :class:`_Skip` for a failed task or a malformed row."""
+    if r["status"] == "Failed":
+        raise _Skip("filter", "failed")
+    try:
+        gpu = float(r["plan_gpu"]) if r["plan_gpu"] else 0.0
+        pmem = float(r["plan_mem"]) if r["plan_mem"] else 0.0
+        inst = _int(r["inst_num"]) if r["inst_num"] else 1
+        st = float(r["start_time"]) if r["start_time"] else math.nan
+        en = float(r["end_time"]) if r["end_time"] else math.nan
+    except ValueError:
+        raise _Skip("bad", "non-numeric field") from None
+    if not (math.isfinite(gpu) and math.isfinite(pmem)) or gpu < 0 or pmem < 0 or inst < 0:
+        raise _Skip("bad", "value out of range")
+    return gpu, pmem, inst, st, en
+
+
+def _pai_task(r: dict[str, str]) -> tuple[float, float, int, float, int]:
+    """A task we simulate: ``(plan_gpu, plan_mem, inst_num, start, length)``; raises
+    :class:`_Skip` (the module docstring's rules, in their order) otherwise."""
+    gpu, pmem, inst, st, en = _pai_fields(r)
+    if r["status"] != "Terminated" or not (math.isfinite(st) and math.isfinite(en)):
+        raise _Skip("filter", "not terminated / no times")
+    if en < st:
+        raise _Skip("bad", "end before start")
+    if gpu == 0 or pmem == 0 or inst == 0:
+        raise _Skip("filter", "zero GPU, memory or instances")
+    length = math.floor(en) - math.floor(st)
+    if length < 1:
+        raise _Skip("filter", "zero length")
+    return gpu, pmem, inst, st, length
 
 
 def load_pai(path: str | Path, *, seed: int = 0) -> Trace:
@@ -428,35 +487,10 @@ def load_pai(path: str | Path, *, seed: int = 0) -> Trace:
                 rep.bad("wrong field count", line)
                 continue
             r = dict(zip(PAI_COLUMNS, (row[i].strip() for i in idx)))
-            status = r["status"]
-            if status == "Failed":
-                rep.filter("failed")
-                continue
             try:
-                gpu = float(r["plan_gpu"]) if r["plan_gpu"] else 0.0
-                pmem = float(r["plan_mem"]) if r["plan_mem"] else 0.0
-                inst = _int(r["inst_num"]) if r["inst_num"] else 1
-                st = float(r["start_time"]) if r["start_time"] else math.nan
-                en = float(r["end_time"]) if r["end_time"] else math.nan
-            except ValueError:
-                rep.bad("non-numeric field", line)
-                continue
-            if not (math.isfinite(gpu) and math.isfinite(pmem)) or gpu < 0 or pmem < 0 \
-                    or inst < 0:
-                rep.bad("value out of range", line)
-                continue
-            if status != "Terminated" or not (math.isfinite(st) and math.isfinite(en)):
-                rep.filter("not terminated / no times")
-                continue
-            if en < st:
-                rep.bad("end before start", line)
-                continue
-            if gpu == 0 or pmem == 0 or inst == 0:
-                rep.filter("zero GPU, memory or instances")
-                continue
-            length = math.floor(en) - math.floor(st)
-            if length < 1:
-                rep.filter("zero length")
+                gpu, pmem, inst, st, length = _pai_task(r)
+            except _Skip as skip:
+                skip.count(rep, line)
                 continue
             util = gpu / 100.0
             k = pai_kind(r["task_name"], util, pmem, length)

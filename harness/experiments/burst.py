@@ -222,10 +222,43 @@ def burst(*, plant: str = "sim", preset: str = "fig8", seed: int = 0, duration_s
     return res
 
 
+#: How each controller is drawn in the time panels (colour, line style, width): no two alike
+#: in one panel, the fixed allocations in a panel of their own (the ten tab10 colours of one
+#: panel, olive, grey and cyan among them, were too close to tell apart).
+_STYLE: dict[str, tuple[str, str, float]] = {
+    "gpucontrol default": ("tab:blue", "-", 1.9),
+    "GPUColo two-tier": ("tab:orange", "-", 1.2),
+    "GPUColo mid-range + adaptive": ("tab:green", "-", 1.2),
+    "Oracle": ("black", ":", 1.5),
+    "Sleep-only": ("tab:red", "--", 1.1),
+    "MPS-only": ("tab:purple", "--", 1.1),
+    "GSLICE-extended": ("tab:brown", "-.", 1.1),
+    "Open": ("tab:gray", "-", 1.3),
+    "Simple": ("tab:pink", "-", 1.3),
+    "Conservative": ("tab:olive", "-", 1.3),
+    "Sleep, no MPS": ("tab:cyan", "--", 1.4),
+    "Green context + MPS": ("tab:olive", "-.", 1.4),
+}
+
+
+def _styles(names: list[str]) -> dict[str, dict[str, Any]]:
+    """Line keywords per controller: :data:`_STYLE`, then tab10 for names it does not know."""
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("tab10")
+    out = {}
+    for i, n in enumerate(names):
+        color, ls, lw = _STYLE.get(n, (cmap(i % 10), "-", 1.2))
+        out[n] = {"color": color, "ls": ls, "lw": lw}
+    return out
+
+
 def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
-    """Fig 8 layout: (a) latency, (b) training sleep, (c) training MPS over time for every
-    controller (one colour each, one shared legend), the burst shaded and its start and end
-    labelled; (d) mean throughputs per controller.
+    """Fig 8 layout: (a) latency of the controllers that move a knob, (a') of the fixed
+    allocations (their knobs held all run: far from the SLO, on a scale of their own), (b)
+    training sleep and (c) training MPS of the controllers that move them (one style each,
+    the legend of (a)), the burst shaded and its start and end labelled; (d) mean throughputs
+    per controller.
 
     Parameters
     ----------
@@ -246,21 +279,28 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
     b0, b1 = res.meta["burst_s"]
     batches = res.meta["batches"]
     names = [r["controller"] for r in res.summary]
-    cmap = plt.get_cmap("tab10")
-    colour = {n: cmap(i % 10) for i, n in enumerate(names)}
-    fig = plt.figure(figsize=(13, 11.5))
-    gs = fig.add_gridspec(3, 2, height_ratios=[1.1, 1.0, 1.0], hspace=0.55, wspace=0.18)
+    style = _styles(names)
+    runs = {n: Records(x for x in res.records if x["controller"] == n) for n in names}
+    fixed = [n for n in names
+             if all(np.ptp(runs[n].col(k)) == 0 for k in ("sleep_s", "mps_pct"))]
+    heights = [1.25, 0.6, 1.0, 0.9] if fixed else [1.25, 1.0, 0.9]  # no empty (a') row
+    fig = plt.figure(figsize=(13, 2.0 + 2.7 * sum(heights)))
+    gs = fig.add_gridspec(len(heights), 2, height_ratios=heights, hspace=0.42, wspace=0.18)
     a_lat = fig.add_subplot(gs[0, :])
-    a_sleep = fig.add_subplot(gs[1, 0], sharex=a_lat)
-    a_mps = fig.add_subplot(gs[1, 1], sharex=a_lat)
-    a_tp = fig.add_subplot(gs[2, :])
+    a_fix = fig.add_subplot(gs[1, :], sharex=a_lat) if fixed else None
+    a_sleep = fig.add_subplot(gs[-2, 0], sharex=a_lat)
+    a_mps = fig.add_subplot(gs[-2, 1], sharex=a_lat)
+    a_tp = fig.add_subplot(gs[-1, :])
     series: dict[str, dict[str, tuple[float, ...]]] = {"sleep_s": {}, "mps_pct": {}}
     for n in names:
-        r = Records(x for x in res.records if x["controller"] == n)
+        r = runs[n]
         t = r.col("t_end_s")
-        a_lat.plot(t, r.col("latency_ms"), label=n, lw=1.1, color=colour[n])
-        a_sleep.step(t, r.col("sleep_s"), where="pre", lw=1.1, color=colour[n])
-        a_mps.step(t, r.col("mps_pct"), where="pre", lw=1.1, color=colour[n])
+        if n in fixed and a_fix is not None:
+            a_fix.plot(t, r.col("latency_ms"), label=n, **style[n])
+            continue
+        a_lat.plot(t, r.col("latency_ms"), label=n, **style[n])
+        a_sleep.step(t, r.col("sleep_s"), where="pre", **style[n])
+        a_mps.step(t, r.col("mps_pct"), where="pre", **style[n])
         for key in series:
             series[key][n] = tuple(np.round(r.col(key), 6))
     for a, key in ((a_sleep, "sleep_s"), (a_mps, "mps_pct")):  # name lines drawn over others
@@ -269,29 +309,37 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
             same.setdefault(v, []).append(n)
         text = "; ".join(" = ".join(g) for g in same.values() if len(g) > 1)
         if text:
-            a.text(0.0, -0.25, f"drawn as one line (identical): {text}",
-                   transform=a.transAxes, fontsize=7, va="top", color="0.25")
-    a_lat.axhline(slo, color="k", ls="--", lw=1, label=f"SLO {slo:g} ms")
-    for a in (a_lat, a_sleep, a_mps):
+            a.text(0.01, 0.98, f"drawn as one line (identical): {text}",
+                   transform=a.transAxes, fontsize=7, va="top", color="0.25",
+                   bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
+    time_axes = [a for a in (a_lat, a_fix, a_sleep, a_mps) if a is not None]
+    for a in time_axes:
         a.axvspan(b0, b1, color="0.92", zorder=0)
-        a.set_xlabel("time (s)")
         a.grid(alpha=0.3)
+    for a in time_axes[:2] if a_fix is not None else time_axes[:1]:  # the latency panels
+        a.axhline(slo, color="k", ls="--", lw=1, label=f"SLO {slo:g} ms")
+        a.set_ylabel("mean batch latency (ms)")
+    for a in (a_fix if a_fix is not None else a_lat, a_sleep, a_mps):
+        a.set_xlabel("time (s)")
     for x, text in ((b0, f"burst starts ({b0:g} s): batch {batches[0]} -> {batches[1]}"),
                     (b1, f"burst ends ({b1:g} s): batch {batches[1]} -> {batches[0]}")):
         a_lat.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 3),
                        textcoords="offset points", fontsize=8, ha="center", va="bottom",
                        color="0.25")
-    a_lat.set_ylabel("mean batch latency (ms)")
-    a_lat.set_title("(a) latency, every controller", loc="left", pad=14)
-    handles: list[Any] = list(a_lat.get_legend_handles_labels()[0])
-    handles.append(Patch(color="0.92", label="inference burst"))
+    a_lat.set_title("(a) latency of the controllers that move a knob", loc="left", pad=14)
+    burst_patch = Patch(color="0.92", label="inference burst")
+    handles: list[Any] = [*a_lat.get_legend_handles_labels()[0], burst_patch]
     a_lat.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.005, 1.0),
-                 borderaxespad=0.0)
+                 borderaxespad=0.0, title="(a), (b), (c)", title_fontsize=8)
+    if a_fix is not None:
+        held = "; ".join(f"{n}: sleep {runs[n].col('sleep_s')[0]:g} s, MPS "
+                         f"{runs[n].col('mps_pct')[0]:g} %" for n in fixed)
+        a_fix.set_title(f"(a') latency of the fixed allocations ({held})", loc="left",
+                        fontsize=9)
+        a_fix.legend(handles=[*a_fix.get_legend_handles_labels()[0], burst_patch], fontsize=8,
+                     loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0)
     a_sleep.set(ylabel="sleep interval (s)", title="(b) training sleep")
     a_mps.set(ylabel="training MPS (%)", title="(c) training MPS")
-    a_mps.legend(handles=[h for h in handles if not str(h.get_label()).startswith("SLO")],
-                 fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
-                 title="(b) and (c)", title_fontsize=8)
     x = np.arange(len(names))
     inf = [r["inference_throughput"] for r in res.summary]
     tr = [r["training_throughput"] for r in res.summary]
@@ -303,9 +351,9 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
     a3.set_ylabel("training iterations/s")
     h1, l1 = a_tp.get_legend_handles_labels()
     h2, l2 = a3.get_legend_handles_labels()
-    a_tp.legend(h1 + h2, l1 + l2, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.08),
-                ncol=2, frameon=False)
+    a_tp.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left", bbox_to_anchor=(1.07, 1.0),
+                borderaxespad=0.0)
     fig.suptitle(f"Burst: batch {batches[0]} -> {batches[1]} from {b0:g} s to {b1:g} s "
                  f"({res.meta['plant']} plant, seed {res.meta['seed']})")
-    fig.subplots_adjust(left=0.06, right=0.80, top=0.93, bottom=0.08)
+    fig.subplots_adjust(left=0.06, right=0.80, top=0.92, bottom=0.07)
     return save_figure(fig, path)

@@ -30,12 +30,22 @@ from harness.results import (
 from harness.sim.calibration import calibrate, find_records
 from harness.sim.simulated import PRESETS, base_preset_name
 
-__all__ = ["FILES", "format_report", "has_stderr", "no_stderr_reason", "pin_text",
-           "plot_calibration", "run_calibration", "unpinned"]
+__all__ = ["FILES", "format_report", "has_stderr", "mixed_presets", "no_stderr_reason",
+           "per_source", "pin_text", "plot_calibration", "run_calibration", "unpinned"]
 
 
 #: The files a calibration writes into its folder (which may hold others: they are kept).
 FILES = ("calibration.json", "calibration.md", "calibration.png")
+
+
+def _check_sources(sources: Sequence[str]) -> None:
+    """Refuse a source that holds no period at all (an empty file, a header alone), naming it:
+    what is wrong is the file, whatever the preset."""
+    for src in sources:
+        if not any(rec.rows for rec in find_records(src)):
+            raise ValueError(f"source {src!r}: no periods in it (an empty file, or a header "
+                             f"alone); give the per-period CSV or the results folder of a "
+                             f"knobs, identify, burst or sweep run")
 
 
 def _infer_preset(sources: Sequence[str]) -> str:
@@ -61,6 +71,7 @@ def run_calibration(sources: Sequence[str | Path], out_dir: str | Path,
     """Calibrate (``preset`` None: the one the sources ran with) and write calibration.json,
     calibration.md and calibration.png into ``out_dir``. Returns the document and the files."""
     srcs = [str(s) for s in sources]
+    _check_sources(srcs)
     doc = calibrate(srcs, preset if preset is not None else _infer_preset(srcs), **kw)
     out = Path(out_dir)
     with result_set(out, owns=FILES):  # ours replace the previous run's; the rest stays
@@ -130,6 +141,63 @@ def pin_text(doc: Mapping[str, Any], name: str) -> str:
     return f"{f['value']:.4g} ± {f['stderr']:.4g}"
 
 
+def _rms(values: Sequence[float | None]) -> float:
+    v = np.array([np.nan if x is None else x for x in values], float)
+    v = v[np.isfinite(v)]
+    return float(np.sqrt(np.mean(v ** 2))) if v.size else math.nan
+
+
+def per_source(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The fit source by source: RMS latency and SM-share errors of the base preset and of
+    the calibrated plant over each source's facts. An overall RMS that improves can hide a
+    source the calibration fits worse than the preset did (records of another preset, or of
+    another machine, pulling the constants their way): this shows it.
+
+    Parameters
+    ----------
+    doc : Mapping
+        The calibration document.
+
+    Returns
+    -------
+    list of dict
+        One row per source: ``source``, ``preset``, ``facts``, ``latency_rms_base``,
+        ``latency_rms``, ``sm_rms_base``, ``sm_rms`` (percent; NaN where none measured).
+    """
+    rows = []
+    for src in doc["sources"]:
+        facts = [f for f in doc["facts"]
+                 if f.get("source") == src["path"] and f.get("fitted", True)]
+        rows.append({"source": src["path"], "preset": src.get("preset"), "facts": len(facts),
+                     "latency_rms_base": _rms([f["base_latency_err_pct"] for f in facts]),
+                     "latency_rms": _rms([f["latency_err_pct"] for f in facts]),
+                     "sm_rms_base": _rms([f.get("base_sm_err_pct") for f in facts]),
+                     "sm_rms": _rms([f.get("sm_err_pct") for f in facts])})
+    return rows
+
+
+def mixed_presets(doc: Mapping[str, Any]) -> list[str]:
+    """Simulated sources whose experiments ran on another named preset than the one
+    calibrated: two simulated presets are two plants, and the fit then compromises between
+    them. (On a GPU the preset names only the setup -- the batch, the MPS levels -- of one
+    machine, whose records of both presets belong together.)
+
+    Parameters
+    ----------
+    doc : Mapping
+        The calibration document.
+
+    Returns
+    -------
+    list of str
+        ``"PATH (PRESET)"`` per such source.
+    """
+    base = doc["base_preset"]
+    return [f"{s['path']} ({s['preset']})" for s in doc["sources"]
+            if s.get("plant") == "sim" and s.get("preset") in PRESETS
+            and s.get("preset") != base]
+
+
 def no_stderr_reason(doc: Mapping[str, Any]) -> str:
     """Why a fit has no standard errors: too few measured quantities for its constants."""
     fit = doc["fit"]
@@ -197,7 +265,20 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
                f"{s['latency_err_pct_rms_base']:.2f} % ({s['latency_err_pct_max_base']:.2f} %), "
                f"calibrated {s['latency_err_pct_rms']:.2f} % ({s['latency_err_pct_max']:.2f} %). "
                + sm), "",
-              "## Facts: measured vs model", "",
+              "## Fit per source", "",
+              markdown_table(per_source(doc), (
+                  "source", "preset", "facts", "latency_rms_base", "latency_rms",
+                  "sm_rms_base", "sm_rms"),
+                  ("source", "ran on preset", "facts", "latency err RMS %, base",
+                   "latency err RMS %, calibrated", "SM err RMS %, base",
+                   "SM err RMS %, calibrated"), digits=2), ""]
+    mixed = mixed_presets(doc)
+    if mixed:
+        lines += [(f"**Warning**: {', '.join(mixed)} ran on another simulated preset than "
+                   f"`{doc['base_preset']}`, a plant with other constants: its facts pull the "
+                   "fit towards that plant, and a source fitted worse than by the base preset "
+                   "above is the cost. Calibrate each preset from its own records."), ""]
+    lines += ["## Facts: measured vs model", "",
               markdown_table([f for f in doc["facts"] if f.get("fitted", True)], (
                   "case", "periods", "measured_latency_ms", "base_latency_ms",
                   "base_latency_err_pct", "latency_ms", "latency_err_pct", "measured_sm_pct",
@@ -237,58 +318,82 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
     return "\n".join(lines)
 
 
+def _source_bands(doc: Mapping[str, Any], ax: Any, y: np.ndarray) -> None:
+    """Shade every other source's facts and write each source's fit beside them."""
+    facts = doc["facts"]
+    for i, src in enumerate(per_source(doc)):
+        rows = [k for k, f in enumerate(facts) if f.get("source") == src["source"]]
+        if not rows:
+            continue
+        top, bottom = y[rows[0]] + 0.5, y[rows[-1]] - 0.5
+        for a in ax:
+            if i % 2:
+                a.axhspan(bottom, top, color="0.94", zorder=0)
+        ax[0].text(0.99, top - 0.15, f"{Path(src['source']).name} (ran on {src['preset']}): "
+                   f"RMS {src['latency_rms_base']:.1f} % -> {src['latency_rms']:.1f} %",
+                   transform=ax[0].get_yaxis_transform(), ha="right", va="top", fontsize=8,
+                   color="tab:blue" if not src["latency_rms"] > src["latency_rms_base"]
+                   else "tab:red")
+
+
 def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
-    """Measured vs base and calibrated model, per fact: latency (left), SM share (right)."""
+    """Per fact, grouped by source: the latency error of the base preset and of the
+    calibrated plant against the measurement, in percent (left; a 5 ms and a 100 ms
+    operating point on one scale, each source banded with its RMS before -> after), then the
+    training SM share and the training rate, measured, base and calibrated, where measured
+    (the facts of ``--check`` records labelled so)."""
     import matplotlib.pyplot as plt
 
     facts = doc["facts"]
     n = len(facts)
     y = np.arange(n)[::-1]
 
-    def measured(key: str) -> bool:
-        return any(f.get(key) is not None and math.isfinite(f[key]) for f in facts)
+    def col(key: str) -> np.ndarray:
+        return np.array([np.nan if f.get(key) is None else f[key] for f in facts], float)
 
-    panels = [("latency_ms", "mean latency (ms)", 3)]
-    panels += [(k, u, 2) for k, u in (("sm_pct", "training SM share (%)"),
-                                      ("its", "training iterations/s"))
-               if measured(f"measured_{k}")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 + 4 * len(panels), 1.2 + 0.28 * n),
+    def measured(key: str) -> bool:
+        return bool(np.isfinite(col(key)).any())
+
+    panels = [(k, u) for k, u in (("sm_pct", "training SM share (%)"),
+                                  ("its", "training iterations/s")) if measured(f"measured_{k}")]
+    fig, axes = plt.subplots(1, 1 + len(panels), figsize=(8 + 4 * len(panels), 1.6 + 0.28 * n),
                              sharey=True, squeeze=False,
-                             gridspec_kw={"width_ratios": [w for *_, w in panels]})
+                             gridspec_kw={"width_ratios": [3] + [2] * len(panels)})
     ax = axes[0]
-    series = (("measured", "k", "o"), ("base", "tab:grey", "x"), ("", "tab:blue", "s"))
-    for a, (what, unit, _w) in zip(ax, panels):
-        for prefix, color, mark in series:
-            key = f"{prefix}_{what}" if prefix else what
-            v = np.array([np.nan if f.get(key) is None else f[key] for f in facts], float)
-            label = {"measured": "measured", "base": f"preset {doc['base_preset']}",
-                     "": "calibrated"}[prefix]
-            a.plot(v, y, mark, color=color, ms=8 if mark == "s" else 5,
-                   mfc="none" if mark == "s" else color,
-                   label=label)
+    base = f"preset {doc['base_preset']}"
+    ax[0].axvline(0.0, color="k", lw=0.8)
+    ax[0].plot(col("base_latency_err_pct"), y, "x", color="tab:grey", ms=6, label=base)
+    ax[0].plot(col("latency_err_pct"), y, "s", color="tab:blue", mfc="none", ms=7,
+               label="calibrated")
+    ax[0].set_xlabel("latency error of the model vs the measurement (%)")
+    for a, (what, unit) in zip(ax[1:], panels):
+        for prefix, color, mark, label in (("measured_", "k", "o", "measured"),
+                                           ("base_", "tab:grey", "x", base),
+                                           ("", "tab:blue", "s", "calibrated")):
+            a.plot(col(f"{prefix}{what}"), y, mark, color=color, ms=7 if mark == "s" else 5,
+                   mfc="none" if mark == "s" else color, label=label)
         if what == "its":
-            counted = np.array([f.get("its_counted", np.nan) for f in facts], float)
-            shown = np.array([np.nan if f.get("measured_its") is None else f["measured_its"]
-                              for f in facts], float)
+            counted, shown = col("its_counted"), col("measured_its")
             off = np.isfinite(counted) & ~np.isclose(counted, shown, rtol=0.01)
             if off.any():
                 a.plot(counted[off], y[off], "v", color="tab:red", ms=5, mfc="none",
                        label="counted by the GPU harness (sleep rows)")
-                a.legend(fontsize=7, loc="lower right")
         a.set_xlabel(unit)
-        lat = np.array([f["measured_latency_ms"] for f in facts], float)
-        if what == "latency_ms" and np.nanmax(lat) > 10 * np.nanmin(lat):
-            a.set_xscale("log")       # several batch sizes or an MPS corner: decades apart
+        a.legend(fontsize=7, loc="lower right")
+    for a in ax:
         a.grid(axis="x", lw=0.3)
+    _source_bands(doc, ax, y)
     ax[0].set_yticks(y, [("check, not fitted: " if not f.get("fitted", True) else "")
                          + f["case"] for f in facts], fontsize=7)
-    ax[0].legend(fontsize=8)
+    ax[0].set_ylim(-0.6, n - 0.4)
+    ax[0].legend(fontsize=8, loc="upper left")
     s = doc["summary"]
     rate = (f", training-rate error RMS {s['its_err_pct_rms_base']:.1f} % -> "
             f"{s['its_err_pct_rms']:.1f} %" if math.isfinite(s.get("its_err_pct_rms", math.nan))
             else "")
-    fig.suptitle(f"Calibration from preset {doc['base_preset']}: latency error RMS "
-                 f"{s['latency_err_pct_rms_base']:.1f} % -> {s['latency_err_pct_rms']:.1f} %"
-                 + rate)
+    fig.suptitle(f"Calibration from preset {doc['base_preset']}: latency error RMS over the "
+                 f"fitted facts {s['latency_err_pct_rms_base']:.1f} % -> "
+                 f"{s['latency_err_pct_rms']:.1f} %{rate} (per source in the bands)",
+                 fontsize=10)
     fig.tight_layout()
     return save_figure(fig, path)

@@ -237,6 +237,7 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
         if own:
             close_plant(p)
     meta = {"experiment": "identify", "plant": plant if own else type(p).__name__,
+            "share_name": share_name(p),
             "preset": str(preset), "seed": seed,
             "mps_levels": levels, "sleep_range_s": [lo, hi], "periods": int(periods),
             "train_fraction": train_fraction, "period_s": period_s, "warmup": warmup,
@@ -455,9 +456,22 @@ def _envelope(fits: dict[str, Any]) -> dict[str, Any]:
             "p_design_stable": bool(verdict.stable), "verdict": str(verdict)}
 
 
+def share_name(plant: Any) -> str:
+    """What the plant's spatial share is, for labels: its ``share_name`` (the CPU plant's is
+    ``"CPU share"``), else ``"MPS"`` (the simulated and GPU plants' active-thread share)."""
+    return str(getattr(plant, "share_name", "MPS"))
+
+
 # ---- plots ---------------------------------------------------------------------------------
 def _levels(res: ExperimentResult) -> list[float]:
     return [r["mps_pct"] for r in res.summary]
+
+
+def _line(row: dict[str, Any]) -> str:
+    """The fitted line as a reader takes it: units on the slope and on the offset."""
+    sign = "-" if row["offset"] < 0 else "+"
+    return (f"{row['gain']:.1f} ms/s × sleep {sign} {abs(row['offset']):.1f} ms "
+            f"(R² {row['r2']:.2f})")
 
 
 def plot_fig6(res: ExperimentResult, plant: Any, path: str | Path) -> Path:
@@ -465,6 +479,7 @@ def plot_fig6(res: ExperimentResult, plant: Any, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.0, 4.5))
+    share = res.meta.get("share_name", "MPS")
     lo, hi = res.meta["sleep_range_s"]
     s = np.linspace(lo, hi, 50)
     for row, color in zip(res.summary, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 3):
@@ -472,13 +487,15 @@ def plot_fig6(res: ExperimentResult, plant: Any, path: str | Path) -> Path:
         r = Records(x for x in res.records if x["mps_pct"] == m)
         ax.plot(r.col("sleep_s"), r.col("latency_ms"), ".", color=color, alpha=0.5, ms=4)
         ax.plot(s, row["gain"] * s + row["offset"], "-", color=color,
-                label=f"MPS {m:g}%: {row['gain']:.1f} s + {row['offset']:.1f} "
-                      f"(R² {row['r2']:.2f})")
+                label=f"{share} {m:g}%: latency = {_line(row)}")
         exp = _call(plant, "expected_latency_ms", s, m)
         if np.all(np.isfinite(exp)):
             ax.plot(s, exp, ":", color=color, lw=1)
+    noise_free = any(np.all(np.isfinite(_call(plant, "expected_latency_ms", s, m)))
+                     for m in _levels(res))
     ax.set(xlabel="training sleep interval (s)", ylabel="mean inference latency (ms)",
-           title="Latency vs sleep per training MPS level (dotted: noise-free plant)")
+           title=f"Latency vs sleep per training {share} level"
+                 + (" (dotted: noise-free plant)" if noise_free else ""))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path)
@@ -489,6 +506,7 @@ def plot_fig7(res: ExperimentResult, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     levels = _levels(res)
+    share = res.meta.get("share_name", "MPS")
     fig, axes = plt.subplots(len(levels), 1, figsize=(7.0, 1.9 * len(levels) + 0.6),
                              sharex=True, squeeze=False)
     for ax, row in zip(axes[:, 0], res.summary):
@@ -498,7 +516,7 @@ def plot_fig7(res: ExperimentResult, path: str | Path) -> Path:
         ax.plot(k, r.col("latency_ms"), "o-", ms=3, lw=0.8, label="measured")
         ax.plot(k, r.col("predicted_ms"), "s--", ms=3, lw=0.8, label="predicted")
         ax.set_ylabel("ms")
-        ax.set_title(f"MPS {m:g}%: held-out R² {row['r2_validation']:.2f}", fontsize=9)
+        ax.set_title(f"{share} {m:g}%: held-out R² {row['r2_validation']:.2f}", fontsize=9)
     axes[0, 0].legend(fontsize=8, loc="upper right")
     axes[-1, 0].set_xlabel("control period")
     fig.tight_layout()
@@ -516,9 +534,10 @@ def _below(r2: float, bar: float = R2_BAR) -> str:
 
 def format_summary(res: ExperimentResult) -> str:
     """The printed report: per-level table, then the envelope and the design verdict."""
+    share = res.meta.get("share_name", "MPS")
     cols = ("mps_pct", "gain", "offset", "r2", "r2_validation", "true_gain", "gain_err_pct",
             "iteration_s")
-    heads = ("MPS %", "gain (ms/s)", "offset (ms)", "R² fit", "R² held-out",
+    heads = (f"{share} %", "gain (ms/s)", "offset (ms)", "R² fit", "R² held-out",
              "true slope", "gain err %", "iteration (s)")
     text = markdown_table(res.summary, cols, heads, digits=2)
     lo, hi = res.meta["sleep_range_s"]
@@ -528,12 +547,12 @@ def format_summary(res: ExperimentResult) -> str:
             why = ("the sleep knob barely acts at this level" if signal < r["rmse_ms"] else
                    "the curve bends over this sleep range and the period means are noisy "
                    "(training iterations alias with the control period)")
-            text += (f"\nMPS {r['mps_pct']:g}%: held-out R² {_below(r['r2_validation'])} < "
+            text += (f"\n{share} {r['mps_pct']:g}%: held-out R² {_below(r['r2_validation'])} < "
                      f"{R2_BAR:g} (the GPUColo paper's bar): the sleep moves latency by "
                      f"{signal:.2f} ms rms against {r['rmse_ms']:.2f} ms rms of residual; {why}")
     m = res.meta
     if m.get("envelope"):
-        text += (f"\n\nGain envelope over MPS {', '.join(m['envelope_levels'])}%: "
+        text += (f"\n\nGain envelope over {share} {', '.join(m['envelope_levels'])}%: "
                  f"{m['envelope'][0]:.2f}..{m['envelope'][1]:.2f} of the recommended nominal "
                  f"gain {m['nominal_gain']:.2f} ms/s (worst closed-loop |pole| "
                  f"{m['worst_pole_abs']:.2f})\nP controller on that nominal: {m['verdict']}\n")

@@ -32,7 +32,7 @@ from harness.progress import Progress
 from harness.results import save_figure
 from harness.sim.protocol import Records, concat, run_loop
 
-__all__ = ["KNOB_RUNS", "PAPER_FIG4", "Schedule", "knobs"]
+__all__ = ["KNOB_RUNS", "PAPER_FIG4", "PAPER_FIG4_BATCH", "Schedule", "batch_note", "knobs"]
 
 #: GPUColo paper, Fig. 4 (Sec. IV-B): (latency ms, training SM %) before and after the change
 #: at 20 s.
@@ -41,6 +41,10 @@ PAPER_FIG4: dict[str, dict[str, tuple[float, float]]] = {
     "Sleep": {"before": (6.68, 32.8), "after": (5.52, 15.8)},
     "Sleep+MPS": {"before": (7.95, 26.3), "after": (6.2, 2.89)},
 }
+
+#: The inference batch of the Fig 4 setting as the ``fig4`` preset reproduces it (the paper
+#: does not state it; docs/simulated_plant.md): the paper's columns hold for it alone.
+PAPER_FIG4_BATCH = 5
 
 #: run name -> (plant overrides, knobs before, knobs after) with knobs = (sleep s, training MPS)
 KNOB_RUNS: dict[str, tuple[dict[str, Any], tuple[float, float], tuple[float, float]]] = {
@@ -125,6 +129,7 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
     runs: list[Records] = []
     summary: list[dict[str, Any]] = []
     mps_on: dict[str, bool | None] = {}
+    batch: int | None = None
     setups: dict[str, dict[str, Any] | None] = {}
     with Progress(periods * len(KNOB_RUNS), "knobs", enabled=progress) as bar:
         for name, (over, before, after) in KNOB_RUNS.items():
@@ -135,6 +140,7 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
                 r = run_loop(sched, p, periods, period_s=period_s,
                              on_period=lambda _k: bar.advance())
                 mps_on[name] = plant_mps_enabled(p)
+                batch = _batch(p)
                 setups[name] = plant_setup(p)
             finally:
                 close_plant(p)
@@ -158,6 +164,7 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
         row["run"] = row["controller"]
     meta = {"experiment": "knobs", "plant": plant, "preset": str(preset), "seed": seed,
             "duration_s": periods * period_s, "period_s": period_s, "change_s": list(change_s),
+            "batch": batch, "paper_batch": PAPER_FIG4_BATCH,
             "runs": {k: {"overrides": v[0], "before": v[1], "after": v[2],
                          "mps_enabled": mps_on.get(k), "plant_setup": setups.get(k)}
                      for k, v in KNOB_RUNS.items()}}
@@ -168,6 +175,38 @@ def knobs(*, plant: str = "sim", preset: str = "fig4", seed: int = 0, duration_s
         res.write_set(Path(out_dir), cols, "Knobs (GPUColo paper, Fig. 4)", plot_knobs,
                       digits=2)
     return res
+
+
+def _batch(plant: Any) -> int | None:
+    """The plant's inference batch, where it says (``params`` or ``config``)."""
+    for holder in (getattr(plant, "params", None), getattr(plant, "config", None)):
+        b = getattr(holder, "batch", None)
+        if isinstance(b, int):
+            return b
+    return None
+
+
+def batch_note(res: ExperimentResult) -> str | None:
+    """One line when the run's batch is not the Fig 4 setting's: then its latencies are not
+    comparable with the paper's columns (only the changes before/after are).
+
+    Parameters
+    ----------
+    res : ExperimentResult
+        A :func:`knobs` result.
+
+    Returns
+    -------
+    str or None
+        The note, or None when the batches agree (or the plant does not say).
+    """
+    b = res.meta.get("batch")
+    if b is None or b == PAPER_FIG4_BATCH:
+        return None
+    return (f"the paper_* columns are the GPUColo paper's Fig 4, whose setting the fig4 "
+            f"preset reproduces at inference batch {PAPER_FIG4_BATCH}; this run's batch is {b} "
+            f"(preset {res.meta['preset']}): compare the change from before to after, not "
+            f"the values")
 
 
 def _add_sim_reference(summary: list[dict[str, Any]], *, plant: str, preset: str, seed: int,

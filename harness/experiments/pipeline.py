@@ -33,7 +33,7 @@ import numpy as np
 
 from gpucontrol.node.actuators.procs import descendants
 from harness.experiments.identify import identify
-from harness.experiments.plants import make_plant
+from harness.experiments.plants import ExperimentFailed, make_plant
 from harness.results import final, result_set, save_figure, staged, write_csv, write_json
 
 __all__ = ["PERIOD_COLUMNS", "choose_slo", "run_pipeline", "summarize"]
@@ -119,6 +119,47 @@ def _daemon_cmd(plant: Any, model: Path, slo: float, period_s: float, duration_s
     return cmd
 
 
+def _preload() -> None:
+    """Import what the identification and the figures need (scipy.signal for the excitation,
+    matplotlib's pyplot) before the plant starts: once it runs, its services hold ten times
+    this process's CPU weight, and an import then takes seconds to tens of seconds."""
+    import matplotlib.pyplot  # noqa: F401
+    import scipy.signal  # noqa: F401
+
+
+#: Periods run before the second identification, on a plant already warm.
+RETRY_WARMUP = 1
+
+
+def _identify_or_fail(rec: _Recorder, out: Path, say: Any, *, periods: int,
+                      warmup: int, period_s: float, **kw: Any) -> tuple[Any, int]:
+    """Identify (:func:`harness.experiments.identify.identify`, writing ``model.json`` when
+    the gain is significantly negative); when it is not, once more with twice the periods --
+    a shared machine's other load can hide the sleep's effect in one record and not in a
+    longer one. Returns the identification and the index in ``rec.results`` of its first
+    recorded period; raises :class:`~harness.experiments.plants.ExperimentFailed` (one line:
+    both fits, the load, what to try) when neither found the gain."""
+    tries: list[str] = []
+    for n, w in ((periods, warmup), (2 * periods, RETRY_WARMUP)):
+        first = len(rec.results) + w
+        ident = identify(plant=rec, mps_levels=(100.0,), periods=n, period_s=period_s,
+                         warmup=w, out_dir=out / "identify", **kw)
+        if out / "identify" / "model.json" in ident.files:  # this run's model, never older
+            return ident, first
+        row = ident.summary[0]
+        tries.append(f"gain {row['gain']:.1f} ms/s, R² {row['r2']:.2f} over {n} periods")
+        if len(tries) == 1:
+            say(f"no significant gain ({tries[0]}); identifying again with {2 * n} periods")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    raise ExperimentFailed(
+        f"the identification found no significant gain twice ({tries[0]}; then {tries[1]}): "
+        f"the sleep's effect on the latency was lost in the scatter the machine's other load "
+        f"causes (load average {load:.1f} on {os.cpu_count()} CPUs), so there is no model to "
+        f"control with and the daemon was not started; try again when the machine is "
+        f"quieter, or with longer periods that average more batches (--period "
+        f"{2 * period_s:g})")
+
+
 def _sample_iterations(plant: Any, stop: threading.Event, out: list[tuple[float, int]]) -> None:
     while not stop.is_set():
         out.append((time.time(), plant.training_iterations()))
@@ -171,7 +212,7 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                  closed_periods: int = 30, burst: tuple[float, float] = (0.35, 0.7),
                  sleep_range: tuple[float, float] | None = None, slo_ms: float | None = None,
                  outer_every: int = 25, excitation: str = "prbs", detune: float | None = 0.35,
-                 seed: int = 0, progress: bool = True,
+                 seed: int = 0, progress: bool = True, warmup_s: float = 8.0,
                  **plant_overrides: Any) -> dict[str, Any]:
     """Identify, write model.json, run the daemon process through a load burst.
 
@@ -208,6 +249,9 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
         Seed of the identification's excitation (>= 0).
     progress : bool
         Print what happens to stderr.
+    warmup_s : float
+        Seconds of the services' start-up run and discarded before the identification, in
+        [0, 3600] (at least two periods are).
     **plant_overrides : Any
         Plant settings (``backend="torch"``...).
 
@@ -221,6 +265,9 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     _check_pipeline_args(period_s, identify_periods, closed_periods, burst, sleep_range,
                          slo_ms, outer_every, excitation, detune)
     _whole("seed", seed, 0)
+    if not (isinstance(warmup_s, (int, float)) and not isinstance(warmup_s, bool)
+            and 0.0 <= warmup_s <= 3600.0):
+        raise ValueError(f"warmup_s must be in [0, 3600] s, got {warmup_s!r}")
     # the whole run works in the staging folder of <out>/cpu_demo, which replaces the previous
     # run's folder only when this one completes
     with result_set(Path(out_dir) / "cpu_demo") as dest:
@@ -228,14 +275,15 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
                              identify_periods=identify_periods, closed_periods=closed_periods,
                              burst=burst, sleep_range=sleep_range, slo_ms=slo_ms,
                              outer_every=outer_every, excitation=excitation, detune=detune,
-                             seed=seed, progress=progress, **plant_overrides)
+                             seed=seed, progress=progress, warmup_s=warmup_s,
+                             **plant_overrides)
 
 
 def _run_pipeline(out: Path, *, plant: str, preset: str, period_s: float,
                   identify_periods: int, closed_periods: int, burst: tuple[float, float],
                   sleep_range: tuple[float, float] | None, slo_ms: float | None,
                   outer_every: int, excitation: str, detune: float | None, seed: int,
-                  progress: bool, **plant_overrides: Any) -> dict[str, Any]:
+                  progress: bool, warmup_s: float, **plant_overrides: Any) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
 
     def say(msg: str) -> None:
@@ -244,12 +292,15 @@ def _run_pipeline(out: Path, *, plant: str, preset: str, period_s: float,
             sys.stderr.flush()
 
     t_start = time.monotonic()
-    warmup = max(2, math.ceil(8.0 / period_s))  # the services' start-up transient
+    warmup = max(2, math.ceil(warmup_s / period_s))  # the services' start-up transient
     log = out / "daemon.jsonl"
     log.unlink(missing_ok=True)
     samples: list[tuple[float, int]] = []
     stop = threading.Event()
     daemon: subprocess.Popen[bytes] | None = None
+    # what the run imports later, imported now: the plant's services hold ten times the CPU
+    # weight of this process, which then took 20 s for scipy.signal on a 2-core machine
+    _preload()
     say(f"starting the {plant} plant ({preset})")
     rec: _Recorder | None = None
     burst_at: list[float] = []
@@ -265,17 +316,18 @@ def _run_pipeline(out: Path, *, plant: str, preset: str, period_s: float,
         pids += [p.inference_pid, p.training_pid, *descendants([p.training_pid])]
         say(f"identifying: {identify_periods} periods of {period_s:g} s, {excitation} sleep in "
             f"[{sleep_range[0]:g}, {sleep_range[1]:g}] s")
-        ident = identify(plant=rec, mps_levels=(100.0,), sleep_range=sleep_range,
-                         periods=identify_periods, period_s=period_s, warmup=warmup,
-                         excitation=excitation, seed=int(seed),
-                         out_dir=out / "identify")
+        try:
+            ident, first = _identify_or_fail(rec, out, say, sleep_range=sleep_range,
+                                             periods=identify_periods, period_s=period_s,
+                                             warmup=warmup, excitation=excitation,
+                                             seed=int(seed))
+        except ExperimentFailed:  # the periods it ran, with the partial output
+            write_csv(_identify_rows(rec.results, math.nan), out / "periods.csv",
+                      PERIOD_COLUMNS)
+            raise
         row = ident.summary[0]
-        model = out / "identify" / "model.json"
-        if model not in ident.files:  # only a model this run wrote, never an earlier one
-            raise RuntimeError(f"identification found no significantly negative gain "
-                               f"(gain {row['gain']:.3f} ms/s, R² {row['r2']:.2f}); no model")
-        (out / "model.json").write_text(model.read_text())
-        kept = rec.results[warmup:]  # what identify recorded after its warm-up
+        (out / "model.json").write_text((out / "identify" / "model.json").read_text())
+        kept = rec.results[first:]  # what the identification that found the gain recorded
         rng_slo = choose_slo([r.sleep_s for r in kept], [r.mean_ms for r in kept])
         slo = float(slo_ms) if slo_ms is not None else rng_slo[0]
         why = (f"given: {slo:.2f} ms" if slo_ms is not None else

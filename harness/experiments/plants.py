@@ -21,7 +21,15 @@ from typing import Any
 
 from gpucontrol.errors import PlantUnavailable
 
-__all__ = ["PLANTS", "make_plant", "plant_factory", "register_plant"]
+__all__ = ["PLANTS", "ExperimentFailed", "make_plant", "plant_factory", "register_plant"]
+
+
+class ExperimentFailed(RuntimeError):
+    """The plant ran, but the experiment could not reach its result for a reason outside the
+    code (a live plant too disturbed to identify, say). Its message is one line: what
+    happened and what to try. The ``gpucontrol`` command prints it with where the partial
+    output is (the previous results stay as they were) and exits with status 1; a
+    :class:`~gpucontrol.errors.PlantUnavailable` (the plant cannot run here at all) exits 3."""
 
 #: Plant name -> ``"module:function"`` of its factory.
 PLANTS: dict[str, str] = {

@@ -135,7 +135,7 @@ class PeriodResult:
     """What one control period produced.
 
     It is also a valid controller measurement: ``mean_ms``, ``p99_ms``, ``count`` and
-    ``restarting`` are what :func:`gpucontrol.controllers.as_measurement` reads. With a
+    ``restarting`` are what :func:`gpucontrol.measurement.as_measurement` reads. With a
     measurement delay the latency fields describe the previous period; the throughput fields
     always describe this one.
 

@@ -8,8 +8,8 @@ import math
 from typing import Any
 
 from gpucontrol import Actuation
-from gpucontrol.controllers import as_measurement, usable
 from gpucontrol.knobs import ShareKnob
+from gpucontrol.measurement import as_measurement, usable
 from harness.sim.protocol import PlantActuation
 
 __all__ = ["GSliceExtended", "IntegralController", "MPSOnly"]

@@ -63,6 +63,18 @@ def test_readme_first_commands_run_as_written(tmp_path):
               "results/identify/identify_summary.csv", "results/calibration/calibration.json",
               "results/cluster/fig12_gpus.png"):
         assert (tmp_path / f).stat().st_size > 0, f
+    # the calibration example is one a reader can trust: the fig8 preset fitted to records
+    # it made itself moves little and fits them at least as well, source by source, with no
+    # warning (records of two simulated presets would pull the fit between two plants)
+    from harness.experiments.calibrate import per_source
+
+    doc = json.loads((tmp_path / "results/calibration/calibration.json").read_text())
+    (row,) = per_source(doc)
+    assert row["preset"] == doc["base_preset"] == "fig8"
+    assert row["latency_rms"] <= row["latency_rms_base"] < 2.0
+    assert all(abs(f["change_pct"]) < 5 for f in doc["fitted"].values())
+    cal = next(o for line, o in zip(lines, outs) if line.startswith("gpucontrol calibrate"))
+    assert "## Fit per source" in cal and "Warning" not in cal
 
 
 @pytest.mark.slow

@@ -64,7 +64,7 @@ def test_delay_aware_design_and_analyses():
     p1 = design_p(MODEL, delay_periods=1)
     assert p1.detune == 0.5 and p1.delay_periods == 1
     assert stable_gain_range(p1, MODEL) == pytest.approx((0.0, 2.0))   # defaults to its delay
-    assert np.all(np.abs(p1.poles()) < 1)
+    assert np.all(np.abs(p1.poles) < 1)
     assert p1.settling_periods() == design_p(MODEL, 0.5).settling_periods(delay_periods=1)
 
 

@@ -19,7 +19,7 @@ def test_p_gain_is_inverse_model_gain():
 @pytest.mark.parametrize("g", [0.1, 0.5, 1.0, 1.5, 1.9, 2.5])
 def test_p_closed_loop_pole_is_one_minus_g(g):
     p = design_p(MODEL)
-    np.testing.assert_allclose(p.poles(g), [1.0 - g], atol=1e-12)
+    np.testing.assert_allclose(p.poles_at(g), [1.0 - g], atol=1e-12)
     cl = p.closed_loop(gain_ratio=g)
     np.testing.assert_allclose(control.poles(cl), [1.0 - g], atol=1e-10)
 
@@ -36,7 +36,7 @@ def test_deadbeat_at_nominal_gain():
 @pytest.mark.parametrize("detune", [0.3, 0.6, 1.0, 1.4])
 def test_detuned_pole(detune):
     p = design_p(MODEL, detune=detune)
-    np.testing.assert_allclose(p.poles(), [1.0 - detune], atol=1e-12)
+    np.testing.assert_allclose(p.poles, [1.0 - detune], atol=1e-12)
 
 
 def test_closed_loop_matches_python_control_feedback_and_is_type_one():
@@ -72,7 +72,7 @@ def test_python_control_tools_work_on_designs():
 @pytest.mark.parametrize("settling,overshoot", [(10, 0.3), (4, 0.5), (25, 0.2)])
 def test_pi_meets_its_spec(settling, overshoot):
     pi = design_pi(MODEL, settling_periods=settling, max_overshoot=overshoot)
-    assert np.all(np.abs(pi.poles()) < 1.0)
+    assert np.all(np.abs(pi.poles) < 1.0)
     info = control.step_info(pi.closed_loop(), SettlingTimeThreshold=0.02)
     assert info["Overshoot"] <= overshoot * 100 + 1e-6
     assert info["SteadyStateValue"] == pytest.approx(1.0, abs=1e-9)
@@ -81,7 +81,7 @@ def test_pi_meets_its_spec(settling, overshoot):
 
 def test_pi_placed_poles_are_the_closed_loop_poles():
     pi = design_pi(MODEL, 10, 0.3)
-    np.testing.assert_allclose(sorted(pi.poles(), key=lambda z: z.imag),
+    np.testing.assert_allclose(sorted(pi.poles, key=lambda z: z.imag),
                                sorted(pi.poles_placed, key=lambda z: z.imag), atol=1e-9)
     np.testing.assert_allclose(sorted(control.poles(pi.closed_loop()), key=lambda z: z.imag),
                                sorted(pi.poles_placed, key=lambda z: z.imag), atol=1e-8)
@@ -103,6 +103,31 @@ def test_pi_rejects_ramp_load_while_p_lags():
 def test_pi_impossible_spec_is_refused():
     with pytest.raises(ValueError, match="max_overshoot"):
         design_pi(MODEL, settling_periods=4, max_overshoot=0.05)
+
+
+@pytest.mark.parametrize("settling", [10, 30])
+def test_pi_refusal_says_the_overshoot_the_settling_time_reaches(settling):
+    """A type-2 loop always overshoots a step: max_overshoot 0.1 is out of reach for every
+    settling time up to 30 periods; the error names the overshoot that is, and asking for it
+    succeeds."""
+    import re
+
+    with pytest.raises(ValueError, match="type 2") as err:
+        design_pi(MODEL, settling_periods=settling, max_overshoot=0.1)
+    need = float(re.search(r"allow max_overshoot >= ([0-9.]+)", str(err.value)).group(1))
+    assert 0.1 < need < 0.3
+    pi = design_pi(MODEL, settling_periods=settling, max_overshoot=need)
+    assert pi.settling_periods() <= settling
+    assert control.step_info(pi.closed_loop())["Overshoot"] <= 100 * need + 1e-6
+
+
+def test_poles_is_a_value_and_poles_at_takes_a_gain_ratio_and_delay():
+    p = design_p(MODEL, detune=0.5)
+    assert isinstance(p.poles, np.ndarray)
+    np.testing.assert_allclose(p.poles, [0.5])
+    np.testing.assert_allclose(p.poles_at(2.0), [0.0], atol=1e-12)
+    np.testing.assert_allclose(sorted(np.abs(p.poles_at(1.0, delay_periods=1))),
+                               [math.sqrt(0.5)] * 2)
 
 
 @pytest.mark.parametrize("kwargs,field", [

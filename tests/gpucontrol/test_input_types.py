@@ -14,6 +14,7 @@ from gpucontrol import (
     Measurement,
     OperatingPoint,
     ShareKnob,
+    SleepKnob,
     TwoTierController,
     check_envelope,
     design_p,
@@ -45,6 +46,64 @@ def test_measurements_of_any_real_type_are_acted_on(m):
 def test_a_measurement_field_that_is_not_a_number_is_a_type_error(kw, field):
     with pytest.raises(TypeError, match=field):
         Measurement(**kw)
+
+
+@pytest.mark.parametrize("kw, err, rule", [
+    ({"mean": 95.0, "count": -3}, ConfigurationError, r"count must be >= 0"),
+    ({"mean": 95.0, "count": True}, TypeError, "count"),
+    ({"mean": True}, TypeError, "mean must be a number"),
+])
+def test_what_cannot_be_a_measurement_is_refused_naming_the_field_and_rule(kw, err, rule):
+    with pytest.raises(err, match=rule):
+        Measurement(**kw)
+
+
+@pytest.mark.parametrize("bad, err, words", [
+    (True, TypeError, "got bool True"),
+    (np.bool_(False), TypeError, "got bool"),
+    ({"latency": 95.0}, TypeError, "unknown key.*'latency'"),
+    ({"men": 95.0, "count": 4}, TypeError, "unknown key.*'men'"),
+    ({"p99": 120.0, "count": 4}, TypeError, "needs the period's mean"),
+    ({"mean": "95"}, TypeError, "mean must be a number"),
+    ({"mean": 95.0, "count": -3}, ConfigurationError, "count must be >= 0"),
+    ({"mean": 95.0, "mean_ms": 95.0}, TypeError, "mean or mean_ms, not both"),
+])
+def test_update_refuses_what_is_not_a_measurement(bad, err, words):
+    ctl = TwoTierController(M, slo_ms=90.0, sleep=SleepKnob(initial_s=0.3))
+    with pytest.raises(err, match=words):
+        ctl.update(bad)
+    assert ctl.period == 0 and ctl.sleep_s == 0.3  # refused before anything moved
+
+
+@pytest.mark.parametrize("mapping, mean", [({"mean": 95}, 95.0), ({"mean_ms": 95.0}, 95.0),
+                                           ({"mean": 95, "p99": 120, "count": 40,
+                                             "restarting": False, "iteration_s": 0.4}, 95.0)])
+def test_a_mapping_with_the_documented_keys_is_that_measurement(mapping, mean):
+    a = TwoTierController(M, slo_ms=90.0).update(mapping)
+    b = TwoTierController(M, slo_ms=90.0).update(Measurement(**mapping))
+    assert a == b and a.reason == "inner"
+    assert Measurement(**mapping).mean_ms == mean
+
+
+def test_a_mapping_of_a_period_without_requests_holds():
+    act = TwoTierController(M, slo_ms=90.0, sleep=SleepKnob(initial_s=0.3)).update({"count": 0})
+    assert act.reason == "hold: no requests this period" and act.sleep_s == 0.3
+
+
+def test_a_p99_below_the_mean_is_kept_because_the_nodes_histogram_produces_one():
+    """The node's Prometheus source interpolates the p99 inside its bucket while the mean is
+    exact: two batches of 49.9 ms read as p99 49.6 ms. Refusing that would stop the daemon on
+    a real scrape; the p99 loop uses the p99 it is given."""
+    from gpucontrol.node.prom_source import histogram_quantile
+
+    p99 = 1e3 * histogram_quantile(0.99, [(0.01, 0.0), (0.05, 2.0), (math.inf, 2.0)])
+    assert p99 < 49.9
+    m = Measurement(mean=49.9, p99=p99, count=2)
+    assert m.p99_ms == p99
+    act = TwoTierController(M, slo_ms=45.0, mode="p99").update(m)
+    ref = TwoTierController(M, slo_ms=45.0, mode="p99").update(Measurement(49.9, 49.9, 2))
+    assert act.reason == "inner"
+    assert act.error_ms - ref.error_ms == pytest.approx(49.9 - p99)  # the p99 it was given
 
 
 def test_nan_and_negative_readings_are_still_held_not_refused():
@@ -175,8 +234,16 @@ def test_robustness_plot_shades_each_unstable_run_and_refuses_an_empty_table():
     assert len(spans) == 2  # ratio ~0 and 2.5 unstable, the stable ones between unshaded
     labels = ax.get_legend_handles_labels()[1] + [t.get_text() for t in ax.get_legend().texts]
     assert "settling periods" in labels
+    from gpucontrol.stability import RobustnessTable
+
     with pytest.raises(ConfigurationError, match="no rows"):
-        robustness_plot(robustness_sweep(p, ratios=[]))
+        robustness_plot(RobustnessTable(()))
+
+
+@pytest.mark.parametrize("ratios", [[], (), np.array([]), iter([])])
+def test_a_sweep_over_no_gain_ratios_is_refused_not_an_empty_table(ratios):
+    with pytest.raises(ConfigurationError, match="ratios must hold at least one"):
+        robustness_sweep(design_p(M), M, ratios)
 
 
 @pytest.mark.parametrize("make, err, name", [
@@ -185,7 +252,7 @@ def test_robustness_plot_shades_each_unstable_run_and_refuses_an_empty_table():
     (lambda: TwoTierController(M, 90.0, design="0.5"), ConfigurationError, "design"),
     (lambda: TwoTierController(M, 90.0, adaptive=GainEstimator(-12.0, forgetting=5.0)),
      ConfigurationError, "forgetting"),
-    (lambda: design_p(M).poles(float("nan")), ConfigurationError, "gain_ratio"),
+    (lambda: design_p(M).poles_at(float("nan")), ConfigurationError, "gain_ratio"),
     (lambda: is_stable(design_p(M), float("nan")), ConfigurationError, "gain_ratio"),
     (lambda: LatencyModelFamily((OperatingPoint(50, M),)).gain_ratios(3), TypeError, "nominal"),
     (lambda: LatencyModelFamily.from_json('[{"x": 1}]'), ConfigurationError, "mps_pct"),

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucontrol import (
+    ConfigurationError,
     LinearLatencyModel,
     check_envelope,
     design_p,
@@ -50,7 +51,7 @@ def test_range_edges_agree_with_jury_and_poles(delay):
     lo, hi = stable_gain_range(d, MODEL, delay_periods=delay)
     for g in np.linspace(lo + 1e-3, hi - 1e-3, 15):
         assert jury(d.characteristic_polynomial(g, delay))
-        assert np.max(np.abs(d.poles(g, delay))) < 1.0
+        assert np.max(np.abs(d.poles_at(g, delay))) < 1.0
     assert not jury(d.characteristic_polynomial(hi * 1.01, delay))
 
 
@@ -76,6 +77,12 @@ def test_jury_rejects_bad_input():
         jury([0.0, 0.0])
     with pytest.raises(ValueError):
         jury([1.0, math.nan])
+
+
+@pytest.mark.parametrize("coeffs", [[0, 1], [5.0], [0.0, 0.0, -2.0], np.array([[0.0, 3.0]])])
+def test_jury_refuses_a_constant_which_has_no_roots_to_judge(coeffs):
+    with pytest.raises(ConfigurationError, match="degree >= 1"):
+        jury(coeffs)
 
 
 def test_jury_agrees_with_roots_on_many_random_polynomials():

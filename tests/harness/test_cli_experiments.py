@@ -65,13 +65,22 @@ BAD = [
     (["demo", "--slo", "50"], "--slo 50: the demo on the sim plant runs the Fig 8 burst at its "
                               "SLO of 90 ms; --slo is for --plant cpu"),
     (["demo", "--plant", "cpu", "--duration", "3", "--period", "4"],
-     "--duration 3 s is shorter than one --period (4 s)"),
-    (["demo", "--plant", "cpu", "--duration", "6", "--period", "4"],
-     "--duration 6 s is not a whole number of 4 s periods"),
+     "--duration 3 s with --plant cpu (its closed-loop phase) is 0.75 periods of 4 s; it needs "
+     "at least 20 (--duration >= 80 s, a whole number of periods)"),
+    # the durations a message suggests are ones the command takes (10 s used to suggest 8
+    # or 12, both then refused)
+    (["demo", "--plant", "cpu", "--duration", "10"],
+     "--duration 10 s with --plant cpu (its closed-loop phase) is 2.5 periods of 4 s; it needs "
+     "at least 20 (--duration >= 80 s"),
+    (["demo", "--plant", "cpu", "--duration", "90"],
+     "--duration 90 s is not a whole number of 4 s periods; use 88 or 92"),
     (["demo", "--plant", "cpu", "--duration", "10", "--period", "1"],
-     "--duration 10 s with --plant cpu is 10 closed-loop periods of 1 s; it needs at least 20"),
+     "--duration 10 s with --plant cpu (its closed-loop phase) is 10 periods of 1 s; it needs at "
+     "least 20 (--duration >= 20 s"),
     (["demo", "--plant", "cpu", "--preset", "fig4"],
-     "--preset 'fig4': the CPU plant's presets are default, fig8, small"),
+     "--preset 'fig4': the CPU plant's preset must be default or small (fig8 means default)"),
+    (["burst", "--batch", "-5,10"], "--batch: both values must be in [1, 4096], got '-5,10'"),
+    (["burst", "--burst", "-10,20"], "--burst: both values must be in [0, inf], got '-10,20'"),
     (["burst", "--duration", "0"], "--duration: must be in (0, 86400] s"),
     (["burst", "--duration", "1e9"], "--duration: must be in (0, 86400] s"),
     (["burst", "--duration", "nan"], "--duration: must be in (0, 86400] s"),
@@ -277,3 +286,40 @@ def test_cluster_help_is_plain_text(capsys):
     out = capsys.readouterr().out
     assert "``" not in out and "(default: None)" not in out and "(default: False)" not in out
     assert "Trace-driven cluster simulation" in out
+
+
+def test_the_cpu_plant_presets_in_the_help_are_the_ones_its_error_lists(capsys):
+    from harness.cli.experiments import CPU_PRESETS
+    from harness.hil.cpu.plant import PRESETS, presets_text
+
+    assert presets_text() == CPU_PRESETS
+    for name in ("default", "small", "fig8"):
+        assert name in CPU_PRESETS and name in PRESETS
+    for cmd in ("demo", "identify"):
+        assert _rc([cmd, "--help"]) == 0
+        assert "with --plant cpu default or small (fig8 means default)" in \
+            " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("content", ["", "t_start_s,latency_ms,mps_pct,sleep_s\n"],
+                         ids=["empty", "header-only"])
+def test_calibrate_from_a_file_without_periods_names_the_file_not_the_preset(
+        content, tmp_path, capsys):
+    f = tmp_path / "x.csv"
+    f.write_text(content)
+    assert _rc(["calibrate", "--from", str(f), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"gpucontrol calibrate: error: source {str(f)!r}: no periods in it (an "
+                   f"empty file, or a header alone); give the per-period CSV or the results "
+                   f"folder of a knobs, identify, burst or sweep run"), err
+    assert not (tmp_path / "o").exists()
+
+
+def test_knobs_on_another_batch_says_the_papers_columns_are_for_batch_5(tmp_path, capsys):
+    argv = ["knobs", "--duration", "6", "--out", str(tmp_path), "--no-progress"]
+    assert main([*argv, "--preset", "fig8"]) == 0
+    err = capsys.readouterr().err
+    assert "the paper_* columns are the GPUColo paper's Fig 4, whose setting the fig4 preset " \
+           "reproduces at inference batch 5; this run's batch is 105 (preset fig8)" in err
+    assert main(argv) == 0  # fig4: batch 5, no note
+    assert "paper_* columns" not in capsys.readouterr().err

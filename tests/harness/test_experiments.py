@@ -133,24 +133,45 @@ def test_params_meta_names_the_reference_for_what_it_is():
     assert params_meta("gpu", ref) == {"model_plant_params": ref.describe()}
 
 
-def test_burst_figure_shows_every_controller_unclipped(monkeypatch):
+def test_burst_figure_shows_every_controller_unclipped_and_tellable_apart(monkeypatch):
+    """Every controller's latency in one of two panels -- those that move a knob, and the
+    fixed allocations on a scale of their own (named with their knobs) -- with no two lines of
+    a panel drawn alike; sleep and MPS of the ones that move them; nothing clipped."""
     import sys
+
+    from matplotlib.colors import to_rgba
 
     mod = sys.modules["harness.experiments.burst"]
     figs = []
     monkeypatch.setattr(mod, "save_figure", lambda fig, path: figs.append(fig) or path)
-    res = burst(duration_s=48, burst_s=(16, 32), controllers="simple,conservative,two-tier",
+    res = burst(duration_s=48, burst_s=(16, 32),
+                controllers="simple,conservative,two-tier,mid-range,default,oracle",
                 progress=False)
     mod.plot_burst(res, "unused.png")
     fig = figs[0]
-    lat_ax, sleep_ax, mps_ax = fig.axes[:3]
-    names = [r["controller"] for r in res.summary]
-    for ax in (lat_ax, sleep_ax, mps_ax):  # one line per controller in every time panel
-        lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("SLO")]
-        assert len({ln.get_color() for ln in lines}) == len(names) == 3
-    lat = res.records.col("latency_ms")
-    lo, hi = lat_ax.get_ylim()
-    assert lo <= np.nanmin(lat) and hi >= np.nanmax(lat)  # nothing clipped
+    lat_ax, fix_ax, sleep_ax, mps_ax = fig.axes[:4]
+
+    def lines(ax):
+        return [ln for ln in ax.get_lines() if not ln.get_label().startswith(("SLO", "_"))]
+
+    def looks(ax):
+        return [(to_rgba(ln.get_color()), ln.get_linestyle()) for ln in ax.get_lines()
+                if not ln.get_label().startswith("SLO")]
+
+    fixed = ["Simple", "Conservative"]
+    moving = ["GPUColo two-tier", "GPUColo mid-range + adaptive", "gpucontrol default",
+              "Oracle"]
+    assert [ln.get_label() for ln in lines(fix_ax)] == fixed
+    assert [ln.get_label() for ln in lines(lat_ax)] == moving
+    assert all(name in fix_ax.get_title(loc="left") for name in fixed)
+    for ax in (lat_ax, fix_ax, sleep_ax, mps_ax):
+        assert len(set(looks(ax))) == len(looks(ax))  # no two alike in a panel
+    assert len(sleep_ax.get_lines()) == len(mps_ax.get_lines()) == len(moving)
+    for ax, names in ((lat_ax, moving), (fix_ax, fixed)):
+        lat = np.concatenate([res.records.col("latency_ms")[
+            np.array([r["controller"] == n for r in res.records])] for n in names])
+        lo, hi = ax.get_ylim()
+        assert lo <= np.nanmin(lat) and hi >= np.nanmax(lat)  # nothing clipped
     labels = [t.get_text() for t in lat_ax.texts]
     assert any("burst starts" in t for t in labels) and any("burst ends" in t for t in labels)
 

@@ -139,3 +139,45 @@ def test_model_json_carries_the_training_rate_curve(study):
     f.write_text(json.dumps(one))
     fam = load_model(f)       # one level with its iteration time: a one-point family
     assert fam.iteration_s(100.0) == pytest.approx(res.summary[-1]["iteration_s"])
+
+
+class _CPUShareRecorder:
+    """The simulated plant seen as one whose share is a CPU quota (as the CPU plant's)."""
+
+    share_name = "CPU share"
+
+    def __init__(self):
+        from harness.sim.simulated import SimulatedColocation
+
+        self._plant = SimulatedColocation.preset("fig8", seed=3)
+
+    def __getattr__(self, name):
+        return getattr(self._plant, name)
+
+
+def test_a_cpu_share_is_named_so_and_the_fitted_line_carries_its_units(tmp_path, monkeypatch):
+    """The CPU plant's identification figure said "MPS 100%", and its legend "-1.0 s + 77.1"
+    read as seconds: figures and report now name the plant's own share, and the line reads
+    ``latency = -1.0 ms/s × sleep + 77.1 ms``."""
+    seen = []
+
+    def capture(fig, path):
+        ax = fig.axes[0]
+        seen.append((ax.get_title(), [t.get_text() for t in ax.get_legend().texts]))
+        return path
+
+    monkeypatch.setattr(ident, "save_figure", capture)
+    res = ident.identify(plant=_CPUShareRecorder(), mps_levels=(100,), periods=20, seed=1,
+                         out_dir=tmp_path)
+    assert res.meta["share_name"] == "CPU share"
+    (title6, legend6), (title7, _) = seen
+    assert "CPU share" in title6 and "MPS" not in title6
+    assert "dotted" in title6  # the simulated plant has a noise-free curve to dot
+    row = res.summary[0]
+    assert legend6 == [f"CPU share 100%: latency = {row['gain']:.1f} ms/s × sleep + "
+                       f"{row['offset']:.1f} ms (R² {row['r2']:.2f})"]
+    assert title7.startswith("CPU share 100%: held-out R²")
+    text = ident.format_summary(res)
+    assert "| CPU share % |" in text and "MPS" not in text
+    assert ident._line({"gain": -1.0, "offset": -77.1, "r2": 0.5}) == \
+        "-1.0 ms/s × sleep - 77.1 ms (R² 0.50)"

@@ -31,7 +31,6 @@ def test_every_fit_reports_the_same_r2():
     92.5,
     {"mean_ms": 92.5, "p99_ms": 120.0, "count": 3},
     {"mean": 92.5, "p99": 120.0},
-    {"mean_ms": 92.5, "mean": 1.0},
     {"mean_ms": 92.5, "count": 0},
     {"mean_ms": "x"},
 ])
@@ -51,6 +50,17 @@ def test_measurement_value_reads_what_the_controller_reads(m):
             assert math.isnan(v)
         else:
             assert measurement_value(m, stat) == core
+
+
+@pytest.mark.parametrize("m", [{"mean_ms": 92.5, "mean": 1.0}, {"mean": 92.5, "count": -3}])
+def test_what_the_controller_refuses_sysid_refuses(m):
+    from gpucontrol import TwoTierController
+    from gpucontrol.models import LinearLatencyModel
+
+    with pytest.raises(ValueError):
+        measurement_value(m)
+    with pytest.raises((TypeError, ValueError)):
+        TwoTierController(LinearLatencyModel(-12.0, 95.0), 90.0).update(m)
 
 
 def test_measurement_value_accepts_a_core_measurement():

@@ -36,7 +36,7 @@ from gpucontrol.node.actuators.sleep import SignalDutyCycler
 from gpucontrol.node.prom_source import PrometheusSource
 from harness.sim.protocol import PeriodResult, actuation_knobs
 
-__all__ = ["CPUPlant", "CPUPlantConfig", "make_cpu_plant"]
+__all__ = ["CPUPlant", "CPUPlantConfig", "make_cpu_plant", "presets_text"]
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,21 @@ class CPUPlantConfig:
 
 PRESETS: dict[str, CPUPlantConfig] = {
     "default": CPUPlantConfig(),
-    "fig8": CPUPlantConfig(),  # the experiments' default preset name maps to the default
     "small": CPUPlantConfig(rate_hz=30.0, batch=128, burst_batch=160, train_batch=128,
                             sizes="256,512,512,10"),
 }
+#: Other plants' preset names that the CPU plant takes as one of its own: the experiments'
+#: default preset name, ``fig8``, runs the default.
+PRESET_ALIASES: dict[str, str] = {"fig8": "default"}
+PRESETS.update({a: PRESETS[n] for a, n in PRESET_ALIASES.items()})
+
+
+def presets_text() -> str:
+    """The CPU plant's presets as the command line's help and errors name them: its own, and
+    the other plants' default name that maps to one (:data:`PRESET_ALIASES`)."""
+    own = [n for n in PRESETS if n not in PRESET_ALIASES]
+    alias = "; ".join(f"{a} means {n}" for a, n in PRESET_ALIASES.items())
+    return " or ".join(own) + (f" ({alias})" if alias else "")
 
 
 def _env(threads: int) -> dict[str, str]:
@@ -116,6 +127,10 @@ class CPUPlant:
     start_timeout_s : float
         How long the services may take to come up.
     """
+
+    #: What the plant's spatial share is (labels of figures and reports): the training's
+    #: cgroup CPU quota, not an MPS active-thread percentage.
+    share_name = "CPU share"
 
     def __init__(self, config: CPUPlantConfig | None = None, *,
                  workdir: str | os.PathLike[str] | None = None,
@@ -330,7 +345,6 @@ def make_cpu_plant(preset: str = "default", *, seed: int = 0, **overrides: Any) 
         A started plant; close it when done.
     """
     if preset not in PRESETS:
-        raise ValueError(f"CPU plant preset must be one of {', '.join(sorted(PRESETS))}, "
-                         f"got {preset!r}")
+        raise ValueError(f"the CPU plant's preset must be {presets_text()}, got {preset!r}")
     workdir = overrides.pop("workdir", None)
     return CPUPlant(replace(PRESETS[preset], **overrides), workdir=workdir)

@@ -27,6 +27,9 @@ __all__ = ["main"]
 
 def _worker(q: Any, batch: int, dim: int, classes: int, seed: int, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # forked after the parent's SIGTERM handler, which only sets the parent's stop flag: with
+    # it the worker outlived terminate() and the parent waited out its 5 s join on every stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     rng = np.random.default_rng(seed)
     centers = rng.standard_normal((classes, dim)).astype(np.float32)
     while os.getppid() == parent:

@@ -14,7 +14,15 @@ import sys
 import time
 import urllib.request
 
-from actuators._children import BUSY, SLEEPER, daemon_argv, read_events, state, wait_state
+from actuators._children import (
+    BUSY,
+    SLEEPER,
+    daemon_argv,
+    read_events,
+    run_daemon,
+    state,
+    wait_state,
+)
 
 F_SETPIPE_SZ = 1031
 
@@ -43,10 +51,11 @@ def test_unread_stdout_never_blocks_the_loop_and_sigterm_works(children, tmp_pat
         time.sleep(0.1)
         periods = _metric(url, "gpucontrol_periods_total")
     assert periods >= 150  # the loop ran on long after the pipe was full
-    t0 = time.monotonic()
     d.send_signal(signal.SIGTERM)
+    # a shutdown held by the full pipe would never end; the log's writer is given up after
+    # its 1 s close timeout. 10 s is the budget a loaded 2-core CI machine meets (the unit's
+    # TimeoutStopSec is 90 s); the daemon runs at the unit's Nice=-5 (Children.popen)
     assert d.wait(10) == 0
-    assert time.monotonic() - t0 < 5
     assert wait_state(t.pid, {"R"}, timeout=2.0)
 
 
@@ -55,10 +64,10 @@ def test_log_file_is_private_and_never_follows_a_link(children, tmp_path):
     log = tmp_path / "d.log"
     old = os.umask(0o022)
     try:
-        r = subprocess.run([*daemon_argv(tmp_path, "l", "--training-pid", str(t.pid),
-                                         "--fixed-sleep", "0", "--duration-s", "0.3",
-                                         "--period-s", "0.1", "--log", str(log))],
-                           capture_output=True, text=True, timeout=30, check=False)
+        r = run_daemon([*daemon_argv(tmp_path, "l", "--training-pid", str(t.pid),
+                                     "--fixed-sleep", "0", "--duration-s", "0.3",
+                                     "--period-s", "0.1", "--log", str(log))],
+                       capture_output=True, text=True, timeout=30, check=False)
     finally:
         os.umask(old)
     assert r.returncode == 0, r.stderr
@@ -69,19 +78,19 @@ def test_log_file_is_private_and_never_follows_a_link(children, tmp_path):
     victim.write_text("keep\n")
     link = tmp_path / "link.log"
     link.symlink_to(victim)
-    r = subprocess.run([*daemon_argv(tmp_path, "l", "--training-pid", str(t.pid),
-                                     "--fixed-sleep", "0", "--duration-s", "0.3",
-                                     "--log", str(link))],
-                       capture_output=True, text=True, timeout=30, check=False)
+    r = run_daemon([*daemon_argv(tmp_path, "l", "--training-pid", str(t.pid),
+                                 "--fixed-sleep", "0", "--duration-s", "0.3",
+                                 "--log", str(link))],
+                   capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 2 and "symbolic link" in r.stderr
     assert victim.read_text() == "keep\n"
     shared = tmp_path / "shared.log"
     shared.write_text("")
     shared.chmod(0o666)
-    r = subprocess.run([*daemon_argv(tmp_path, "l", "--training-pid", str(t.pid),
-                                     "--fixed-sleep", "0", "--duration-s", "0.3",
-                                     "--log", str(shared))],
-                       capture_output=True, text=True, timeout=30, check=False)
+    r = run_daemon([*daemon_argv(tmp_path, "l", "--training-pid", str(t.pid),
+                                 "--fixed-sleep", "0", "--duration-s", "0.3",
+                                 "--log", str(shared))],
+                   capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 2 and "writable by group or others" in r.stderr
     assert state(t.pid) != "T"
 
@@ -133,10 +142,10 @@ def test_a_stopped_daemon_is_resumed_and_killed_by_its_guardian(children, tmp_pa
 
 def test_a_healthy_daemon_is_never_killed_for_stalling(children, tmp_path):
     t = children.spawn(SLEEPER)
-    r = subprocess.run(daemon_argv(tmp_path, "h", "--training-pid", str(t.pid),
-                                   "--fixed-sleep", "0.01", "--period-s", "0.05",
-                                   "--stall-timeout-s", "1.0", "--duration-s", "2"),
-                       capture_output=True, text=True, timeout=30, check=False)
+    r = run_daemon(daemon_argv(tmp_path, "h", "--training-pid", str(t.pid),
+                               "--fixed-sleep", "0.01", "--period-s", "0.05",
+                               "--stall-timeout-s", "1.0", "--duration-s", "2"),
+                   capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 0, r.stderr
     assert '"stalled"' not in r.stderr
 

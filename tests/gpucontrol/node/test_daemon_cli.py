@@ -10,7 +10,15 @@ import socket
 import subprocess
 
 import pytest
-from actuators._children import BUSY, SLEEPER, daemon_argv, read_events, stopped_pids, wait_for
+from actuators._children import (
+    BUSY,
+    SLEEPER,
+    daemon_argv,
+    read_events,
+    run_daemon,
+    stopped_pids,
+    wait_for,
+)
 
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node.cli import main as daemon_main
@@ -187,10 +195,10 @@ def test_a_metrics_port_in_use_is_refused_before_the_start(children, tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        r = subprocess.run(daemon_argv(tmp_path, "p", "--training-pid", str(t.pid),
-                                       "--fixed-sleep", "0", "--metrics-port", str(port)),
-                           capture_output=True, text=True, timeout=60,
-                           stdin=subprocess.DEVNULL, check=False)
+        r = run_daemon(daemon_argv(tmp_path, "p", "--training-pid", str(t.pid),
+                                   "--fixed-sleep", "0", "--metrics-port", str(port)),
+                       capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL, check=False)
     assert r.returncode == 2, r.stderr
     assert r.stderr == (f"gpucontrol-daemon: error: --metrics-addr 127.0.0.1 --metrics-port "
                         f"{port}: cannot listen there (Address already in use)\n")
@@ -203,10 +211,10 @@ def test_a_refused_start_on_stdout_writes_no_stopped_line(children, tmp_path):
     t = children.spawn(SLEEPER)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    r = subprocess.run(daemon_argv(tmp_path, "s", "--training-pid", str(t.pid),
-                                   "--slo-ms", "90", "--model", str(bad)),
-                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-                       check=False)
+    r = run_daemon(daemon_argv(tmp_path, "s", "--training-pid", str(t.pid),
+                               "--slo-ms", "90", "--model", str(bad)),
+                   capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                   check=False)
     assert r.returncode == 2 and "--model: cannot read model" in r.stderr
     assert r.stdout == ""
 
@@ -219,10 +227,10 @@ def test_a_refused_start_leaves_an_existing_log_file_as_it_was(children, tmp_pat
         log = tmp_path / "d.log"
         log.write_text(before)
         log.chmod(0o600)
-        r = subprocess.run(daemon_argv(tmp_path, "e", "--training-pid", str(t.pid), "--slo-ms",
-                                       "90", "--model", str(bad), "--log", str(log)),
-                           capture_output=True, text=True, timeout=60,
-                           stdin=subprocess.DEVNULL, check=False)
+        r = run_daemon(daemon_argv(tmp_path, "e", "--training-pid", str(t.pid), "--slo-ms",
+                                   "90", "--model", str(bad), "--log", str(log)),
+                       capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL, check=False)
         assert r.returncode == 2 and f"--model: cannot read model {bad}" in r.stderr
         assert log.read_text() == before  # ours from before: kept, nothing appended
 
@@ -258,11 +266,11 @@ def test_duration_runs_every_whole_period_it_holds(children, tmp_path, duration,
     """--duration-s D runs floor(D / T) periods, the last one included (0.6 s of 0.2 s
     periods used to log 2)."""
     t = children.spawn(SLEEPER)
-    r = subprocess.run(daemon_argv(tmp_path, "d", "--training-pid", str(t.pid),
-                                   "--fixed-sleep", "0", "--period-s", period,
-                                   "--duration-s", duration),
-                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-                       check=False)
+    r = run_daemon(daemon_argv(tmp_path, "d", "--training-pid", str(t.pid),
+                               "--fixed-sleep", "0", "--period-s", period,
+                               "--duration-s", duration),
+                   capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                   check=False)
     assert r.returncode == 0, r.stderr
     recs = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["period"] for x in recs if "period" in x] == list(range(1, periods + 1))

@@ -20,6 +20,7 @@ from actuators._children import (
     daemon_argv,
     fork_worker,
     read_events,
+    run_daemon,
     stopped_pids,
     wait_for,
 )
@@ -128,8 +129,8 @@ def test_a_second_daemon_is_refused_and_a_dead_ones_group_reused(children, cpu_g
                    for x in out.stdout.splitlines())
         assert cpu_cgroup_of(t1.pid) == cgroup_rel(home)
 
-        out = subprocess.run(daemon_argv(tmp_path, "a", "--resume-only"), capture_output=True,
-                             text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+        out = run_daemon(daemon_argv(tmp_path, "a", "--resume-only"), capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
         assert json.loads(out.stdout)["share_released"] == 1, out
         assert not group.exists()
         assert cpu_cgroup_of(t0.pid) == home0
@@ -167,10 +168,10 @@ def test_a_refused_worker_leaves_the_training_as_it_was(children, cpu_groups, tm
         pytest.skip("cannot make a SCHED_FIFO process here")
     (home / "cgroup.procs").write_text(str(train.pid))
     name = _group_name()
-    out = subprocess.run(daemon_argv(tmp_path, "a", "--training-pid", str(train.pid),
-                                     *OPEN_LOOP, "--fixed-mps", "20", "--share-cgroup", name),
-                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-                         check=False)
+    out = run_daemon(daemon_argv(tmp_path, "a", "--training-pid", str(train.pid),
+                                 *OPEN_LOOP, "--fixed-mps", "20", "--share-cgroup", name),
+                     capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                     check=False)
     assert out.returncode == 1, out.stderr
     errors = [line for line in out.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and f"cannot move pid {rt}" in errors[0] \

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from actuators._children import daemon_argv, read_events, wait_for
+from actuators._children import daemon_argv, read_events, run_daemon, wait_for
 
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node.actuators.spatial import BackendInfo, detect_backends
@@ -261,7 +261,7 @@ def test_green_context_share_follows_the_outer_loop_without_restart_and_is_withd
     assert not [r for r in recs if r.get("restarting")]
 
     # the next start: leftovers resumed (the hook file cleared), open loop at the full share
-    again = subprocess.run(daemon_argv(
+    again = run_daemon(daemon_argv(
         tmp_path, "g", "--training-pid", str(train.pid), "--fixed-sleep", "0", "--period-s",
         "0.2", "--duration-s", "0.5", "--sleep-method", "hook", "--share-backend",
         "green-context", "--mps-unchecked"), capture_output=True, text=True, timeout=60,

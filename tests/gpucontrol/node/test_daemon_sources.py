@@ -16,6 +16,7 @@ from actuators._children import (
     histogram_text,
     metrics_server,
     read_events,
+    run_daemon,
     send_body,
     slow_inference_metrics,
     stopped_pids,
@@ -161,7 +162,7 @@ def test_daemon_holds_through_scrapes_that_are_not_finite(tmp_path, children):
         send_body(handler, histogram_text(*bad) if bad else histogram_text(10 * n))
 
     with metrics_server(respond) as url:
-        out = subprocess.run(daemon_argv(
+        out = run_daemon(daemon_argv(
             tmp_path, "x", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
             str(tmp_path / "model.json"), "--period-s", "0.25", "--duration-s", "2.5",
             "--latency-source", "prometheus", "--prometheus-url", url,
@@ -180,10 +181,12 @@ def test_daemon_holds_through_scrapes_that_are_not_finite(tmp_path, children):
 
 @pytest.mark.parametrize("mode", ["silent", "drip"])
 def test_a_slow_metrics_endpoint_costs_periods_never_the_daemon(tmp_path, children, mode):
-    """With the fast setting (--period-s 0.2 --stall-timeout-s 0.6) an endpoint that accepts
-    and never answers, or drips its body a byte every 0.1 s: every period holds (no samples,
-    one malformed), the loop keeps beating, the guardian never declares a stall, the daemon
-    runs to its end (exit 0) and the training is never left stopped."""
+    """With 0.2 s periods an endpoint that accepts and never answers (for 10 s), or drips its
+    body a byte every 0.1 s (for about 15 s): every period holds (no samples, one malformed),
+    the loop keeps beating, the guardian never declares a stall, the daemon runs to its end
+    (exit 0) and the training is never left stopped. The scrape's deadline is 0.1 s (half a
+    period); a scrape that held the loop would outlast the 3 s stall timeout many times over,
+    which leaves a loaded machine room (at 0.6 s a busy CI machine alone tripped it)."""
     train = children.spawn(SLEEPER)
     (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
     stop = threading.Event()
@@ -201,9 +204,9 @@ def test_a_slow_metrics_endpoint_costs_periods_never_the_daemon(tmp_path, childr
 
     with metrics_server(respond) as url:
         try:
-            out = subprocess.run(daemon_argv(
+            out = run_daemon(daemon_argv(
                 tmp_path, "x", "--training-pid", str(train.pid), "--slo-ms", "100", "--model",
-                str(tmp_path / "model.json"), "--period-s", "0.2", "--stall-timeout-s", "0.6",
+                str(tmp_path / "model.json"), "--period-s", "0.2", "--stall-timeout-s", "3",
                 "--duration-s", "2", "--latency-source", "prometheus", "--prometheus-url", url,
                 "--prometheus-metric", "lat_seconds", "--share-backend", "cpu",
                 "--sleep-method", "signal", "--run-quantum-s", "0.05"),
@@ -289,7 +292,7 @@ def test_daemon_scrapes_prometheus_and_moves_the_cpu_share(tmp_path, children):
     (tmp_path / "model.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
     group = f"gpucontrol-test-{uuid.uuid4().hex[:8]}"
     with slow_inference_metrics(0.2) as url:   # 200 ms per batch: always over the SLO
-        out = subprocess.run(daemon_argv(
+        out = run_daemon(daemon_argv(
             tmp_path, "x", "--training-pid", str(busy.pid), "--slo-ms", "100", "--model",
             str(tmp_path / "model.json"), "--period-s", "0.3", "--outer-every", "3",
             "--duration-s", "4", "--latency-source", "prometheus", "--prometheus-url", url,

@@ -204,7 +204,7 @@ def test_a_slow_scrape_holds_the_period_at_its_deadline(mode):
         t0 = time.monotonic()
         st = src.collect()
         took = time.monotonic() - t0
-    assert took < 0.9, took
+    assert took < 1.5, took  # the deadline is 0.3 s; the whole answer takes 2 s (the bug)
     assert st.count == 0 and st.malformed == 1 and math.isnan(st.mean_ms)
     # the deadline's own message, or the socket's timeout when that fired first (the same 0.3 s)
     assert "0.3 s" in src.last_error or "timed out" in src.last_error, src.last_error
@@ -214,12 +214,16 @@ def test_a_late_scrape_is_abandoned_and_never_used():
     """While a late scrape still runs no second one starts (the next period holds at once);
     once it has ended the next scrape counts from the last reading in time: the late one's
     reading is never used."""
-    with slow_server("body", drip_s=0.25, for_s=1.0) as url:  # the late one ends at ~0.5 s
-        src = PrometheusSource(url, "lat_seconds", timeout_s=0.3).start()  # count 10
+    # a byte every 0.9 s, inside the 1 s socket timeout: the late scrape finds itself past its
+    # 1 s deadline at the second byte, 1.8 s in, so it still runs for 0.8 s after collect gave
+    # up on it (a window a loaded machine cannot miss; with 0.3 s and 0.25 s it was 0.2 s)
+    with slow_server("body", drip_s=0.9, for_s=3.0) as url:
+        src = PrometheusSource(url, "lat_seconds", timeout_s=1.0).start()  # count 10
         assert src.collect().malformed == 1                 # late (the 20 being dripped)
         t0 = time.monotonic()
         again = src.collect()
-        assert time.monotonic() - t0 < 0.1                  # no wait: one scrape at a time
+        # no wait: one scrape at a time (a second one would wait its 1 s deadline)
+        assert time.monotonic() - t0 < 0.5
         assert again.count == 0 and again.malformed == 1 and "still runs" in src.last_error
         assert wait_for(lambda: src._late is None or src._late.done.is_set(), 5.0)
         st = src.collect()                                  # count 30, after 10

@@ -76,7 +76,9 @@ def test_daemon_that_never_answers_is_still_told_to_quit(fake_mps, monkeypatch):
     exe, record = fake_mps
     monkeypatch.setenv("FAKE_MPS_NO_PIPE", "1")
     out = io.StringIO()
-    with mps_session(binary=exe, stream=out, timeout_s=0.5) as mps:
+    # each command of the fake is a Python start-up: 0.5 s per command was too short on a
+    # loaded machine for "quit" to be recorded before its timeout killed it
+    with mps_session(binary=exe, stream=out, timeout_s=2.0) as mps:
         assert mps is None
     assert "cmd quit" in lines(record)  # attempted even though start-up failed half-way
     assert "did not start" in out.getvalue()

@@ -136,8 +136,10 @@ def test_green_and_sleep_plants_end_to_end_on_the_cpu(tmp_path):
     assert [r["share_pct"] for r in levels] == [100, 50, 25]
     assert all(r["training_throughput"] > 0 and r["latency_ms"] > 0 for r in levels)
     assert [r["share_pct"] for r in resizes] == [50, 25]
-    for r in resizes:  # command to the first iteration on the new partition
-        assert r["ok"] and 0 <= r["latency_s"] < 0.5 and r["switch_s"] < 0.01
+    for r in resizes:  # command to the first iteration on the new partition (in-process
+        # microseconds and about one 0.05 s iteration; a restart takes seconds: budgets a
+        # loaded CI machine meets)
+        assert r["ok"] and 0 <= r["latency_s"] < 2.0 and r["switch_s"] < 0.1
     assert [r["sm_count"] for r in resizes] == [50, 25]  # the simulated pool: 100 "SMs"
     levels, _ = run_plant("sleep", [100, 50], period_s=0.5, measure=1,
                           base=GPUPlantConfig(**{**vars(base), "workdir": str(tmp_path / "s")}),

@@ -16,10 +16,10 @@ import time
 
 from gpucontrol.node.actuators.procs import stop_requested
 
-__all__ = ["BUSY", "FORKER", "SLEEPER", "Children", "child_pids", "cpu_cgroup_of",
-           "cpu_controller_writable", "daemon_argv", "group_pids", "histogram_text",
-           "metrics_server", "read_events", "send_body", "state",
-           "stop_requested", "stopped_pids", "wait_for", "wait_state"]
+__all__ = ["BUSY", "FORKER", "PRODUCT_NICE", "SLEEPER", "Children", "child_pids",
+           "cpu_cgroup_of", "cpu_controller_writable", "daemon_argv", "group_pids",
+           "histogram_text", "metrics_server", "product_priority", "read_events", "run_daemon",
+           "send_body", "state", "stop_requested", "stopped_pids", "wait_for", "wait_state"]
 
 BUSY = "while True: pass"
 SLEEPER = "import time\nwhile True: time.sleep(1)"
@@ -29,6 +29,31 @@ FORKER = ("import os, sys, time\n"
           "    if os.fork() == 0:\n"
           "        break\n"
           "while True: time.sleep(1)")
+
+
+#: The node agent's priority in production (deploy/systemd/gpucontrol@.service: Nice=-5).
+PRODUCT_NICE = -5
+
+
+def product_priority() -> None:
+    """``preexec_fn`` of a daemon under test: the priority the product runs it at, where this
+    user may set it (root; otherwise it stays at the test's own), so a loaded machine delays
+    it as it would delay the deployed agent, not more."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, PRODUCT_NICE)
+    except OSError:
+        pass
+
+
+def run_daemon(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    """``subprocess.run`` of a daemon command line at the product's priority (as
+    :meth:`Children.popen` starts one)."""
+    kw.setdefault("preexec_fn", product_priority)
+    return subprocess.run(argv, **kw)
+
+
+def _is_daemon(argv) -> bool:
+    return any(a in ("gpucontrol.node.daemon", "gpucontrol.daemon") for a in argv[1:3])
 
 
 class Children:
@@ -42,7 +67,11 @@ class Children:
         return p
 
     def popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        """Start ``argv`` in its own session; a daemon (``python -m gpucontrol.daemon``) at
+        the product's priority (:func:`product_priority`)."""
         kw.setdefault("stdin", subprocess.DEVNULL)
+        if _is_daemon(argv):
+            kw.setdefault("preexec_fn", product_priority)
         p = subprocess.Popen(argv, start_new_session=True, **kw)
         self.procs.append(p)
         return p

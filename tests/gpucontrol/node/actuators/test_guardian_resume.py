@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from _children import BUSY, SLEEPER, state, wait_state
+from _children import BUSY, SLEEPER, product_priority, state, wait_state
 
 from gpucontrol.node import guardian as gmod
 from gpucontrol.node.actuators import ProcessHandle
@@ -40,8 +40,9 @@ time.sleep(60)
 def test_guardian_resumes_promptly_after_sigkill(children, tmp_path):
     state_file = tmp_path / "gpu0.state.json"
     targets = [children.spawn(BUSY) for _ in range(3)]
+    # the fake daemon and the guardian it starts at the deployed agent's priority
     daemon = children.spawn(FAKE_DAEMON, str(state_file), *[str(t.pid) for t in targets],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, preexec_fn=product_priority)
     guardian_pid = int(daemon.stdout.readline())
     for t in targets:
         assert wait_state(t.pid, {"T"})

@@ -175,7 +175,7 @@ def test_shadow_restart_hides_the_load_time(tmp_path):
         res = act.apply(70)
         assert res.ok and res.shadow and res.downtime_s == 0.0
         assert res.total_s >= 0.3  # it waited for the new one to be ready...
-        assert res.overlap_s < 1.0  # ...then stopped the old one
+        assert res.overlap_s < 3.0  # ...then stopped the old one (not after its 5 s timeout)
         assert time.monotonic() - t0 >= 0.3
         assert act.pid != pid0 and act.mps_pct == 70
         assert act.history[-1] is res

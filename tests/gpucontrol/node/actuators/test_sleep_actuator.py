@@ -154,14 +154,14 @@ def test_stop_always_resumes_and_set_sleep_acts_at_once(children):
         t0 = time.monotonic()
         cyc.set_sleep(0.0)  # a long pause in progress ends now
         assert wait_state(p.pid, {"R"}, timeout=5.0)
-        assert time.monotonic() - t0 < 0.5
+        assert time.monotonic() - t0 < 3.0  # not the 30 s pause; room for a loaded CI
         cyc.set_sleep(30.0)
         assert wait_state(p.pid, {"T"})
         t0 = time.monotonic()
     finally:
         cyc.stop()
     assert wait_state(p.pid, {"R"}, timeout=5.0)
-    assert time.monotonic() - t0 < 0.5
+    assert time.monotonic() - t0 < 3.0
     cyc.close()
 
 

