@@ -307,10 +307,20 @@ class LatencyModelFamily:
         return tuple(sorted(self._times(batch)))
 
     def _times(self, batch: int | None) -> dict[float, float]:
+        """Every measured iteration time, made non-increasing in the share: a training never
+        runs slower on more of the GPU, so an isotonic regression in log time averages the
+        noise of short readings (a rate sweep's few periods) without smoothing away real
+        steps (whole waves of thread blocks)."""
         times = dict(self.iteration_times)
         times.update({p.mps_pct: float(p.iteration_s) for p in self._batch_points(batch)
                       if p.iteration_s is not None})
-        return times
+        if len(times) < 2:
+            return times
+        from scipy.optimize import isotonic_regression   # scipy >= 1.12; only when needed
+
+        xs = sorted(times)
+        fit = isotonic_regression([math.log(times[m]) for m in xs], increasing=False).x
+        return {m: math.exp(float(y)) for m, y in zip(xs, fit)}
 
     def iteration_s(self, mps_pct: float, batch: int | None = None) -> float:
         """The training's iteration time at ``mps_pct`` (s): a power law ``t ~ m**-beta``

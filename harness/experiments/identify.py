@@ -21,9 +21,12 @@ The training's speed need not be smooth in the share (a kernel's thread blocks r
 waves over the SMs it is given: on 132 SMs a 256-block kernel takes 2 waves from 128 SMs up,
 3 from 86, 4 from 64), and five levels cannot show where its steps fall. A rate sweep
 (``rate_levels``, :func:`rate_levels`: the shares the backend offers between the identified
-levels) therefore measures the iteration time alone at every other share: a few periods at
-the low end of the sleep range after the restart, no excitation (the latency model between
-levels is smooth, the speed is not). ``model.json`` keeps them as ``iteration_times``.
+levels; ``gpucontrol identify --rate-sweep``) then measures the iteration time alone at every
+other share: a few periods at the low end of the sleep range after the restart, no
+excitation (the latency model between levels is smooth, the speed is not). ``model.json``
+keeps them as ``iteration_times``, and ``identify_rate.png`` draws them beside the levels'
+times and the non-increasing law the controller reads
+(:meth:`gpucontrol.LatencyModelFamily.iteration_s`).
 
 Written to ``<out>/identify/``: ``identify_periods.csv`` (tidy, one row per period),
 ``identify_summary.csv`` and ``.md`` (one row per MPS level), ``identify_meta.json``,
@@ -261,6 +264,8 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
                 plot_fig6(res, p, out / "identify_fig6.png"),
                 plot_fig7(res, out / "identify_fig7.png"),
             ]
+            if times:
+                res.files.append(plot_rate(res, out / "identify_rate.png"))
             doc = model_document(summary, sleep_span_s=(lo, hi), iteration_times=times)
             if doc is not None:
                 res.files.append(write_json(doc, out / "model.json"))
@@ -496,6 +501,38 @@ def plot_fig6(res: ExperimentResult, plant: Any, path: str | Path) -> Path:
     ax.set(xlabel="training sleep interval (s)", ylabel="mean inference latency (ms)",
            title=f"Latency vs sleep per training {share} level"
                  + (" (dotted: noise-free plant)" if noise_free else ""))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_rate(res: ExperimentResult, path: str | Path) -> Path:
+    """The training's iteration time per share: the levels' (fitted from their records), the
+    rate sweep's, and the law the controller reads through them (non-increasing in the
+    share, :meth:`gpucontrol.LatencyModelFamily.iteration_s`)."""
+    import matplotlib.pyplot as plt
+
+    from matplotlib.ticker import ScalarFormatter
+
+    share = res.meta.get("share_name", "MPS")
+    sweep = np.array(res.meta["iteration_times"], dtype=float).reshape(-1, 2)
+    lv = [(r["mps_pct"], r.get("iteration_s", math.nan)) for r in res.summary]
+    lv = [(m, t) for m, t in lv if math.isfinite(t) and t > 0]
+    fam = family_of(res, every_level=True)   # every level: the times, whatever the gains
+    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    ax.plot(sweep[:, 0], sweep[:, 1], "o", ms=4, label="rate sweep (training alone)")
+    if lv:
+        ax.plot([m for m, _ in lv], [t for _, t in lv], "s", ms=7,
+                label="identified levels (white-noise records)")
+    grid = np.linspace(min(sweep[:, 0].min(), *(m for m, _ in lv)),
+                       max(sweep[:, 0].max(), *(m for m, _ in lv)), 400)
+    law = [fam.iteration_s(m) if fam is not None else math.nan for m in grid]
+    ax.plot(grid, law, "-", color="0.3", lw=1.0,
+            label="law the controller reads (non-increasing, power law between points)")
+    ax.set(xlabel=f"training {share} share (%)", ylabel="iteration time (s)", yscale="log",
+           title="Training iteration time per share")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path)

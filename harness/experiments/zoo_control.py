@@ -1,8 +1,8 @@
 """Closed loops on the plant zoo (:mod:`harness.sim.zoo`), the way a user would run them.
 
-Each plant is identified first as ``gpucontrol identify`` does it (:func:`curves`: white-noise
-sleep at five share levels, the latency line and the training's iteration time per level),
-on a copy of the plant with other noise (for a drawn plant, before its model error), then
+Each plant is identified first as ``gpucontrol identify --rate-sweep`` does it (:func:`curves`:
+white-noise sleep at five share levels, the latency line and the training's iteration time
+per level, then the iteration time alone at the shares between), on a copy of the plant with other noise (for a drawn plant, before its model error), then
 controlled under a load (:func:`run`). The figures: periods over 1.05x the SLO (the true
 latency, a late-reporting plant's realigned), training against the per-period oracle, share
 changes. ``benchmarks/control_quality.py`` and the zoo tests share this module.
@@ -62,8 +62,8 @@ ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
 @functools.cache
 def curves(name: str, seed: int, statistic: str = "mean",
            levels: tuple[float, ...] = LEVELS) -> LatencyModelFamily:
-    """The user's model of zoo plant ``name`` (seed ``seed``): ``gpucontrol identify``'s
-    procedure, 40 periods of white-noise sleep over 0..1 s at each level, and the rate sweep
+    """The user's model of zoo plant ``name`` (seed ``seed``): ``gpucontrol identify
+    --rate-sweep``'s procedure, 40 periods of white-noise sleep over 0..1 s at each level, and the rate sweep
     (the iteration time alone at the shares the knob offers between them).
 
     Parameters
