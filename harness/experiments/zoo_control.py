@@ -63,8 +63,8 @@ ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
 def curves(name: str, seed: int, statistic: str = "mean",
            levels: tuple[float, ...] = LEVELS) -> LatencyModelFamily:
     """The user's model of zoo plant ``name`` (seed ``seed``): ``gpucontrol identify
-    --rate-sweep``'s procedure, 40 periods of white-noise sleep over 0..1 s at each level, and the rate sweep
-    (the iteration time alone at the shares the knob offers between them).
+    --rate-sweep``'s procedure, 40 periods of white-noise sleep over 0..1 s at each level, and
+    the rate sweep (the iteration time alone at the shares the knob offers between them).
 
     Parameters
     ----------
