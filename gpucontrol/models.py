@@ -316,7 +316,7 @@ class LatencyModelFamily:
                       if p.iteration_s is not None})
         if len(times) < 2:
             return times
-        from scipy.optimize import isotonic_regression   # scipy >= 1.12; only when needed
+        from scipy.optimize import isotonic_regression  # scipy >= 1.12; only when needed
 
         xs = sorted(times)
         fit = isotonic_regression([math.log(times[m]) for m in xs], increasing=False).x

@@ -511,7 +511,6 @@ def plot_rate(res: ExperimentResult, path: str | Path) -> Path:
     rate sweep's, and the law the controller reads through them (non-increasing in the
     share, :meth:`gpucontrol.LatencyModelFamily.iteration_s`)."""
     import matplotlib.pyplot as plt
-
     from matplotlib.ticker import ScalarFormatter
 
     share = res.meta.get("share_name", "MPS")

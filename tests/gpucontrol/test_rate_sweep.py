@@ -1,6 +1,7 @@
 """The training's iteration time per share from a rate sweep: the model's ``iteration_times``,
 the non-increasing law the controller reads, identification's sweep, and the daemon's file."""
 
+import itertools
 import json
 import math
 
@@ -48,7 +49,7 @@ def test_the_law_is_non_increasing_and_keeps_real_steps():
     noisy = _family(((50.0, 1.3), (55.0, 1.45), (60.0, 1.25), (65.0, 0.62), (70.0, 0.6)))
     grid = np.linspace(40, 100, 121)
     law = [noisy.iteration_s(m) for m in grid]
-    assert all(b <= a * (1 + 1e-12) for a, b in zip(law, law[1:]))
+    assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(law))
     assert noisy.iteration_s(55.0) < 1.45                       # pooled with its neighbours
     assert noisy.iteration_s(60.0) / noisy.iteration_s(65.0) > 1.8   # the wave step kept
 
