@@ -3,8 +3,9 @@
 Each plant is identified first as ``gpucontrol identify --rate-sweep`` does it (:func:`curves`:
 white-noise sleep at five share levels, the latency line and the training's iteration time
 per level, then the iteration time alone at the shares between), on a copy of the plant with
-other noise (for a drawn plant, before its model error), then controlled under a load (:func:`run`). The figures: periods over 1.05x the SLO (the true
-latency, a late-reporting plant's realigned), training against the per-period oracle, share
+other noise (for a drawn plant, before its model error), then controlled under a load
+(:func:`run`). The figures: periods over 1.05x the SLO (the true latency, a late-reporting
+plant's realigned), training against the per-period oracle, share
 changes. ``benchmarks/control_quality.py`` and the zoo tests share this module.
 
 Controllers (``controller=``): ``"default"`` (``TwoTierController(curves, slo)``),
