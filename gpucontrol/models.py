@@ -187,7 +187,8 @@ class LatencyModelFamily:
     the two nearest identified levels (clamped at the ends) for the nearest identified batch.
     ``mps_gain(...)`` is the local slope of latency with respect to the training MPS percentage
     (ms per percentage point) at a given sleep. ``iteration_s(m)`` is the training's iteration
-    time, a power law between the identified levels (NaN where none was measured).
+    time, measured at the identified levels and at the rate sweep's, a power law between them
+    (NaN where none was measured).
 
     Parameters
     ----------
@@ -196,6 +197,10 @@ class LatencyModelFamily:
     sleep_span_s : (float, float), optional
         The sleep range the models were fitted over (their slopes are secants over it);
         None: unknown (the controller then takes its sleep bounds).
+    iteration_times : tuple of (float, float)
+        ``(share %, iteration time s)`` measured by a rate sweep at shares with no latency
+        model (the training's speed need not be smooth in the share: a kernel's blocks run in
+        whole waves over the SMs it gets); a point's own time wins at its share.
 
     Examples
     --------
@@ -210,6 +215,7 @@ class LatencyModelFamily:
 
     points: tuple[OperatingPoint, ...] = field(default_factory=tuple)
     sleep_span_s: tuple[float, float] | None = None
+    iteration_times: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.points, OperatingPoint) or not hasattr(self.points, "__iter__"):
@@ -233,6 +239,7 @@ class LatencyModelFamily:
         if self.sleep_span_s is not None:
             object.__setattr__(self, "sleep_span_s",
                                bounds("sleep_span_s", self.sleep_span_s, 0.0, 3600.0))
+        object.__setattr__(self, "iteration_times", _times(self.iteration_times))
 
     @classmethod
     def from_points(cls, points: Iterable[OperatingPoint],
@@ -295,25 +302,45 @@ class LatencyModelFamily:
         a, b = pts[i - 1], pts[i]
         return (b.model.predict(sleep_s) - a.model.predict(sleep_s)) / (b.mps_pct - a.mps_pct)
 
+    def timed_pct(self, batch: int | None = None) -> tuple[float, ...]:
+        """The shares where the iteration time was measured (levels and rate sweep)."""
+        return tuple(sorted(self._times(batch)))
+
+    def _times(self, batch: int | None) -> dict[float, float]:
+        """Every measured iteration time, made non-increasing in the share: a training never
+        runs slower on more of the GPU, so an isotonic regression in log time averages the
+        noise of short readings (a rate sweep's few periods) without smoothing away real
+        steps (whole waves of thread blocks)."""
+        times = dict(self.iteration_times)
+        times.update({p.mps_pct: float(p.iteration_s) for p in self._batch_points(batch)
+                      if p.iteration_s is not None})
+        if len(times) < 2:
+            return times
+        from scipy.optimize import isotonic_regression  # scipy >= 1.12; only when needed
+
+        xs = sorted(times)
+        fit = isotonic_regression([math.log(times[m]) for m in xs], increasing=False).x
+        return {m: math.exp(float(y)) for m, y in zip(xs, fit)}
+
     def iteration_s(self, mps_pct: float, batch: int | None = None) -> float:
         """The training's iteration time at ``mps_pct`` (s): a power law ``t ~ m**-beta``
-        through the two nearest levels that measured it, continued past the end ones with the
-        end segment's exponent (within [0, 3]); the measured time itself with one level; NaN
-        when no level measured it."""
+        through the two nearest shares that measured it (identified levels and rate sweep),
+        continued past the end ones with the end segment's exponent (within [0, 3]); the
+        measured time itself with one share; NaN when none measured it."""
         m = finite("mps_pct", mps_pct)
-        pts = [p for p in self._batch_points(batch) if p.iteration_s is not None]
-        if not pts or m <= 0:
+        times = self._times(batch)
+        if not times or m <= 0:
             return math.nan
-        if len(pts) == 1:
-            return float(pts[0].iteration_s)  # type: ignore[arg-type]
-        xs = [p.mps_pct for p in pts]
-        i = min(max(bisect.bisect_right(xs, m), 1), len(pts) - 1)
-        a, b = pts[i - 1], pts[i]
-        ta, tb = float(a.iteration_s), float(b.iteration_s)  # type: ignore[arg-type]
-        beta = -math.log(tb / ta) / math.log(b.mps_pct / a.mps_pct)
-        if not a.mps_pct <= m <= b.mps_pct:
+        xs = sorted(times)
+        if len(xs) == 1:
+            return times[xs[0]]
+        i = min(max(bisect.bisect_right(xs, m), 1), len(xs) - 1)
+        a, b = xs[i - 1], xs[i]
+        ta, tb = times[a], times[b]
+        beta = -math.log(tb / ta) / math.log(b / a)
+        if not a <= m <= b:
             beta = min(max(beta, 0.0), 3.0)    # past the ends: a bounded continuation
-        return ta * (m / a.mps_pct) ** -beta
+        return ta * (m / a) ** -beta
 
     def duty_law(self, mps_pct: float, run_quantum_s: float | None = None,
                  prior_iteration_s: float | None = None) -> tuple[float, float]:
@@ -371,7 +398,8 @@ class LatencyModelFamily:
     def to_document(self) -> dict[str, Any]:
         """The model file's form (what ``gpucontrol identify`` writes as model.json):
         ``{"points": [{"mps_pct", "gain", "offset"[, "batch"][, "iteration_s"]
-        [, "idle_ms", "duty_gain_ms"]}, ...][, "sleep_span_s": [low, high]]}``."""
+        [, "idle_ms", "duty_gain_ms"]}, ...][, "sleep_span_s": [low, high]]
+        [, "iteration_times": [[share %, s], ...]]}``."""
         rows = []
         for p in self.points:
             row: dict[str, Any] = {"mps_pct": p.mps_pct, "batch": p.batch, **p.model.to_dict()}
@@ -383,6 +411,8 @@ class LatencyModelFamily:
         doc: dict[str, Any] = {"points": rows}
         if self.sleep_span_s is not None:
             doc["sleep_span_s"] = list(self.sleep_span_s)
+        if self.iteration_times:
+            doc["iteration_times"] = [list(r) for r in self.iteration_times]
         return doc
 
     def to_json(self) -> str:
@@ -395,12 +425,13 @@ class LatencyModelFamily:
         try:
             rows = doc["points"] if isinstance(doc, Mapping) else doc
             span = doc.get("sleep_span_s") if isinstance(doc, Mapping) else None
+            times = doc.get("iteration_times", ()) if isinstance(doc, Mapping) else ()
             return cls(tuple(
                 OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
                                r.get("batch"), r.get("iteration_s"),
                                (r["idle_ms"], r["duty_gain_ms"]) if "duty_gain_ms" in r
                                else None)
-                for r in rows), None if span is None else tuple(span))
+                for r in rows), None if span is None else tuple(span), times)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ConfigurationError(
                 'family must be a list of {"mps_pct", "gain", "offset"[, "batch"]'
@@ -415,6 +446,23 @@ class LatencyModelFamily:
         except json.JSONDecodeError as exc:
             raise ConfigurationError(f"family JSON: {exc}") from None
         return cls.from_document(doc)
+
+
+def _times(rows: Any) -> tuple[tuple[float, float], ...]:
+    """``iteration_times`` checked: ``(share %, s)`` pairs, share in (0, 100], time in
+    (0, 3600] s, no share twice; sorted by share."""
+    try:
+        raw = [(m, t) for m, t in rows]
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"iteration_times must be (share %, iteration s) pairs, got "
+                                 f"{rows!r:.80}") from None
+    pairs = [(in_range("iteration_times share", m, 0.0, 100.0, lo_open=True),
+              in_range("iteration_times iteration_s", t, 0.0, 3600.0, lo_open=True))
+             for m, t in raw]
+    if len({m for m, _ in pairs}) < len(pairs):
+        raise ConfigurationError("iteration_times: a share measured twice; give one time per "
+                                 "share")
+    return tuple(sorted(pairs))
 
 
 def duty_form(model: LinearLatencyModel, tau_s: float,

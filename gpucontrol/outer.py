@@ -45,6 +45,7 @@ readings at a share: on one reading the loop chases the noise.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -117,11 +118,11 @@ class _Curves:
         self.log_m = np.log(self.m)
         pts = family.points
         top = max(p.mps_pct for p in pts)
-        self.times_known = any(p.iteration_s is not None for p in pts)
+        self.times_known = bool(family.timed_pct())
         self.t = np.array([family.iteration_s(m) if self.times_known else
                            PRIOR_ITERATION_S * top / m for m in shares])
         if family.sleep_span_s is None:
-            family = LatencyModelFamily(family.points, sleep.bounds_s)
+            family = dataclasses.replace(family, sleep_span_s=sleep.bounds_s)
         laws = [family.duty_law(m, sleep.run_quantum_s, PRIOR_ITERATION_S) for m in shares]
         self.c = np.array([c for c, _ in laws])
         self.A = np.maximum(np.array([a for _, a in laws]), 1e-9)
@@ -195,25 +196,48 @@ class _Belief:
         self.P *= ff
         self.P += q
 
-    def observe(self, i: int, y: float, r: float) -> None:
-        """Take in one reading ``y`` (log) at share ``i`` with noise variance ``r``.
-
-        Five innovations in a row beyond two standard deviations, all of one sign, mean the
-        belief is wrong, not the readings (a load step, or what was learnt from bad
-        readings): the observed direction's variance is raised by the innovation's square,
-        so the next readings take the belief where they are."""
+    def surprised(self, i: int, y: float, r: float) -> float:
+        """Count one observation ``y`` at share ``i`` (noise variance ``r``) in the run of
+        surprises: innovations beyond two standard deviations, all of one sign. Five in a row
+        mean the belief is wrong, not the readings (a load step, or what was learnt from bad
+        readings): the innovation's square is returned then (0 otherwise), for
+        :meth:`reopen`."""
         o, j = self.o, self.o + i
         P = self.P
         innov = y - float(self.x[j] + (self.x[0] if o else 0.0))
         S = float(P[j, j] + (P[0, 0] + 2.0 * P[0, j] if o else 0.0)) + r
-        big = innov * innov > 4.0 * S
-        run = self._run + (1 if innov > 0 else -1) if big else 0
-        self._run = run if run * self._run >= 0 else (1 if innov > 0 else -1)
-        if abs(self._run) >= 5:
-            h0 = 0 if o else j
-            P[h0, h0] += innov * innov
-            S += innov * innov
+        if innov * innov <= 4.0 * S:
             self._run = 0
+            return 0.0
+        sign = 1 if innov > 0 else -1
+        self._run = self._run + sign if self._run * sign > 0 else sign
+        if abs(self._run) < 5:
+            return 0.0
+        self._run = 0
+        return innov * innov
+
+    def reopen(self, i: int, v: float) -> None:
+        """Raise the variance of what explains a surprise at share ``i`` (the load, else the
+        share's correction) by ``v``: the next readings take the belief where they are."""
+        h = 0 if self.o else self.o + i
+        self.P[h, h] += v
+
+    @property
+    def surprising(self) -> bool:
+        """The last observation was a surprise (a run may be starting)."""
+        return self._run != 0
+
+    def observe(self, i: int, y: float, r: float, check: bool = True) -> None:
+        """Take in one reading ``y`` (log) at share ``i`` with noise variance ``r``; with
+        ``check`` it counts in the run of surprises first (:meth:`surprised`)."""
+        if check:
+            v = self.surprised(i, y, r)
+            if v:
+                self.reopen(i, v)
+        o, j = self.o, self.o + i
+        P = self.P
+        innov = y - float(self.x[j] + (self.x[0] if o else 0.0))
+        S = float(P[j, j] + (P[0, 0] + 2.0 * P[0, j] if o else 0.0)) + r
         Ph = P[:, 0] + P[:, j] if o else P[:, j].copy()
         bound = 3.0 * math.sqrt(S)
         innov = min(max(innov, -bound), bound)
@@ -281,7 +305,7 @@ class ThroughputOuter:
         self.curves = cv = _Curves(family, shares, sleep)
         self.i = shares.index(start)
         ident = np.log([p.mps_pct for p in family.points])
-        timed = np.log([p.mps_pct for p in family.points if p.iteration_s is not None])
+        timed = np.log(family.timed_pct())
         self.lat = _Belief(cv.log_m, ident, sigma0=self.SIGMA0, sigma_anchor=self.SIGMA_ANCHOR,
                            length=self.LENGTH, load=True, drift=self.DRIFT, forget=self.FORGET)
         self.it = _Belief(cv.log_m, timed, sigma0=self.SIGMA0 if cv.times_known else 0.5,
@@ -290,6 +314,7 @@ class ThroughputOuter:
         self._noise = 0.01 ** 2           # reading noise variance (log), learnt
         self._diffs: deque[float] = deque(maxlen=64)
         self._batch: list[float] = []     # log ratios not yet folded into the beliefs
+        self._reopen = 0.0                # a run of surprises: the load's variance to add
         self._times: list[float] = []     # iteration times likewise
         self._fresh = False               # a fold since the last decision
         self._high = self._low = 0        # readings in a row pinned high over / low under
@@ -344,10 +369,11 @@ class ThroughputOuter:
         pinned = self._count >= self.min_window and (
             (self._high >= self.PINNED and self._since >= self.PINNED) or (
                 self._low >= 2 * self.PINNED and self._since >= 2 * self.PINNED))
-        if pinned or len(self._batch) >= self.BATCH:
+        if pinned or self._reopen or len(self._batch) >= self.BATCH:
             self._fold(force=pinned)
+        # a scheduled decision waits while the readings surprise the belief (it may be stale)
         if not (pinned or (self._fresh and self._since >= self.every
-                           and self._count >= self.min_window)):
+                           and self._count >= self.min_window and not self.lat.surprising)):
             return None, ""
         periods, self._since, self._fresh = self._since, 0, False
         return self._decide(periods)
@@ -369,6 +395,7 @@ class ThroughputOuter:
                 self._noise = min(max((med / 0.954) ** 2, 0.003 ** 2), 0.2 ** 2)
         self._last_y = y
         self._batch.append(y)
+        self._reopen = max(self._reopen, self.lat.surprised(i, y, self._noise))
         if math.isfinite(iteration_s) and iteration_s > 0:
             self._times.append(iteration_s)
 
@@ -391,7 +418,10 @@ class ThroughputOuter:
             v = (y - self.lat.q - self.lat.delta[i]) ** 2
             self.lat.P[0, 0] += v
             self.lat.P[1 + i, 1 + i] += v
-        self.lat.observe(i, y, self._noise / n)
+        elif self._reopen:
+            self.lat.reopen(i, self._reopen)
+        self._reopen = 0.0
+        self.lat.observe(i, y, self._noise / n, check=False)
         self._batch.clear()
         self._times.clear()
         self._fresh = True

@@ -205,7 +205,7 @@ class TwoTierController:
         self._iteration_readings: deque[float] = deque(maxlen=5)
         self._iteration_share = math.nan
         self._span = self.family.sleep_span_s or self.sleep_knob.bounds_s
-        self._law = LatencyModelFamily(self.family.points, self._span)
+        self._law = dataclasses.replace(self.family, sleep_span_s=self._span)
         self._duty_gain = math.nan
         self._schedule(share0)
         self._hold_left = 0

@@ -28,10 +28,11 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
     ----------
     path : str or os.PathLike
         JSON: ``{"gain": g, "offset": n}`` (one linear model; with ``iteration_s``, the
-        training's iteration time, or ``sleep_span_s`` it is read as a one-level family at its
-        ``mps_pct``, default 100), or a list of ``{"mps_pct", "gain", "offset"[, "batch"]
-        [, "iteration_s"]}`` rows (a family: the latency and training-rate curves across the
-        share), bare or under ``"points"`` beside an optional ``"sleep_span_s"``.
+        training's iteration time, ``sleep_span_s`` or ``iteration_times`` it is read as a
+        one-level family at its ``mps_pct``, default 100), or a list of ``{"mps_pct", "gain",
+        "offset"[, "batch"][, "iteration_s"]}`` rows (a family: the latency and training-rate
+        curves across the share), bare or under ``"points"`` beside an optional
+        ``"sleep_span_s"`` and ``"iteration_times"`` (a rate sweep's ``[share %, s]`` pairs).
 
     Returns
     -------
@@ -48,11 +49,12 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
         return LatencyModelFamily.from_document(doc)
     if isinstance(doc, dict):
         model = LinearLatencyModel.from_dict(doc)
-        if "iteration_s" not in doc and "sleep_span_s" not in doc:
+        if not {"iteration_s", "sleep_span_s", "iteration_times"} & set(doc):
             return model
         point = OperatingPoint(doc.get("mps_pct", 100.0), model,
                                iteration_s=doc.get("iteration_s"))
-        return LatencyModelFamily((point,), sleep_span_s=load_sleep_span(path))
+        return LatencyModelFamily((point,), sleep_span_s=load_sleep_span(path),
+                                  iteration_times=doc.get("iteration_times", ()))
     raise ValueError(f"model {path} must be a JSON object or list")
 
 

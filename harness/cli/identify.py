@@ -20,7 +20,7 @@ from harness.cli.args import (
 )
 from harness.cli.experiments import CPU_PRESETS, _pair, preset_arg, results_in
 from harness.experiments.common import PlantUnavailable
-from harness.experiments.identify import check_split, format_summary, identify
+from harness.experiments.identify import check_split, format_summary, identify, rate_levels
 
 
 def _cmd_identify(args: argparse.Namespace) -> int:
@@ -39,6 +39,7 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         res = identify(plant=args.plant, preset=args.preset, seed=args.seed,
                        mps_levels=args.mps, sleep_range=args.sleep, periods=args.periods,
                        train_fraction=args.train, period_s=args.period,
+                       rate_levels=rate_levels(args.mps) if args.rate_sweep else (),
                        out_dir=out,
                        progress=False if args.no_progress else None)
     except PlantUnavailable as exc:
@@ -89,5 +90,10 @@ def register(sub: Any) -> None:
                    help="fraction of each record used for fitting, (0, 1) (default 0.6)")
     p.add_argument("--period", type=number(0.1, 60, unit="s"), default=4.0,
                    help="control period in s, [0.1, 60] (default 4)")
+    p.add_argument("--rate-sweep", action="store_true",
+                   help="also measure the training's iteration time alone at every share an "
+                        "outer loop weighs (steps of 3 %%) between the lowest and highest --mps "
+                        "level, warm-up + 4 periods each: worth it where the training's speed "
+                        "has steps the levels miss (an H100's whole waves of thread blocks)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_identify, results=results_in("identify"))

@@ -17,6 +17,17 @@ physical law, which a line in the sleep approximates differently depending on wh
 white-noise sleeps fell. ``model.json`` carries both curves, latency and iteration time per
 level, which the default controller's outer loop optimises over.
 
+The training's speed need not be smooth in the share (a kernel's thread blocks run in whole
+waves over the SMs it is given: on 132 SMs a 256-block kernel takes 2 waves from 128 SMs up,
+3 from 86, 4 from 64), and five levels cannot show where its steps fall. A rate sweep
+(``rate_levels``, :func:`rate_levels`: the shares the backend offers between the identified
+levels; ``gpucontrol identify --rate-sweep``) then measures the iteration time alone at every
+other share: a few periods at the low end of the sleep range after the restart, no
+excitation (the latency model between levels is smooth, the speed is not). ``model.json``
+keeps them as ``iteration_times``, and ``identify_rate.png`` draws them beside the levels'
+times and the non-increasing law the controller reads
+(:meth:`gpucontrol.LatencyModelFamily.iteration_s`).
+
 Written to ``<out>/identify/``: ``identify_periods.csv`` (tidy, one row per period),
 ``identify_summary.csv`` and ``.md`` (one row per MPS level), ``identify_meta.json``,
 ``identify_fig6.png`` (latency vs sleep per level with the fitted lines) and
@@ -39,7 +50,13 @@ from typing import Any
 import numpy as np
 
 import sysid
-from gpucontrol import LatencyModelFamily, LinearLatencyModel, check_envelope, design_p
+from gpucontrol import (
+    LatencyModelFamily,
+    LinearLatencyModel,
+    ShareKnob,
+    check_envelope,
+    design_p,
+)
 from harness.experiments.common import (
     ExperimentResult,
     close_plant,
@@ -59,13 +76,28 @@ from harness.results import (
 from harness.sim.checks import number
 from harness.sim.protocol import Records
 
-__all__ = ["MIN_SPLIT_PERIODS", "MPS_RANGE", "PERIOD_COLUMNS", "SUMMARY_COLUMNS", "check_split",
-           "family_of", "identify", "model_document"]
+__all__ = ["MIN_SPLIT_PERIODS", "MPS_RANGE", "PERIOD_COLUMNS", "RATE_PERIODS", "SUMMARY_COLUMNS",
+           "check_split", "family_of", "identify", "model_document", "rate_levels"]
 
 #: The training MPS levels identification takes, %: [1, 100] (``gpucontrol identify --mps``).
 MPS_RANGE = (1.0, 100.0)
 #: The fewest periods of each record to fit, and to hold out.
 MIN_SPLIT_PERIODS = 3
+#: Periods recorded per share of the rate sweep (after the warm-up).
+RATE_PERIODS = 4
+
+
+def rate_levels(levels: Sequence[float], knob: ShareKnob | None = None) -> tuple[float, ...]:
+    """The shares a rate sweep measures: the ones ``knob`` offers an outer loop (default:
+    MPS percentages, :meth:`ShareKnob.candidates`) strictly between the lowest and the highest
+    of ``levels``, other than those.
+
+    >>> rate_levels((40, 100))[:3]
+    (43.0, 46.0, 49.0)
+    """
+    lo, hi = min(levels), max(levels)
+    knob = ShareKnob() if knob is None else knob
+    return tuple(m for m in knob.candidates() if lo < m < hi and m not in set(levels))
 
 
 def check_split(train_fraction: Any, periods: Any,
@@ -111,7 +143,8 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
              sleep_range: tuple[float, float] = (0.1, 0.7), periods: int = 100,
              train_fraction: float = 0.6, period_s: float = 4.0, warmup: int = 3,
              excitation: str = "white", out_dir: str | Path | None = None,
-             progress: bool | None = False, statistic: str = "mean") -> ExperimentResult:
+             progress: bool | None = False, statistic: str = "mean",
+             rate_levels: Sequence[float] = ()) -> ExperimentResult:
     """Identify ``latency = gain * sleep + offset`` per MPS level with white-noise excitation.
 
     Parameters
@@ -142,13 +175,18 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
         Show a progress bar (None: when stderr is a terminal).
     statistic : {'mean', 'p99'}
         The latency statistic modelled (a p99 controller needs the p99's model).
+    rate_levels
+        Shares, each in [1, 100], not among ``mps_levels``, where only the training's
+        iteration time is measured (:data:`RATE_PERIODS` periods at the low end of the sleep
+        range after ``warmup``): the rate sweep (module docstring; :func:`rate_levels`).
 
     Returns
     -------
     ExperimentResult
         ``records``: one row per period; ``summary``: one row per MPS level (see
-        :data:`SUMMARY_COLUMNS`); ``meta`` holds the envelope, the recommended nominal gain
-        and the stability verdict; ``family`` (:func:`family_of`) the model.json curves.
+        :data:`SUMMARY_COLUMNS`); ``meta`` holds the envelope, the recommended nominal gain,
+        the stability verdict and the rate sweep's ``iteration_times`` (``[share, s]``
+        pairs); ``family`` (:func:`family_of`) the model.json curves.
     """
     lo, hi = (float(sleep_range[0]), float(sleep_range[1]))
     if not (0.0 <= lo < hi):
@@ -160,6 +198,11 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
     check_split(train_fraction, periods)
     # as --mps takes them: a level given twice would write a model.json the daemon refuses
     levels = distinct_numbers("mps_levels", mps_levels, *MPS_RANGE)
+    sweep = distinct_numbers("rate_levels", rate_levels, *MPS_RANGE) if len(rate_levels) else []
+    both = sorted(set(sweep) & set(levels))
+    if both:
+        raise ValueError(f"rate_levels: {', '.join(f'{m:g}' for m in both)} % also in "
+                         "mps_levels (its iteration time comes with its latency model)")
     own = isinstance(plant, str)
     p = make_plant(plant, preset, seed=seed) if own else plant
     records = Records()
@@ -167,7 +210,8 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
     fits: dict[str, sysid.StaticFit] = {}
     mid = 0.5 * (lo + hi)
     try:
-        with Progress(len(levels) * (int(periods) + warmup), "identify",
+        with Progress(len(levels) * (int(periods) + warmup)
+                      + len(sweep) * (RATE_PERIODS + warmup), "identify",
                       enabled=progress) as bar:
             for i, m in enumerate(levels):
                 u = (sysid.white_noise(int(periods), lo, hi, seed=seed * 1000 + i)
@@ -189,6 +233,8 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
                 summary.append(row)
                 records.extend(rows)
                 fits[f"{m:g}"] = fit
+            times = [[m, t] for m in sweep
+                     if math.isfinite(t := _rate(p, m, lo, period_s, warmup, bar)) and t > 0]
         mps_on = plant_mps_enabled(p)
     finally:
         if own:
@@ -199,7 +245,7 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
             "mps_levels": levels, "sleep_range_s": [lo, hi], "periods": int(periods),
             "train_fraction": train_fraction, "period_s": period_s, "warmup": warmup,
             "excitation": excitation, "statistic": statistic,
-            "mps_enabled": mps_on,
+            "mps_enabled": mps_on, "iteration_times": times,
             "plant_params": p.describe() if hasattr(p, "describe") else {}}
     meta.update(_envelope(fits))
     res = ExperimentResult("identify", records, summary, meta=meta)
@@ -218,7 +264,9 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
                 plot_fig6(res, p, out / "identify_fig6.png"),
                 plot_fig7(res, out / "identify_fig7.png"),
             ]
-            doc = model_document(summary, sleep_span_s=(lo, hi))
+            if times:
+                res.files.append(plot_rate(res, out / "identify_rate.png"))
+            doc = model_document(summary, sleep_span_s=(lo, hi), iteration_times=times)
             if doc is not None:
                 res.files.append(write_json(doc, out / "model.json"))
     return res
@@ -245,16 +293,19 @@ def family_of(res: ExperimentResult, every_level: bool = False) -> LatencyModelF
     rows = res.summary if not every_level else [
         {**r, "gain": min(r["gain"], -1e-3), "gain_ci_high": min(r["gain_ci_high"], -1e-3)}
         for r in res.summary]
-    doc = model_document(rows, sleep_span_s=tuple(res.meta["sleep_range_s"]))
+    doc = model_document(rows, sleep_span_s=tuple(res.meta["sleep_range_s"]),
+                         iteration_times=res.meta.get("iteration_times", ()))
     if doc is None:
         return None
     if "points" not in doc:
-        doc = {"points": [doc], "sleep_span_s": doc.get("sleep_span_s")}
+        doc = {"points": [doc], "sleep_span_s": doc.get("sleep_span_s"),
+               "iteration_times": doc.get("iteration_times", [])}
     return LatencyModelFamily.from_document(doc)
 
 
 def model_document(summary: Sequence[dict[str, Any]],
-                   sleep_span_s: tuple[float, float] | None = None) -> dict[str, Any] | None:
+                   sleep_span_s: tuple[float, float] | None = None,
+                   iteration_times: Sequence[Sequence[float]] = ()) -> dict[str, Any] | None:
     """The daemon's model file from identification rows (one per MPS level).
 
     Parameters
@@ -266,6 +317,9 @@ def model_document(summary: Sequence[dict[str, Any]],
     sleep_span_s : (float, float), optional
         The sleep range the excitation covered, recorded as ``sleep_span_s``: the daemon's
         gain schedule needs the span the secant slope was fitted over.
+    iteration_times : sequence of (float, float)
+        The rate sweep's ``(share %, iteration time s)`` pairs, recorded as
+        ``iteration_times`` (none: the key is left out).
 
     Returns
     -------
@@ -277,8 +331,10 @@ def model_document(summary: Sequence[dict[str, Any]],
     usable = [r for r in summary if r["gain"] < 0 and r["gain_ci_high"] < 0]
     if not usable:
         return None
-    span = {} if sleep_span_s is None else {
+    span: dict[str, Any] = {} if sleep_span_s is None else {
         "sleep_span_s": [float(sleep_span_s[0]), float(sleep_span_s[1])]}
+    if len(iteration_times):
+        span["iteration_times"] = [[float(m), float(t)] for m, t in iteration_times]
     def iteration(r: dict[str, Any]) -> dict[str, float]:
         t = float(r.get("iteration_s", math.nan))
         if not (math.isfinite(t) and t > 0):
@@ -308,6 +364,18 @@ def _duty_law(train: sysid.IdData, iteration_s: float) -> tuple[float, float]:
         return math.nan, math.nan
     a, c = np.polyfit(d, np.asarray(train.y, float), 1)
     return (float(c), float(a)) if a > 0 else (math.nan, math.nan)
+
+
+def _rate(p: Any, m: float, sleep_s: float, period_s: float, warmup: int, bar: Any) -> float:
+    """The training's iteration time at share ``m`` alone (the rate sweep): after ``warmup``
+    periods, :data:`RATE_PERIODS` at ``sleep_s``; NaN when nothing was counted or read."""
+    rec = _Recorder(p)
+    for _ in range(warmup):
+        bar.advance()
+    sysid.run_experiment(rec, np.full(RATE_PERIODS, sleep_s), period_s=period_s, mps_pct=m,
+                         warmup=warmup, on_invalid="drop",
+                         progress=lambda _k, _n: bar.advance())
+    return rec.iteration_s(warmup, period_s)
 
 
 class _Recorder:
@@ -433,6 +501,37 @@ def plot_fig6(res: ExperimentResult, plant: Any, path: str | Path) -> Path:
     ax.set(xlabel="training sleep interval (s)", ylabel="mean inference latency (ms)",
            title=f"Latency vs sleep per training {share} level"
                  + (" (dotted: noise-free plant)" if noise_free else ""))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_rate(res: ExperimentResult, path: str | Path) -> Path:
+    """The training's iteration time per share: the levels' (fitted from their records), the
+    rate sweep's, and the law the controller reads through them (non-increasing in the
+    share, :meth:`gpucontrol.LatencyModelFamily.iteration_s`)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
+
+    share = res.meta.get("share_name", "MPS")
+    sweep = np.array(res.meta["iteration_times"], dtype=float).reshape(-1, 2)
+    lv = [(r["mps_pct"], r.get("iteration_s", math.nan)) for r in res.summary]
+    lv = [(m, t) for m, t in lv if math.isfinite(t) and t > 0]
+    fam = family_of(res, every_level=True)   # every level: the times, whatever the gains
+    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    ax.plot(sweep[:, 0], sweep[:, 1], "o", ms=4, label="rate sweep (training alone)")
+    if lv:
+        ax.plot([m for m, _ in lv], [t for _, t in lv], "s", ms=7,
+                label="identified levels (white-noise records)")
+    grid = np.linspace(min(sweep[:, 0].min(), *(m for m, _ in lv)),
+                       max(sweep[:, 0].max(), *(m for m, _ in lv)), 400)
+    law = [fam.iteration_s(m) if fam is not None else math.nan for m in grid]
+    ax.plot(grid, law, "-", color="0.3", lw=1.0,
+            label="law the controller reads (non-increasing, power law between points)")
+    ax.set(xlabel=f"training {share} share (%)", ylabel="iteration time (s)", yscale="log",
+           title="Training iteration time per share")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path)

@@ -1,10 +1,11 @@
 """Closed loops on the plant zoo (:mod:`harness.sim.zoo`), the way a user would run them.
 
-Each plant is identified first as ``gpucontrol identify`` does it (:func:`curves`: white-noise
-sleep at five share levels, the latency line and the training's iteration time per level),
-on a copy of the plant with other noise (for a drawn plant, before its model error), then
-controlled under a load (:func:`run`). The figures: periods over 1.05x the SLO (the true
-latency, a late-reporting plant's realigned), training against the per-period oracle, share
+Each plant is identified first as ``gpucontrol identify --rate-sweep`` does it (:func:`curves`:
+white-noise sleep at five share levels, the latency line and the training's iteration time
+per level, then the iteration time alone at the shares between), on a copy of the plant with
+other noise (for a drawn plant, before its model error), then controlled under a load
+(:func:`run`). The figures: periods over 1.05x the SLO (the true latency, a late-reporting
+plant's realigned), training against the per-period oracle, share
 changes. ``benchmarks/control_quality.py`` and the zoo tests share this module.
 
 Controllers (``controller=``): ``"default"`` (``TwoTierController(curves, slo)``),
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from gpucontrol import LatencyModelFamily, Measurement, ShareKnob, TwoTierController
-from harness.experiments.identify import family_of, identify
+from harness.experiments.identify import family_of, identify, rate_levels
 from harness.sim import zoo
 from harness.sim.baselines import IntegralController
 from harness.sim.protocol import run_loop
@@ -62,8 +63,9 @@ ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
 @functools.cache
 def curves(name: str, seed: int, statistic: str = "mean",
            levels: tuple[float, ...] = LEVELS) -> LatencyModelFamily:
-    """The user's model of zoo plant ``name`` (seed ``seed``): ``gpucontrol identify``'s
-    procedure, 40 periods of white-noise sleep over 0..1 s at each level.
+    """The user's model of zoo plant ``name`` (seed ``seed``): ``gpucontrol identify
+    --rate-sweep``'s procedure, 40 periods of white-noise sleep over 0..1 s at each level, and
+    the rate sweep (the iteration time alone at the shares the knob offers between them).
 
     Parameters
     ----------
@@ -82,8 +84,10 @@ def curves(name: str, seed: int, statistic: str = "mean",
         What model.json would hold.
     """
     plant = zoo.make_plant(name, seed=seed, noise_seed=seed + 100, identified=True)
+    knob = ShareKnob.green(levels) if levels == PARTITIONS else ShareKnob()
     res = identify(plant=plant, mps_levels=levels, sleep_range=(0.0, 1.0), periods=40,
-                   warmup=3, seed=seed, statistic=statistic)
+                   warmup=3, seed=seed, statistic=statistic,
+                   rate_levels=rate_levels(levels, knob))
     fam = family_of(res, every_level=True)
     assert fam is not None
     return fam
