@@ -377,6 +377,10 @@ class OuterMPSOptimizer:
             in_range("sleep_target_s", self._target_given, lo, hi)
         return self
 
+    def start_sleep(self) -> None:
+        """The paper's loop starts its sleep at the bottom of the range (None: the default)."""
+        return None
+
     @property
     def share_pct(self) -> float:
         """The share now (%)."""

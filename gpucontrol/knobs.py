@@ -152,7 +152,9 @@ class SleepKnob:
         its iteration time. None (default): the sleep is taken once per iteration (the hook),
         and the fraction is ``t / (t + s)``.
     initial_s : float, optional
-        Sleep at the start (default: the lower bound).
+        Sleep at the start (default: the sleep the default outer loop's identified curves
+        predict for the set point at the starting share, so the opening periods are not
+        spent climbing from the bottom; with ``outer="paper"`` the lower bound).
 
     Examples
     --------

@@ -31,10 +31,12 @@ What it learns (:class:`_Belief`, two of them: latency and iteration time). The 
 have a Gaussian-process prior, smooth in ``log m`` and anchored near zero at the identified
 shares; the load is a random walk. Readings are folded in four at a time by a Kalman update,
 the innovation clipped at three standard deviations (a wild reading moves the belief a bounded
-step); five surprises of one sign in a row reopen the belief (a load step, or what bad readings
-taught), and so does a sleep pinned at a bound. Every correction decays back to the prior over
-``FORGET`` periods, so nothing learnt from bad readings outlives them by much; what the loop
-keeps reading where it stands is re-learnt as fast as it fades.
+step); five surprises of one sign in a row reopen the belief at once (a load step, or what bad
+readings taught; a scheduled decision waits while the readings surprise), and so does a sleep
+pinned at a bound. The inner loop starts at the sleep the curves predict for the set point at
+the starting share (:meth:`ThroughputOuter.start_sleep`). Every correction decays back to the
+prior over ``FORGET`` periods, so nothing learnt from bad readings outlives them by much; what
+the loop keeps reading where it stands is re-learnt as fast as it fades.
 
 Why. A local learner cannot see a global optimum (a plant whose training speed grows slowly
 with the share trains most at the bottom of the range); the curves can. One share's readings
@@ -144,6 +146,9 @@ class _Belief:
     again.
     """
 
+    #: Surprises of one sign in a row that reopen the belief.
+    RUN = 5
+
     def __init__(self, log_m: np.ndarray, anchors: np.ndarray, *, sigma0: float,
                  sigma_anchor: float, length: float, load: bool, drift: float,
                  forget: float) -> None:
@@ -211,7 +216,7 @@ class _Belief:
             return 0.0
         sign = 1 if innov > 0 else -1
         self._run = self._run + sign if self._run * sign > 0 else sign
-        if abs(self._run) < 5:
+        if abs(self._run) < self.RUN:
             return 0.0
         self._run = 0
         return innov * innov
@@ -504,6 +509,15 @@ class ThroughputOuter:
         self._since = self._count = self._held = self._high = self._low = 0
         self._last_y = None
         return self.share_pct, self.last.describe()
+
+    def start_sleep(self) -> float:
+        """The sleep to start at: the one the identified curves predict for the set point at
+        the starting share and the identified load. From the bottom of the sleep range the
+        inner loop would spend its first periods over the SLO whenever the load needs sleep;
+        the prediction puts it within the model's error of its operating point at once."""
+        (d0, _, _), _ = self._predict()
+        t = float(self.curves.t[self.i] * math.exp(self.it.delta[self.i]))
+        return self.sleep.sleep_for(t, float(d0[self.i]))
 
     def move_sleep(self) -> float | None:
         """The sleep to start the new share at, predicted for the set point (pessimistic edge),

@@ -198,7 +198,7 @@ class TwoTierController:
         self.adaptive = estimator is not None
         self.inner = InnerSleepController(
             self.design.kp, self.target_ms, self.sleep_knob.bounds_s, ki=self.design.ki,
-            initial_sleep_s=self.sleep_knob.initial_s, estimator=estimator,
+            initial_sleep_s=self._start_sleep(), estimator=estimator,
             detune=self._kp_scale if 0 < self._kp_scale < 2 else 1.0,
             delay_periods=self.measurement_delay_periods,
             schedule=self._slope_ratio, oscillation_guard=modern)
@@ -288,6 +288,13 @@ class TwoTierController:
     def share_pct(self) -> float:
         """The training's spatial share now (%)."""
         return self.outer.share_pct
+
+    def _start_sleep(self) -> float | None:
+        """The sleep knob's ``initial_s`` where given, else the outer loop's prediction for the
+        set point at the starting share (None: the bottom of the range, the paper's start)."""
+        if self.sleep_knob.initial_s is not None:
+            return self.sleep_knob.initial_s
+        return self.outer.start_sleep()
 
     def initial_actuation(self) -> Actuation:
         """The actuation to apply before the first measurement."""

@@ -100,8 +100,10 @@ def test_a_p99_below_the_mean_is_kept_because_the_nodes_histogram_produces_one()
     assert p99 < 49.9
     m = Measurement(mean=49.9, p99=p99, count=2)
     assert m.p99_ms == p99
-    act = TwoTierController(M, slo_ms=45.0, mode="p99").update(m)
-    ref = TwoTierController(M, slo_ms=45.0, mode="p99").update(Measurement(49.9, 49.9, 2))
+    start = SleepKnob(initial_s=0.3)      # inside the range: the inner loop acts on the error
+    act = TwoTierController(M, slo_ms=45.0, mode="p99", sleep=start).update(m)
+    ref = TwoTierController(M, slo_ms=45.0, mode="p99", sleep=start).update(
+        Measurement(49.9, 49.9, 2))
     assert act.reason == "inner"
     assert act.error_ms - ref.error_ms == pytest.approx(49.9 - p99)  # the p99 it was given
 

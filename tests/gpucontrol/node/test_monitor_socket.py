@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucontrol import LinearLatencyModel, Measurement, TwoTierController
+from gpucontrol import LinearLatencyModel, Measurement, SleepKnob, TwoTierController
 from gpucontrol.node.client import report_latency
 from gpucontrol.node.monitor import MAX_DATAGRAM, LatencyAggregator, LatencyMonitor, parse_datagram
 
@@ -86,7 +86,9 @@ def test_reservoir_bounds_memory_but_keeps_mean_exact():
 
 
 def test_controller_takes_period_stats():
-    ctl = TwoTierController(LinearLatencyModel(-12.0, 95.0), slo_ms=90.0)
+    # started at the bottom of the range (by default it starts at the predicted sleep)
+    ctl = TwoTierController(LinearLatencyModel(-12.0, 95.0), slo_ms=90.0,
+                            sleep=SleepKnob(initial_s=0.0))
     agg = LatencyAggregator()
     assert ctl.update(agg.collect().to_measurement()).reason.startswith("hold")
     agg.add(95.0)
