@@ -351,13 +351,15 @@ NOBODY = 65534  # the training pod's uid in these tests (the manifest's is 1000)
 
 def _pod_pid_file(runtime, pod, pid, *, owner=NOBODY, mode=0o644):
     """What the training pod writes: <runtime>/training/<pod UID>/gpu0.pid, owned by its
-    uid."""
+    uid. The pod writes it as that uid; here root writes it for the uid, so the file appears
+    (a rename) only once it is that uid's: an agent polling meanwhile never sees it root's."""
     d = runtime / "training" / pod
     d.mkdir(mode=0o755, exist_ok=True)
-    f = d / "gpu0.pid"
-    f.write_text(f"{pid}\n")
-    os.chown(f, owner, owner)
-    f.chmod(mode)
+    f, tmp = d / "gpu0.pid", d / ".gpu0.pid.tmp"
+    tmp.write_text(f"{pid}\n")
+    os.chown(tmp, owner, owner)
+    tmp.chmod(mode)
+    os.rename(tmp, f)
     return f
 
 

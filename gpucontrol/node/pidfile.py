@@ -51,8 +51,9 @@ from dataclasses import dataclass
 
 from gpucontrol.errors import ConfigurationError, TargetRefused
 
-__all__ = ["POD", "PidClaim", "cgroup_matches", "check_claim", "check_pattern", "find_pid_files",
-           "pod_spellings", "proc_cgroups", "read_claim", "resolve_pid_file"]
+__all__ = ["POD", "PidClaim", "PidFileNotWritten", "cgroup_matches", "check_claim",
+           "check_pattern", "find_pid_files", "pod_spellings", "proc_cgroups", "read_claim",
+           "resolve_pid_file"]
 
 #: The placeholder of a pod UID in ``--training-pid-file`` and ``--training-cgroup``.
 POD = "{pod}"
@@ -220,6 +221,10 @@ def find_pid_files(pattern: str) -> list[tuple[str, str | None]]:
     return out
 
 
+class PidFileNotWritten(FileNotFoundError):
+    """A PID file that exists and is empty: its writer is between creating and writing it."""
+
+
 def read_claim(path: str, owners: Collection[int], pod: str | None = None) -> PidClaim:
     """Open and read one PID file, checking the file (not yet the process).
 
@@ -243,7 +248,8 @@ def read_claim(path: str, owners: Collection[int], pod: str | None = None) -> Pi
         A link, not a regular file, writable by group or others, owned by a uid not in
         ``owners``, too long, or not one decimal PID.
     FileNotFoundError
-        The file is gone.
+        The file is gone, or empty (:class:`PidFileNotWritten`: its writer has created it
+        and not yet written the PID, as ``echo $$ > gpu0.pid`` does; wait and read again).
     """
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
     try:
@@ -272,6 +278,8 @@ def read_claim(path: str, owners: Collection[int], pod: str | None = None) -> Pi
     finally:
         os.close(fd)
     text = raw.decode("ascii", "replace").strip()
+    if not raw:
+        raise PidFileNotWritten(errno.ENOENT, "created, the PID not written yet", path)
     if len(raw) > MAX_PID_FILE or not text.isdigit() or not 1 < int(text) < 1 << 22:
         shown = text[:20] + ("..." if len(text) > 20 else "")
         raise TargetRefused(f"--training-pid-file {path} must hold one PID, got {shown!r}")

@@ -11,6 +11,7 @@ from actuators._children import SLEEPER
 from gpucontrol.errors import ConfigurationError, TargetRefused
 from gpucontrol.node.config import DaemonConfig
 from gpucontrol.node.pidfile import (
+    PidFileNotWritten,
     check_claim,
     check_pattern,
     find_pid_files,
@@ -46,11 +47,24 @@ def test_the_file_itself_is_checked(tmp_path):
         read_claim(str(fifo), {me})
     with pytest.raises(TargetRefused, match="writable by group or others"):
         read_claim(str(_file(tmp_path / "w.pid", "4242", mode=0o666)), {me})
-    for bad in ("", "abc", "12 13", "-5", "1", "9" * 70):
+    for bad in ("abc", "12 13", "-5", "1", "9" * 70, " \n"):
         with pytest.raises(TargetRefused, match="must hold one PID"):
             read_claim(str(_file(tmp_path / "bad.pid", bad)), {me})
     with pytest.raises(FileNotFoundError):
         read_claim(str(tmp_path / "missing.pid"), {me})
+
+
+def test_an_empty_file_is_waited_for_not_refused(tmp_path, children):
+    """``echo $$ > gpu0.pid`` creates the file, then writes it: an agent polling in between
+    reads it empty, which means "not yet", not a bad PID (it refused at once before)."""
+    me = os.geteuid()
+    f = _file(tmp_path / "gpu0.pid", "")
+    with pytest.raises(PidFileNotWritten):
+        read_claim(str(f), {me})
+    assert resolve_pid_file(str(f), {me}, None) is None        # wait and read again
+    proc = children.spawn(SLEEPER)
+    f.write_text(f"{proc.pid}\n")
+    assert resolve_pid_file(str(f), {me}, None).pid == proc.pid
 
 
 @root_only
