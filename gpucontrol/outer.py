@@ -19,7 +19,11 @@ difference between that share's correction and the current one's).
 It moves to the share with the best pessimistic rate when its gain beats the move's cost: the
 training a change loses (``ShareKnob.change_s``) over the periods spent at the current share
 (what has lasted that long is expected to last about as long again; right after a move this
-prices the next one high). A restart-free backend's moves cost nothing. It explores, going on
+prices the next one high), but over no more than ``FORGET`` periods: a prediction is learnt from
+readings that fade over that long, and a gain it promises for longer is not known to last (at
+steady load, without this bound, a long dwell makes every move cheap and the loop chases
+differences of a few % between neighbouring shares that are within the curves' error). A
+restart-free backend's moves cost nothing. It explores, going on
 the mean alone, when only the mean says a share is better and that share is not already known
 to within what a window there would teach. With the current share infeasible (the sleep pinned
 high over the set point, three readings) it moves at once to the best share feasible at the
@@ -328,6 +332,8 @@ class ThroughputOuter:
         self._since = 0                  # readings since the last decision
         self._held = 0                   # periods at this share (the expected dwell)
         self._ff_sleep: float | None = None
+        #: the longest dwell a move is amortised over: the belief's memory (periods)
+        self.horizon = self.FORGET
         self.moves = 0
         return self
 
@@ -457,7 +463,8 @@ class ThroughputOuter:
         self._held += periods
         (d0, rate0, worst), (d, rate) = self._predict()
         i = self.i
-        cost = self.share.cost_s / (self.period_s * max(self._held, self.min_window))
+        cost = self.share.cost_s / (self.period_s * min(max(self._held, self.min_window),
+                                                         self.horizon))
         now = rate0[i]
         if not math.isfinite(now):
             return self._escape(d, rate, d0, rate0, worst, cost)

@@ -26,7 +26,11 @@ What the default derives, and why:
 * after a share change the inner loop holds while the training restarts:
   ``ceil(change_s / T)`` periods and one more when the duration was given or measured (a late
   reading would show the downtime), the assumed 15 s when unknown, none for a restart-free
-  backend.
+  backend. The hold is one-sided: a reading over the set point still raises the sleep. The
+  readings of a restart are low (the training is down) and teach nothing, but one over the
+  set point says the training runs and runs too fast: a resize that lands late leaves the old
+  share running at the new share's predicted sleep (an MPS resize by a pre-started shadow
+  process took seconds to land on the H100), and a predicted sleep may be short.
 * the throughput loop aims under the SLO by the reading noise it measures, so that noise
   alone puts at most 1 % of periods over 1.05x the SLO: the SLO itself for a quiet mean,
   a few % under it for a period's p99, a noisy statistic.
@@ -178,6 +182,9 @@ class TwoTierController:
         #: aim under the SLO by the reading noise (the throughput loop learns it)
         self.noise_margin = modern
         self.gain_schedule = modern
+        #: the hold after a share change is one-sided: a reading over the set point raises the
+        #: sleep (module docstring)
+        self.raise_in_hold = modern
         share0 = self.share.start_pct
         self.model = self.family.at(share0)
         self.design = _design(design, self.model, self.inner_period_s, modern)
@@ -385,6 +392,11 @@ class TwoTierController:
                              math.nan, gain_est)
         if m.restarting or self._hold_left > 0:
             self._hold_left = max(0, self._hold_left - 1)
+            if self.raise_in_hold and value > self.inner.slo_ms:
+                r = self.inner.update(value)
+                return Actuation(r.sleep_s, self.share_pct, False, False,
+                                 "hold (over: sleep raised): training restarting after share "
+                                 "change", r.error_ms, gain_est)
             r = self.inner.hold("hold: training restarting after MPS change")
             return Actuation(r.sleep_s, self.share_pct, False, False, r.reason,
                              self.slo_ms - value, gain_est)

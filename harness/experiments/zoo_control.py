@@ -59,6 +59,8 @@ ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
     "glitch": _off("plausible_max_ms", math.inf, "controller"),
     "start": lambda ctl: setattr(ctl.inner, "sleep_s", ctl.inner.lo),  # start at the bottom
     "reopen": lambda ctl: setattr(ctl.outer.lat, "RUN", 10 ** 9),  # type: ignore[union-attr]
+    "raise": _off("raise_in_hold", False, "controller"),    # a two-sided hold after a move
+    "horizon": _off("horizon", math.inf),                  # amortise over the whole dwell
 }
 
 

@@ -91,8 +91,16 @@ def test_stays_when_the_move_does_not_pay_its_cost():
     assert not any(a.share_changed for a in acts)
     d = ctl.outer.last
     assert d is not None and d.action == "stay" and d.gain <= d.cost
-    # a restart prices a move by the training it loses over the time spent at the share
-    assert d.cost == pytest.approx(ShareKnob.ASSUMED_CHANGE_S / (4.0 * ctl.outer._held))
+    # a restart prices a move by the training it loses over the time spent at the share, but
+    # over no more than the belief's memory: 200 periods here, priced over 100
+    assert ctl.outer._held > ctl.outer.FORGET
+    assert d.cost == pytest.approx(ShareKnob.ASSUMED_CHANGE_S / (4.0 * ctl.outer.FORGET))
+    # within that memory, over the time spent there
+    early = TwoTierController(plant.family(), slo, share=ShareKnob(initial_pct=best_m))
+    run(early, plant, 60)
+    e = early.outer.last
+    assert e is not None and e.action == "stay" and early.outer._held < early.outer.FORGET
+    assert e.cost == pytest.approx(ShareKnob.ASSUMED_CHANGE_S / (4.0 * early.outer._held))
 
 
 def test_restart_free_share_decides_every_period_on_a_window():
@@ -181,3 +189,30 @@ def test_a_p99_reading_is_aimed_under_the_slo_by_its_own_noise():
             act = ctl.update(Measurement(mean=lat, p99=lat, count=50))
         # 4 %: 1 - 1.05 exp(-2.33 * 1.155 * 0.04) = 5.7 %, give or take the estimate's
         assert lo <= ctl.setpoint_margin <= hi
+
+
+@pytest.mark.parametrize("one_sided", [True, False])
+def test_the_hold_after_a_move_raises_the_sleep_on_a_reading_over_but_not_under(one_sided):
+    """The readings of a restart are low and teach nothing; one over the set point says the
+    training runs (a resize that lands late: the old share at the new share's sleep) and the
+    sleep goes up. Under: held. Without the one-sided hold, held either way."""
+    plant = DutyPlant()
+    slo = 70.0
+    ctl = TwoTierController(plant.family(), slo)
+    ctl.raise_in_hold = one_sided
+    act = ctl.initial_actuation()
+    for _ in range(150):
+        act = ctl.update(Measurement(mean=plant.latency(act.sleep_s, act.share_pct), count=50,
+                                     iteration_s=plant.t(act.share_pct)))
+        if act.share_changed:
+            break
+    assert act.share_changed
+    held = act.sleep_s
+    low = ctl.update(Measurement(mean=0.5 * slo, count=50, restarting=True))
+    assert low.sleep_s == held and low.reason.startswith("hold")
+    high = ctl.update(Measurement(mean=1.3 * slo, count=50, restarting=True))
+    assert high.reason.startswith("hold") and not high.share_changed
+    if one_sided:
+        assert high.sleep_s > held and "sleep raised" in high.reason
+    else:
+        assert high.sleep_s == held
