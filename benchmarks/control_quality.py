@@ -10,7 +10,10 @@ production-like load (no per-second QPS trace is vendored) or 500 periods of ste
 the default constructor (``TwoTierController(curves, slo)``: MPS restarts of unknown cost; the
 plant's own restarts are 7-15 s), with and without iteration-time readings, and with a
 restart-free share (in percent, and on four partitions). See
-:mod:`harness.experiments.zoo_control` for the runs and the fuzzed readings.
+:mod:`harness.experiments.zoo_control` for the runs and the fuzzed readings. Beside the
+training against the per-period oracle (which resizes the share for free every period), two
+references that pay the plant's restarts on the same trace (:mod:`harness.experiments.zoo_bounds`):
+the best share path in hindsight, and a causal rent-or-buy policy that knows the plant.
 
 The backend comparison, same SLO, same load: sleep only (the share held at 100 %; on "ours"
 and "h100" a time-sliced GPU without MPS), MPS restarts (the paper's two-tier loop) and green
@@ -41,6 +44,7 @@ import numpy as np  # noqa: E402
 
 from harness.cli.args import integer, out_file  # noqa: E402
 from harness.experiments.identify import family_of, identify  # noqa: E402
+from harness.experiments.zoo_bounds import causal, hindsight  # noqa: E402
 from harness.experiments.zoo_control import ABLATIONS, LEVELS, curves, run  # noqa: E402
 from harness.sim import baselines as B  # noqa: E402
 from harness.sim import zoo  # noqa: E402
@@ -144,6 +148,12 @@ def bench(seeds: int) -> dict[str, Any]:
             if label == "trace":
                 put("over_ok", name, all(r["over"] <= over_target(name, s)
                                          for s, r in enumerate(rows)))
+        refs = [{"hindsight": hindsight(name, s, trace(s)),
+                 **dict(zip(("causal", "moves"), causal(name, s, trace(s))))}
+                for s in range(seeds)]
+        put("hindsight", name, _sum(refs, name, "hindsight"))
+        put("causal", name, {**_sum(refs, name, "causal"),
+                             "moves": _sum(refs, name, "moves")["mean"]})
         for label, kw in (("steady", {}), ("steady_noit", {"iteration": False}),
                           ("p99_steady", {"mode": "p99"})):
             rows = _rows(name, seeds, steady, **kw)
@@ -201,6 +211,15 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
+def _references(res: dict[str, Any], row: Any) -> None:
+    """The two rows under the trace's training: what paying the plant's restarts leaves of
+    the per-period oracle (:mod:`harness.experiments.zoo_bounds`); no target, no verdict."""
+    for key, what in (("hindsight", "… reference: hindsight best path paying each restart "
+                                    "(knows the day's load)"),
+                      ("causal", "… reference: a causal rent-or-buy policy knowing the plant")):
+        row(what, "—", [fmt(res[key][p]) for p in P], None)
+
+
 def report(res: dict[str, Any], seeds: int, elapsed: float) -> list[str]:
     head = "| figure | target | " + " | ".join(P) + " | verdict |"
     lines = [f"## Control v3 on the plant zoo ({_dt.date.today().isoformat()})", "",
@@ -223,6 +242,8 @@ def report(res: dict[str, Any], seeds: int, elapsed: float) -> list[str]:
                                "to them)")):
         xs = [res[key][p]["efficiency"] for p in P]
         row(what, "≥ 0.95", [fmt(x) for x in xs], all(x["min"] >= 0.95 for x in xs))
+        if key == "trace":
+            _references(res, row)
     for key, what in (("steady", "training vs oracle, steady load"),
                       ("steady_noit", "… without iteration-time readings")):
         xs = [res[key][p]["efficiency"] for p in P]

@@ -1,0 +1,364 @@
+"""Reference bounds for the zoo's closed loops when every share change pays a restart.
+
+:func:`harness.experiments.zoo_control.run` measures training against the *per-period oracle*
+(:func:`harness.sim.zoo.oracle_rate`): the best rate on a sleep x share grid meeting the SLO
+at each period's load, the share resized for free every period. With MPS restarts (each change
+stops the training for the plant's ``restart_s``) no policy reaches that oracle, so a figure
+against it needs references that pay the same restarts:
+
+* :func:`hindsight` -- the best share path for the whole trace, known in advance, paying every
+  restart (dynamic programming over share levels x periods): what a policy that knows the
+  day's load could reach;
+* :func:`causal` -- a rent-or-buy policy that knows the plant and reads each period's load
+  exactly, but not the future: what knowing the plant, without forecasting, reaches.
+
+Both are figures on the plant's noise-free expectations (``expected_latency_ms`` and
+``expected_training_throughput``), the same ones the oracle uses; the SLO is
+:func:`harness.sim.zoo.slo_ms` (x1.15 in p99 mode, as ``zoo_control.run`` sets it).
+``benchmarks/control_quality.py`` prints them beside the training-vs-oracle row.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from harness.sim import zoo
+
+__all__ = ["SHARES", "T", "causal", "causal_path", "hindsight", "hindsight_path_value",
+           "rate_table"]
+
+#: The share levels (%) of the references: every whole percent from 20 to 100.
+SHARES = tuple(float(m) for m in range(20, 101))
+#: The control period (s), as in :mod:`harness.experiments.zoo_control`.
+T = 4.0
+#: The sleep grid of :func:`harness.sim.zoo.oracle_rate` (s).
+_SLEEPS = np.linspace(0.0, 1.0, 201)
+_MODES = ("mean", "p99")
+
+
+@functools.cache
+def _plant(name: str, seed: int) -> tuple[Any, Any, float]:
+    """The zoo plant ``name`` of seed ``seed`` unwrapped to its physics, with its SLO.
+
+    Cached: the same object for every call, so :func:`harness.sim.zoo.oracle_rate`'s cache
+    (keyed on the plant's ``id``) is hit, and no other plant can take over a freed ``id``.
+    """
+    plant = zoo.make_plant(name, seed=seed)
+    base = plant
+    while isinstance(base, (zoo.DelayedPlant, zoo.GlitchPlant, zoo.NoIterationPlant)):
+        base = base.inner
+    return plant, base, float(zoo.slo_ms(name, plant))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _row(name: str, seed: int, mode: str, load: float, shares: tuple[float, ...]
+         ) -> np.ndarray:
+    """The static best rate (iterations/s) at each share of ``shares`` at ``load``: the
+    sleep grid's best training meeting the SLO, 0 where no sleep meets it -- what
+    ``oracle_rate(levels_pct=(m,))`` gives for each ``m``, over all shares at once."""
+    _, base, slo = _plant(name, seed)
+    slo *= 1.15 if mode == "p99" else 1.0
+    S, M = np.meshgrid(_SLEEPS, np.array(shares))
+    lat = np.asarray(base.expected_latency_ms(S, M, load, mode))
+    tp = np.asarray(base.expected_training_throughput(S, M, load))
+    best = np.where(lat <= slo, tp, -np.inf).max(axis=1)
+    out = np.where(np.isfinite(best), best, 0.0)
+    out.flags.writeable = False
+    return out
+
+
+def _check(name: str, seed: int, loads: Any, mode: str, levels: Any
+           ) -> tuple[np.ndarray, tuple[float, ...]]:
+    """The loads and share levels, validated (``ValueError`` naming the field)."""
+    if name not in zoo.PLANTS:
+        raise ValueError(f"name must be one of {', '.join(zoo.PLANTS)}, got {name!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if mode not in _MODES:
+        raise ValueError(f"mode must be 'mean' or 'p99', got {mode!r}")
+    q = np.asarray(loads, dtype=float)
+    if q.ndim != 1 or q.size == 0 or not np.all(np.isfinite(q)) or np.any(q <= 0):
+        raise ValueError("loads must be a non-empty 1-D sequence of finite load factors > 0, "
+                         f"got shape {q.shape}")
+    raw = SHARES if levels is None else tuple(levels)
+    shares = tuple(sorted({float(v) for v in raw}))
+    if not shares or not all(math.isfinite(v) and 0.0 < v <= 100.0 for v in shares):
+        raise ValueError(f"levels must be share levels (%) in (0, 100], got {levels!r}")
+    return q, shares
+
+
+def rate_table(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: Any = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The static best rate per period and share, and the per-period oracle.
+
+    ``R[k, i]`` is ``zoo.oracle_rate(base, slo, loads[k], mode, levels_pct=(shares[i],))``:
+    the best training rate at share ``shares[i]`` whose noise-free latency at load
+    ``loads[k]`` meets the SLO (0 if no sleep does), computed over all shares at once on the
+    oracle's grid (load rounded to 3 decimals, as the oracle does). ``oracle[k]`` is the
+    per-period oracle itself (every whole percent 1..100), the denominator of
+    ``zoo_control.run``'s ``efficiency``.
+
+    Parameters
+    ----------
+    name : str
+        A :data:`harness.sim.zoo.PLANTS` name.
+    seed : int
+        The plant's seed (a drawn plant's physics).
+    loads : array_like
+        The load factor of each period (1-D, finite, > 0).
+    mode : {"mean", "p99"}
+        The statistic the SLO bounds (p99: the SLO is 1.15x the plant's mean SLO).
+    levels : sequence of float, optional
+        The share levels (%), each in (0, 100]; default :data:`SHARES`.
+
+    Returns
+    -------
+    shares : numpy.ndarray
+        The share levels (%), ascending.
+    R : numpy.ndarray
+        Shape ``(len(loads), len(shares))``, iterations/s.
+    oracle : numpy.ndarray
+        Shape ``(len(loads),)``, iterations/s.
+
+    Raises
+    ------
+    ValueError
+        On an unknown plant or mode, a negative seed, empty or non-finite loads, or share
+        levels outside (0, 100].
+    """
+    q, shares = _check(name, seed, loads, mode, levels)
+    _, base, slo = _plant(name, int(seed))
+    slo *= 1.15 if mode == "p99" else 1.0
+    rounded = [round(float(v), 3) for v in q]
+    R = np.array([_row(name, int(seed), mode, v, shares) for v in rounded])
+    oracle = np.array([zoo.oracle_rate(base, slo, v, mode) for v in rounded])
+    return np.array(shares), R, oracle
+
+
+def _restart(name: str, seed: int, restart_s: float | None) -> float:
+    """The restart length (s): the plant's own, or the override (finite, >= 0)."""
+    if restart_s is None:
+        return float(_plant(name, int(seed))[1].restart_s)
+    r = float(restart_s)
+    if not (math.isfinite(r) and r >= 0.0):
+        raise ValueError(f"restart_s must be a finite number of seconds >= 0, got {restart_s!r}")
+    return r
+
+
+def _period(period_s: float) -> float:
+    p = float(period_s)
+    if not (math.isfinite(p) and p > 0.0):
+        raise ValueError(f"period_s must be a finite number of seconds > 0, got {period_s!r}")
+    return p
+
+
+def _ratio(total: float, oracle: np.ndarray, period_s: float) -> float:
+    denom = float(oracle.sum()) * period_s
+    if denom <= 0.0:
+        raise ValueError("loads: no operating point meets the SLO at any period of this trace "
+                         "(the per-period oracle trains nothing)")
+    return total / denom
+
+
+def hindsight_path_value(R: np.ndarray, restart_s: float, period_s: float = T) -> float:
+    """The best total training (iterations) of a share path over the table ``R``.
+
+    The recursion over periods ``k`` and shares ``m``: ``V_0(m) = R[0, m] T`` (free start,
+    no restart), ``V_k(m) = max(V_{k-1}(m) + R[k, m] T, max_j V_{k-1}(j) + R[k, m] (T - C))``
+    -- staying earns the period, switching in loses ``C`` seconds of it. Switching into the
+    share held is dominated by staying (``C >= 0``), so the inner max may run over every
+    ``j``. With ``C > T`` a switch's period earns less than nothing: the downtime that spans
+    into later periods, charged at the switch period's rate -- an approximation, close where
+    the rate changes little from one period to the next (the zoo's loads), loose where it
+    jumps (a switch into a share that trains nothing in its period pays nothing).
+
+    Parameters
+    ----------
+    R : numpy.ndarray
+        Rates (iterations/s), shape ``(periods, shares)``.
+    restart_s : float
+        ``C``, the training lost per change (s).
+    period_s : float
+        ``T``, the period (s).
+
+    Returns
+    -------
+    float
+        ``max_m V_{n-1}(m)``.
+    """
+    V = R[0] * period_s
+    for k in range(1, R.shape[0]):
+        V = np.maximum(V + R[k] * period_s, V.max() + R[k] * (period_s - restart_s))
+    return float(V.max())
+
+
+def hindsight(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: Any = None,
+              restart_s: float | None = None, period_s: float = T) -> float:
+    """The hindsight bound: the best share path for the whole trace, paying every restart.
+
+    A policy that knows the day's load in advance and the plant exactly, and sets the best
+    sleep every period for free, chooses its share path by dynamic programming over the
+    share levels and the periods (:func:`hindsight_path_value`): holding share ``m`` through
+    period ``k`` earns ``r_k(m) T``, switching into it earns ``r_k(m) (T - restart_s)``,
+    where ``r_k(m)`` is the static best rate at share ``m`` and load ``q_k``
+    (:func:`rate_table`); the first period's share is free. No causal policy paying the same
+    restarts trains more (up to the approximation of a restart longer than a period, charged
+    in full to the switch's period), so the gap between it and the per-period oracle is the
+    price of the restarts themselves, not of the controller.
+
+    Parameters
+    ----------
+    name : str
+        A :data:`harness.sim.zoo.PLANTS` name.
+    seed : int
+        The plant's seed.
+    loads : array_like
+        The load factor of each period.
+    mode : {"mean", "p99"}
+        The statistic the SLO bounds.
+    levels : sequence of float, optional
+        The share levels (%); default :data:`SHARES` (every whole percent 20..100).
+    restart_s : float, optional
+        The training lost per share change (s, >= 0); default the plant's own.
+    period_s : float
+        The control period (s).
+
+    Returns
+    -------
+    float
+        The path's training over the per-period oracle's (1 at most where the oracle's
+        best share is among ``levels``).
+
+    Raises
+    ------
+    ValueError
+        On bad input (:func:`rate_table`), a negative ``restart_s`` or ``period_s <= 0``,
+        or a trace on which no operating point meets the SLO.
+    """
+    _, R, oracle = rate_table(name, seed, loads, mode=mode, levels=levels)
+    C, P = _restart(name, seed, restart_s), _period(period_s)
+    return _ratio(hindsight_path_value(R, C, P), oracle, P)
+
+
+def _gain(r: np.ndarray, i: int) -> tuple[int, float]:
+    """The best share's index for the rates ``r`` and its relative gain over share ``i``."""
+    j = int(np.argmax(r))
+    if r[i] > 0.0:
+        return j, float(r[j] / r[i] - 1.0)
+    return j, math.inf if r[j] > 0.0 else 0.0
+
+
+def causal_path(R: np.ndarray, shares: np.ndarray, restart_s: float, period_s: float = T, *,
+                start: float = 100.0, min_hold: int = 8) -> tuple[float, int]:
+    """The rent-or-buy rule's training over the table ``R``, and its number of moves.
+
+    From share ``start``, after each period ``k`` the rule reads that period's load (its row
+    of ``R``); once it has held its share ``i`` for ``min_hold`` periods it takes the best
+    share ``j = argmax R[k]`` and the gain ``g = R[k, j] / R[k, i] - 1``. While ``g > 0``
+    the regret accumulates ``g T`` (what staying cost, in seconds of training at the current
+    rate); it resets to 0 when ``g <= 0``; when it exceeds ``restart_s`` the rule moves to
+    ``j`` -- the break-even rule of ski rental (rent until the rent paid equals the price of
+    buying): without a forecast, a move pays off only if the gap persists, and the regret is
+    what the gap has already cost while it persisted. A move stops the
+    training for ``restart_s`` from the next period on, carried across periods (a period with
+    ``d`` seconds of downtime left trains ``R[k, i] (T - min(d, T))``).
+
+    Parameters
+    ----------
+    R : numpy.ndarray
+        Rates (iterations/s), shape ``(periods, shares)``.
+    shares : numpy.ndarray
+        The share of each column (%).
+    restart_s : float
+        The training lost per move (s).
+    period_s : float
+        The period (s).
+    start : float
+        The share held at the start (%), one of ``shares``.
+    min_hold : int
+        Periods a share is held before the rule looks again.
+
+    Returns
+    -------
+    training : float
+        Iterations over the trace.
+    moves : int
+        Share changes.
+    """
+    at = np.flatnonzero(np.asarray(shares) == float(start))
+    if at.size == 0:
+        raise ValueError(f"start must be one of the share levels, got {start!r}")
+    i, held, down, regret, moves, total = int(at[0]), 0, 0.0, 0.0, 0, 0.0
+    for r in R:
+        lost = min(down, period_s)
+        down -= lost
+        total += float(r[i]) * (period_s - lost)
+        held += 1
+        if held < min_hold:
+            continue
+        j, g = _gain(r, i)
+        regret = regret + g * period_s if g > 0.0 else 0.0
+        if regret > restart_s:
+            i, held, down, regret, moves = j, 0, restart_s, 0.0, moves + 1
+    return total, moves
+
+
+def causal(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: Any = None,
+           restart_s: float | None = None, period_s: float = T, start: float = 100.0,
+           min_hold: int = 8) -> tuple[float, int]:
+    """The causal plant-knowing reference: a rent-or-buy share policy (:func:`causal_path`).
+
+    It knows the plant exactly (the static best rate of every share at every load,
+    :func:`rate_table`) and reads each period's load exactly at the period's end, but not
+    the future; it sets the best sleep every period for free and moves the share by the
+    rent-or-buy rule, paying each restart. What a controller with a perfect model and no
+    forecast reaches; a controller that identifies its model from noisy readings and does not
+    know the restart's length has no claim to reach it, nor is it barred from passing it (a
+    forecast of the load's swing would).
+
+    Parameters
+    ----------
+    name : str
+        A :data:`harness.sim.zoo.PLANTS` name.
+    seed : int
+        The plant's seed.
+    loads : array_like
+        The load factor of each period.
+    mode : {"mean", "p99"}
+        The statistic the SLO bounds.
+    levels : sequence of float, optional
+        The share levels (%); default :data:`SHARES`.
+    restart_s : float, optional
+        The training lost per share change (s, >= 0); default the plant's own.
+    period_s : float
+        The control period (s).
+    start : float
+        The share held at the start (%), one of ``levels``.
+    min_hold : int
+        Periods a share is held before the rule looks again (>= 1).
+
+    Returns
+    -------
+    efficiency : float
+        Training over the per-period oracle's.
+    moves : int
+        Share changes over the trace.
+
+    Raises
+    ------
+    ValueError
+        On bad input (:func:`rate_table`), a negative ``restart_s``, ``period_s <= 0``,
+        ``min_hold < 1``, a ``start`` not among the levels, or a trace on which no operating
+        point meets the SLO.
+    """
+    shares, R, oracle = rate_table(name, seed, loads, mode=mode, levels=levels)
+    C, P = _restart(name, seed, restart_s), _period(period_s)
+    if isinstance(min_hold, bool) or not isinstance(min_hold, (int, np.integer)) \
+            or min_hold < 1:
+        raise ValueError(f"min_hold must be an integer >= 1, got {min_hold!r}")
+    total, moves = causal_path(R, shares, C, P, start=start, min_hold=int(min_hold))
+    return _ratio(total, oracle, P), moves

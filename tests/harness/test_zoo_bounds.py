@@ -1,0 +1,96 @@
+"""The restart-paying references beside the training-vs-oracle figure
+(:mod:`harness.experiments.zoo_bounds`): short traces, one seed, well under a second each."""
+
+import numpy as np
+import pytest
+
+from harness.experiments import zoo_bounds as zb
+from harness.sim import zoo
+
+LOADS = zoo.load_trace(120, seed=0)
+
+
+@pytest.mark.parametrize("name", ["ours", "hyperbolic", "mixture", "random"])
+def test_hindsight_sits_between_the_references_and_the_per_period_oracle(name):
+    shares, R, oracle = zb.rate_table(name, 0, LOADS)
+    held_all_day = R.sum(axis=0).max() / oracle.sum()
+    h = zb.hindsight(name, 0, LOADS)
+    c, moves = zb.causal(name, 0, LOADS)
+    assert shares[0] == 20.0 and shares[-1] == 100.0 and R.shape == (len(LOADS), 81)
+    assert h <= 1.0 + 1e-12
+    assert h >= held_all_day - 1e-12
+    assert h > c > 0.5
+    assert moves >= 1
+
+
+def test_the_table_is_the_oracle_held_to_each_share():
+    _, base, slo = zb._plant("mixture", 1)
+    shares, R, oracle = zb.rate_table("mixture", 1, LOADS[:5])
+    for k, q in enumerate(LOADS[:5]):
+        assert oracle[k] == zoo.oracle_rate(base, slo, q)
+        for i in (0, 30, 80):
+            assert R[k, i] == zoo.oracle_rate(base, slo, q, levels_pct=(shares[i],))
+
+
+@pytest.mark.parametrize("name", ["hyperbolic", "queue"])
+def test_without_restarts_hindsight_is_the_per_period_oracle(name):
+    assert zb.hindsight(name, 0, LOADS, restart_s=0.0) == pytest.approx(1.0, rel=1e-9)
+
+
+def test_hindsight_falls_with_the_restart():
+    h = [zb.hindsight("hyperbolic", 0, LOADS, restart_s=c) for c in (0.0, 4.0, 10.0, 30.0)]
+    assert h[0] > h[1] > h[2] >= h[3]
+
+
+@pytest.mark.parametrize("name", ["hyperbolic", "random"])
+def test_the_causal_rule_moves_less_when_a_move_costs_more(name):
+    cheap = zb.causal(name, 0, LOADS, restart_s=2.0)[1]
+    dear = zb.causal(name, 0, LOADS, restart_s=30.0)[1]
+    assert cheap > dear >= 1
+
+
+def test_hindsight_path_by_hand():
+    # share 0 trains 1 it/s for two periods, then half that; share 1 the other way round
+    R = np.array([[1.0, 0.5], [1.0, 0.5], [0.5, 1.0], [0.5, 1.0]])
+    # staying on either trains 12; switching to share 1 at period 2 loses 2 s of it: 14
+    assert zb.hindsight_path_value(R, 2.0, 4.0) == pytest.approx(4 + 4 + 1 * (4 - 2) + 4)
+    # a 6-s restart costs more than the switch gains: hold a share all day
+    assert zb.hindsight_path_value(R, 6.0, 4.0) == pytest.approx(12.0)
+    assert zb.hindsight_path_value(R, 0.0, 4.0) == pytest.approx(16.0)
+
+
+def test_causal_path_by_hand():
+    # share 100 trains twice share 50's rate: the regret grows 4 s a period and passes the
+    # 10-s restart after the third; the restart then takes the next two periods and 2 s of the
+    # sixth
+    R = np.tile([1.0, 2.0], (6, 1))
+    total, moves = zb.causal_path(R, np.array([50.0, 100.0]), 10.0, 4.0, start=50.0, min_hold=1)
+    assert moves == 1
+    assert total == pytest.approx(3 * 4 + 0 + 0 + 2 * 2)
+    # a gap that closes resets the regret: no move
+    R2 = np.array([[1.0, 2.0], [1.0, 2.0], [1.0, 1.0]] * 4)
+    assert zb.causal_path(R2, np.array([50.0, 100.0]), 10.0, 4.0, start=50.0,
+                          min_hold=1)[1] == 0
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    ({"name": "nope"}, "name"),
+    ({"seed": -1}, "seed"),
+    ({"loads": []}, "loads"),
+    ({"loads": [1.0, np.nan]}, "loads"),
+    ({"loads": np.ones((3, 2))}, "loads"),
+    ({"mode": "p50"}, "mode"),
+    ({"levels": (0.0, 50.0)}, "levels"),
+    ({"levels": (101.0,)}, "levels"),
+    ({"restart_s": -1.0}, "restart_s"),
+    ({"period_s": 0.0}, "period_s"),
+    ({"start": 55.5}, "start"),
+    ({"min_hold": 0}, "min_hold"),
+])
+def test_bad_input_names_its_field(kw, field):
+    args = {"name": "hyperbolic", "seed": 0, "loads": LOADS[:20], **kw}
+    with pytest.raises(ValueError, match=field):
+        zb.causal(**args)
+    if field not in ("start", "min_hold"):
+        with pytest.raises(ValueError, match=field):
+            zb.hindsight(**args)
