@@ -5,6 +5,7 @@ per-period static oracle, and the white-noise record a user identifies a sleep m
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,10 @@ def load_scenario(loads: Any, period_s: float = 4.0) -> Scenario:
     return Scenario.of(*ev)
 
 
-_ORACLE_CACHE: dict[tuple[int, float, float, str, tuple[float, ...]], float] = {}
+#: Per plant (held weakly: a freed plant's entries go with it, and a new plant that takes over
+#: its ``id`` does not read them), the oracle's rate per (load, SLO, statistic, levels).
+_ORACLE_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[float, float, str, tuple[float, ...]],
+                                                   float]] = weakref.WeakKeyDictionary()
 
 
 def oracle_rate(plant: Any, slo_ms: float, load: float, statistic: str = "mean",
@@ -105,14 +109,15 @@ def oracle_rate(plant: Any, slo_ms: float, load: float, statistic: str = "mean",
         levels = tuple(sorted({float(v) for v in levels_pct}))
         if not levels or not all(math.isfinite(v) and 0.0 < v <= 100.0 for v in levels):
             raise ValueError(f"levels_pct must be MPS levels in (0, 100], got {levels_pct!r}")
-    key = (id(plant), round(float(load), 3), float(slo_ms), statistic, levels)
-    if key not in _ORACLE_CACHE:
+    key = (round(float(load), 3), float(slo_ms), statistic, levels)
+    cache = _ORACLE_CACHE.setdefault(plant, {})
+    if key not in cache:
         S, M = np.meshgrid(np.linspace(0.0, 1.0, 201), np.array(levels))
-        lat = np.asarray(plant.expected_latency_ms(S, M, key[1], statistic))
-        tp = np.asarray(plant.expected_training_throughput(S, M, key[1]))
+        lat = np.asarray(plant.expected_latency_ms(S, M, key[0], statistic))
+        tp = np.asarray(plant.expected_training_throughput(S, M, key[0]))
         ok = lat <= slo_ms
-        _ORACLE_CACHE[key] = float(tp[ok].max()) if ok.any() else 0.0
-    return _ORACLE_CACHE[key]
+        cache[key] = float(tp[ok].max()) if ok.any() else 0.0
+    return cache[key]
 
 
 def white_noise_record(plant: Any, periods: int = 60, *, seed: int = 0, mps_pct: float = 100.0,

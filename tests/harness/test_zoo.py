@@ -103,3 +103,19 @@ def test_oracle_held_to_partitions_is_at_most_the_free_oracle():
     for bad in ([], [0.0], [101], [float("nan")]):
         with pytest.raises(ValueError, match="levels_pct"):
             zoo.oracle_rate(p, 80.0, 1.0, levels_pct=bad)
+
+
+def test_the_oracle_cache_is_the_plants_own_and_goes_with_it():
+    """Two plants of other physics at the same SLO and load get their own oracle; a freed
+    plant's entries are dropped (a plant that takes over its id cannot read them)."""
+    import gc
+
+    from harness.sim.zoo_load import _ORACLE_CACHE
+
+    a, b = zoo.make_plant("hyperbolic"), zoo.make_plant("queue")
+    ra, rb = zoo.oracle_rate(a, 80.0, 1.0), zoo.oracle_rate(b, 80.0, 1.0)
+    assert ra != rb and a in _ORACLE_CACHE and b in _ORACLE_CACHE
+    n = len(_ORACLE_CACHE)
+    del a
+    gc.collect()
+    assert len(_ORACLE_CACHE) == n - 1 and b in _ORACLE_CACHE
