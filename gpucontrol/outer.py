@@ -23,9 +23,11 @@ prices the next one high), but over no more than ``FORGET`` periods: a predictio
 readings that fade over that long, and a gain it promises for longer is not known to last (at
 steady load, without this bound, a long dwell makes every move cheap and the loop chases
 differences of a few % between neighbouring shares that are within the curves' error). A
-restart-free backend's moves cost nothing. It explores, going on
-the mean alone, when only the mean says a share is better and that share is not already known
-to within what a window there would teach. With the current share infeasible (the sleep pinned
+restart-free backend's moves cost nothing. It explores, going on the mean alone, when only the
+mean says a share is better and that share is not already known to within what a window there
+would teach; an exploration is priced over the whole dwell (what it buys is a reading, not a
+prediction's promise: after bad readings taught a wrong load, the loop climbs out of a share it
+would otherwise keep). With the current share infeasible (the sleep pinned
 high over the set point, three readings) it moves at once to the best share feasible at the
 pessimistic edge, else at the mean, else the one least over, whatever the cost (once the
 share has had ``min_window`` readings to settle in: the inner loop's opening transient pins the
@@ -463,8 +465,8 @@ class ThroughputOuter:
         self._held += periods
         (d0, rate0, worst), (d, rate) = self._predict()
         i = self.i
-        cost = self.share.cost_s / (self.period_s * min(max(self._held, self.min_window),
-                                                         self.horizon))
+        held = self.period_s * max(self._held, self.min_window)
+        cost = self.share.cost_s / min(held, self.period_s * self.horizon)
         now = rate0[i]
         if not math.isfinite(now):
             return self._escape(d, rate, d0, rate0, worst, cost)
@@ -482,8 +484,8 @@ class ThroughputOuter:
             mean = np.where(known, -np.inf, rate0 / now - 1.0)
             mean[i] = 0.0
             k = int(np.argmax(mean))
-            if mean[k] > cost:
-                return self._act("explore", k, d0, rate0, now, cost)
+            if mean[k] > self.share.cost_s / held:
+                return self._act("explore", k, d0, rate0, now, self.share.cost_s / held)
         return self._act("stay", j, d, rate, now, cost)
 
     def _escape(self, d: np.ndarray, rate: np.ndarray, d0: np.ndarray, rate0: np.ndarray,

@@ -216,3 +216,48 @@ def test_the_hold_after_a_move_raises_the_sleep_on_a_reading_over_but_not_under(
         assert high.sleep_s > held and "sleep raised" in high.reason
     else:
         assert high.sleep_s == held
+
+
+@pytest.mark.parametrize("case", ["move within the memory", "explore over the dwell",
+                                  "no move past the memory"])
+def test_a_move_is_priced_over_the_memory_an_exploration_over_the_whole_dwell(case):
+    """After 1000 periods at a share, a predicted gain of 2 % at the pessimistic edge, at a
+    share already known, does not pay a 15 s restart (priced over the belief's memory, 100
+    periods: 3.75 %), and one of 5 % does; 2 % at the mean alone, at a share not yet known,
+    is worth exploring (priced over the 1000 periods: 0.375 %)."""
+    plant = DutyPlant()
+    ctl = TwoTierController(plant.family(), 70.0, share=ShareKnob(initial_pct=50))
+    o = ctl.outer
+    o._held = 1000
+    n = len(o.curves.m)
+    i = o.i
+    spread = o.lat.spread(i)
+    if case == "no move past the memory":
+        # a share known as well as a window there would teach: nothing to explore
+        o._noise = 0.05 ** 2
+        spread[i] = np.inf
+        k = int(np.argmin(spread))
+        assert spread[k] <= 2.0 * math.sqrt(o._noise / o.min_window)
+    else:
+        k = int(np.argmax(spread))             # the share the belief knows least about
+    mean_rate = np.full(n, 1.0)
+    edge = np.full(n, 1.0)
+    d = np.full(n, 0.5)
+    worst = np.full(n, 1.0)
+    if case == "move within the memory":
+        mean_rate[k] = edge[k] = 1.05
+    elif case == "explore over the dwell":
+        mean_rate[k], edge[k] = 1.02, 0.98
+    else:
+        mean_rate[k] = edge[k] = 1.02
+    o._predict = lambda: ((d, mean_rate, worst), (d, edge))
+    share, _ = o._decide(0)
+    action = o.last.action
+    if case == "move within the memory":
+        assert action == "move" and share == o.curves.m[k]
+        assert o.last.cost == pytest.approx(ShareKnob.ASSUMED_CHANGE_S / (4.0 * o.FORGET))
+    elif case == "explore over the dwell":
+        assert action == "explore" and share == o.curves.m[k]
+        assert o.last.cost == pytest.approx(ShareKnob.ASSUMED_CHANGE_S / (4.0 * 1000))
+    else:
+        assert action == "stay" and share is None and o.i == i
