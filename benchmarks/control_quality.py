@@ -8,8 +8,9 @@ identified as ``gpucontrol identify`` does it (five share levels, the latency li
 training's iteration time at each) and controlled for 600 periods (40 min) of a synthetic
 production-like load (no per-second QPS trace is vendored) or 500 periods of steady load, with
 the default constructor (``TwoTierController(curves, slo)``: MPS restarts of unknown cost; the
-plant's own restarts are 7-15 s), with and without iteration-time readings, and with a
-restart-free share (in percent, and on four partitions). See
+plant's own restarts stop the training 7 s on "ours", 10 s on the analytic plants, 3-15 s drawn
+on "random", none on "h100", whose resize lands 2 s late instead), with and without
+iteration-time readings, and with a restart-free share (in percent, and on four partitions). See
 :mod:`harness.experiments.zoo_control` for the runs and the fuzzed readings. Beside the
 training against the per-period oracle (which resizes the share for free every period), two
 references that pay the plant's restarts on the same trace (:mod:`harness.experiments.zoo_bounds`):
@@ -232,8 +233,8 @@ def report(res: dict[str, Any], seeds: int, elapsed: float) -> list[str]:
              f"{platform.python_version()}, {seeds} seeds per figure (\"random\": a plant "
              f"drawn per seed), {elapsed:.0f} s on 1 core. Mean over the seeds, the worst "
              "seed in brackets (the least training, the most violations). Default "
-             "constructor, MPS restarts of the plant's own length (7-15 s) the controller is "
-             "not told.", "", head,
+             "constructor, MPS restarts of the plant's own length (0-15 s; on h100 a resize "
+             "that lands 2 s late) the controller is not told.", "", head,
              "|---|---|" + "---|" * len(P) + "---|"]
 
     def row(label: str, target: str, cells: list[str], ok: bool | None) -> None:
