@@ -466,7 +466,8 @@ class ThroughputOuter:
         (d0, rate0, worst), (d, rate) = self._predict()
         i = self.i
         held = self.period_s * max(self._held, self.min_window)
-        cost = self.share.cost_s / min(held, self.period_s * self.horizon)
+        cost = self.share.cost_s / min(held, self.period_s * self.horizon)   # a move's
+        dwell_cost = self.share.cost_s / held                                # an exploration's
         now = rate0[i]
         if not math.isfinite(now):
             return self._escape(d, rate, d0, rate0, worst, cost)
@@ -484,8 +485,8 @@ class ThroughputOuter:
             mean = np.where(known, -np.inf, rate0 / now - 1.0)
             mean[i] = 0.0
             k = int(np.argmax(mean))
-            if mean[k] > self.share.cost_s / held:
-                return self._act("explore", k, d0, rate0, now, self.share.cost_s / held)
+            if mean[k] > dwell_cost:
+                return self._act("explore", k, d0, rate0, now, dwell_cost)
         return self._act("stay", j, d, rate, now, cost)
 
     def _escape(self, d: np.ndarray, rate: np.ndarray, d0: np.ndarray, rate0: np.ndarray,

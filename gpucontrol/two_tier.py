@@ -395,8 +395,8 @@ class TwoTierController:
             if self.raise_in_hold and value > self.inner.slo_ms:
                 r = self.inner.update(value)
                 return Actuation(r.sleep_s, self.share_pct, False, False,
-                                 "hold (over: sleep raised): training restarting after share "
-                                 "change", r.error_ms, gain_est)
+                                 "hold (over the set point: sleep raised): training restarting "
+                                 "after MPS change", r.error_ms, gain_est)
             r = self.inner.hold("hold: training restarting after MPS change")
             return Actuation(r.sleep_s, self.share_pct, False, False, r.reason,
                              self.slo_ms - value, gain_est)
