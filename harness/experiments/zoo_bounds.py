@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from harness.sim import zoo
+from harness.sim.zoo_load import level_rates
 
 __all__ = ["SHARES", "T", "causal", "causal_path", "hindsight", "hindsight_path_value",
            "rate_table"]
@@ -35,8 +36,6 @@ __all__ = ["SHARES", "T", "causal", "causal_path", "hindsight", "hindsight_path_
 SHARES = tuple(float(m) for m in range(20, 101))
 #: The control period (s), as in :mod:`harness.experiments.zoo_control`.
 T = 4.0
-#: The sleep grid of :func:`harness.sim.zoo.oracle_rate` (s).
-_SLEEPS = np.linspace(0.0, 1.0, 201)
 _MODES = ("mean", "p99")
 
 
@@ -59,14 +58,11 @@ def _row(name: str, seed: int, mode: str, load: float, shares: tuple[float, ...]
          ) -> np.ndarray:
     """The static best rate (iterations/s) at each share of ``shares`` at ``load``: the
     sleep grid's best training meeting the SLO, 0 where no sleep meets it -- what
-    ``oracle_rate(levels_pct=(m,))`` gives for each ``m``, over all shares at once."""
+    ``oracle_rate(levels_pct=(m,))`` gives for each ``m``, over all shares at once
+    (:func:`harness.sim.zoo_load.level_rates`, the oracle's own grid)."""
     _, base, slo = _plant(name, seed)
     slo *= 1.15 if mode == "p99" else 1.0
-    S, M = np.meshgrid(_SLEEPS, np.array(shares))
-    lat = np.asarray(base.expected_latency_ms(S, M, load, mode))
-    tp = np.asarray(base.expected_training_throughput(S, M, load))
-    best = np.where(lat <= slo, tp, -np.inf).max(axis=1)
-    out = np.where(np.isfinite(best), best, 0.0)
+    out = level_rates(base, slo, load, mode, shares)
     out.flags.writeable = False
     return out
 

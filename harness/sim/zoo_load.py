@@ -12,7 +12,7 @@ import numpy as np
 
 from harness.sim.protocol import LoadEvent, Scenario
 
-__all__ = ["load_scenario", "load_trace", "oracle_rate", "white_noise_record"]
+__all__ = ["level_rates", "load_scenario", "load_trace", "oracle_rate", "white_noise_record"]
 
 
 def load_trace(periods: int, *, seed: int = 0, swing: float = 0.12, jitter: float = 0.02,
@@ -112,12 +112,19 @@ def oracle_rate(plant: Any, slo_ms: float, load: float, statistic: str = "mean",
     key = (round(float(load), 3), float(slo_ms), statistic, levels)
     cache = _ORACLE_CACHE.setdefault(plant, {})
     if key not in cache:
-        S, M = np.meshgrid(np.linspace(0.0, 1.0, 201), np.array(levels))
-        lat = np.asarray(plant.expected_latency_ms(S, M, key[0], statistic))
-        tp = np.asarray(plant.expected_training_throughput(S, M, key[0]))
-        ok = lat <= slo_ms
-        cache[key] = float(tp[ok].max()) if ok.any() else 0.0
+        cache[key] = float(level_rates(plant, slo_ms, key[0], statistic, levels).max())
     return cache[key]
+
+
+def level_rates(plant: Any, slo_ms: float, load: float, statistic: str,
+                levels: tuple[float, ...]) -> np.ndarray:
+    """Per share level, the best training rate (iterations/s) on the oracle's sleep grid
+    (0..1 s, 201 points) whose noise-free ``statistic`` latency at ``load`` meets ``slo_ms``;
+    0 where no sleep does. :func:`oracle_rate` is their maximum."""
+    S, M = np.meshgrid(np.linspace(0.0, 1.0, 201), np.array(levels, float))
+    lat = np.asarray(plant.expected_latency_ms(S, M, load, statistic))
+    tp = np.asarray(plant.expected_training_throughput(S, M, load))
+    return np.where(lat <= slo_ms, tp, -np.inf).max(axis=1).clip(min=0.0)
 
 
 def white_noise_record(plant: Any, periods: int = 60, *, seed: int = 0, mps_pct: float = 100.0,
