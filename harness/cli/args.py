@@ -374,6 +374,11 @@ def terminate_cleanly(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
     cut short. A signal ignored when the block starts (``nohup``) stays ignored. The handlers
     in force before are restored at the end. Outside the main thread it does nothing.
 
+    A signal that lands inside a ``__del__`` or a weakref callback raises where Python cannot
+    propagate the exception (it is printed as "Exception ignored" and dropped): the block
+    then sends the signal again, so the run still stops, with a 128 + signal status, instead
+    of finishing as if never signalled.
+
     Parameters
     ----------
     signums : tuple of int
@@ -394,11 +399,34 @@ def terminate_cleanly(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
             signal.signal(s, _ignore_further)
         raise Terminated(signum)
 
+    def redeliver(unraisable: Any) -> None:
+        # The exception was raised where Python cannot propagate one (a __del__, a weakref
+        # callback: it prints "Exception ignored" and goes on), and later signals were
+        # already being ignored: the run would finish as if never signalled (exit 0). Arm
+        # the handler again and send the signal once more, from a thread a moment later, so
+        # that it lands after this hook has returned.
+        if not isinstance(unraisable.exc_value, Terminated):
+            previous_hook(unraisable)
+            return
+        for s in old:
+            signal.signal(s, handler)
+        timer = threading.Timer(0.01, resend, (unraisable.exc_value.signum,))
+        timer.daemon = True
+        timer.start()
+
+    def resend(signum: int) -> None:
+        if active:  # not once the block has ended: the default action would kill the process
+            os.kill(os.getpid(), signum)
+
     for s in signums:
         if signal.getsignal(s) is not signal.SIG_IGN:
             old[s] = signal.signal(s, handler)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, redeliver
+    active = True
     try:
         yield
     finally:
+        active = False
+        sys.unraisablehook = previous_hook
         for s, h in old.items():
             signal.signal(s, h)
