@@ -312,7 +312,8 @@ def run_pipeline(out_dir: str | Path = "results", *, plant: str = "cpu",
     identify_periods, closed_periods : int
         Periods of identification (after the start-up periods) and of closed loop.
     burst : tuple of float
-        Start and end of the burst as fractions of the closed-loop phase.
+        Start and end of the burst as fractions of the closed-loop phase, counted in the
+        periods the daemon has logged.
     sleep_range : tuple of float or None
         Sleep range of the excitation (s); None: 0 to one run quantum of the plant's duty
         cycler (running fraction 1 to 1/2; 0.5 s for a plant without one). The latency is

@@ -57,10 +57,13 @@ def _cgroups(pid):
             if p.exists()]
 
 
+# Runs far longer than the test waits (up to 60 s for the services, then 1.5 s), so the
+# SIGTERM always lands mid-run: with 40 periods, a loaded machine's slow start once let the
+# identification finish first (exit 0, "no model.json written")
 COMMANDS = {
-    "identify": ["identify", "--plant", "cpu", "--periods", "40", "--period", "1",
+    "identify": ["identify", "--plant", "cpu", "--periods", "400", "--period", "1",
                  "--mps", "100"],
-    "demo": ["demo", "--plant", "cpu", "--period", "1", "--duration", "20"],
+    "demo": ["demo", "--plant", "cpu", "--period", "1", "--duration", "400"],
 }
 
 
