@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from gpucontrol.node.actuators.procs import descendants
+from harness.experiments.daemon_watch import LogProgress, watch_daemon
 from harness.experiments.identify import identify
 from harness.experiments.plants import ExperimentFailed, make_plant
 from harness.results import final, result_set, save_figure, staged, write_csv, write_json
@@ -164,91 +165,6 @@ def _sample_iterations(plant: Any, stop: threading.Event, out: list[tuple[float,
     while not stop.is_set():
         out.append((time.time(), plant.training_iterations()))
         stop.wait(0.1)
-
-
-class _LogProgress:
-    """What the daemon's JSON log has said so far, read as it grows: when (this process's
-    clock) the ``started`` event and the latest period's record were first seen."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.started: float | None = None
-        self.last: float | None = None
-        self.periods = 0
-        self._pos = 0
-        self._tail = b""
-
-    def poll(self) -> None:
-        import json
-
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._pos)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        self._pos += len(data)
-        *lines, self._tail = (self._tail + data).split(b"\n")
-        now = time.time()
-        for line in lines:
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            if r.get("event") == "started" and self.started is None:
-                self.started = now
-            elif "period" in r and "event" not in r:
-                self.periods += 1
-                self.last = now
-
-
-#: How long the daemon may take to log ``started`` (imports, the cgroup, the first scrape): a
-#: 2-core machine beside two busy processes took 12 s.
-START_LIMIT_S = 120.0
-
-
-def _watch_daemon(daemon: subprocess.Popen[bytes], progress: _LogProgress, period_s: float,
-                  duration_s: float, plant: Any, burst: tuple[float, float],
-                  burst_at: list[float], say: Any, stall_s: float | None = None) -> None:
-    """Wait for the daemon to end by itself (its ``--duration-s``), with the load burst on
-    from ``burst[0]`` to ``burst[1]`` periods logged -- counted from its periods, not timed
-    from its launch, which a loaded machine delays by seconds (the burst then fell on its
-    first periods, and the loop spent the rest of the run unwinding).
-
-    Returns early, for the caller's SIGTERM, only on a stall: no ``started`` within
-    :data:`START_LIMIT_S`, or no period logged for ``stall_s`` (by default
-    ``max(10 s, 5 periods)``). A slow daemon that still logs its periods is let finish, so
-    its clean stop is never cut short (a SIGTERM once it has restored the default handlers
-    ends it with -15)."""
-    launched = time.time()
-    stall = max(10.0, 5.0 * period_s) if stall_s is None else stall_s
-    while daemon.poll() is None:
-        progress.poll()
-        now = time.time()
-        t0 = progress.started
-        if t0 is None:
-            if now > launched + START_LIMIT_S:
-                say(f"the daemon did not start within {START_LIMIT_S:g} s")
-                return
-        elif now > max(t0 + duration_s, progress.last or t0) + stall:
-            say(f"the daemon logged no period for {stall:g} s")
-            return
-        else:
-            _burst(plant, progress.periods, burst, burst_at, say)
-        time.sleep(0.05)
-
-
-def _burst(plant: Any, k: int, burst: tuple[float, float], burst_at: list[float],
-           say: Any) -> None:
-    """The load burst's edges, ``k`` periods into the daemon's run (times in ``burst_at``)."""
-    if not burst_at and k >= burst[0]:
-        plant.set_load(batch=plant.config.burst_batch)
-        burst_at.append(time.time())
-        say("load burst on")
-    elif len(burst_at) == 1 and k >= burst[1]:
-        plant.set_load(batch=plant.config.batch)
-        burst_at.append(time.time())
-        say("load burst off")
 
 
 def _whole(name: str, value: Any, lo: int) -> None:
@@ -441,7 +357,7 @@ def _run_pipeline(out: Path, *, plant: str, preset: str, period_s: float,
         pids.append(daemon.pid)
         with contextlib.suppress(OSError):  # Nice=-5, as the systemd unit runs it (root only)
             os.setpriority(os.PRIO_PROCESS, daemon.pid, -5)
-        _watch_daemon(daemon, _LogProgress(log), period_s, duration, p,
+        watch_daemon(daemon, LogProgress(log), period_s, duration, p,
                       (burst[0] * closed_periods, burst[1] * closed_periods), burst_at, say)
         if daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)

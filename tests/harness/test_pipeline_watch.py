@@ -6,7 +6,7 @@ import sys
 import textwrap
 import time
 
-from harness.experiments import pipeline
+from harness.experiments import daemon_watch
 
 
 class _Plant:
@@ -40,12 +40,12 @@ def _fake_daemon(log, start_delay_s, periods, period_s, then_hang=False):
 
 def test_a_late_start_is_waited_for_and_the_burst_counts_periods(tmp_path):
     log = tmp_path / "daemon.jsonl"
-    progress = pipeline._LogProgress(log)
+    progress = daemon_watch.LogProgress(log)
     plant, said = _Plant(progress), []
     daemon = _fake_daemon(log, start_delay_s=1.0, periods=10, period_s=0.1)
     try:
         # the daemon's own run is 1 s; its launch took 1 s more: still let finish
-        pipeline._watch_daemon(daemon, progress, period_s=0.1, duration_s=1.0, plant=plant,
+        daemon_watch.watch_daemon(daemon, progress, period_s=0.1, duration_s=1.0, plant=plant,
                                burst=(4, 6), burst_at=[], say=said.append)
         assert daemon.wait(5) == 0  # it ended by itself, never signalled
     finally:
@@ -58,11 +58,11 @@ def test_a_late_start_is_waited_for_and_the_burst_counts_periods(tmp_path):
 
 def test_a_daemon_that_stops_logging_is_given_up_on(tmp_path):
     log = tmp_path / "daemon.jsonl"
-    progress = pipeline._LogProgress(log)
+    progress = daemon_watch.LogProgress(log)
     daemon = _fake_daemon(log, start_delay_s=0.0, periods=2, period_s=0.05, then_hang=True)
     try:
         said, t = [], time.monotonic()
-        pipeline._watch_daemon(daemon, progress, period_s=0.05, duration_s=0.1,
+        daemon_watch.watch_daemon(daemon, progress, period_s=0.05, duration_s=0.1,
                                plant=_Plant(progress), burst=(10, 20), burst_at=[],
                                say=said.append, stall_s=1.0)
         assert 1.0 <= time.monotonic() - t < 30
