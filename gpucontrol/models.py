@@ -150,6 +150,12 @@ class OperatingPoint:
         ``d = t / (t + s)`` with that iteration time (ms; ``A > 0``): the same data as
         ``model``, without the line's dependence on where the sleeps fell. None: derived from
         ``model`` (:func:`duty_form`).
+    fit_error : float, optional
+        How far the identification's readings at this level strayed from the fitted model:
+        the residual's RMS as a fraction of the level's mean latency (noise and the law's
+        misfit together). The outer loop trusts the curve at this share no closer than that
+        (:class:`~gpucontrol.outer.ThroughputOuter`; no less than a share never identified).
+        None: not recorded (trusted to 2 %).
     """
 
     mps_pct: float
@@ -157,6 +163,7 @@ class OperatingPoint:
     batch: int | None = None
     iteration_s: float | None = None
     duty_law: tuple[float, float] | None = None
+    fit_error: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mps_pct", in_range("mps_pct", self.mps_pct, 0.0, 100.0,
@@ -177,6 +184,9 @@ class OperatingPoint:
                                          f"{self.duty_law!r}") from None
             object.__setattr__(self, "duty_law", (finite("duty_law[0]", c),
                                                   positive("duty_law[1]", a)))
+        if self.fit_error is not None:
+            object.__setattr__(self, "fit_error",
+                               in_range("fit_error", self.fit_error, 0.0, 10.0))
 
 
 @dataclass(frozen=True)
@@ -398,7 +408,7 @@ class LatencyModelFamily:
     def to_document(self) -> dict[str, Any]:
         """The model file's form (what ``gpucontrol identify`` writes as model.json):
         ``{"points": [{"mps_pct", "gain", "offset"[, "batch"][, "iteration_s"]
-        [, "idle_ms", "duty_gain_ms"]}, ...][, "sleep_span_s": [low, high]]
+        [, "idle_ms", "duty_gain_ms"][, "fit_error"]}, ...][, "sleep_span_s": [low, high]]
         [, "iteration_times": [[share %, s], ...]]}``."""
         rows = []
         for p in self.points:
@@ -407,6 +417,8 @@ class LatencyModelFamily:
                 row["iteration_s"] = p.iteration_s
             if p.duty_law is not None:
                 row["idle_ms"], row["duty_gain_ms"] = p.duty_law
+            if p.fit_error is not None:
+                row["fit_error"] = p.fit_error
             rows.append(row)
         doc: dict[str, Any] = {"points": rows}
         if self.sleep_span_s is not None:
@@ -430,7 +442,7 @@ class LatencyModelFamily:
                 OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
                                r.get("batch"), r.get("iteration_s"),
                                (r["idle_ms"], r["duty_gain_ms"]) if "duty_gain_ms" in r
-                               else None)
+                               else None, r.get("fit_error"))
                 for r in rows), None if span is None else tuple(span), times)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ConfigurationError(

@@ -33,16 +33,21 @@ pessimistic edge, else at the mean, else the one least over, whatever the cost (
 share has had ``min_window`` readings to settle in: the inner loop's opening transient pins the
 sleep too).
 
-What it learns (:class:`_Belief`, two of them: latency and iteration time). The corrections
-have a Gaussian-process prior, smooth in ``log m`` and anchored near zero at the identified
-shares; the load is a random walk. Readings are folded in four at a time by a Kalman update,
-the innovation clipped at three standard deviations (a wild reading moves the belief a bounded
-step); five surprises of one sign in a row reopen the belief at once (a load step, or what bad
-readings taught; a scheduled decision waits while the readings surprise), and so does a sleep
-pinned at a bound. The inner loop starts at the sleep the curves predict for the set point at
-the starting share (:meth:`ThroughputOuter.start_sleep`). Every correction decays back to the
-prior over ``FORGET`` periods, so nothing learnt from bad readings outlives them by much; what
-the loop keeps reading where it stands is re-learnt as fast as it fades.
+What it learns (:class:`_Belief`, two of them: latency and iteration time). The corrections have
+a Gaussian-process prior, smooth in ``log m`` and anchored near zero at the identified shares,
+plus, at each identified share, an error of its own: what the identification's residual there
+(``OperatingPoint.fit_error``, at most ``SIGMA0``: known no worse than an unidentified share)
+exceeds the error every identified share is allowed (``SIGMA_ANCHOR``): a level whose readings
+strayed from its line (a convex latency fitted by a line, or noisy readings) is not vouched for
+by its neighbours, so readings there can say it is wrong without saying the load is. The load is
+a random walk. Readings are folded in four at a time by a Kalman update, the innovation clipped
+at three standard deviations (a wild reading moves the belief a bounded step); five surprises of
+one sign in a row reopen the belief at once (a load step, or what bad readings taught; a
+scheduled decision waits while the readings surprise), and so does a sleep pinned at a bound.
+The inner loop starts at the sleep the curves predict for the set point at the starting share
+(:meth:`ThroughputOuter.start_sleep`). Every correction decays back to the prior over ``FORGET``
+periods, so nothing learnt from bad readings outlives them by much; what the loop keeps reading
+where it stands is re-learnt as fast as it fades.
 
 Why. A local learner cannot see a global optimum (a plant whose training speed grows slowly
 with the share trains most at the bottom of the range); the curves can. One share's readings
@@ -139,17 +144,16 @@ class _Curves:
 class _Belief:
     """A Gaussian belief over log corrections at the candidate shares, and the load.
 
-    The corrections ``delta`` (one per share) have a Gaussian-process prior: ``sigma0``
-    apart from the identified curve, smooth over shares (a squared-exponential kernel of
-    length ``length`` in log share: a model error at 60 % says much about 65 %, little about
-    20 %), conditioned on being within ``sigma_anchor`` of it at the shares the
-    identification measured. With ``load`` a common term ``q`` (a random walk, ``drift`` per
-    period) adds to every share's. Each observation at share ``i`` is ``q + delta_i`` plus
-    noise, taken in by a Kalman update with the innovation clipped at three standard
-    deviations (a wild reading moves the belief by a bounded step); every period each
+    The corrections ``delta`` (one per share) have a Gaussian-process prior: ``sigma0`` apart
+    from the identified curve, smooth over shares (a squared-exponential kernel of length
+    ``length`` in log share: a model error at 60 % says much about 65 %, little about 20 %),
+    conditioned on being within ``sigma_anchor`` of it at the shares the identification
+    measured; :meth:`widen` adds each share's own misfit. With ``load`` a common term ``q`` (a
+    random walk, ``drift`` per period) adds to every share's. Each observation at share ``i`` is
+    ``q + delta_i`` plus noise, taken in by a Kalman update with the innovation clipped at three
+    standard deviations (a wild reading moves the belief by a bounded step); every period each
     correction decays toward the prior by ``1 / forget`` and its variance grows back toward the
-    prior's (an Ornstein-Uhlenbeck process), so what was learnt is forgotten unless read
-    again.
+    prior's (an Ornstein-Uhlenbeck process), so what was learnt is forgotten unless read again.
     """
 
     #: Surprises of one sign in a row that reopen the belief.
@@ -256,6 +260,16 @@ class _Belief:
         self.x += k * innov
         P -= k[:, None] * Ph[None, :]
 
+    def widen(self, var: np.ndarray) -> None:
+        """Add ``var`` (one per share) to the corrections' prior variance, independent of the
+        neighbours' (what the identification saw of the curve's misfit at each share): held
+        through the forgetting too (each correction's variance grows back to it)."""
+        o = self.o
+        idx = np.arange(o, len(self.x))
+        self.P[idx, idx] += var
+        self.Q[idx, idx] += (1.0 - self.f[o:] ** 2) * var
+        self._steps.clear()
+
     def spread(self, i: int) -> np.ndarray:
         """Each share's standard deviation relative to share ``i`` (the anchor of a
         comparison: what is known is how the two differ)."""
@@ -316,9 +330,16 @@ class ThroughputOuter:
         self.curves = cv = _Curves(family, shares, sleep)
         self.i = shares.index(start)
         ident = np.log([p.mps_pct for p in family.points])
+        fit = {p.mps_pct: p.fit_error for p in family.points if p.fit_error is not None}
         timed = np.log(family.timed_pct())
         self.lat = _Belief(cv.log_m, ident, sigma0=self.SIGMA0, sigma_anchor=self.SIGMA_ANCHOR,
                            length=self.LENGTH, load=True, drift=self.DRIFT, forget=self.FORGET)
+        #: per share, the variance of the identified curve's misfit there beyond the anchor's
+        #: (``fit_error``, at most ``SIGMA0``: 10,000 fuzzed readings taught a level widened
+        #: by 0.8 a correction the loop kept)
+        e = np.minimum([fit.get(m, 0.0) for m in shares], self.SIGMA0)
+        self.misfit = np.maximum(e * e - self.SIGMA_ANCHOR ** 2, 0.0)
+        self.lat.widen(self.misfit)
         self.it = _Belief(cv.log_m, timed, sigma0=self.SIGMA0 if cv.times_known else 0.5,
                           sigma_anchor=self.SIGMA_ANCHOR, length=self.LENGTH, load=False,
                           drift=0.0, forget=self.FORGET)

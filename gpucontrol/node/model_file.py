@@ -52,7 +52,8 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
         if not {"iteration_s", "sleep_span_s", "iteration_times"} & set(doc):
             return model
         point = OperatingPoint(doc.get("mps_pct", 100.0), model,
-                               iteration_s=doc.get("iteration_s"))
+                               iteration_s=doc.get("iteration_s"),
+                               fit_error=doc.get("fit_error"))
         return LatencyModelFamily((point,), sleep_span_s=load_sleep_span(path),
                                   iteration_times=doc.get("iteration_times", ()))
     raise ValueError(f"model {path} must be a JSON object or list")

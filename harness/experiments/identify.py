@@ -131,7 +131,7 @@ def check_split(train_fraction: Any, periods: Any,
 SUMMARY_COLUMNS = ("mps_pct", "gain", "offset", "r2", "r2_validation", "fit_pct_validation",
                    "gain_ci_low", "gain_ci_high", "true_gain", "gain_err_pct", "rmse_ms",
                    "residuals_white", "n_train", "n_validation", "iteration_s",
-                   "true_iteration_s", "idle_ms", "duty_gain_ms")
+                   "true_iteration_s", "idle_ms", "duty_gain_ms", "fit_error")
 #: The GPUColo paper (Chen et al., ICDCS 2024), Sec. V-A reports R² > 79 % for its linear model.
 R2_BAR = 0.79
 PERIOD_COLUMNS = ("mps_pct", "k", "t_s", "split", "sleep_s", "latency_ms", "predicted_ms",
@@ -343,13 +343,19 @@ def model_document(summary: Sequence[dict[str, Any]],
         law = {"idle_ms": c, "duty_gain_ms": a} if math.isfinite(c) and a > 0 else {}
         return {"iteration_s": t, **law}
 
+    def misfit(r: dict[str, Any]) -> dict[str, float]:
+        e = float(r.get("fit_error", math.nan))
+        return {"fit_error": e} if math.isfinite(e) and 0 <= e <= 10 else {}
+
     if len(usable) == 1:
         r = usable[0]
         return {"gain": float(r["gain"]), "offset": float(r["offset"]),
                 "mps_pct": float(r["mps_pct"]), "r2": float(r["r2"]),
-                "r2_validation": float(r["r2_validation"]), **iteration(r), **span}
+                "r2_validation": float(r["r2_validation"]), **iteration(r), **misfit(r),
+                **span}
     return {"points": [{"mps_pct": float(r["mps_pct"]), "gain": float(r["gain"]),
-                        "offset": float(r["offset"]), **iteration(r)} for r in usable],
+                        "offset": float(r["offset"]), **iteration(r), **misfit(r)}
+                       for r in usable],
             **span}
 
 
@@ -425,6 +431,7 @@ def _identify_level(p: Any, data: sysid.IdData, mps: float, train_fraction: floa
            "gain_ci_low": fit.ci95[0][0], "gain_ci_high": fit.ci95[0][1],
            "true_gain": true_gain, "gain_err_pct": 100.0 * (fit.gain / true_gain - 1.0)
            if true_gain else math.nan, "rmse_ms": fit.rmse, "residuals_white": white,
+           "fit_error": _relative(fit.rmse, train.y),
            "n_train": len(train), "n_validation": len(val)}
     expected = _call(p, "expected_latency_ms", np.asarray(data.u), mps)
     expected = np.broadcast_to(np.asarray(expected, float), data.u.shape)
@@ -434,6 +441,12 @@ def _identify_level(p: Any, data: sysid.IdData, mps: float, train_fraction: floa
              "expected_ms": float(e)}
             for k, (t, s, y, e) in enumerate(zip(data.t, data.u, data.y, expected))]
     return row, rows, fit
+
+
+def _relative(rmse_ms: float, latency_ms: Any) -> float:
+    """The residual's RMS as a fraction of the mean latency (NaN without a positive mean)."""
+    mean = float(np.mean(latency_ms)) if len(latency_ms) else math.nan
+    return rmse_ms / mean if mean > 0 else math.nan
 
 
 def _call(p: Any, name: str, sleep: Any, mps: float) -> Any:

@@ -57,6 +57,7 @@ ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
     "schedule": _off("gain_schedule", False, "controller"),
     "margin": _off("noise_margin", False, "controller"),   # aim at the SLO itself
     "glitch": _off("plausible_max_ms", math.inf, "controller"),
+    "fit": lambda ctl: ctl.outer.lat.widen(-ctl.outer.misfit),  # type: ignore[union-attr]
     "start": lambda ctl: setattr(ctl.inner, "sleep_s", ctl.inner.lo),  # start at the bottom
     "reopen": lambda ctl: setattr(ctl.outer.lat, "RUN", 10 ** 9),  # type: ignore[union-attr]
     "raise": _off("raise_in_hold", False, "controller"),    # a two-sided hold after a move

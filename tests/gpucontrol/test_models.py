@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gpucontrol import LatencyModelFamily, LinearLatencyModel, OperatingPoint
+from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import duty_form
 
 
@@ -120,3 +121,14 @@ def test_family_validation():
         LatencyModelFamily(())
     with pytest.raises(ValueError, match="mps_pct"):
         LatencyModelFamily.from_points([OperatingPoint(0, LinearLatencyModel(-1.0, 1.0))])
+
+
+def test_fit_error_is_kept_through_the_model_file_and_checked():
+    fam = LatencyModelFamily.from_points([
+        OperatingPoint(50, LinearLatencyModel(-8.0, 75.0), fit_error=0.04),
+        OperatingPoint(100, LinearLatencyModel(-20.0, 95.0))])
+    doc = fam.to_document()
+    assert doc["points"][0]["fit_error"] == 0.04 and "fit_error" not in doc["points"][1]
+    assert LatencyModelFamily.from_json(fam.to_json()) == fam
+    with pytest.raises(ConfigurationError, match="fit_error"):
+        OperatingPoint(50, LinearLatencyModel(-8.0, 75.0), fit_error=-0.1)

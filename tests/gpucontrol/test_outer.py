@@ -1,6 +1,7 @@
 """Control v3's outer loop: the share with the most predicted training at the SLO, from the
 identified curves, corrected where it stands (unit level, on a plant that is the duty law)."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -261,3 +262,53 @@ def test_a_move_is_priced_over_the_memory_an_exploration_over_the_whole_dwell(ca
         assert o.last.cost == pytest.approx(ShareKnob.ASSUMED_CHANGE_S / (4.0 * 1000))
     else:
         assert action == "stay" and share is None and o.i == i
+
+
+@pytest.mark.parametrize("misfit", [0.0, 0.3])
+def test_a_level_the_identification_saw_stray_can_be_wrong_without_the_load_being(misfit):
+    """Readings at 100 % below its curve, then readings at 75 % on its curve: with 100 %'s own
+    misfit in the prior the first readings end up in 100 %'s correction once 75 % pins the
+    load; without it (neighbours vouch for 100 %) they stay blamed on a load that has since
+    gone, and 100 % is still believed as identified."""
+    from gpucontrol.outer import _Belief
+    log_m = np.log([25.0, 50.0, 75.0, 100.0])
+    b = _Belief(log_m, log_m, sigma0=0.15, sigma_anchor=0.02, length=math.log(2.0), load=True,
+                drift=0.01, forget=100.0)
+    sure = math.sqrt(b.P[4, 4])
+    b.widen(np.array([0.0, 0.0, 0.0, misfit ** 2]))
+    assert math.sqrt(b.P[4, 4]) == pytest.approx(math.hypot(sure, misfit), rel=1e-9)
+    for _ in range(2):
+        b.step(4)
+        b.observe(3, -0.3, 1e-4)
+    for _ in range(3):
+        b.step(4)
+        b.observe(2, 0.0, 1e-4)
+    if misfit:
+        assert b.delta[3] == pytest.approx(-0.3, abs=0.06) and abs(b.q) < 0.05
+    else:
+        assert abs(b.delta[3]) < 0.05
+
+
+@pytest.mark.parametrize("fit_error, own", [
+    (0.1, math.sqrt(0.1 ** 2 - ThroughputOuter.SIGMA_ANCHOR ** 2)),
+    (0.8, math.sqrt(ThroughputOuter.SIGMA0 ** 2 - ThroughputOuter.SIGMA_ANCHOR ** 2)),
+    (0.01, 0.0)])
+def test_the_misfit_of_each_identified_level_widens_the_belief_there_only(fit_error, own):
+    """By what the misfit exceeds the anchor's allowance (a level fitted as well as that is
+    not widened), and at most to the prior far from any identified share: a level read that
+    badly is known no better than none, and no worse (10,000 fuzzed readings at a level
+    widened by 0.8 taught the H100-calibrated plant's loop a correction it kept: 0.87 of the
+    unfuzzed training)."""
+    plant = DutyPlant()
+    fam = plant.family(levels=(50.0, 100.0))
+    pts = [dataclasses.replace(p, fit_error=fit_error if p.mps_pct == 100.0 else None)
+           for p in fam.points]
+    wide = TwoTierController(dataclasses.replace(fam, points=tuple(pts)), 70.0).outer
+    sure = TwoTierController(fam, 70.0).outer
+    sd = {k: dict(zip(o.curves.m, np.sqrt(np.diag(o.lat.P)[1:]))) for k, o in
+          (("wide", wide), ("sure", sure))}
+    assert sd["sure"][100.0] < 0.03 and sd["wide"][100.0] == pytest.approx(
+        math.hypot(sd["sure"][100.0], own), rel=1e-6)
+    for m in sd["sure"]:
+        if m != 100.0:
+            assert sd["wide"][m] == pytest.approx(sd["sure"][m], rel=1e-9)

@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 
 from harness.experiments import identify as ident
@@ -139,6 +140,23 @@ def test_model_json_carries_the_training_rate_curve(study):
     f.write_text(json.dumps(one))
     fam = load_model(f)       # one level with its iteration time: a one-point family
     assert fam.iteration_s(100.0) == pytest.approx(res.summary[-1]["iteration_s"])
+    assert fam.points[0].fit_error == pytest.approx(res.summary[-1]["fit_error"])
+
+
+def test_model_json_carries_each_levels_misfit(study):
+    """Each level's residual as a fraction of its mean latency goes to model.json, where the
+    outer loop's prior reads it."""
+    from gpucontrol.node.model_file import load_model
+
+    res, out = study
+    model = load_model(out / "model.json")
+    rows = {r["mps_pct"]: r for r in res.summary}
+    for p in model.points:
+        r = rows[p.mps_pct]
+        assert 0 < p.fit_error < 1 and p.fit_error == pytest.approx(r["fit_error"])
+        assert r["rmse_ms"] == pytest.approx(p.fit_error * np.mean(
+            [x["latency_ms"] for x in res.records
+             if x["mps_pct"] == p.mps_pct and x["split"] == "train"]), rel=1e-6)
 
 
 class _CPUShareRecorder:
