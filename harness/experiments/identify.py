@@ -51,7 +51,6 @@ import numpy as np
 
 import sysid
 from gpucontrol import (
-    LatencyModelFamily,
     LinearLatencyModel,
     ShareKnob,
     check_envelope,
@@ -64,6 +63,7 @@ from harness.experiments.common import (
     make_plant,
     plant_mps_enabled,
 )
+from harness.experiments.model_doc import family_of, model_document
 from harness.progress import Progress
 from harness.results import (
     markdown_table,
@@ -270,93 +270,6 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
             if doc is not None:
                 res.files.append(write_json(doc, out / "model.json"))
     return res
-
-
-def family_of(res: ExperimentResult, every_level: bool = False) -> LatencyModelFamily | None:
-    """The curves an identification found, as the controller takes them (what model.json
-    holds): None when no level has a significantly negative gain.
-
-    Parameters
-    ----------
-    res : ExperimentResult
-        What :func:`identify` returned.
-    every_level : bool
-        Keep the levels whose gain is not significantly negative too, their gain capped at
-        -1e-3 ms/s (a statistic the sleep barely moves, such as a p99 set by the share: the
-        outer loop still needs that level's latency and iteration time).
-
-    Returns
-    -------
-    LatencyModelFamily or None
-        The latency model and iteration time per level, and the sleep span.
-    """
-    rows = res.summary if not every_level else [
-        {**r, "gain": min(r["gain"], -1e-3), "gain_ci_high": min(r["gain_ci_high"], -1e-3)}
-        for r in res.summary]
-    doc = model_document(rows, sleep_span_s=tuple(res.meta["sleep_range_s"]),
-                         iteration_times=res.meta.get("iteration_times", ()))
-    if doc is None:
-        return None
-    if "points" not in doc:
-        doc = {"points": [doc], "sleep_span_s": doc.get("sleep_span_s"),
-               "iteration_times": doc.get("iteration_times", [])}
-    return LatencyModelFamily.from_document(doc)
-
-
-def model_document(summary: Sequence[dict[str, Any]],
-                   sleep_span_s: tuple[float, float] | None = None,
-                   iteration_times: Sequence[Sequence[float]] = ()) -> dict[str, Any] | None:
-    """The daemon's model file from identification rows (one per MPS level).
-
-    Parameters
-    ----------
-    summary : sequence of dict
-        Rows with ``mps_pct``, ``gain``, ``offset``, ``r2``, ``r2_validation``, ``gain_ci_high``
-        and optionally ``iteration_s`` (the training's iteration time there, s; NaN or
-        absent: not measured).
-    sleep_span_s : (float, float), optional
-        The sleep range the excitation covered, recorded as ``sleep_span_s``: the daemon's
-        gain schedule needs the span the secant slope was fitted over.
-    iteration_times : sequence of (float, float)
-        The rate sweep's ``(share %, iteration time s)`` pairs, recorded as
-        ``iteration_times`` (none: the key is left out).
-
-    Returns
-    -------
-    dict or None
-        ``{"gain", "offset", ...}`` for one usable level, ``{"points": [...]}`` (a family,
-        gain-scheduled by MPS) for several; None when no level has a significantly negative
-        gain (no model to design from). Read by :func:`gpucontrol.node.daemon.load_model`.
-    """
-    usable = [r for r in summary if r["gain"] < 0 and r["gain_ci_high"] < 0]
-    if not usable:
-        return None
-    span: dict[str, Any] = {} if sleep_span_s is None else {
-        "sleep_span_s": [float(sleep_span_s[0]), float(sleep_span_s[1])]}
-    if len(iteration_times):
-        span["iteration_times"] = [[float(m), float(t)] for m, t in iteration_times]
-    def iteration(r: dict[str, Any]) -> dict[str, float]:
-        t = float(r.get("iteration_s", math.nan))
-        if not (math.isfinite(t) and t > 0):
-            return {}
-        c, a = float(r.get("idle_ms", math.nan)), float(r.get("duty_gain_ms", math.nan))
-        law = {"idle_ms": c, "duty_gain_ms": a} if math.isfinite(c) and a > 0 else {}
-        return {"iteration_s": t, **law}
-
-    def misfit(r: dict[str, Any]) -> dict[str, float]:
-        e = float(r.get("fit_error", math.nan))
-        return {"fit_error": e} if math.isfinite(e) and 0 <= e <= 10 else {}
-
-    if len(usable) == 1:
-        r = usable[0]
-        return {"gain": float(r["gain"]), "offset": float(r["offset"]),
-                "mps_pct": float(r["mps_pct"]), "r2": float(r["r2"]),
-                "r2_validation": float(r["r2_validation"]), **iteration(r), **misfit(r),
-                **span}
-    return {"points": [{"mps_pct": float(r["mps_pct"]), "gain": float(r["gain"]),
-                        "offset": float(r["offset"]), **iteration(r), **misfit(r)}
-                       for r in usable],
-            **span}
 
 
 def _duty_law(train: sysid.IdData, iteration_s: float) -> tuple[float, float]:
