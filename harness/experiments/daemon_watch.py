@@ -54,8 +54,8 @@ START_LIMIT_S = 120.0
 
 
 def watch_daemon(daemon: subprocess.Popen[bytes], progress: LogProgress, period_s: float,
-                  duration_s: float, plant: Any, burst: tuple[float, float],
-                  burst_at: list[float], say: Any, stall_s: float | None = None) -> None:
+                 duration_s: float, plant: Any, burst: tuple[float, float],
+                 burst_at: list[float], say: Any, stall_s: float | None = None) -> None:
     """Wait for the daemon to end by itself (its ``--duration-s``), with the load burst on
     from ``burst[0]`` to ``burst[1]`` periods logged -- counted from its periods, not timed
     from its launch, which a loaded machine delays by seconds (the burst then fell on its
@@ -80,12 +80,12 @@ def watch_daemon(daemon: subprocess.Popen[bytes], progress: LogProgress, period_
             say(f"the daemon logged no period for {stall:g} s")
             return
         else:
-            burst_edges(plant, progress.periods, burst, burst_at, say)
+            _burst_edges(plant, progress.periods, burst, burst_at, say)
         time.sleep(0.05)
 
 
-def burst_edges(plant: Any, k: int, burst: tuple[float, float], burst_at: list[float],
-           say: Any) -> None:
+def _burst_edges(plant: Any, k: int, burst: tuple[float, float], burst_at: list[float],
+                 say: Any) -> None:
     """The load burst's edges, ``k`` periods into the daemon's run (times in ``burst_at``)."""
     if not burst_at and k >= burst[0]:
         plant.set_load(batch=plant.config.burst_batch)

@@ -358,7 +358,7 @@ def _run_pipeline(out: Path, *, plant: str, preset: str, period_s: float,
         with contextlib.suppress(OSError):  # Nice=-5, as the systemd unit runs it (root only)
             os.setpriority(os.PRIO_PROCESS, daemon.pid, -5)
         watch_daemon(daemon, LogProgress(log), period_s, duration, p,
-                      (burst[0] * closed_periods, burst[1] * closed_periods), burst_at, say)
+                     (burst[0] * closed_periods, burst[1] * closed_periods), burst_at, say)
         if daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)
         rc = daemon.wait(30)
