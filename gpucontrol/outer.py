@@ -382,6 +382,13 @@ class ThroughputOuter:
         """The load factor believed now (1: as identified)."""
         return math.exp(self.lat.q)
 
+    @property
+    def latency_scale(self) -> float:
+        """What the belief multiplies the identified curve by at this share (``exp(q +
+        delta)``): the load and this share's correction scale the latency's slope in the sleep
+        as much as its level."""
+        return math.exp(self.lat.q + self.lat.delta[self.i])
+
     # ---- per period ----------------------------------------------------------------------
     def update(self, latency_ms: float, sleep_s: float, iteration_s: float
                ) -> tuple[float | None, str]:

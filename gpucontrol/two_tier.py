@@ -22,6 +22,11 @@ What the default derives, and why:
   times the fitted one. ``tau`` is the iteration time (identified per share, or the median of
   the node's last 5 readings at this share) or a duty cycler's run quantum. Past the
   identified span the slope is held at its edge's.
+* the load in the gain: the throughput loop believes the latency is the identified curve
+  times ``exp(q + delta)`` (the load, and this share's correction), and that factor scales the
+  slope in the sleep as much as the level. The gain is divided by it: identified at one load
+  and run at half of it, an unscaled loop closes a quarter of an error a period where the
+  design says half, and a load step takes twice as long to answer.
 * glitches: a reading above 50x the SLO is held like a missing period, seen by neither loop.
 * after a share change the inner loop holds while the training restarts:
   ``ceil(change_s / T)`` periods and one more when the duration was given or measured (a late
@@ -182,6 +187,8 @@ class TwoTierController:
         #: aim under the SLO by the reading noise (the throughput loop learns it)
         self.noise_margin = modern
         self.gain_schedule = modern
+        #: the inner gain divided by the load and correction the outer loop believes
+        self.load_in_gain = modern
         #: the hold after a share change is one-sided: a reading over the set point raises the
         #: sleep (module docstring)
         self.raise_in_hold = modern
@@ -321,7 +328,8 @@ class TwoTierController:
 
     def _slope_ratio(self, sleep_s: float) -> float:
         """Local slope at ``sleep_s`` over the model's (fitted) one, for a latency linear in
-        the duty: ``A tau / (tau + s)**2 / |gain|``; 1 while no time constant is known.
+        the duty: ``A tau / (tau + s)**2 / |gain|``, times the outer loop's belief of the
+        curve's scale where it has one; 1 while no time constant is known.
         Beyond the identified span the slope is held at its edge's (extrapolating the
         curvature would raise the gain on a plant nobody measured); below it the law only
         lowers the gain, the safe direction."""
@@ -334,7 +342,9 @@ class TwoTierController:
         if not math.isfinite(A):
             return 1.0
         s = min(max(sleep_s, 0.0), self._span[1])
-        return min(max(A * tau / (tau + s) ** 2 / -self.model.gain, 0.05), 20.0)
+        scale = self.outer.latency_scale if self.load_in_gain and isinstance(
+            self.outer, ThroughputOuter) else 1.0
+        return min(max(scale * A * tau / (tau + s) ** 2 / -self.model.gain, 0.05), 20.0)
 
     def _schedule(self, share_pct: float) -> None:
         """Re-point the inner loop at the model of the new share (gain scheduling)."""

@@ -55,6 +55,7 @@ ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
     "escape": _off("PINNED", 10 ** 9),                     # no decision on a pinned sleep
     "guard": _off("oscillation_guard", False, "inner"),
     "schedule": _off("gain_schedule", False, "controller"),
+    "load": _off("load_in_gain", False, "controller"),     # the inner gain ignores the load
     "margin": _off("noise_margin", False, "controller"),   # aim at the SLO itself
     "glitch": _off("plausible_max_ms", math.inf, "controller"),
     "fit": lambda ctl: ctl.outer.lat.widen(-ctl.outer.misfit),  # type: ignore[union-attr]

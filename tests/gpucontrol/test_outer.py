@@ -312,3 +312,24 @@ def test_the_misfit_of_each_identified_level_widens_the_belief_there_only(fit_er
     for m in sd["sure"]:
         if m != 100.0:
             assert sd["wide"][m] == pytest.approx(sd["sure"][m], rel=1e-9)
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_the_inner_gain_follows_the_believed_load(scaled):
+    """The belief's scale of the curve, ``exp(q + delta)``, scales the latency's slope in the
+    sleep as much as its level: the inner loop divides its gain by it. At half the identified
+    load the slope is half the identified one; unscaled, the P loop closes a quarter of an
+    error a period instead of half. A +30 % load step is back within 2 % of the set point in
+    four periods with the scale and is not without it."""
+    plant = DutyPlant(speed=0.3, gamma=1.0, load=0.5)
+    ctl = TwoTierController(plant.family(levels=(100.0,)), 40.0,
+                            share=ShareKnob(levels_pct=(100.0,), change_s=0.0))
+    ctl.load_in_gain = scaled
+    run(ctl, plant, 40)
+    if scaled:
+        assert ctl.outer.latency_scale == pytest.approx(0.5, rel=0.05)
+    plant.load = 0.65
+    acts = run(ctl, plant, 5)
+    lat = [plant.latency(a.sleep_s, a.share_pct) for a in acts]
+    back = abs(lat[3] / ctl.target_ms - 1.0) < 0.02
+    assert back == scaled
