@@ -184,7 +184,8 @@ class InnerSleepController:
         1.25x after 20 calm periods (errors within 2 %, or the sleep pinned at a bound, where
         the loop cannot be ringing). The 3.5 % keeps a plant's own period-to-period
         alternation (a training iteration aliasing against the period, about 3 % amplified
-        by the loop) from reading as ringing.
+        by the loop) from reading as ringing. :meth:`new_operating_point` restarts the window
+        and sets the backoff when the plant changes under the loop.
     """
 
     def __init__(self, kp: float, slo_ms: float, sleep_bounds_s: tuple[float, float] = (0.0, 1.0),
@@ -252,6 +253,19 @@ class InnerSleepController:
         elif self._calm >= 20 and self.backoff < 1.0:
             self.backoff = min(self.backoff * 1.25, 1.0)
             self._calm = 0
+
+    def new_operating_point(self, backoff: float = 1.0) -> float:
+        """The plant changed under the loop (a share change): the guard's window restarts (the
+        errors of another operating point, and the step of the change, say nothing of ringing
+        at this one) and its backoff becomes ``backoff``, what it learnt at this operating
+        point before. Returns the backoff it leaves (what it learnt where it was)."""
+        left = self.backoff
+        self._crossings.clear()
+        self._errs.clear()
+        self._last_sign = 0.0
+        self._calm = 0
+        self.backoff = min(max(float(backoff), 0.125), 1.0)
+        return left
 
     def set_sleep(self, sleep_s: float) -> None:
         """Move the state (bumpless transfer, e.g. after an MPS feedforward)."""

@@ -28,6 +28,12 @@ What the default derives, and why:
   and run at half of it, an unscaled loop closes a quarter of an error a period where the
   design says half, and a load step takes twice as long to answer.
 * glitches: a reading above 50x the SLO is held like a missing period, seen by neither loop.
+* the oscillation guard (:class:`~gpucontrol.controllers.InnerSleepController`) learns per
+  share: a share change restarts its window (the errors of another operating point, and the
+  first reading after the change, the predicted sleep's error, say nothing of ringing at this
+  one), and the backoff it learnt at a share comes back with the share (a slope the model
+  underestimates is the model's error there). A share not visited yet keeps the backoff the
+  loop has (an unknown delay rings everywhere).
 * after a share change the inner loop holds while the training restarts:
   ``ceil(change_s / T)`` periods and one more when the duration was given or measured (a late
   reading would show the downtime), the assumed 15 s when unknown, none for a restart-free
@@ -223,6 +229,9 @@ class TwoTierController:
         self._duty_gain = math.nan
         self._schedule(share0)
         self._hold_left = 0
+        #: the oscillation guard's backoff learnt at each share left (a gain error of the model
+        #: there, not of the loop: it comes back with the share)
+        self._backoffs: dict[float, float] = {}
         self.period = 0
 
     # ------------------------------------------------------------------------------------------
@@ -411,6 +420,7 @@ class TwoTierController:
             return Actuation(r.sleep_s, self.share_pct, False, False, r.reason,
                              self.slo_ms - value, gain_est)
         applied = self.inner.sleep_s
+        left_pct = self.share_pct
         self._aim()
         r = self.inner.update(value)
         if isinstance(self.outer, ThroughputOuter):
@@ -426,6 +436,8 @@ class TwoTierController:
         if s1 is not None:
             self.inner.set_sleep(s1)
         self._schedule(new)
+        self._backoffs[left_pct] = self.inner.new_operating_point(
+            self._backoffs.get(new, self.inner.backoff))
         self._hold_left = self.hold_periods_after_mps
         return Actuation(self.inner.sleep_s, new, True, r.saturated is not None, reason,
                          r.error_ms, gain_est)

@@ -244,3 +244,25 @@ def test_one_long_iteration_does_not_swing_the_gain_schedule():
         ctl.update(Measurement(mean=90.0, count=20, iteration_s=0.5))
     ctl.update(Measurement(mean=90.0, count=20, iteration_s=30.0))
     assert ctl._tau() == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("moved", [True, False])
+def test_a_new_operating_point_restarts_the_guards_window_and_sets_its_backoff(moved):
+    """Crossings of 2.5 % errors (under the 3.5 % that says ringing), then one reading 20 %
+    over: kept in the window it makes the mean 6 % and halves the gain; after a share change
+    (the plant changed under the loop: that reading is the change's step) it does not."""
+    ctl = InnerSleepController(-0.5 / 40.0, 90.0, (0.0, 1.0), oscillation_guard=True)
+    for k in range(4):
+        ctl.update(90.0 + 2.25 * (-1) ** k)
+    assert ctl.backoff == 1.0
+    if moved:
+        assert ctl.new_operating_point(1.0) == 1.0
+    ctl.update(108.0)
+    assert ctl.backoff == (1.0 if moved else 0.5)
+
+
+def test_a_new_operating_point_takes_the_backoff_learnt_there_within_its_range():
+    ctl = InnerSleepController(-0.5 / 40.0, 90.0, (0.0, 1.0), oscillation_guard=True)
+    assert ctl.new_operating_point(0.25) == 1.0 and ctl.backoff == 0.25
+    assert ctl.new_operating_point(7.0) == 0.25 and ctl.backoff == 1.0
+    assert ctl.new_operating_point(0.0) == 1.0 and ctl.backoff == 0.125

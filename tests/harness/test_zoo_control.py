@@ -123,3 +123,21 @@ def test_the_default_starts_at_the_sleep_its_curves_predict(name):
             rec = run_loop(ctl, plant, 10, zoo.load_scenario(np.ones(10), 4.0))
             overs[label] += int(np.sum(rec.col("latency_ms") > 1.05 * slo))
     assert overs["predicted"] < overs["bottom"]
+
+
+@pytest.mark.parametrize("per_share", [True, False])
+def test_the_guard_learns_per_share_and_a_move_is_not_ringing(monkeypatch, per_share):
+    """h100, seed 4, a +30 % load step at period 100. At 100 % the guard halves the gain (the
+    readings there swing 5 % around the set point); the first reading after the move to 67 %
+    (the predicted sleep's error, 21 % over) joined that window of crossings and halved it
+    again, and at a quarter of its gain the loop took 11 periods to answer the step (13 of 300
+    over). A share change now restarts the guard's window, and the backoff stays with the
+    share it was learnt at."""
+    from gpucontrol import controllers
+
+    if not per_share:   # the old guard: one window and one backoff across share changes
+        monkeypatch.setattr(controllers.InnerSleepController, "new_operating_point",
+                            lambda self, backoff=1.0: self.backoff)
+    r = run("h100", 4, np.r_[np.ones(100), np.full(200, 1.3)])
+    over = int(r["periods_over"].sum())
+    assert (over <= 7) == per_share, over
