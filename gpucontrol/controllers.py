@@ -263,7 +263,6 @@ class InnerSleepController:
         self._crossings.clear()
         self._errs.clear()
         self._last_sign = 0.0
-        self._calm = 0
         self.backoff = min(max(float(backoff), 0.125), 1.0)
         return left
 

@@ -32,8 +32,9 @@ What the default derives, and why:
   share: a share change restarts its window (the errors of another operating point, and the
   first reading after the change, the predicted sleep's error, say nothing of ringing at this
   one), and the backoff it learnt at a share comes back with the share (a slope the model
-  underestimates is the model's error there). A share not visited yet keeps the backoff the
-  loop has (an unknown delay rings everywhere).
+  underestimates is the model's error there), fading to none over the outer loop's memory as
+  its corrections do. A share not left yet keeps the backoff the loop has (an unknown delay
+  rings everywhere).
 * after a share change the inner loop holds while the training restarts:
   ``ceil(change_s / T)`` periods and one more when the duration was given or measured (a late
   reading would show the downtime), the assumed 15 s when unknown, none for a restart-free
@@ -231,7 +232,7 @@ class TwoTierController:
         self._hold_left = 0
         #: the oscillation guard's backoff learnt at each share left (a gain error of the model
         #: there, not of the loop: it comes back with the share)
-        self._backoffs: dict[float, float] = {}
+        self._backoffs: dict[float, tuple[float, int]] = {}
         self.period = 0
 
     # ------------------------------------------------------------------------------------------
@@ -371,6 +372,17 @@ class TwoTierController:
             if math.isfinite(g) and g > 0:
                 self.outer.mps_gain = g
 
+    def _backoff_at(self, share_pct: float) -> float:
+        """The guard's backoff to take at ``share_pct``: the one learnt there, fading back to
+        1 (no backoff) over the outer loop's memory (``ThroughputOuter.FORGET`` periods, as
+        its corrections do: what bad readings taught does not outlive them by much); the
+        loop's own where none was learnt."""
+        if share_pct not in self._backoffs:
+            return self.inner.backoff
+        b, at = self._backoffs[share_pct]
+        forget = getattr(self.outer, "FORGET", 100.0)
+        return float(b ** ((1.0 - 1.0 / forget) ** (self.period - at)))
+
     def _note_iteration(self, m: Measurement) -> None:
         """Keep the node's iteration-time readings at the current share (the last 5)."""
         if math.isfinite(m.iteration_s) and m.iteration_s > 0 and not m.restarting:
@@ -436,8 +448,8 @@ class TwoTierController:
         if s1 is not None:
             self.inner.set_sleep(s1)
         self._schedule(new)
-        self._backoffs[left_pct] = self.inner.new_operating_point(
-            self._backoffs.get(new, self.inner.backoff))
+        self._backoffs[left_pct] = (self.inner.new_operating_point(self._backoff_at(new)),
+                                    self.period)
         self._hold_left = self.hold_periods_after_mps
         return Actuation(self.inner.sleep_s, new, True, r.saturated is not None, reason,
                          r.error_ms, gain_est)

@@ -266,3 +266,19 @@ def test_a_new_operating_point_takes_the_backoff_learnt_there_within_its_range()
     assert ctl.new_operating_point(0.25) == 1.0 and ctl.backoff == 0.25
     assert ctl.new_operating_point(7.0) == 0.25 and ctl.backoff == 1.0
     assert ctl.new_operating_point(0.0) == 1.0 and ctl.backoff == 0.125
+
+
+def test_a_shares_backoff_comes_back_with_it_and_fades_over_the_outer_loops_memory():
+    """What the guard learnt at a share is the model's error there: it comes back with the
+    share, fading to no backoff over the outer loop's memory (as its corrections do), so a
+    backoff that bad readings taught does not outlive them; a share never left takes the
+    loop's own."""
+    ctl = TwoTierController(MODEL, 90.0)
+    ctl.inner.backoff = 0.4
+    assert ctl._backoff_at(50.0) == 0.4
+    ctl._backoffs[50.0] = (0.25, ctl.period)
+    assert ctl._backoff_at(50.0) == pytest.approx(0.25)
+    ctl.period += int(ctl.outer.FORGET)
+    assert ctl._backoff_at(50.0) == pytest.approx(0.25 ** ((1 - 1 / ctl.outer.FORGET) ** 100))
+    ctl.period += 10 * int(ctl.outer.FORGET)
+    assert ctl._backoff_at(50.0) > 0.99
