@@ -18,6 +18,7 @@ BAD = [
     ("controller_overhead.py", "--n", "0"),
     ("cpu_noise.py", "--quantum", "-1"),
     ("cpu_plant.py", "--identify", "5"),
+    ("outliers.py", "--every", "1"),
     ("spatial_cpu.py", "--n", "x"),
     ("sysid.py", "--seeds", "0"),
 ]

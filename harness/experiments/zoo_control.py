@@ -145,7 +145,7 @@ def fuzz_readings(n: int, slo_ms: float, seed: int = 0) -> list[Any]:
 
 def run(name: str, seed: int, loads: Any, *, controller: str = "default", knob: str = "mps",
         mode: str = "mean", iteration: bool = True, glitch_at: int | None = None,
-        fuzz: int = 0) -> dict[str, Any]:
+        fuzz: int = 0, outliers: tuple[int, float] | None = None) -> dict[str, Any]:
     """One closed-loop run on zoo plant ``name``.
 
     Parameters
@@ -168,6 +168,9 @@ def run(name: str, seed: int, loads: Any, *, controller: str = "default", knob: 
         A period whose reading is replaced by 1e12 ms.
     fuzz : int
         Readings from :func:`fuzz_readings` fed to the controller before the run.
+    outliers : (int, float), optional
+        ``(every, factor)``: the readings of one period in ``every`` (from period
+        ``every // 2``) multiplied by ``factor`` (:class:`~harness.sim.zoo.GlitchPlant`).
 
     Returns
     -------
@@ -183,6 +186,9 @@ def run(name: str, seed: int, loads: Any, *, controller: str = "default", knob: 
     slo = zoo.slo_ms(name, plant) * (1.15 if mode == "p99" else 1.0)
     if glitch_at is not None:
         plant = zoo.GlitchPlant(plant, [glitch_at])
+    if outliers is not None:
+        every, factor = outliers
+        plant = zoo.GlitchPlant(plant, range(every // 2, len(loads), every), factor=factor)
     if not iteration:
         plant = zoo.NoIterationPlant(plant)
     share = {"mps": None, "free": ShareKnob(change_s=0.0),

@@ -381,7 +381,9 @@ class DelayedPlant(_Wrapper):
 
 
 class GlitchPlant(_Wrapper):
-    """Replaces the readings of chosen periods (0-based) with ``value_ms`` (a sensor glitch).
+    """Replaces the readings of chosen periods (0-based) with ``value_ms`` (a sensor glitch),
+    or multiplies them by ``factor`` (an outlier period: a batch descheduled for seconds, a
+    checkpoint; the reading is real but says nothing of the sleep's effect).
 
     Parameters
     ----------
@@ -391,19 +393,28 @@ class GlitchPlant(_Wrapper):
         The periods whose mean and p99 are replaced.
     value_ms : float
         The reported value (default 1e12 ms).
+    factor : float, optional
+        Multiply the period's readings by this (> 0) instead of replacing them.
     """
 
-    def __init__(self, inner: Any, periods: Any, value_ms: float = 1e12) -> None:
+    def __init__(self, inner: Any, periods: Any, value_ms: float = 1e12, *,
+                 factor: float | None = None) -> None:
         super().__init__(inner)
         self.periods = {int(k) for k in periods}
         self.value_ms = float(value_ms)
+        if factor is not None and not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"factor must be a finite number > 0, got {factor!r}")
+        self.factor = factor
         self._k = 0
 
     def step(self, actuation: Any, period_s: float) -> Any:
         r = self.inner.step(actuation, period_s)
         k, self._k = self._k, self._k + 1
         if k in self.periods:
-            r = replace(r, mean_ms=self.value_ms, p99_ms=self.value_ms)
+            if self.factor is None:
+                r = replace(r, mean_ms=self.value_ms, p99_ms=self.value_ms)
+            else:
+                r = replace(r, mean_ms=r.mean_ms * self.factor, p99_ms=r.p99_ms * self.factor)
         return r
 
 

@@ -75,6 +75,20 @@ def test_delay_and_glitch_wrappers():
     assert rs[1].mean_ms == 1e12 and rs[2].mean_ms < 1e3
 
 
+def test_outlier_periods_multiply_the_real_reading():
+    clean = zoo.make_plant("hyperbolic", seed=1)
+    out = zoo.GlitchPlant(zoo.make_plant("hyperbolic", seed=1), periods=[1], factor=3.0)
+    a = [clean.step(Actuation(0.0, 100.0), 4.0) for _ in range(3)]
+    b = [out.step(Actuation(0.0, 100.0), 4.0) for _ in range(3)]
+    assert b[1].mean_ms == pytest.approx(3.0 * a[1].mean_ms)
+    assert b[1].p99_ms == pytest.approx(3.0 * a[1].p99_ms)
+    assert b[2].mean_ms == pytest.approx(a[2].mean_ms)     # the plant itself is untouched
+    assert b[1].training_iterations == pytest.approx(a[1].training_iterations)
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="factor"):
+            zoo.GlitchPlant(clean, periods=[1], factor=bad)
+
+
 def test_load_trace_scenario_and_oracle():
     q = zoo.load_trace(300, seed=2, steps=((100, 1.3),))
     assert q.shape == (300,) and q[150] > q[50]
