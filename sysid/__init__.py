@@ -14,6 +14,7 @@ typing (it has ``gain`` and ``offset``) or as plain numbers (a gain envelope).
 """
 
 from .data import IdData
+from .duty import DutyLaw, fit_duty_law
 from .excitation import multi_level, prbs, white_noise
 from .experiment import ExcitationActuation, measurement_value, run_experiment
 from .fit import (
@@ -53,17 +54,15 @@ from .variation import (
 # local slopes across the excited span: local_slopes;
 # latency vs GPU share: fit_piecewise_linear, fit_saturating, select_latency_model;
 # variation: gain_envelope, recommend_nominal;
-# the training's rate curve (iteration time from iterations counted): fit_iteration_time.
+# the training's rate curve (iteration time from iterations counted): fit_iteration_time;
+# the latency over the training's duty, additive or time-sliced: fit_duty_law.
 __all__ = [
-    "ArxFit", "ExcitationActuation", "GainEnvelope", "IdData", "IterationFit", "LocalSlopes",
-    "ModelComparison",
-    "NarxFit",
-    "NominalChoice", "OrderSelection", "PiecewiseFit", "ResidualAnalysis", "SaturatingFit",
-    "StaticFit", "Validation", "correlation_analysis", "fit_arx", "fit_iteration_time", "fit_narx",
-    "fit_percent", "fit_piecewise_linear", "fit_saturating", "fit_static",
-    "gain_envelope", "local_slopes",
-    "loo_errors",
-    "mape", "measurement_value", "multi_level", "prbs", "r2", "recommend_nominal", "resid",
-    "resid_plot", "rmse", "run_experiment", "select_latency_model", "select_order",
+    "ArxFit", "DutyLaw", "ExcitationActuation", "GainEnvelope", "IdData", "IterationFit",
+    "LocalSlopes", "ModelComparison", "NarxFit", "NominalChoice", "OrderSelection", "PiecewiseFit",
+    "ResidualAnalysis", "SaturatingFit", "StaticFit", "Validation", "correlation_analysis",
+    "fit_arx", "fit_duty_law", "fit_iteration_time", "fit_narx", "fit_percent",
+    "fit_piecewise_linear", "fit_saturating", "fit_static", "gain_envelope", "local_slopes",
+    "loo_errors", "mape", "measurement_value", "multi_level", "prbs", "r2", "recommend_nominal",
+    "resid", "resid_plot", "rmse", "run_experiment", "select_latency_model", "select_order",
     "validate", "white_noise", "worst_pole_abs",
 ]

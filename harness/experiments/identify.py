@@ -131,7 +131,8 @@ def check_split(train_fraction: Any, periods: Any,
 SUMMARY_COLUMNS = ("mps_pct", "gain", "offset", "r2", "r2_validation", "fit_pct_validation",
                    "gain_ci_low", "gain_ci_high", "true_gain", "gain_err_pct", "rmse_ms",
                    "residuals_white", "n_train", "n_validation", "iteration_s",
-                   "true_iteration_s", "idle_ms", "duty_gain_ms", "fit_error")
+                   "true_iteration_s", "idle_ms", "duty_gain_ms", "fit_error", "bend_idle_ms",
+                   "bend_gain_ms", "bend", "bend_fit_error")
 #: The GPUColo paper (Chen et al., ICDCS 2024), Sec. V-A reports R² > 79 % for its linear model.
 R2_BAR = 0.79
 PERIOD_COLUMNS = ("mps_pct", "k", "t_s", "split", "sleep_s", "latency_ms", "predicted_ms",
@@ -230,6 +231,7 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
                 row["true_iteration_s"] = _call(p, "expected_iteration_s", None, m)
                 row["idle_ms"], row["duty_gain_ms"] = _duty_law(
                     data.split(train_fraction)[0], row["iteration_s"])
+                row.update(_bent_law(data.split(train_fraction)[0], row["iteration_s"]))
                 summary.append(row)
                 records.extend(rows)
                 fits[f"{m:g}"] = fit
@@ -283,6 +285,24 @@ def _duty_law(train: sysid.IdData, iteration_s: float) -> tuple[float, float]:
         return math.nan, math.nan
     a, c = np.polyfit(d, np.asarray(train.y, float), 1)
     return (float(c), float(a)) if a > 0 else (math.nan, math.nan)
+
+
+BENT = ("bend_idle_ms", "bend_gain_ms", "bend", "bend_fit_error")
+
+
+def _bent_law(train: sysid.IdData, iteration_s: float) -> dict[str, float]:
+    """The law ``(c + A d) / (1 - B d)`` on the same periods (:func:`sysid.fit_duty_law`):
+    ``bend_idle_ms``, ``bend_gain_ms``, ``bend`` and its residual ``bend_fit_error`` (RMS of
+    the log, a relative error like ``fit_error``); NaNs without an iteration time. A report
+    only: the controller's curves are still the line and the duty law."""
+    if math.isfinite(iteration_s) and iteration_s > 0 and len(train) >= 3:
+        try:
+            law = sysid.fit_duty_law(train.u, train.y, iteration_s)
+        except ValueError:
+            pass
+        else:
+            return dict(zip(BENT, (law.c, law.a, law.b, law.rms_log), strict=True))
+    return dict.fromkeys(BENT, math.nan)
 
 
 def _rate(p: Any, m: float, sleep_s: float, period_s: float, warmup: int, bar: Any) -> float:
@@ -494,6 +514,24 @@ def _below(r2: float, bar: float = R2_BAR) -> str:
     return f"{r2:.6f}"
 
 
+#: A level is reported as time-sliced when its law bends this much and the bent law's
+#: residual is at most half the line's.
+BEND_NOTE = 0.3
+
+
+def _bend_note(share: str, r: dict[str, Any]) -> str:
+    """One line when the level's latency is hyperbolic in the training's duty (the training
+    time-sliced beside the inference: ``1 / latency`` falls linearly as it runs more), where
+    the line and the duty law miss; empty otherwise."""
+    b, e_bent = float(r.get("bend", math.nan)), float(r.get("bend_fit_error", math.nan))
+    e_line = float(r.get("fit_error", math.nan))
+    if not (b >= BEND_NOTE and e_bent <= 0.5 * e_line):
+        return ""
+    return (f"\n{share} {r['mps_pct']:g}%: the latency is hyperbolic in the training's duty d "
+            f"(time-sliced): (c + A d) / (1 - B d) with B = {b:.2f} fits within "
+            f"{100 * e_bent:.1f} % where the line misses by {100 * e_line:.0f} %")
+
+
 def format_summary(res: ExperimentResult) -> str:
     """The printed report: per-level table, then the envelope and the design verdict."""
     share = res.meta.get("share_name", "MPS")
@@ -504,14 +542,17 @@ def format_summary(res: ExperimentResult) -> str:
     text = markdown_table(res.summary, cols, heads, digits=2)
     lo, hi = res.meta["sleep_range_s"]
     for r in res.summary:
+        bent = _bend_note(share, r)
         if r["r2_validation"] < R2_BAR:
             signal = abs(r["gain"]) * (hi - lo) / math.sqrt(12.0)  # std of gain * U(lo, hi)
-            why = ("the sleep knob barely acts at this level" if signal < r["rmse_ms"] else
+            why = ("the latency is not a line in the sleep (below)" if bent else
+                   "the sleep knob barely acts at this level" if signal < r["rmse_ms"] else
                    "the curve bends over this sleep range and the period means are noisy "
                    "(training iterations alias with the control period)")
             text += (f"\n{share} {r['mps_pct']:g}%: held-out R² {_below(r['r2_validation'])} < "
                      f"{R2_BAR:g} (the GPUColo paper's bar): the sleep moves latency by "
                      f"{signal:.2f} ms rms against {r['rmse_ms']:.2f} ms rms of residual; {why}")
+        text += bent
     m = res.meta
     if m.get("envelope"):
         text += (f"\n\nGain envelope over {share} {', '.join(m['envelope_levels'])}%: "

@@ -199,3 +199,29 @@ def test_a_cpu_share_is_named_so_and_the_fitted_line_carries_its_units(tmp_path,
     assert "| CPU share % |" in text and "MPS" not in text
     assert ident._line({"gain": -1.0, "offset": -77.1, "r2": 0.5}) == \
         "-1.0 ms/s × sleep - 77.1 ms (R² 0.50)"
+
+
+def _zoo_identification(name):
+    from harness.sim import zoo
+
+    plant = zoo.make_plant(name, seed=0, noise_seed=100, identified=True)
+    return ident.identify(plant=plant, mps_levels=(25.0, 50.0, 75.0, 100.0),
+                          sleep_range=(0.0, 1.0), periods=40, warmup=3, seed=0)
+
+
+def test_a_time_sliced_level_is_told_from_an_additive_one():
+    """On the H100-calibrated plant the latency at full share falls from 192 to 22 ms over
+    sleeps of 0..1 s, hyperbolic in the training's duty (time slicing): the bent law fits it
+    where the line misses by tens of percent, and the report says so instead of blaming the
+    knob. On a plant whose latency is linear in the duty no level bends."""
+    res = _zoo_identification("h100")
+    top = next(r for r in res.summary if r["mps_pct"] == 100.0)
+    assert top["bend"] > 0.8 and top["fit_error"] > 0.3
+    assert top["bend_fit_error"] < 0.1 * top["fit_error"]
+    lines = [x for x in ident.format_summary(res).splitlines() if x.startswith("MPS 100%")]
+    assert any("hyperbolic in the training's duty" in x and "B = 0.9" in x for x in lines)
+    assert not any("barely acts" in x for x in lines), lines
+    flat = _zoo_identification("hyperbolic")
+    assert all(r["bend"] < 0.1 for r in flat.summary)
+    assert "hyperbolic in the training's duty" not in ident.format_summary(flat)
+    assert set(ident.BENT) <= set(ident.SUMMARY_COLUMNS)
