@@ -11,9 +11,10 @@ A training process that sleeps ``s`` after each iteration of ``t`` seconds runs 
 :func:`fit_duty_law` fits ``l = (c + A d) / (1 - B d)`` with ``c > 0``, ``A >= 0`` and ``B`` in
 ``[0, 0.98]`` by least squares on the log of the latency (a relative error, as a controller
 that corrects the curve by a factor reads it). ``B = 0`` is the additive law, ``A = 0`` the
-time-sliced one. On an H100 with the training time-sliced beside the inference the latency
-falls from 192 ms to 22 ms over sleeps of 0 to 1 s while ``1 / l`` stays within 4 % of a line in
-``d``, where the additive law's residual is 74 % of the mean latency.
+time-sliced one. On the simulated plant calibrated to the H100 run, at full share (the
+training time-sliced beside the inference), the latency falls from 192 ms to 22 ms over sleeps
+of 0 to 1 s while ``1 / l`` stays within 4 % of a line in ``d``, where the additive law's
+residual is 74 % of the mean latency.
 
 >>> import numpy as np
 >>> d = np.linspace(0.2, 1.0, 30)
@@ -32,7 +33,7 @@ from scipy.optimize import least_squares
 from ._checks import pair, positive
 
 #: The largest bend fitted: at ``B = 0.98`` the law's latency at full duty is 50x its idle
-#: latency (the H100 plant's is 0.90, 8.7x).
+#: latency (the H100-calibrated simulated plant's is 0.90, 8.7x).
 MAX_BEND = 0.98
 
 
