@@ -229,9 +229,9 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
                 row, rows, fit = _identify_level(p, data, m, train_fraction, mid)
                 row["iteration_s"] = rec.iteration_s(warmup, period_s)
                 row["true_iteration_s"] = _call(p, "expected_iteration_s", None, m)
-                row["idle_ms"], row["duty_gain_ms"] = _duty_law(
-                    data.split(train_fraction)[0], row["iteration_s"])
-                row.update(_bent_law(data.split(train_fraction)[0], row["iteration_s"]))
+                train = data.split(train_fraction)[0]
+                row["idle_ms"], row["duty_gain_ms"] = _duty_law(train, row["iteration_s"])
+                row.update(_bent_law(train, row["iteration_s"]))
                 summary.append(row)
                 records.extend(rows)
                 fits[f"{m:g}"] = fit
