@@ -14,7 +14,8 @@ iteration-time readings, and with a restart-free share (in percent, and on four 
 :mod:`harness.experiments.zoo_control` for the runs and the fuzzed readings. Beside the
 training against the per-period oracle (which resizes the share for free every period), two
 references that pay the plant's restarts on the same trace (:mod:`harness.experiments.zoo_bounds`):
-the best share path in hindsight, and a causal rent-or-buy policy that knows the plant.
+the best share path in hindsight, a causal rent-or-buy policy that knows the plant, and one
+that also forecasts the load by its recent trend.
 
 The backend comparison, same SLO, same load: sleep only (the share held at 100 %; on "ours"
 and "h100" a time-sliced GPU without MPS), MPS restarts (the paper's two-tier loop) and green
@@ -45,7 +46,7 @@ import numpy as np  # noqa: E402
 
 from harness.cli.args import integer, out_file  # noqa: E402
 from harness.experiments.identify import family_of, identify  # noqa: E402
-from harness.experiments.zoo_bounds import causal, hindsight  # noqa: E402
+from harness.experiments.zoo_bounds import causal, forecast, hindsight  # noqa: E402
 from harness.experiments.zoo_control import ABLATIONS, LEVELS, curves, run  # noqa: E402
 from harness.sim import baselines as B  # noqa: E402
 from harness.sim import zoo  # noqa: E402
@@ -150,9 +151,11 @@ def bench(seeds: int) -> dict[str, Any]:
                 put("over_ok", name, all(r["over"] <= over_target(name, s)
                                          for s, r in enumerate(rows)))
         refs = [{"hindsight": hindsight(name, s, trace(s)),
-                 **dict(zip(("causal", "moves"), causal(name, s, trace(s))))}
+                 **dict(zip(("causal", "moves"), causal(name, s, trace(s)))),
+                 "forecast": forecast(name, s, trace(s))[0]}
                 for s in range(seeds)]
         put("hindsight", name, _sum(refs, name, "hindsight"))
+        put("forecast", name, _sum(refs, name, "forecast"))
         put("causal", name, {**_sum(refs, name, "causal"),
                              "moves": _sum(refs, name, "moves")["mean"]})
         for label, kw in (("steady", {}), ("steady_noit", {"iteration": False}),
@@ -220,11 +223,13 @@ def verdict(ok: bool) -> str:
 
 
 def _references(res: dict[str, Any], row: Any) -> None:
-    """The two rows under the trace's training: what paying the plant's restarts leaves of
+    """The three rows under the trace's training: what paying the plant's restarts leaves of
     the per-period oracle (:mod:`harness.experiments.zoo_bounds`); no target, no verdict."""
     for key, what in (("hindsight", "… reference: hindsight best path paying each restart "
                                     "(knows the day's load)"),
-                      ("causal", "… reference: a causal rent-or-buy policy knowing the plant")):
+                      ("causal", "… reference: a causal rent-or-buy policy knowing the plant"),
+                      ("forecast", "… reference: knowing the plant and forecasting the load "
+                                   "(its trend over 20 periods, 25 ahead)")):
         row(what, "—", [fmt(res[key][p]) for p in P], None)
 
 

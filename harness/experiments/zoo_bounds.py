@@ -10,7 +10,11 @@ against it needs references that pay the same restarts:
   restart (dynamic programming over share levels x periods): what a policy that knows the
   day's load could reach;
 * :func:`causal` -- a rent-or-buy policy that knows the plant and reads each period's load
-  exactly, but not the future: what knowing the plant, without forecasting, reaches.
+  exactly, but not the future: what knowing the plant, without forecasting, reaches;
+* :func:`forecast` -- the same knowledge and a forecast: the load's linear trend over the last
+  periods, carried over a horizon; the policy moves when the horizon's forecast training at
+  another share, less the restart, beats staying. What a trend forecast adds to knowing the
+  plant (on the zoo's trace, one hump a day: it sees the rise and the fall, not the turn).
 
 Both are figures on the plant's noise-free expectations (``expected_latency_ms`` and
 ``expected_training_throughput``), the same ones the oracle uses; the SLO is
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,8 +34,8 @@ import numpy as np
 from harness.sim import zoo
 from harness.sim.zoo_load import level_rates
 
-__all__ = ["SHARES", "T", "causal", "causal_path", "hindsight", "hindsight_path_value",
-           "rate_table"]
+__all__ = ["SHARES", "T", "causal", "causal_path", "forecast", "forecast_path", "hindsight",
+           "hindsight_path_value", "rate_table"]
 
 #: The share levels (%) of the references: every whole percent from 20 to 100.
 SHARES = tuple(float(m) for m in range(20, 101))
@@ -285,10 +290,7 @@ def causal_path(R: np.ndarray, shares: np.ndarray, restart_s: float, period_s: f
     moves : int
         Share changes.
     """
-    at = np.flatnonzero(np.asarray(shares) == float(start))
-    if at.size == 0:
-        raise ValueError(f"start must be one of the share levels, got {start!r}")
-    i, held, down, regret, moves, total = int(at[0]), 0, 0.0, 0.0, 0, 0.0
+    i, held, down, regret, moves, total = _start_index(shares, start), 0, 0.0, 0.0, 0, 0.0
     for r in R:
         lost = min(down, period_s)
         down -= lost
@@ -357,4 +359,127 @@ def causal(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: Any 
             or min_hold < 1:
         raise ValueError(f"min_hold must be an integer >= 1, got {min_hold!r}")
     total, moves = causal_path(R, shares, C, P, start=start, min_hold=int(min_hold))
+    return _ratio(total, oracle, P), moves
+
+
+def _start_index(shares: np.ndarray, start: float) -> int:
+    at = np.flatnonzero(np.asarray(shares) == float(start))
+    if at.size == 0:
+        raise ValueError(f"start must be one of the share levels, got {start!r}")
+    return int(at[0])
+
+
+def forecast_path(R: np.ndarray, loads: np.ndarray, shares: np.ndarray,
+                  rates_at: Callable[[np.ndarray], np.ndarray], restart_s: float,
+                  period_s: float = T, *, horizon: int = 25, window: int = 20,
+                  start: float = 100.0, min_hold: int = 8) -> tuple[float, int]:
+    """A trend-forecasting share policy's training over ``loads``, and its number of moves.
+
+    From share ``start``, after each period ``k`` the policy reads that period's load. Once it
+    has held its share for ``min_hold`` periods it fits a line to the last ``window`` loads
+    (flat with fewer than 3) and carries it ``horizon`` periods ahead: ``q(k + h)``,
+    ``h = 1..horizon``. It weighs each share ``m`` by the training the forecast promises there,
+    ``V(m) = T sum_h r(q(k + h), m)``, less the restart where ``m`` is not the share held
+    (``restart_s r(q(k + 1), m)``, as :func:`hindsight_path_value` charges it), and moves to the
+    best when that beats staying. A move stops the training for ``restart_s`` from the next
+    period on, as in :func:`causal_path`.
+
+    Parameters
+    ----------
+    R : numpy.ndarray
+        Rates (iterations/s) the policy trains at, shape ``(periods, shares)``.
+    loads : numpy.ndarray
+        The load factor of each period (what the policy reads and forecasts).
+    shares : numpy.ndarray
+        The share levels (%).
+    rates_at : callable
+        ``rates_at(q)`` for a 1-D array of loads: the rates (iterations/s), shape
+        ``(len(q), len(shares))``; :func:`forecast` interpolates :func:`rate_table`'s.
+    restart_s, period_s
+        The training lost per move (s) and the period (s).
+    horizon : int
+        Periods the forecast looks ahead (>= 1).
+    window : int
+        Periods of loads the trend is fitted to (>= 2).
+    start : float
+        The share held at the start (%), one of ``shares``.
+    min_hold : int
+        Periods a share is held before the policy looks again.
+
+    Returns
+    -------
+    training : float
+        Iterations over the trace.
+    moves : int
+        Share changes.
+    """
+    i, held, down, moves, total = _start_index(shares, start), 0, 0.0, 0, 0.0
+    ahead = np.arange(1, horizon + 1, dtype=float)
+    for k, (q, r) in enumerate(zip(loads, R, strict=True)):
+        lost = min(down, period_s)
+        down -= lost
+        total += float(r[i]) * (period_s - lost)
+        held += 1
+        if held < min_hold:
+            continue
+        past = np.asarray(loads[max(0, k - window + 1):k + 1], dtype=float)
+        slope = np.polyfit(np.arange(past.size), past, 1)[0] if past.size >= 3 else 0.0
+        Rf = rates_at(q + slope * ahead)
+        value = Rf.sum(axis=0) * period_s - restart_s * Rf[0]
+        value[i] += restart_s * Rf[0, i]
+        j = int(np.argmax(value))
+        if j != i and value[j] > value[i]:
+            i, held, down, moves = j, 0, restart_s, moves + 1
+    return total, moves
+
+
+def forecast(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: Any = None,
+             restart_s: float | None = None, period_s: float = T, horizon: int = 25,
+             window: int = 20, start: float = 100.0, min_hold: int = 8) -> tuple[float, int]:
+    """The plant-knowing reference with a load forecast (:func:`forecast_path`).
+
+    It knows what :func:`causal` knows (the plant exactly, each period's load at the period's
+    end, the restart's length) and forecasts the load by its recent linear trend. The rates
+    at a forecast load are interpolated in a :func:`rate_table` over a grid of 121 loads from
+    0.8x the trace's lowest to 1.2x its highest (a forecast beyond is held at the grid's end).
+
+    Parameters
+    ----------
+    name, seed, loads, mode, levels, restart_s, period_s, start, min_hold
+        As :func:`causal`.
+    horizon : int
+        Periods the forecast looks ahead (>= 1).
+    window : int
+        Periods of loads the trend is fitted to (>= 2).
+
+    Returns
+    -------
+    efficiency : float
+        Training over the per-period oracle's.
+    moves : int
+        Share changes over the trace.
+
+    Raises
+    ------
+    ValueError
+        As :func:`causal`, and on a ``horizon`` under 1 or a ``window`` under 2.
+    """
+    for field, v, lo in (("min_hold", min_hold, 1), ("horizon", horizon, 1),
+                         ("window", window, 2)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise ValueError(f"{field} must be an integer >= {lo}, got {v!r}")
+    shares, R, oracle = rate_table(name, seed, loads, mode=mode, levels=levels)
+    C, P = _restart(name, seed, restart_s), _period(period_s)
+    q = np.asarray(loads, dtype=float)
+    grid = np.round(np.linspace(0.8 * q.min(), 1.2 * q.max(), 121), 3)
+    _, G, _ = rate_table(name, seed, grid, mode=mode, levels=levels)
+
+    def rates_at(x: np.ndarray) -> np.ndarray:
+        x = np.clip(x, grid[0], grid[-1])
+        hi = np.clip(np.searchsorted(grid, x), 1, grid.size - 1)
+        w = ((x - grid[hi - 1]) / (grid[hi] - grid[hi - 1]))[:, None]
+        return (1.0 - w) * G[hi - 1] + w * G[hi]
+
+    total, moves = forecast_path(R, q, shares, rates_at, C, P, horizon=int(horizon),
+                                 window=int(window), start=start, min_hold=int(min_hold))
     return _ratio(total, oracle, P), moves

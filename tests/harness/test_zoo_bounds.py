@@ -73,6 +73,59 @@ def test_causal_path_by_hand():
                           min_hold=1)[1] == 0
 
 
+def test_forecast_path_by_hand():
+    # share 100 trains twice share 50's rate at every load: over 3 periods the gain (12
+    # iterations) does not pay the 10-s restart at 2 it/s (20); over 10 periods it does (40 > 20)
+    R = np.tile([1.0, 2.0], (6, 1))
+    shares = np.array([50.0, 100.0])
+
+    def rates_at(q):
+        return np.tile([1.0, 2.0], (len(q), 1))
+
+    kw = {"start": 50.0, "min_hold": 1}
+    assert zb.forecast_path(R, np.ones(6), shares, rates_at, 10.0, 4.0, horizon=3,
+                            **kw) == (pytest.approx(24.0), 0)
+    # it moves after period 0; the restart takes periods 1 and 2 and 2 s of period 3
+    total, moves = zb.forecast_path(R, np.ones(6), shares, rates_at, 10.0, 4.0, horizon=10,
+                                    **kw)
+    assert moves == 1 and total == pytest.approx(4 + 0 + 0 + 2 * 2 + 8 + 8)
+
+
+def test_the_forecast_moves_ahead_of_a_rising_load():
+    # share 100's rate is the load, share 50's is 1: 100 is the better share past load 1,
+    # half-way through the ramp. With an 8-s restart the trend moves in time to pay it back
+    # (within 2.2 iterations of hindsight's 177.1); a flat forecast (window 2) waits until
+    # the gain at today's load pays, the rent-or-buy rule until the gap has cost the restart
+    loads = np.linspace(0.5, 1.5, 41)
+    shares = np.array([50.0, 100.0])
+
+    def rates_at(q):
+        return np.column_stack([np.ones(len(q)), q])
+
+    R = rates_at(loads)
+    kw = {"horizon": 10, "start": 50.0, "min_hold": 1}
+    trend, moves = zb.forecast_path(R, loads, shares, rates_at, 8.0, 4.0, **kw)
+    flat, flat_moves = zb.forecast_path(R, loads, shares, rates_at, 8.0, 4.0, window=2, **kw)
+    late, late_moves = zb.causal_path(R, shares, 8.0, 4.0, start=50.0, min_hold=1)
+    assert moves == flat_moves == late_moves == 1
+    assert zb.hindsight_path_value(R, 8.0, 4.0) >= trend > flat + 5 > late + 5
+
+
+@pytest.mark.parametrize("name", ["hyperbolic", "random"])
+def test_the_forecast_sits_under_hindsight(name):
+    f, moves = zb.forecast(name, 0, LOADS)
+    assert 0.5 < f <= zb.hindsight(name, 0, LOADS) + 1e-9
+    assert moves >= 1
+
+
+@pytest.mark.parametrize(("kw", "field"), [({"horizon": 0}, "horizon"),
+                                           ({"window": 1}, "window"),
+                                           ({"min_hold": 0}, "min_hold")])
+def test_the_forecast_refuses_a_bad_setting(kw, field):
+    with pytest.raises(ValueError, match=field):
+        zb.forecast("hyperbolic", 0, LOADS[:20], **kw)
+
+
 @pytest.mark.parametrize(("kw", "field"), [
     ({"name": "nope"}, "name"),
     ({"seed": -1}, "seed"),
@@ -91,6 +144,8 @@ def test_bad_input_names_its_field(kw, field):
     args = {"name": "hyperbolic", "seed": 0, "loads": LOADS[:20], **kw}
     with pytest.raises(ValueError, match=field):
         zb.causal(**args)
+    with pytest.raises(ValueError, match=field):
+        zb.forecast(**args)
     if field not in ("start", "min_hold"):
         with pytest.raises(ValueError, match=field):
             zb.hindsight(**args)
