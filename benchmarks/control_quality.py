@@ -196,7 +196,8 @@ def ablation(seeds: int) -> dict[str, Any]:
     for name in P:
         f = STEP.get(name, 1.3)
         step = lambda s, f=f: np.r_[np.ones(100), np.full(200, f)]  # noqa: E731
-        for label, kw in (("trace", {}), ("free", {"knob": "free"}), ("p99", {"mode": "p99"}),
+        for label, kw in (("trace", {}), ("free", {"knob": "free"}),
+                          ("part", {"knob": "partitions"}), ("p99", {"mode": "p99"}),
                           ("step", {}), ("glitch", {"glitch_at": 199}),
                           ("p99_steady", {"mode": "p99"})):
             loads = {"glitch": lambda s: np.ones(600), "step": step,
@@ -331,13 +332,13 @@ def ablation_report(ab: dict[str, Any]) -> list[str]:
              "somewhere, or if without it a plant's p99 share changes leave the target "
              "(<= 1 per 10 windows).", "",
              "| mechanism removed | trace: training / over, mean (best plant) | restart-free: "
-             "training / over | p99: training / over | load step: training / over | one 1e12 "
-             "ms reading, steady load: training / over | p99, steady: changes per 10 windows "
-             "saved, mean (most) | verdict |",
-             "|---|---|---|---|---|---|---|---|"]
+             "training / over | four partitions: training / over | p99: training / over | "
+             "load step: training / over | one 1e12 ms reading, steady load: training / over | "
+             "p99, steady: changes per 10 windows saved, mean (most) | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for m in ABLATIONS:
         cells, pays = [], False
-        for label in ("trace", "free", "p99", "step", "glitch"):
+        for label in ("trace", "free", "part", "p99", "step", "glitch"):
             if (P[0], label, f"no-{m}") not in ab:
                 cells.append("—")
                 continue

@@ -156,6 +156,12 @@ class OperatingPoint:
         misfit together). The outer loop trusts the curve at this share no closer than that
         (:class:`~gpucontrol.outer.ThroughputOuter`; no less than a share never identified).
         None: not recorded (trusted to 2 %).
+    bent_law : (float, float, float), optional
+        ``(c, A, B)`` of the latency ``(c + A d) / (1 - B d)`` on the same running fraction
+        (:func:`sysid.fit_duty_law`; ms, ms, ``B`` in [0, 1)), where the identification found
+        the level time-sliced: the inference served only while the training does not hold the
+        device, so ``1 / latency`` falls linearly in ``d`` and the duty law's line misses.
+        None: the level is not time-sliced (or it was not asked).
     """
 
     mps_pct: float
@@ -164,6 +170,7 @@ class OperatingPoint:
     iteration_s: float | None = None
     duty_law: tuple[float, float] | None = None
     fit_error: float | None = None
+    bent_law: tuple[float, float, float] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mps_pct", in_range("mps_pct", self.mps_pct, 0.0, 100.0,
@@ -187,6 +194,15 @@ class OperatingPoint:
         if self.fit_error is not None:
             object.__setattr__(self, "fit_error",
                                in_range("fit_error", self.fit_error, 0.0, 10.0))
+        if self.bent_law is not None:
+            try:
+                c, a, b = self.bent_law
+            except (TypeError, ValueError):
+                raise ConfigurationError(f"bent_law must be (c, A, B) in ms, ms and [0, 1), "
+                                         f"got {self.bent_law!r}") from None
+            object.__setattr__(self, "bent_law", (
+                positive("bent_law[0]", c), in_range("bent_law[1]", a, 0.0, math.inf),
+                in_range("bent_law[2]", b, 0.0, 1.0, hi_open=True)))
 
 
 @dataclass(frozen=True)
@@ -398,6 +414,17 @@ class LatencyModelFamily:
         (c0, a0), (c1, a1) = laws[j - 1], laws[j]
         return c0 + w * (c1 - c0), a0 + w * (a1 - a0)
 
+    def bent_law_at(self, mps_pct: float) -> tuple[float, float, float] | None:
+        """The ``bent_law`` of the level identified at exactly ``mps_pct`` (None where no
+        level is, or it is not time-sliced). Never interpolated: between levels the device
+        may share otherwise (a partition or a wave of thread blocks gained), and a bent and a
+        straight law do not blend into either."""
+        m = finite("mps_pct", mps_pct)
+        for p in self._batch_points(None):
+            if p.mps_pct == m:
+                return p.bent_law
+        return None
+
     def gain_ratios(self, nominal: LinearLatencyModel) -> tuple[float, float]:
         """(min, max) of member gain / nominal gain: the envelope to check stability against."""
         if not isinstance(nominal, LinearLatencyModel):
@@ -408,7 +435,8 @@ class LatencyModelFamily:
     def to_document(self) -> dict[str, Any]:
         """The model file's form (what ``gpucontrol identify`` writes as model.json):
         ``{"points": [{"mps_pct", "gain", "offset"[, "batch"][, "iteration_s"]
-        [, "idle_ms", "duty_gain_ms"][, "fit_error"]}, ...][, "sleep_span_s": [low, high]]
+        [, "idle_ms", "duty_gain_ms"][, "fit_error"][, "bent_law": [c, A, B]]}, ...]
+        [, "sleep_span_s": [low, high]]
         [, "iteration_times": [[share %, s], ...]]}``."""
         rows = []
         for p in self.points:
@@ -419,6 +447,8 @@ class LatencyModelFamily:
                 row["idle_ms"], row["duty_gain_ms"] = p.duty_law
             if p.fit_error is not None:
                 row["fit_error"] = p.fit_error
+            if p.bent_law is not None:
+                row["bent_law"] = list(p.bent_law)
             rows.append(row)
         doc: dict[str, Any] = {"points": rows}
         if self.sleep_span_s is not None:
@@ -442,7 +472,8 @@ class LatencyModelFamily:
                 OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
                                r.get("batch"), r.get("iteration_s"),
                                (r["idle_ms"], r["duty_gain_ms"]) if "duty_gain_ms" in r
-                               else None, r.get("fit_error"))
+                               else None, r.get("fit_error"),
+                               None if r.get("bent_law") is None else tuple(r["bent_law"]))
                 for r in rows), None if span is None else tuple(span), times)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ConfigurationError(

@@ -5,16 +5,17 @@ The law. Identification gives two curves across the shares ``m`` the backend off
 fraction ``d = tau / (tau + s)`` (``tau``: the iteration time ``t(m)``, or a duty cycler's run
 quantum; :func:`~gpucontrol.models.duty_form`),
 
-    l(m, s) = exp(q + delta(m)) * (c(m) + A(m) d),
+    l(m, s) = exp(q + delta(m)) * (c(m) + A(m) d)
 
-and the training rate ``r(m, s) = d / t(m)``. ``q`` is the load, common to every share (the
-inference's work scales every latency alike: a larger batch, more requests); ``delta(m)`` is
-what the identified curve gets wrong at ``m``, and ``t(m)`` is corrected by ``exp(eps(m))``
-where the node reports iteration times. At every decision the loop predicts, at every share
-the backend offers, the duty at which the latency meets the set point (within the sleep
-range; a share where even the longest sleep misses it is infeasible) and the training rate
-there, at the mean of its belief and at the pessimistic edge (``Z`` standard deviations of the
-difference between that share's correction and the current one's).
+(``(c + A d) / (1 - B d)`` at a level found time-sliced, where the knob offers only identified
+levels: :class:`_Curves`), and the training rate ``r(m, s) = d / t(m)``. ``q`` is the load,
+common to every share (the inference's work scales every latency alike: a larger batch, more
+requests); ``delta(m)`` is what the identified curve gets wrong at ``m``, and ``t(m)`` is
+corrected by ``exp(eps(m))`` where the node reports iteration times. At every decision the loop
+predicts, at every share the backend offers, the duty at which the latency meets the set point
+(within the sleep range; a share where even the longest sleep misses it is infeasible) and the
+training rate there, at the mean of its belief and at the pessimistic edge (``Z`` standard
+deviations of the difference between that share's correction and the current one's).
 
 It moves to the share with the best pessimistic rate when its gain beats the move's cost: the
 training a change loses (``ShareKnob.change_s``) over the periods spent at the current share
@@ -62,6 +63,7 @@ import dataclasses
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -123,7 +125,11 @@ class Decision:
 
 
 class _Curves:
-    """The identified curves at the candidate shares: ``c``, ``A`` (duty law) and ``t``."""
+    """The identified curves at the candidate shares: the latency ``(c + A d) / (1 - B d)``
+    over the duty ``d``, and the iteration time ``t``. ``B > 0`` only at a time-sliced level
+    (``OperatingPoint.bent_law``) of a knob that offers nothing but identified levels: a bent
+    law is exact at its level only, and a percent knob predicted with it next to a bent level
+    held an H100 plant's noisiest level, where the noise margin cost more than the law won."""
 
     def __init__(self, family: LatencyModelFamily, shares: tuple[float, ...],
                  sleep: SleepKnob) -> None:
@@ -137,8 +143,32 @@ class _Curves:
         if family.sleep_span_s is None:
             family = dataclasses.replace(family, sleep_span_s=sleep.bounds_s)
         laws = [family.duty_law(m, sleep.run_quantum_s, PRIOR_ITERATION_S) for m in shares]
-        self.c = np.array([c for c, _ in laws])
-        self.A = np.maximum(np.array([a for _, a in laws]), 1e-9)
+        self.c_line = np.array([c for c, _ in laws])
+        self.A_line = np.maximum(np.array([a for _, a in laws]), 1e-9)
+        levels = {p.mps_pct for p in pts}
+        bent = [family.bent_law_at(m) for m in shares] if (
+            sleep.run_quantum_s is None and set(shares) <= levels) else []
+        self.c, self.A, self.B = self.c_line.copy(), self.A_line.copy(), np.zeros(len(shares))
+        for i, law in enumerate(bent):
+            if law is not None:
+                self.c[i], self.A[i], self.B[i] = law
+        self.A = np.where(self.A + self.B * self.c > 1e-9, self.A, 1e-9)
+
+    def unbend(self) -> None:
+        """Every share on the duty law (the benchmark's ablation of the bent law)."""
+        self.c, self.A, self.B = self.c_line.copy(), self.A_line.copy(), np.zeros_like(self.B)
+
+    def latency(self, d: Any, i: Any = slice(None)) -> Any:
+        """The curves' latency at duty ``d`` (ms)."""
+        return (self.c[i] + self.A[i] * d) / (1.0 - self.B[i] * d)
+
+    def duty(self, latency_ms: Any) -> np.ndarray:
+        """Per share, the duty at which the curve's latency is ``latency_ms``."""
+        return np.asarray((latency_ms - self.c) / (self.A + self.B * latency_ms))
+
+    def slope(self, d: float, i: int) -> float:
+        """The latency's slope in the duty at share ``i`` and duty ``d`` (ms per unit)."""
+        return float((self.A[i] + self.B[i] * self.c[i]) / (1.0 - self.B[i] * d) ** 2)
 
 
 class _Belief:
@@ -389,6 +419,10 @@ class ThroughputOuter:
         as much as its level."""
         return math.exp(self.lat.q + self.lat.delta[self.i])
 
+    def bent_slope(self, duty: float) -> float | None:
+        """The latency's slope in the duty here (ms per unit) where the law is bent, else None."""
+        return self.curves.slope(duty, self.i) if self.curves.B[self.i] > 0 else None
+
     # ---- per period ----------------------------------------------------------------------
     def update(self, latency_ms: float, sleep_s: float, iteration_s: float
                ) -> tuple[float | None, str]:
@@ -426,8 +460,9 @@ class ThroughputOuter:
         after bad readings)."""
         cv, i = self.curves, self.i
         tau = self.sleep.tau(cv.t[i] * math.exp(self.it.delta[i]))
-        y = math.log(max(latency_ms, 1e-9) / max(cv.c[i] + cv.A[i] * tau / (tau + sleep_s),
-                                                   1e-9))
+        bend = 1.0 - cv.B[i] * tau / (tau + sleep_s)
+        y = math.log(max(latency_ms, 1e-9) / max((cv.c[i] + cv.A[i] * tau / (tau + sleep_s))
+                                                   / bend, 1e-9))
         if self._last_y is not None:
             self._diffs.append(abs(y - self._last_y))
             if len(self._diffs) >= 16:      # (the opening's few differences are transients)
@@ -483,9 +518,9 @@ class ThroughputOuter:
         base = np.exp(self.lat.q + self.lat.delta)
         out = []
         for scale, tt in ((base, t), (base * np.exp(sig), t * np.exp(sig_t))):
-            d = np.minimum((self.slo_ms / scale - cv.c) / cv.A, 1.0)
+            d = np.minimum(cv.duty(self.slo_ms / scale), 1.0)
             out.append((np.maximum(d, d_hi), np.where(d >= d_hi, d / tt, -np.inf)))
-        worst = base * (cv.c + cv.A * d_hi)
+        worst = base * cv.latency(d_hi)
         return (out[0][0], out[0][1], worst), (out[1][0], out[1][1])
 
     # ---- the decision --------------------------------------------------------------------

@@ -352,8 +352,10 @@ class TwoTierController:
         if not math.isfinite(A):
             return 1.0
         s = min(max(sleep_s, 0.0), self._span[1])
-        scale = self.outer.latency_scale if self.load_in_gain and isinstance(
-            self.outer, ThroughputOuter) else 1.0
+        outer = self.outer if isinstance(self.outer, ThroughputOuter) else None
+        scale = outer.latency_scale if self.load_in_gain and outer is not None else 1.0
+        bent = outer.bent_slope(tau / (tau + s)) if outer is not None else None
+        A = A if bent is None else bent
         return min(max(scale * A * tau / (tau + s) ** 2 / -self.model.gain, 0.05), 20.0)
 
     def _schedule(self, share_pct: float) -> None:

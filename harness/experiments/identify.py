@@ -63,7 +63,7 @@ from harness.experiments.common import (
     make_plant,
     plant_mps_enabled,
 )
-from harness.experiments.model_doc import family_of, model_document
+from harness.experiments.model_doc import family_of, model_document, time_sliced
 from harness.progress import Progress
 from harness.results import (
     markdown_table,
@@ -293,8 +293,9 @@ BENT = ("bend_idle_ms", "bend_gain_ms", "bend", "bend_fit_error")
 def _bent_law(train: sysid.IdData, iteration_s: float) -> dict[str, float]:
     """The law ``(c + A d) / (1 - B d)`` on the same periods (:func:`sysid.fit_duty_law`):
     ``bend_idle_ms``, ``bend_gain_ms``, ``bend`` and its residual ``bend_fit_error`` (RMS of
-    the log, a relative error like ``fit_error``); NaNs without an iteration time. A report
-    only: the controller's curves are still the line and the duty law."""
+    the log, a relative error like ``fit_error``); NaNs without an iteration time. Where the
+    level is time-sliced (:func:`~harness.experiments.model_doc.time_sliced`) model.json
+    keeps it as the level's ``bent_law``."""
     if math.isfinite(iteration_s) and iteration_s > 0 and len(train) >= 3:
         try:
             law = sysid.fit_duty_law(train.u, train.y, iteration_s)
@@ -514,19 +515,14 @@ def _below(r2: float, bar: float = R2_BAR) -> str:
     return f"{r2:.6f}"
 
 
-#: A level is reported as time-sliced when its law bends this much and the bent law's
-#: residual is at most half the line's.
-BEND_NOTE = 0.3
-
-
 def _bend_note(share: str, r: dict[str, Any]) -> str:
     """One line when the level's latency is hyperbolic in the training's duty (the training
     time-sliced beside the inference: ``1 / latency`` falls linearly as it runs more), where
     the line and the duty law miss; empty otherwise."""
-    b, e_bent = float(r.get("bend", math.nan)), float(r.get("bend_fit_error", math.nan))
-    e_line = float(r.get("fit_error", math.nan))
-    if not (b >= BEND_NOTE and e_bent <= 0.5 * e_line):
+    if not time_sliced(r):
         return ""
+    b, e_bent = float(r["bend"]), float(r["bend_fit_error"])
+    e_line = float(r["fit_error"])
     return (f"\n{share} {r['mps_pct']:g}%: the latency is hyperbolic in the training's duty d "
             f"(time-sliced): (c + A d) / (1 - B d) with B = {b:.2f} fits within "
             f"{100 * e_bent:.1f} % where the line misses by {100 * e_line:.0f} %")

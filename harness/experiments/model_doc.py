@@ -96,8 +96,26 @@ def _iteration(r: dict[str, Any]) -> dict[str, float]:
     if not (math.isfinite(t) and t > 0):
         return {}
     c, a = float(r.get("idle_ms", math.nan)), float(r.get("duty_gain_ms", math.nan))
-    law = {"idle_ms": c, "duty_gain_ms": a} if math.isfinite(c) and a > 0 else {}
+    law: dict[str, Any] = {"idle_ms": c, "duty_gain_ms": a} if math.isfinite(c) and a > 0 else {}
+    if time_sliced(r):
+        law["bent_law"] = [float(r[k]) for k in ("bend_idle_ms", "bend_gain_ms", "bend")]
     return {"iteration_s": t, **law}
+
+
+#: A level is time-sliced when its law bends at least this much (``B``) and the bent law's
+#: residual is at most half the line's.
+BEND_TIME_SLICED = 0.3
+
+
+def time_sliced(r: dict[str, Any]) -> bool:
+    """Whether an identified level's latency is hyperbolic in the training's duty: the bent
+    law ``(c + A d) / (1 - B d)`` (``bend_*`` columns) bends by ``B >= 0.3`` and leaves at
+    most half the line's residual (``fit_error``). A level with noisy readings and a little
+    curvature is not: the law is kept where it explains what the line cannot."""
+    b, e_bent = float(r.get("bend", math.nan)), float(r.get("bend_fit_error", math.nan))
+    e_line = float(r.get("fit_error", math.nan))
+    c, a = float(r.get("bend_idle_ms", math.nan)), float(r.get("bend_gain_ms", math.nan))
+    return bool(BEND_TIME_SLICED <= b < 1.0 and e_bent <= 0.5 * e_line and c > 0 and a >= 0)
 
 
 def _misfit(r: dict[str, Any]) -> dict[str, float]:

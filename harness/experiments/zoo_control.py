@@ -63,6 +63,7 @@ ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
     "reopen": lambda ctl: setattr(ctl.outer.lat, "RUN", 10 ** 9),  # type: ignore[union-attr]
     "raise": _off("raise_in_hold", False, "controller"),    # a two-sided hold after a move
     "horizon": _off("horizon", math.inf),                  # amortise over the whole dwell
+    "bend": lambda ctl: ctl.outer.curves.unbend(),  # type: ignore[union-attr]  # duty law
 }
 
 

@@ -132,3 +132,19 @@ def test_fit_error_is_kept_through_the_model_file_and_checked():
     assert LatencyModelFamily.from_json(fam.to_json()) == fam
     with pytest.raises(ConfigurationError, match="fit_error"):
         OperatingPoint(50, LinearLatencyModel(-8.0, 75.0), fit_error=-0.1)
+
+
+def test_a_bent_law_is_kept_through_the_model_file_and_read_at_its_level_only():
+    fam = LatencyModelFamily.from_points([
+        OperatingPoint(50, LinearLatencyModel(-8.0, 75.0)),
+        OperatingPoint(100, LinearLatencyModel(-20.0, 95.0), bent_law=(20.0, 1.0, 0.9))])
+    doc = fam.to_document()
+    assert doc["points"][1]["bent_law"] == [20.0, 1.0, 0.9] and "bent_law" not in doc["points"][0]
+    assert LatencyModelFamily.from_json(fam.to_json()) == fam
+    assert fam.bent_law_at(100) == (20.0, 1.0, 0.9)
+    assert fam.bent_law_at(50) is None and fam.bent_law_at(99) is None
+    for bad, field in (((0.0, 1.0, 0.5), "bent_law\\[0\\]"), ((20.0, -1.0, 0.5), "bent_law\\[1\\]"),
+                       ((20.0, 1.0, 1.0), "bent_law\\[2\\]"), ((20.0, 1.0), "bent_law")):
+        with pytest.raises(ConfigurationError, match=field):
+            OperatingPoint(100, LinearLatencyModel(-20.0, 95.0), bent_law=bad)
+

@@ -333,3 +333,70 @@ def test_the_inner_gain_follows_the_believed_load(scaled):
     lat = [plant.latency(a.sleep_s, a.share_pct) for a in acts]
     back = abs(lat[3] / ctl.target_ms - 1.0) < 0.02
     assert back == scaled
+
+
+class SlicedPlant(DutyPlant):
+    """The duty law, but time-sliced at full share: ``l = load c / (1 - B d)`` at 100 %,
+    where a line in the duty misses (the H100's latency at full share without MPS)."""
+
+    BEND = 0.8
+
+    def latency(self, s, m):
+        if m < 100.0:
+            return super().latency(s, m)
+        t = self.t(m)
+        return self.load * self.c / (1.0 - self.BEND * t / (t + s))
+
+    def family(self, levels=(25.0, 50.0, 75.0, 100.0), span=(0.0, 1.0)):
+        fam = super().family(levels, span)
+        top = fam.points[-1]
+        d = np.linspace(top.iteration_s / (top.iteration_s + span[1]), 1.0, 50)
+        a, c = np.polyfit(d, self.c / (1.0 - self.BEND * d), 1)   # the duty law's line
+        pts = (*fam.points[:-1], dataclasses.replace(top, duty_law=(c, a),
+                                                     bent_law=(self.c, 0.0, self.BEND)))
+        return dataclasses.replace(fam, points=pts)
+
+
+def test_a_bent_level_is_used_where_the_knob_offers_only_identified_levels():
+    """The bent law of a time-sliced level is exact at its level and nowhere else: with the
+    partitions it was identified at, the full share is predicted on it (the duty at the set
+    point solves ``c / (1 - B d) = SLO``, and the inner gain takes its slope there); with a
+    percent knob, whose shares lie between the levels, every share stays on the duty law."""
+    plant = SlicedPlant(speed=0.3, gamma=1.0)
+    parts = TwoTierController(plant.family(), 80.0,
+                              share=ShareKnob.green((25, 50, 75, 100)))
+    cv = parts.outer.curves
+    assert list(cv.B) == [0.0, 0.0, 0.0, SlicedPlant.BEND]
+    d = cv.duty(np.full(4, 80.0))[-1]
+    assert plant.c / (1.0 - SlicedPlant.BEND * d) == pytest.approx(80.0)
+    # the gain schedule's slope at 100 % is the bent law's, (B c) / (1 - B d)**2 per unit duty
+    tau = plant.t(100.0)
+    s = tau * (1.0 - d) / d
+    expect = SlicedPlant.BEND * plant.c / (1.0 - SlicedPlant.BEND * d) ** 2
+    assert parts.outer.bent_slope(d) == pytest.approx(expect)
+    assert parts._slope_ratio(s) == pytest.approx(
+        parts.outer.latency_scale * expect * tau / (tau + s) ** 2 / -parts.model.gain)
+    percent = TwoTierController(plant.family(), 80.0, share=ShareKnob())
+    assert not percent.outer.curves.B.any()
+    assert percent.outer.bent_slope(0.5) is None
+    # ... and the ablation's switch puts the partitions back on the duty law
+    cv.unbend()
+    assert not cv.B.any() and cv.A[-1] == pytest.approx(plant.family().points[-1].duty_law[1])
+
+
+def test_the_bent_law_holds_the_slo_at_a_time_sliced_level():
+    """At a time-sliced level (the knob's only partition), the bent law puts the sleep where
+    the plant meets the set point from the first period; the duty law's line, fitted to the
+    same curve, puts it 5 % under and its slope there is wrong, so the loop creeps back."""
+    plant = SlicedPlant(speed=0.3, gamma=1.0)
+    fam = plant.family()
+    line = dataclasses.replace(fam, points=(
+        *fam.points[:-1], dataclasses.replace(fam.points[-1], bent_law=None)))
+    out = []
+    for f in (fam, line):
+        ctl = TwoTierController(f, 80.0, share=ShareKnob.green((100,)))
+        out.append([plant.latency(a.sleep_s, 100.0) / ctl.target_ms
+                    for a in run(ctl, plant, 20)])
+    bent, straight = out
+    assert max(abs(x - 1.0) for x in bent) < 0.005
+    assert min(straight[:3]) < 0.97 and abs(straight[-1] - 1.0) < 0.005

@@ -221,7 +221,12 @@ def test_a_time_sliced_level_is_told_from_an_additive_one():
     lines = [x for x in ident.format_summary(res).splitlines() if x.startswith("MPS 100%")]
     assert any("hyperbolic in the training's duty" in x and "B = 0.9" in x for x in lines)
     assert not any("barely acts" in x for x in lines), lines
+    # model.json keeps the bent law at the time-sliced level only
+    fam = ident.family_of(res, every_level=True)
+    assert fam.bent_law_at(100.0)[2] == pytest.approx(top["bend"])
+    assert fam.bent_law_at(25.0) is None
     flat = _zoo_identification("hyperbolic")
     assert all(r["bend"] < 0.1 for r in flat.summary)
+    assert all(p.bent_law is None for p in ident.family_of(flat, every_level=True).points)
     assert "hyperbolic in the training's duty" not in ident.format_summary(flat)
     assert set(ident.BENT) <= set(ident.SUMMARY_COLUMNS)
