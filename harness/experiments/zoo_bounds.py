@@ -157,6 +157,20 @@ def _period(period_s: float) -> float:
     return p
 
 
+def _count(field: str, value: Any, lo: int) -> int:
+    """An integer setting of at least ``lo`` (``ValueError`` naming ``field`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise ValueError(f"{field} must be an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+def _earn(rate: float, down: float, period_s: float) -> tuple[float, float]:
+    """One period's training at ``rate`` with ``down`` seconds of a restart still to sit out,
+    and the downtime left after it (carried across periods)."""
+    lost = min(down, period_s)
+    return float(rate) * (period_s - lost), down - lost
+
+
 def _ratio(total: float, oracle: np.ndarray, period_s: float) -> float:
     denom = float(oracle.sum()) * period_s
     if denom <= 0.0:
@@ -292,9 +306,8 @@ def causal_path(R: np.ndarray, shares: np.ndarray, restart_s: float, period_s: f
     """
     i, held, down, regret, moves, total = _start_index(shares, start), 0, 0.0, 0.0, 0, 0.0
     for r in R:
-        lost = min(down, period_s)
-        down -= lost
-        total += float(r[i]) * (period_s - lost)
+        earned, down = _earn(r[i], down, period_s)
+        total += earned
         held += 1
         if held < min_hold:
             continue
@@ -355,10 +368,8 @@ def causal(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: Any 
     """
     shares, R, oracle = rate_table(name, seed, loads, mode=mode, levels=levels)
     C, P = _restart(name, seed, restart_s), _period(period_s)
-    if isinstance(min_hold, bool) or not isinstance(min_hold, (int, np.integer)) \
-            or min_hold < 1:
-        raise ValueError(f"min_hold must be an integer >= 1, got {min_hold!r}")
-    total, moves = causal_path(R, shares, C, P, start=start, min_hold=int(min_hold))
+    total, moves = causal_path(R, shares, C, P, start=start,
+                               min_hold=_count("min_hold", min_hold, 1))
     return _ratio(total, oracle, P), moves
 
 
@@ -416,9 +427,8 @@ def forecast_path(R: np.ndarray, loads: np.ndarray, shares: np.ndarray,
     i, held, down, moves, total = _start_index(shares, start), 0, 0.0, 0, 0.0
     ahead = np.arange(1, horizon + 1, dtype=float)
     for k, (q, r) in enumerate(zip(loads, R, strict=True)):
-        lost = min(down, period_s)
-        down -= lost
-        total += float(r[i]) * (period_s - lost)
+        earned, down = _earn(r[i], down, period_s)
+        total += earned
         held += 1
         if held < min_hold:
             continue
@@ -464,10 +474,8 @@ def forecast(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: An
     ValueError
         As :func:`causal`, and on a ``horizon`` under 1 or a ``window`` under 2.
     """
-    for field, v, lo in (("min_hold", min_hold, 1), ("horizon", horizon, 1),
-                         ("window", window, 2)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise ValueError(f"{field} must be an integer >= {lo}, got {v!r}")
+    counts = {"min_hold": _count("min_hold", min_hold, 1),
+              "horizon": _count("horizon", horizon, 1), "window": _count("window", window, 2)}
     shares, R, oracle = rate_table(name, seed, loads, mode=mode, levels=levels)
     C, P = _restart(name, seed, restart_s), _period(period_s)
     q = np.asarray(loads, dtype=float)
@@ -480,6 +488,5 @@ def forecast(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: An
         w = ((x - grid[hi - 1]) / (grid[hi] - grid[hi - 1]))[:, None]
         return (1.0 - w) * G[hi - 1] + w * G[hi]
 
-    total, moves = forecast_path(R, q, shares, rates_at, C, P, horizon=int(horizon),
-                                 window=int(window), start=start, min_hold=int(min_hold))
+    total, moves = forecast_path(R, q, shares, rates_at, C, P, start=start, **counts)
     return _ratio(total, oracle, P), moves
