@@ -338,8 +338,9 @@ class TwoTierController:
 
     def _slope_ratio(self, sleep_s: float) -> float:
         """Local slope at ``sleep_s`` over the model's (fitted) one, for a latency linear in
-        the duty: ``A tau / (tau + s)**2 / |gain|``, times the outer loop's belief of the
-        curve's scale where it has one; 1 while no time constant is known.
+        the duty: ``A tau / (tau + s)**2 / |gain|`` (at a time-sliced level the outer loop
+        predicts on its bent law, that law's slope in the duty for ``A``), times the outer
+        loop's belief of the curve's scale where it has one; 1 while no time constant is known.
         Beyond the identified span the slope is held at its edge's (extrapolating the
         curvature would raise the gain on a plant nobody measured); below it the law only
         lowers the gain, the safe direction."""

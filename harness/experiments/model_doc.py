@@ -90,8 +90,9 @@ def model_document(summary: Sequence[dict[str, Any]],
             **span}
 
 
-def _iteration(r: dict[str, Any]) -> dict[str, float]:
-    """A row's iteration time and the duty law fitted with it, where measured."""
+def _iteration(r: dict[str, Any]) -> dict[str, Any]:
+    """A row's iteration time and the duty law fitted with it, where measured, and the bent
+    law where the level is time-sliced (:func:`time_sliced`)."""
     t = float(r.get("iteration_s", math.nan))
     if not (math.isfinite(t) and t > 0):
         return {}
