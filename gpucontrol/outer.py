@@ -460,6 +460,7 @@ class ThroughputOuter:
         after bad readings)."""
         cv, i = self.curves, self.i
         tau = self.sleep.tau(cv.t[i] * math.exp(self.it.delta[i]))
+        # _Curves.latency, inline in the duty law's arithmetic order (one ulp moves a share path)
         bend = 1.0 - cv.B[i] * tau / (tau + sleep_s)
         y = math.log(max(latency_ms, 1e-9) / max((cv.c[i] + cv.A[i] * tau / (tau + sleep_s))
                                                    / bend, 1e-9))
