@@ -16,6 +16,7 @@ BAD = [
     ("cluster.py", "--scale", "nan"),
     ("control_quality.py", "--seeds", "0"),
     ("controller_overhead.py", "--n", "0"),
+    ("foresight.py", "--horizons", "0,25"),
     ("load_step.py", "--plants", "ours,nowhere"),
     ("cpu_noise.py", "--quantum", "-1"),
     ("cpu_plant.py", "--identify", "5"),

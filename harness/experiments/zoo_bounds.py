@@ -15,6 +15,10 @@ against it needs references that pay the same restarts:
   periods, carried over a horizon; the policy moves when the horizon's forecast training at
   another share, less the restart, beats staying. What a trend forecast adds to knowing the
   plant (on the zoo's trace, one hump a day: it sees the rise and the fall, not the turn).
+* :func:`lookahead` -- the same knowledge and the next ``horizon`` periods' load known
+  exactly: each period it plans the best share path over that horizon (the hindsight
+  recursion, from the share it holds) and takes the plan's first step. From no foresight to
+  the whole day, it measures how far ahead a policy must know the load to reach a figure.
 
 Both are figures on the plant's noise-free expectations (``expected_latency_ms`` and
 ``expected_training_throughput``), the same ones the oracle uses; the SLO is
@@ -35,7 +39,7 @@ from harness.sim import zoo
 from harness.sim.zoo_load import level_rates
 
 __all__ = ["SHARES", "T", "causal", "causal_path", "forecast", "forecast_path", "hindsight",
-           "hindsight_path_value", "rate_table"]
+           "hindsight_path_value", "lookahead", "lookahead_path", "rate_table"]
 
 #: The share levels (%) of the references: every whole percent from 20 to 100.
 SHARES = tuple(float(m) for m in range(20, 101))
@@ -489,4 +493,110 @@ def forecast(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: An
         return (1.0 - w) * G[hi - 1] + w * G[hi]
 
     total, moves = forecast_path(R, q, shares, rates_at, C, P, start=start, **counts)
+    return _ratio(total, oracle, P), moves
+
+
+def _first_step(F: np.ndarray, i: int, restart_s: float, period_s: float) -> int:
+    """The share the best path over the rates ``F`` (periods x shares) takes first, from share
+    ``i``: :func:`hindsight_path_value`'s recursion with the start held at ``i`` (switching
+    into another share in the first period pays the restart), each state carrying the first
+    step of the best path into it."""
+    V = F[0] * (period_s - restart_s)
+    V[i] = F[0, i] * period_s
+    first = np.arange(F.shape[1])
+    for r in F[1:]:
+        best = int(np.argmax(V))
+        stay = V + r * period_s
+        switch = V[best] + r * (period_s - restart_s)
+        take = switch > stay
+        first = np.where(take, first[best], first)
+        V = np.where(take, switch, stay)
+    return int(first[int(np.argmax(V))])
+
+
+def lookahead_path(R: np.ndarray, shares: np.ndarray, restart_s: float, period_s: float = T,
+                   *, horizon: int = 25, start: float = 100.0, min_hold: int = 8
+                   ) -> tuple[float, int]:
+    """A receding-horizon share policy that knows the next ``horizon`` periods' rates exactly:
+    its training over the table ``R``, and its number of moves.
+
+    From share ``start``, after each period ``k``, once it has held its share for ``min_hold``
+    periods, it plans the best path over periods ``k + 1 .. k + horizon`` from the share it
+    holds (:func:`hindsight_path_value`'s recursion, each restart charged to its period) and
+    moves when the plan's first step is another share. A move stops the training for
+    ``restart_s`` from the next period on, as in :func:`causal_path`. With a horizon as long
+    as the trace it is the hindsight path taken one period at a time (held ``min_hold``
+    periods per share); with a short one, what exact foresight of that length is worth.
+
+    Parameters
+    ----------
+    R : numpy.ndarray
+        Rates (iterations/s), shape ``(periods, shares)``.
+    shares : numpy.ndarray
+        The share levels (%).
+    restart_s, period_s
+        The training lost per move (s) and the period (s).
+    horizon : int
+        Periods the policy knows ahead (>= 1).
+    start : float
+        The share held at the start (%), one of ``shares``.
+    min_hold : int
+        Periods a share is held before the policy looks again.
+
+    Returns
+    -------
+    training : float
+        Iterations over the trace.
+    moves : int
+        Share changes.
+    """
+    i, held, down, moves, total = _start_index(shares, start), 0, 0.0, 0, 0.0
+    for k, r in enumerate(R):
+        earned, down = _earn(r[i], down, period_s)
+        total += earned
+        held += 1
+        if held < min_hold or k + 1 >= R.shape[0]:
+            continue
+        j = _first_step(R[k + 1:k + 1 + horizon], i, restart_s, period_s)
+        if j != i:
+            i, held, down, moves = j, 0, restart_s, moves + 1
+    return total, moves
+
+
+def lookahead(name: str, seed: int, loads: Any, *, horizon: int = 25, mode: str = "mean",
+              levels: Any = None, restart_s: float | None = None, period_s: float = T,
+              start: float = 100.0, min_hold: int = 8) -> tuple[float, int]:
+    """The plant-knowing reference with exact foresight (:func:`lookahead_path`).
+
+    It knows what :func:`causal` knows and, in addition, the load of the next ``horizon``
+    periods exactly. No forecast is better than exact foresight of the same length, so the
+    horizon at which it reaches a figure is a lower bound on how far ahead a policy paying the
+    same restarts must know the load to reach it (up to the recursion's charge of a restart
+    longer than a period, and the ``min_hold`` periods it holds each share, as the causal
+    reference does).
+
+    Parameters
+    ----------
+    name, seed, loads, mode, levels, restart_s, period_s, start, min_hold
+        As :func:`causal`.
+    horizon : int
+        Periods of load known ahead (>= 1).
+
+    Returns
+    -------
+    efficiency : float
+        Training over the per-period oracle's.
+    moves : int
+        Share changes over the trace.
+
+    Raises
+    ------
+    ValueError
+        As :func:`causal`, and on a ``horizon`` under 1.
+    """
+    counts = {"min_hold": _count("min_hold", min_hold, 1),
+              "horizon": _count("horizon", horizon, 1)}
+    shares, R, oracle = rate_table(name, seed, loads, mode=mode, levels=levels)
+    C, P = _restart(name, seed, restart_s), _period(period_s)
+    total, moves = lookahead_path(R, shares, C, P, start=start, **counts)
     return _ratio(total, oracle, P), moves

@@ -118,12 +118,48 @@ def test_the_forecast_sits_under_hindsight(name):
     assert moves >= 1
 
 
+def test_lookahead_path_by_hand():
+    # share 100 trains twice share 50's rate: over 3 periods known ahead the gain (12
+    # iterations) does not pay the 10-s restart at 2 it/s; over the 7 left it does (28 > 20).
+    # It moves after period 0; the restart takes periods 1, 2 and 2 s of period 3
+    R = np.tile([1.0, 2.0], (8, 1))
+    shares = np.array([50.0, 100.0])
+    kw = {"start": 50.0, "min_hold": 1}
+    assert zb.lookahead_path(R, shares, 10.0, 4.0, horizon=3, **kw) == (pytest.approx(32.0), 0)
+    assert zb.lookahead_path(R, shares, 10.0, 4.0, horizon=10, **kw) == (
+        pytest.approx(4 + 0 + 0 + 2 * 2 + 4 * 8), 1)
+
+
+def test_foresight_of_the_whole_ramp_is_hindsight():
+    # share 100's rate is the load, share 50's is 1, the restart 8 s: one period of foresight
+    # never pays a restart longer than the period; foresight of the ramp's rest moves at the
+    # hindsight path's point (within the recursion's charge of the restart, 0.1 iteration)
+    loads = np.linspace(0.5, 1.5, 41)
+    shares = np.array([50.0, 100.0])
+    R = np.column_stack([np.ones(41), loads])
+    kw = {"start": 50.0, "min_hold": 1}
+    assert zb.lookahead_path(R, shares, 8.0, 4.0, horizon=1, **kw) == (pytest.approx(164.0), 0)
+    short, _ = zb.lookahead_path(R, shares, 8.0, 4.0, horizon=10, **kw)
+    whole, moves = zb.lookahead_path(R, shares, 8.0, 4.0, horizon=41, **kw)
+    best = zb.hindsight_path_value(R, 8.0, 4.0)
+    assert moves == 1 and best - 0.2 < whole <= best and short < whole - 1
+
+
+@pytest.mark.parametrize("name", ["hyperbolic", "random"])
+def test_foresight_sits_under_hindsight_and_pays(name):
+    whole, _ = zb.lookahead(name, 0, LOADS, horizon=len(LOADS))
+    assert zb.lookahead(name, 0, LOADS, horizon=1)[0] < whole <= zb.hindsight(name, 0, LOADS)
+
+
 @pytest.mark.parametrize(("kw", "field"), [({"horizon": 0}, "horizon"),
                                            ({"window": 1}, "window"),
                                            ({"min_hold": 0}, "min_hold")])
 def test_the_forecast_refuses_a_bad_setting(kw, field):
     with pytest.raises(ValueError, match=field):
         zb.forecast("hyperbolic", 0, LOADS[:20], **kw)
+    if field != "window":
+        with pytest.raises(ValueError, match=field):
+            zb.lookahead("hyperbolic", 0, LOADS[:20], **kw)
 
 
 @pytest.mark.parametrize(("kw", "field"), [
@@ -146,6 +182,8 @@ def test_bad_input_names_its_field(kw, field):
         zb.causal(**args)
     with pytest.raises(ValueError, match=field):
         zb.forecast(**args)
+    with pytest.raises(ValueError, match=field):
+        zb.lookahead(**args)
     if field not in ("start", "min_hold"):
         with pytest.raises(ValueError, match=field):
             zb.hindsight(**args)

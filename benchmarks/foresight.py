@@ -1,0 +1,109 @@
+"""How far ahead must a policy know the load to reach a training figure when every share
+change pays an MPS restart?
+
+The control-quality benchmark's trace target (>= 0.95 of the per-period oracle's training,
+MPS restarts of the plant's own length) sits between references that all know the plant
+exactly (:mod:`harness.experiments.zoo_bounds`): the hindsight path (the whole day's load
+known), a rent-or-buy rule (no foresight) and a trend forecast. This script adds the
+receding-horizon reference with exact foresight of ``H`` periods (``zoo_bounds.lookahead``:
+each period it plans the best share path over the next ``H`` periods' true load, paying each
+restart, and takes the plan's first step) for a range of ``H``, and runs the default
+controller on the same traces. The horizon at which the reference first reaches 0.95 at every
+seed is a lower bound on the foresight the target asks for: no forecast beats exact knowledge
+of the same periods.
+
+    python benchmarks/foresight.py [--seeds 8] [--plants hyperbolic,mixture,delayed,queue]
+                                   [--horizons 1,10,25,50,75,100,150,600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+# run as a script, this folder is first on sys.path and its sysid.py would shadow the package
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+
+import numpy as np  # noqa: E402
+
+from harness.cli.args import integer  # noqa: E402
+from harness.experiments import zoo_bounds as zb  # noqa: E402
+from harness.experiments.zoo_control import run  # noqa: E402
+from harness.sim import zoo  # noqa: E402
+
+PERIODS, TARGET = 600, 0.95
+
+
+def _plants(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in zoo.PLANTS]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"a comma-separated list of {', '.join(zoo.PLANTS)}; got {text!r}")
+    return names
+
+
+def _horizons(text: str) -> list[int]:
+    try:
+        hs = sorted({int(h) for h in text.split(",") if h.strip()})
+    except ValueError:
+        hs = []
+    if not hs or not all(1 <= h <= PERIODS for h in hs):
+        raise argparse.ArgumentTypeError(
+            f"a comma-separated list of periods in [1, {PERIODS}]; got {text!r}")
+    return hs
+
+
+def _cell(v: list[float]) -> str:
+    return f"{np.mean(v):.3f} ({np.min(v):.3f})"
+
+
+def measure(name: str, seeds: int, horizons: list[int]) -> dict[str, list[float]]:
+    """Per row (each horizon, the three references, the default), one figure per seed."""
+    rows: dict[str, list[float]] = {}
+    for s in range(seeds):
+        loads = zoo.load_trace(PERIODS, seed=s)
+        for h in horizons:
+            rows.setdefault(f"H={h}", []).append(zb.lookahead(name, s, loads, horizon=h)[0])
+        rows.setdefault("causal", []).append(zb.causal(name, s, loads)[0])
+        rows.setdefault("forecast", []).append(zb.forecast(name, s, loads)[0])
+        rows.setdefault("hindsight", []).append(zb.hindsight(name, s, loads))
+        rows.setdefault("default", []).append(float(run(name, s, loads)["efficiency"]))
+        print(f"  {name} seed {s} done", file=sys.stderr, flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=integer(1, 100), default=8, help="seeds per plant (1-100)")
+    ap.add_argument("--plants", type=_plants, default=["hyperbolic", "mixture", "delayed",
+                                                       "queue"],
+                    help=f"comma-separated, of {', '.join(zoo.PLANTS)} "
+                         "(default hyperbolic,mixture,delayed,queue)")
+    ap.add_argument("--horizons", type=_horizons, default=[1, 10, 25, 50, 75, 100, 150, 600],
+                    help=f"periods known ahead, comma-separated, each in [1, {PERIODS}]")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    res = {name: measure(name, a.seeds, a.horizons) for name in a.plants}
+    print(f"MPS restarts of each plant's own length, {PERIODS}-period trace, {a.seeds} seeds; "
+          "training over the per-period oracle's, mean (worst seed)\n")
+    print("| policy | " + " | ".join(a.plants) + " |")
+    print("|---|" + "---|" * len(a.plants))
+    labels = {f"H={h}": f"knows the next {h} periods' load exactly" if h > 1 else
+              "knows the next period's load exactly" for h in a.horizons}
+    labels.update(causal="rent-or-buy, no foresight", forecast="trend forecast, 25 ahead",
+                  hindsight="hindsight: the whole day known", default="the default controller")
+    for key, label in labels.items():
+        print(f"| {label} | " + " | ".join(_cell(res[n][key]) for n in a.plants) + " |")
+    print(f"\nforesight the reference needs to reach {TARGET} at every seed:")
+    for n in a.plants:
+        h = next((h for h in a.horizons if min(res[n][f"H={h}"]) >= TARGET), None)
+        print(f"  {n}: " + (f"{h} periods ({h * zb.T / 60:.1f} min)" if h else
+                            f"more than {a.horizons[-1]} periods"))
+    print(f"\n{time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
