@@ -270,9 +270,9 @@ def test_a_level_the_identification_saw_stray_can_be_wrong_without_the_load_bein
     misfit in the prior the first readings end up in 100 %'s correction once 75 % pins the
     load; without it (neighbours vouch for 100 %) they stay blamed on a load that has since
     gone, and 100 % is still believed as identified."""
-    from gpucontrol.outer import _Belief
+    from gpucontrol.belief import Belief
     log_m = np.log([25.0, 50.0, 75.0, 100.0])
-    b = _Belief(log_m, log_m, sigma0=0.15, sigma_anchor=0.02, length=math.log(2.0), load=True,
+    b = Belief(log_m, log_m, sigma0=0.15, sigma_anchor=0.02, length=math.log(2.0), load=True,
                 drift=0.01, forget=100.0)
     sure = math.sqrt(b.P[4, 4])
     b.widen(np.array([0.0, 0.0, 0.0, misfit ** 2]))

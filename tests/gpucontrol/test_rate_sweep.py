@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from gpucontrol import ConfigurationError, LatencyModelFamily, LinearLatencyModel, OperatingPoint
+from gpucontrol.belief import Belief
 from gpucontrol.node.model_file import load_model
-from gpucontrol.outer import _Belief
 from harness.cli import main
 from harness.experiments import identify as ident
 
@@ -104,7 +104,7 @@ def test_the_command_sweeps_only_when_asked(tmp_path):
 
 def test_five_surprises_of_one_sign_reopen_the_belief_and_mixed_ones_do_not():
     log_m = np.log([40.0, 70.0, 100.0])
-    b = _Belief(log_m, log_m, sigma0=0.3, sigma_anchor=0.01, length=0.5, load=True,
+    b = Belief(log_m, log_m, sigma0=0.3, sigma_anchor=0.01, length=0.5, load=True,
                 drift=0.0, forget=1.0)
     r = 1e-4                       # the load is unknown (variance 1): 3 is beyond 2 sigma
     assert [b.surprised(1, 3.0, r) for _ in range(4)] == [0.0] * 4 and b.surprising
