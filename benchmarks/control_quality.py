@@ -190,8 +190,9 @@ def bench(seeds: int) -> dict[str, Any]:
 
 def ablation(seeds: int) -> dict[str, Any]:
     """Each mechanism removed in turn: training and violations on the trace (MPS restarts
-    and a restart-free share), in p99 mode, after the load step, and after a glitch, and the
-    p99 mode's share changes per 10 decision windows at steady load, against the default."""
+    and a restart-free share), in p99 mode, after the load step, after a glitch and after
+    10,000 fuzzed readings, and the p99 mode's share changes per 10 decision windows at steady
+    load, against the default."""
     out: dict[str, Any] = {}
     for name in P:
         f = STEP.get(name, 1.3)
@@ -199,8 +200,9 @@ def ablation(seeds: int) -> dict[str, Any]:
         for label, kw in (("trace", {}), ("free", {"knob": "free"}),
                           ("part", {"knob": "partitions"}), ("p99", {"mode": "p99"}),
                           ("step", {}), ("glitch", {"glitch_at": 199}),
-                          ("p99_steady", {"mode": "p99"})):
-            loads = {"glitch": lambda s: np.ones(600), "step": step,
+                          ("fuzz", {"fuzz": 10_000}), ("p99_steady", {"mode": "p99"})):
+            loads = {"glitch": lambda s: np.ones(600), "fuzz": lambda s: np.ones(600),
+                     "step": step,
                      "p99_steady": lambda s: np.ones(500)}.get(label, trace)
             for ctl in ("default", *(f"no-{m}" for m in ABLATIONS)):
                 if label == "glitch" and ctl not in ("default", "no-glitch"):
@@ -334,11 +336,12 @@ def ablation_report(ab: dict[str, Any]) -> list[str]:
              "| mechanism removed | trace: training / over, mean (best plant) | restart-free: "
              "training / over | four partitions: training / over | p99: training / over | "
              "load step: training / over | one 1e12 ms reading, steady load: training / over | "
+             "10,000 fuzzed readings, then steady load: training / over | "
              "p99, steady: changes per 10 windows saved, mean (most) | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for m in ABLATIONS:
         cells, pays = [], False
-        for label in ("trace", "free", "part", "p99", "step", "glitch"):
+        for label in ("trace", "free", "part", "p99", "step", "glitch", "fuzz"):
             if (P[0], label, f"no-{m}") not in ab:
                 cells.append("—")
                 continue

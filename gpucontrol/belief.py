@@ -28,6 +28,8 @@ class Belief:
     standard deviations (a wild reading moves the belief by a bounded step); every period each
     correction decays toward the prior by ``1 / forget`` and its variance grows back toward the
     prior's (an Ornstein-Uhlenbeck process), so what was learnt is forgotten unless read again.
+    A run of surprises (:meth:`surprised`) reopens it (:meth:`reopen`): the load's variance
+    goes up and every correction goes back to its prior.
     """
 
     #: Surprises of one sign in a row that reopen the belief.
@@ -46,6 +48,9 @@ class Belief:
             Ka = kernel(log_m, anchors)
             Kaa = kernel(anchors, anchors) + sigma_anchor ** 2 * np.eye(len(anchors))
             K = K - Ka @ np.linalg.solve(Kaa, Ka.T)
+        self.K0 = K          # the corrections' prior covariance (with :meth:`widen`'s misfits)
+        #: a reopening takes the corrections back to their prior (the ablation's switch)
+        self.forget_on_reopen = True
         self.o = 1 if load else 0
         self.x = np.zeros(n + self.o)
         self.P = np.zeros((n + self.o, n + self.o))
@@ -106,10 +111,22 @@ class Belief:
         return innov * innov
 
     def reopen(self, i: int, v: float) -> None:
-        """Raise the variance of what explains a surprise at share ``i`` (the load, else the
-        share's correction) by ``v``: the next readings take the belief where they are."""
-        h = 0 if self.o else self.o + i
+        """A run of surprises at share ``i``: the belief is wrong, not the readings (a load
+        step, or what bad readings taught). The variance of what explains it (the load, else
+        the share's correction) is raised by ``v``, so the next readings take the belief where
+        they are; and every correction goes back to its prior (mean 0, the prior's covariance,
+        no tie to the load): what was learnt before the surprise is as suspect as the load,
+        and whatever still holds is read again. Only taking the load's variance up left what
+        10,000 fuzzed readings taught the shares the loop had left: a run then climbed back to
+        its best share over 250 periods, one restart at a time (BENCHMARKS.md)."""
+        o = self.o
+        h = 0 if o else o + i
         self.P[h, h] += v
+        if self.forget_on_reopen:
+            self.x[o:] = 0.0
+            self.P[o:, :] = 0.0
+            self.P[:, o:] = 0.0
+            self.P[o:, o:] = self.K0
 
     @property
     def surprising(self) -> bool:
@@ -141,6 +158,7 @@ class Belief:
         o = self.o
         idx = np.arange(o, len(self.x))
         self.P[idx, idx] += var
+        self.K0 = self.K0 + np.diag(var)
         self.Q[idx, idx] += (1.0 - self.f[o:] ** 2) * var
         self._steps.clear()
 

@@ -112,3 +112,28 @@ def test_five_surprises_of_one_sign_reopen_the_belief_and_mixed_ones_do_not():
     assert v == pytest.approx(9.0) and not b.surprising     # the innovation's square, reset
     assert [b.surprised(1, y, r) for y in (3.0, -3.0) * 4] == [0.0] * 8
     assert b.surprised(1, 0.0, r) == 0.0 and not b.surprising   # an expected reading
+
+
+@pytest.mark.parametrize("forget", [True, False])
+def test_a_reopening_takes_the_corrections_back_to_their_prior(forget):
+    """Five surprises say the belief is wrong: the load's variance goes up by the innovation's
+    square and, by default, every correction learnt so far goes back to its prior (the
+    identification's misfits included) with no tie left to the load."""
+    log_m = np.log([40.0, 70.0, 100.0])
+    b = Belief(log_m, log_m[1:], sigma0=0.3, sigma_anchor=0.01, length=0.5, load=True,
+               drift=0.01, forget=100.0)
+    b.widen(np.array([0.0, 0.0, 0.04]))
+    prior = b.P[1:, 1:].copy()
+    b.forget_on_reopen = forget
+    for i, y in ((0, 0.2), (2, -0.1), (1, 0.0)) * 10:
+        b.step(4)
+        b.observe(i, y, 1e-4)
+    learnt, load_var = b.delta.copy(), b.P[0, 0]
+    assert abs(learnt[0] - 0.2) < 0.05 and abs(learnt[2] + 0.1) < 0.05
+    b.reopen(1, 0.5)
+    assert b.P[0, 0] == pytest.approx(load_var + 0.5)
+    if forget:
+        assert np.all(b.delta == 0.0) and np.array_equal(b.P[1:, 1:], prior)
+        assert np.all(b.P[0, 1:] == 0.0)
+    else:
+        assert np.array_equal(b.delta, learnt)
