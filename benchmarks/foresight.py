@@ -28,21 +28,12 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.cli.args import integer  # noqa: E402
+from harness.cli.args import integer, name_list  # noqa: E402
 from harness.experiments import zoo_bounds as zb  # noqa: E402
 from harness.experiments.zoo_control import run  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 
 PERIODS, TARGET = 600, 0.95
-
-
-def _plants(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in zoo.PLANTS]
-    if not names or bad:
-        raise argparse.ArgumentTypeError(
-            f"a comma-separated list of {', '.join(zoo.PLANTS)}; got {text!r}")
-    return names
 
 
 def _horizons(text: str) -> list[int]:
@@ -78,8 +69,8 @@ def measure(name: str, seeds: int, horizons: list[int]) -> dict[str, list[float]
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=integer(1, 100), default=8, help="seeds per plant (1-100)")
-    ap.add_argument("--plants", type=_plants, default=["hyperbolic", "mixture", "delayed",
-                                                       "queue"],
+    ap.add_argument("--plants", type=name_list(zoo.PLANTS),
+                    default=["hyperbolic", "mixture", "delayed", "queue"],
                     help=f"comma-separated, of {', '.join(zoo.PLANTS)} "
                          "(default hyperbolic,mixture,delayed,queue)")
     ap.add_argument("--horizons", type=_horizons, default=[1, 10, 25, 50, 75, 100, 150, 600],

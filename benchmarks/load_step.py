@@ -28,7 +28,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.cli.args import integer  # noqa: E402
+from harness.cli.args import integer, name_list  # noqa: E402
 from harness.experiments.zoo_control import run  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 
@@ -53,15 +53,6 @@ def _drawn(name: str, seed: int) -> tuple[float, int, float] | None:
     return float(base.gain_ratio), int(base.delay), alone
 
 
-def _plants(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in zoo.PLANTS]
-    if not names or bad:
-        raise argparse.ArgumentTypeError(
-            f"a comma-separated list of {', '.join(zoo.PLANTS)}; got {text!r}")
-    return names
-
-
 def measure(name: str, seed: int) -> dict[str, float]:
     """One seed's load step: periods over 1.05 SLO per phase and the whole run's %."""
     f = 1.1 if name == "ours" else 1.3
@@ -75,7 +66,7 @@ def measure(name: str, seed: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=integer(1, 100), default=16, help="seeds per plant (1-100)")
-    ap.add_argument("--plants", type=_plants, default=["random", "h100"],
+    ap.add_argument("--plants", type=name_list(zoo.PLANTS), default=["random", "h100"],
                     help=f"comma-separated, of {', '.join(zoo.PLANTS)} (default random,h100)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()

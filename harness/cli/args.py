@@ -21,12 +21,13 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 __all__ = ["DefaultsHelpFormatter", "OneLineParser", "Terminated", "UsageError", "check_out_dir",
-           "check_out_file", "integer", "number", "number_list", "out_dir", "out_file", "seed",
+           "check_out_file", "integer", "name_list", "number", "number_list", "out_dir",
+           "out_file", "seed",
            "terminate_cleanly", "warn", "whole_periods"]
 
 #: Largest seed numpy's generators take.
@@ -189,6 +190,24 @@ def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int
         if not _in(float(x), lo, hi, False, False):
             raise argparse.ArgumentTypeError(f"must be in {rng}, got {text}")
         return x
+    return parse
+
+
+def name_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse ``type`` for a comma-separated list of names, each one of ``choices``.
+
+    Returns
+    -------
+    Callable[[str], list[str]]
+        Parses the text (blanks around the commas ignored) or raises
+        ``argparse.ArgumentTypeError`` naming the choices.
+    """
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        if not names or any(n not in choices for n in names):
+            raise argparse.ArgumentTypeError(
+                f"a comma-separated list of {', '.join(choices)}; got {text!r}")
+        return names
     return parse
 
 

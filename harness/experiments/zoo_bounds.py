@@ -175,6 +175,37 @@ def _earn(rate: float, down: float, period_s: float) -> tuple[float, float]:
     return float(rate) * (period_s - lost), down - lost
 
 
+def _drive(R: np.ndarray, shares: np.ndarray, restart_s: float, period_s: float, start: float,
+           min_hold: int, choose: Callable[[int, int], int]) -> tuple[float, int]:
+    """A causal share policy's training over the table ``R`` and its number of moves: from
+    share ``start``, each period earns its rate at the share held (less what a restart still
+    takes, :func:`_earn`); once the share has been held ``min_hold`` periods,
+    ``choose(k, i)`` names the share to hold after period ``k``. A move stops the training
+    for ``restart_s`` from the next period on, carried across periods."""
+    i, held, down, moves, total = _start_index(shares, start), 0, 0.0, 0, 0.0
+    for k, r in enumerate(R):
+        earned, down = _earn(r[i], down, period_s)
+        total += earned
+        held += 1
+        if held < min_hold:
+            continue
+        j = choose(k, i)
+        if j != i:
+            i, held, down, moves = j, 0, restart_s, moves + 1
+    return total, moves
+
+
+def _evaluate(name: str, seed: int, loads: Any, mode: str, levels: Any,
+              restart_s: float | None, period_s: float,
+              path: Callable[..., tuple[float, int]]) -> tuple[float, int]:
+    """``path(R, shares, C, T)`` on the plant's rate table: its training over the per-period
+    oracle's, and its moves."""
+    shares, R, oracle = rate_table(name, seed, loads, mode=mode, levels=levels)
+    C, P = _restart(name, seed, restart_s), _period(period_s)
+    total, moves = path(R, shares, C, P)
+    return _ratio(total, oracle, P), moves
+
+
 def _ratio(total: float, oracle: np.ndarray, period_s: float) -> float:
     denom = float(oracle.sum()) * period_s
     if denom <= 0.0:
@@ -308,18 +339,18 @@ def causal_path(R: np.ndarray, shares: np.ndarray, restart_s: float, period_s: f
     moves : int
         Share changes.
     """
-    i, held, down, regret, moves, total = _start_index(shares, start), 0, 0.0, 0.0, 0, 0.0
-    for r in R:
-        earned, down = _earn(r[i], down, period_s)
-        total += earned
-        held += 1
-        if held < min_hold:
-            continue
-        j, g = _gain(r, i)
+    regret = 0.0
+
+    def choose(k: int, i: int) -> int:
+        nonlocal regret
+        j, g = _gain(R[k], i)
         regret = regret + g * period_s if g > 0.0 else 0.0
         if regret > restart_s:
-            i, held, down, regret, moves = j, 0, restart_s, 0.0, moves + 1
-    return total, moves
+            regret = 0.0
+            return j
+        return i
+
+    return _drive(R, shares, restart_s, period_s, start, min_hold, choose)
 
 
 def causal(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: Any = None,
@@ -370,11 +401,9 @@ def causal(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: Any 
         ``min_hold < 1``, a ``start`` not among the levels, or a trace on which no operating
         point meets the SLO.
     """
-    shares, R, oracle = rate_table(name, seed, loads, mode=mode, levels=levels)
-    C, P = _restart(name, seed, restart_s), _period(period_s)
-    total, moves = causal_path(R, shares, C, P, start=start,
-                               min_hold=_count("min_hold", min_hold, 1))
-    return _ratio(total, oracle, P), moves
+    hold = _count("min_hold", min_hold, 1)
+    return _evaluate(name, seed, loads, mode, levels, restart_s, period_s,
+                     lambda *a: causal_path(*a, start=start, min_hold=hold))
 
 
 def _start_index(shares: np.ndarray, start: float) -> int:
@@ -401,50 +430,37 @@ def forecast_path(R: np.ndarray, loads: np.ndarray, shares: np.ndarray,
 
     Parameters
     ----------
-    R : numpy.ndarray
-        Rates (iterations/s) the policy trains at, shape ``(periods, shares)``.
+    R, shares, restart_s, period_s, start, min_hold
+        As :func:`causal_path` (``R``: the rates the policy trains at).
     loads : numpy.ndarray
         The load factor of each period (what the policy reads and forecasts).
-    shares : numpy.ndarray
-        The share levels (%).
     rates_at : callable
         ``rates_at(q)`` for a 1-D array of loads: the rates (iterations/s), shape
         ``(len(q), len(shares))``; :func:`forecast` interpolates :func:`rate_table`'s.
-    restart_s, period_s
-        The training lost per move (s) and the period (s).
     horizon : int
         Periods the forecast looks ahead (>= 1).
     window : int
         Periods of loads the trend is fitted to (>= 2).
-    start : float
-        The share held at the start (%), one of ``shares``.
-    min_hold : int
-        Periods a share is held before the policy looks again.
 
     Returns
     -------
-    training : float
-        Iterations over the trace.
-    moves : int
-        Share changes.
+    (float, int)
+        As :func:`causal_path`: iterations over the trace, and share changes.
     """
-    i, held, down, moves, total = _start_index(shares, start), 0, 0.0, 0, 0.0
+    if len(loads) != len(R):
+        raise ValueError(f"loads: one per row of R ({len(R)}), got {len(loads)}")
     ahead = np.arange(1, horizon + 1, dtype=float)
-    for k, (q, r) in enumerate(zip(loads, R, strict=True)):
-        earned, down = _earn(r[i], down, period_s)
-        total += earned
-        held += 1
-        if held < min_hold:
-            continue
+
+    def choose(k: int, i: int) -> int:
         past = np.asarray(loads[max(0, k - window + 1):k + 1], dtype=float)
         slope = np.polyfit(np.arange(past.size), past, 1)[0] if past.size >= 3 else 0.0
-        Rf = rates_at(q + slope * ahead)
+        Rf = rates_at(loads[k] + slope * ahead)
         value = Rf.sum(axis=0) * period_s - restart_s * Rf[0]
         value[i] += restart_s * Rf[0, i]
         j = int(np.argmax(value))
-        if j != i and value[j] > value[i]:
-            i, held, down, moves = j, 0, restart_s, moves + 1
-    return total, moves
+        return j if value[j] > value[i] else i
+
+    return _drive(R, shares, restart_s, period_s, start, min_hold, choose)
 
 
 def forecast(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: Any = None,
@@ -480,9 +496,7 @@ def forecast(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: An
     """
     counts = {"min_hold": _count("min_hold", min_hold, 1),
               "horizon": _count("horizon", horizon, 1), "window": _count("window", window, 2)}
-    shares, R, oracle = rate_table(name, seed, loads, mode=mode, levels=levels)
-    C, P = _restart(name, seed, restart_s), _period(period_s)
-    q = np.asarray(loads, dtype=float)
+    q, _ = _check(name, seed, loads, mode, levels)
     grid = np.round(np.linspace(0.8 * q.min(), 1.2 * q.max(), 121), 3)
     _, G, _ = rate_table(name, seed, grid, mode=mode, levels=levels)
 
@@ -492,8 +506,9 @@ def forecast(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: An
         w = ((x - grid[hi - 1]) / (grid[hi] - grid[hi - 1]))[:, None]
         return (1.0 - w) * G[hi - 1] + w * G[hi]
 
-    total, moves = forecast_path(R, q, shares, rates_at, C, P, start=start, **counts)
-    return _ratio(total, oracle, P), moves
+    return _evaluate(name, seed, loads, mode, levels, restart_s, period_s,
+                     lambda R, shares, C, P: forecast_path(R, q, shares, rates_at, C, P,
+                                                           start=start, **counts))
 
 
 def _first_step(F: np.ndarray, i: int, restart_s: float, period_s: float) -> int:
@@ -530,37 +545,22 @@ def lookahead_path(R: np.ndarray, shares: np.ndarray, restart_s: float, period_s
 
     Parameters
     ----------
-    R : numpy.ndarray
-        Rates (iterations/s), shape ``(periods, shares)``.
-    shares : numpy.ndarray
-        The share levels (%).
-    restart_s, period_s
-        The training lost per move (s) and the period (s).
+    R, shares, restart_s, period_s, start, min_hold
+        As :func:`causal_path`.
     horizon : int
         Periods the policy knows ahead (>= 1).
-    start : float
-        The share held at the start (%), one of ``shares``.
-    min_hold : int
-        Periods a share is held before the policy looks again.
 
     Returns
     -------
-    training : float
-        Iterations over the trace.
-    moves : int
-        Share changes.
+    (float, int)
+        As :func:`causal_path`: iterations over the trace, and share changes.
     """
-    i, held, down, moves, total = _start_index(shares, start), 0, 0.0, 0, 0.0
-    for k, r in enumerate(R):
-        earned, down = _earn(r[i], down, period_s)
-        total += earned
-        held += 1
-        if held < min_hold or k + 1 >= R.shape[0]:
-            continue
-        j = _first_step(R[k + 1:k + 1 + horizon], i, restart_s, period_s)
-        if j != i:
-            i, held, down, moves = j, 0, restart_s, moves + 1
-    return total, moves
+    def choose(k: int, i: int) -> int:
+        if k + 1 >= R.shape[0]:
+            return i
+        return _first_step(R[k + 1:k + 1 + horizon], i, restart_s, period_s)
+
+    return _drive(R, shares, restart_s, period_s, start, min_hold, choose)
 
 
 def lookahead(name: str, seed: int, loads: Any, *, horizon: int = 25, mode: str = "mean",
@@ -594,9 +594,6 @@ def lookahead(name: str, seed: int, loads: Any, *, horizon: int = 25, mode: str 
     ValueError
         As :func:`causal`, and on a ``horizon`` under 1.
     """
-    counts = {"min_hold": _count("min_hold", min_hold, 1),
-              "horizon": _count("horizon", horizon, 1)}
-    shares, R, oracle = rate_table(name, seed, loads, mode=mode, levels=levels)
-    C, P = _restart(name, seed, restart_s), _period(period_s)
-    total, moves = lookahead_path(R, shares, C, P, start=start, **counts)
-    return _ratio(total, oracle, P), moves
+    h, hold = _count("horizon", horizon, 1), _count("min_hold", min_hold, 1)
+    return _evaluate(name, seed, loads, mode, levels, restart_s, period_s,
+                     lambda *a: lookahead_path(*a, horizon=h, start=start, min_hold=hold))

@@ -1,0 +1,16 @@
+"""The shared argparse types of :mod:`harness.cli.args` that no command's own test covers."""
+
+import argparse
+
+import pytest
+
+from harness.cli.args import name_list
+
+
+def test_a_name_list_takes_known_names_and_refuses_any_other_naming_the_choices():
+    parse = name_list(("ours", "h100", "random"))
+    assert parse("h100") == ["h100"]
+    assert parse(" ours, random ,") == ["ours", "random"]
+    for bad in ("", ",", "ours,nowhere", "H100"):
+        with pytest.raises(argparse.ArgumentTypeError, match="ours, h100, random"):
+            parse(bad)
