@@ -484,10 +484,8 @@ def forecast(name: str, seed: int, loads: Any, *, mode: str = "mean", levels: An
 
     Returns
     -------
-    efficiency : float
-        Training over the per-period oracle's.
-    moves : int
-        Share changes over the trace.
+    (float, int)
+        As :func:`causal`: training over the per-period oracle's, and share changes.
 
     Raises
     ------
@@ -584,10 +582,8 @@ def lookahead(name: str, seed: int, loads: Any, *, horizon: int = 25, mode: str 
 
     Returns
     -------
-    efficiency : float
-        Training over the per-period oracle's.
-    moves : int
-        Share changes over the trace.
+    (float, int)
+        As :func:`causal`: training over the per-period oracle's, and share changes.
 
     Raises
     ------
