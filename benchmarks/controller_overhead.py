@@ -3,7 +3,8 @@
 Prints the mean time per update for the controller in several configurations (the default
 on a four-level model with iteration times, as ``gpucontrol identify`` writes it; MPS
 restarts, a restart-free share deciding every period, green-context partitions, a duty
-cycler, p99 mode; the paper's loops) and, as a same-process baseline, the bare GPUColo formula
+cycler, p99 mode, a model without iteration times while the node reports them; the paper's
+loops) and, as a same-process baseline, the bare GPUColo formula
 ``s = clamp(s + (slo - l) / m)`` written inline, so the ratio shows what validation,
 saturation logic and the outer loop cost. Each figure is the best of three runs (other work
 on the machine only adds time); the 99.9th percentile of single updates (a decision over every
@@ -37,6 +38,10 @@ FAMILY = LatencyModelFamily(tuple(
     OperatingPoint(m, LinearLatencyModel(-12.0 * m / 100, 80.0 + 15.0 * m / 100),
                    iteration_s=0.5 * (100.0 / m) ** 0.8) for m in (25.0, 50.0, 75.0, 100.0)),
     (0.0, 1.0))
+#: The same lines without iteration times (a hand-written or older model.json): the loop reads
+#: each line as a duty law at the times the node reports (``ThroughputOuter`` re-reads them).
+UNTIMED = LatencyModelFamily(tuple(
+    OperatingPoint(p.mps_pct, p.model) for p in FAMILY.points), (0.0, 1.0))
 
 
 def bare_formula(latencies: list[float], repeats: int = 3) -> float:
@@ -51,14 +56,15 @@ def bare_formula(latencies: list[float], repeats: int = 3) -> float:
     return best
 
 
-def controller(latencies: list, repeats: int = 3, **kw: Any) -> tuple[float, float]:
+def controller(latencies: list, repeats: int = 3, model: LatencyModelFamily = FAMILY,
+               **kw: Any) -> tuple[float, float]:
     """Mean time of one update over ``latencies`` (the best of ``repeats`` runs, each on a
     fresh controller: other work on the machine only ever adds time), and the 99.9th
     percentile of single updates in that run (a decision over every candidate share)."""
     best, p999 = math.inf, math.nan
     clock = time.perf_counter
     for _ in range(repeats):
-        update = TwoTierController(FAMILY, 90.0, **kw).update
+        update = TwoTierController(model, 90.0, **kw).update
         times = []
         for l in latencies:
             t = clock()
@@ -77,6 +83,7 @@ def main() -> None:
     rng = random.Random(0)
     floats = [90.0 + rng.gauss(0, 3) for _ in range(n)]
     rich = [Measurement(x, x * 1.2, 25) for x in floats]
+    timed = [Measurement(x, x * 1.2, 25, iteration_s=0.5 + rng.gauss(0, 0.02)) for x in floats]
     base = bare_formula(floats)
     print(f"python {platform.python_version()} on {platform.machine()}, n={n}")
     print(f"{'configuration':50s} {'mean us/update':>15s} {'x bare formula':>15s} "
@@ -92,6 +99,7 @@ def main() -> None:
         ("default, duty cycler (run quantum 0.03 s)", rich,
          {"sleep": SleepKnob(run_quantum_s=0.03)}),
         ("default, p99 mode", rich, {"mode": "p99"}),
+        ("default, untimed model, node reports times", timed, {"model": UNTIMED}),
         ("paper, float input", floats, {"outer": "paper"}),
         ("paper, Measurement input", rich, {"outer": "paper"}),
         ("mid-range + adaptive", floats, {"outer": "mid-range", "adaptive": True}),

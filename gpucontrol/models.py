@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from gpucontrol._validate import bounds, finite, in_range, int_at_least, positive
 from gpucontrol.errors import ConfigurationError
 
@@ -542,8 +544,21 @@ def duty_form(model: LinearLatencyModel, tau_s: float,
     """
     t = positive("tau_s", tau_s)
     a, b = bounds("span_s", span_s, 0.0, 3600.0)
-    mean_d = t / (b - a) * math.log((t + b) / (t + a))
+    return _duty(model.gain, model.offset, t, a, b, math.log)
+
+
+def duty_forms(gain: np.ndarray, offset: np.ndarray, tau_s: np.ndarray,
+               span_s: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`duty_form` of many lines at once (arrays of gains, offsets and time constants;
+    the span already checked): the outer loop re-reads a model identified without iteration
+    times once the node reports them, every share at its own time constant."""
+    return _duty(gain, offset, tau_s, span_s[0], span_s[1], np.log)
+
+
+def _duty(g: Any, o: Any, t: Any, a: float, b: float, log: Any) -> tuple[Any, Any]:
+    """The inversion of :func:`duty_form`, for floats or arrays alike (one arithmetic order)."""
+    mean_d = t / (b - a) * log((t + b) / (t + a))
     cov = t - (t + 0.5 * (a + b)) * mean_d
-    A = model.gain * (b - a) ** 2 / (12.0 * cov)
-    c = model.offset + model.gain * 0.5 * (a + b) - A * mean_d
+    A = g * (b - a) ** 2 / (12.0 * cov)
+    c = o + g * 0.5 * (a + b) - A * mean_d
     return c, A

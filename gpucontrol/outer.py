@@ -61,6 +61,7 @@ readings at a share: on one reading the loop chases the noise.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from collections import deque
@@ -73,7 +74,7 @@ from gpucontrol._validate import int_at_least
 from gpucontrol.belief import Belief
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.knobs import ShareKnob, SleepKnob
-from gpucontrol.models import LatencyModelFamily
+from gpucontrol.models import LatencyModelFamily, duty_forms
 
 __all__ = ["Decision", "ThroughputOuter"]
 
@@ -156,6 +157,59 @@ class _Curves:
             if law is not None:
                 self.c[i], self.A[i], self.B[i] = law
         self.A = np.where(self.A + self.B * self.c > 1e-9, self.A, 1e-9)
+        #: without identified iteration times (and no run quantum) each level's law is its
+        #: line read at a time constant the loop learns (:meth:`retime`)
+        self.retimes = not self.times_known and sleep.run_quantum_s is None
+        if self.retimes:
+            lv = sorted(pts, key=lambda p: p.mps_pct)
+            self._lv = np.array([p.mps_pct for p in lv])
+            self._g = np.array([p.model.gain for p in lv])
+            self._o = np.array([p.model.offset for p in lv])
+            self._span = family.sleep_span_s or sleep.bounds_s
+            # past the end levels ``c`` is held and ``A`` grows with the share
+            self._past = self.m / np.clip(self.m, self._lv[0], self._lv[-1])
+            self.tau = self.t.copy()
+            self.retime(self.t)
+
+    def _laws(self, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(c, A)`` per share, each level's line read as a duty law at the time constant
+        ``tau`` gives its share (interpolated in log time and log share), interpolated
+        between levels as :meth:`~gpucontrol.models.LatencyModelFamily.duty_law` does."""
+        t_lv = self._level_times(tau)
+        c, A = duty_forms(self._g, self._o, t_lv, self._span)
+        return np.interp(self.m, self._lv, c), np.interp(self.m, self._lv, A) * self._past
+
+    def _level_times(self, tau: np.ndarray) -> np.ndarray:
+        """The time constant at each identified level, from the shares' (log-log)."""
+        return np.asarray(np.exp(np.interp(np.log(self._lv), self.log_m, np.log(tau))))
+
+    def retime(self, tau: np.ndarray) -> None:
+        """Read the identified lines as duty laws at time constants ``tau`` (one per share).
+        The line is what was measured; its duty law depends on the iteration time, which a
+        model identified without times only assumes (:data:`PRIOR_ITERATION_S`): read at
+        the assumed time against a training 2.5x faster, the law at the H100-calibrated
+        curve's 100 % went negative at the sleep the loop stood at, and one reading taught a
+        load of 10^10."""
+        self.tau = np.array(tau, float)
+        self._t_lv = self._level_times(self.tau)
+        c, A = self._laws(self.tau)
+        self.c_line, self.A_line = c, np.maximum(A, 1e-9)
+        keep = self.B > 0                    # a bent law was measured: it stays
+        self.c = np.where(keep, self.c, self.c_line)
+        self.A = np.where(keep, self.A, self.A_line)
+
+    def duty_gain(self, i: int, tau: float) -> float:
+        """``A`` at share ``i`` where the laws are read off the lines (:attr:`retimes`) and
+        the iteration time there is ``tau`` (every share's scaled alike); NaN otherwise."""
+        if not self.retimes:
+            return math.nan
+        k, m, lv = tau / self.tau[i], float(self.m[i]), self._lv  # (per period: scalars)
+        j = bisect.bisect_right(lv.tolist(), m)
+        lo, hi = max(j - 1, 0), min(j, len(lv) - 1)
+        a_lo, a_hi = (float(duty_forms(self._g[p], self._o[p], self._t_lv[p] * k,
+                                       self._span)[1]) for p in (lo, hi))
+        w = 0.0 if hi == lo else (m - lv[lo]) / (lv[hi] - lv[lo])
+        return float(max((a_lo + w * (a_hi - a_lo)) * self._past[i], 1e-9))
 
     def unbend(self) -> None:
         """Every share on the duty law (the benchmark's ablation of the bent law)."""
@@ -356,6 +410,7 @@ class ThroughputOuter:
         if self._times:
             t = sorted(self._times)[len(self._times) // 2]
             self.it.observe(i, math.log(t / self.curves.t[i]), 0.05 ** 2 / len(self._times))
+            self._retime()
         y = sum(self._batch) / n
         if force:     # the surprise may be the load or this share's curve: room for both
             v = (y - self.lat.q - self.lat.delta[i]) ** 2
@@ -368,6 +423,20 @@ class ThroughputOuter:
         self._batch.clear()
         self._times.clear()
         self._fresh = True
+
+    def _retime(self) -> None:
+        """Re-read the lines at the iteration times believed now, where the model measured
+        none (:meth:`_Curves.retime`), once they moved by more than 2 % at some share."""
+        cv = self.curves
+        if cv.retimes:
+            tau = cv.t * np.exp(self.it.delta)
+            if float(np.max(np.abs(np.log(tau / cv.tau)))) > 0.02:
+                cv.retime(tau)
+
+    def duty_gain(self, tau: float) -> float:
+        """``A`` of the law here at time constant ``tau`` where the model measured no
+        iteration time (the inner loop's gain schedule); NaN otherwise."""
+        return self.curves.duty_gain(self.i, tau)
 
     # ---- the prediction ------------------------------------------------------------------
     def _predict(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
