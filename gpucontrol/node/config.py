@@ -129,7 +129,8 @@ class DaemonConfig:
     outer : {'throughput', 'paper', 'mid-range', 'none'}
         Outer-loop rule [``--outer``]: ``throughput`` (default) seeks the highest training
         rate at the SLO, counting each change's measured cost; ``paper`` reproduces the
-        GPUColo paper's loop.
+        GPUColo paper's loop; ``none`` holds the share where it starts (the default inner
+        loop all the same: :func:`gpucontrol.node.controller.make_controller`).
     mode : {'mean', 'p99'}
         Which latency statistic the inner loop controls [``--mode``].
     detune : float or None
