@@ -234,7 +234,10 @@ class _Run:
 
 
 def read_periods(mode: str, work: Path, period_s: float) -> list[dict[str, Any]]:
-    """One row per daemon period: its latency, sleep, share, the training's iterations."""
+    """One row per daemon period: its latency, the sleep and share applied during it, the
+    training's iterations. A daemon record's ``sleep_s`` and ``mps_pct`` are what it commands
+    for the next period: the row takes the previous record's (the first row: the sleep
+    unknown, NaN, and the share the training started at)."""
     rows: list[dict[str, Any]] = []
     lines = [json.loads(x) for x in (work / "daemon.jsonl").read_text().splitlines()
              if x.startswith("{")] if (work / "daemon.jsonl").exists() else []
@@ -244,13 +247,15 @@ def read_periods(mode: str, work: Path, period_s: float) -> list[dict[str, Any]]
     acc.add(CSVTail(work / "training-*.csv").read())
     periods = [r for r in lines if "period" in r and "event" not in r]
     t_first = periods[0]["ts"] - period_s if periods else 0.0
-    for r in periods:
+    start = next((r.get("mps_pct") for r in lines if r.get("event") == "training_started"), None)
+    applied = [(math.nan, start)] + [(r.get("sleep_s"), r.get("mps_pct")) for r in periods]
+    for r, (sleep, share) in zip(periods, applied):
         t1 = float(r["ts"])
         work_ = acc.period(t1 - period_s, t1, estimate=False)
         on = [b["on"] for b in bursts if b["t_unix"] <= t1 - period_s / 2]
         rows.append({"mode": mode, "period": r["period"], "t_s": t1 - t_first,
                      "latency_ms": r.get("mean_ms", math.nan), "count": r.get("count", 0),
-                     "sleep_s": r.get("sleep_s"), "share_pct": r.get("mps_pct"),
+                     "sleep_s": sleep, "share_pct": share,
                      "training_iterations": work_.iterations, "burst": bool(on and on[-1])})
     return rows
 
@@ -291,18 +296,29 @@ def summarize(rows: list[dict[str, Any]], slo_ms: float, period_s: float,
 
 
 def _plot(rows: list[dict[str, Any]], slo_ms: float, path: Path) -> None:
+    """Per mode, each period's latency, the sleep and share applied during it, and the
+    training's iterations (the burst shaded)."""
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(9, 9), sharex=True)
+    cols = ("latency_ms", "sleep_s", "share_pct", "training_iterations")
+    labels = ("inference latency (ms)", "training sleep (s)", "training share (%)",
+              "training iterations\nper period")
     for mode in dict.fromkeys(r["mode"] for r in rows):
         rs = [r for r in rows if r["mode"] == mode]
-        a.plot([r["t_s"] for r in rs], [r["latency_ms"] for r in rs], ".-", label=mode)
-        b.plot([r["t_s"] for r in rs], [r["share_pct"] for r in rs], ".-", label=mode)
-    a.axhline(slo_ms, color="k", ls=":", label="SLO")
-    a.axhline(1.05 * slo_ms, color="grey", ls=":", lw=0.8)
-    a.set(ylabel="inference latency (ms)")
-    b.set(xlabel="time (s)", ylabel="training share (%)")
-    a.legend()
+        for ax, col in zip(axes, cols):
+            ax.plot([r["t_s"] for r in rs], [r[col] for r in rs], ".-", label=mode)
+    burst = [r["t_s"] for r in rows if r["burst"]]    # (t_s: each period's end)
+    step = min((b["t_s"] - a["t_s"] for a, b in zip(rows, rows[1:]) if b["t_s"] > a["t_s"]),
+               default=0.0)
+    for ax, label in zip(axes, labels):
+        ax.set(ylabel=label)
+        if burst:
+            ax.axvspan(min(burst) - step, max(burst), color="0.9", zorder=0)
+    axes[0].axhline(slo_ms, color="k", ls=":", label="SLO")
+    axes[0].axhline(1.05 * slo_ms, color="grey", ls=":", lw=0.8)
+    axes[-1].set(xlabel="time (s)")
+    axes[0].legend(fontsize=8, title="burst shaded", title_fontsize=8)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
 

@@ -3,6 +3,7 @@ steps: the plan, the daemon's command per mode, and a short sleep-only run on th
 real daemon, the NumPy emulator and the synthetic inference."""
 
 import json
+import math
 import shlex
 import sys
 from argparse import Namespace
@@ -92,5 +93,8 @@ def test_sleep_only_run_with_the_real_daemon_on_the_cpu(tmp_path):
 
     periods = read_csv(out / "periods.csv")
     assert sum(r["training_iterations"] for r in periods) > 1  # the training ran, and slept:
-    assert max(r["sleep_s"] for r in periods) > 0  # the SLO is below its unslept latency
+    # the sleep applied during each period: unknown in the first, the previous record's after
+    assert math.isnan(periods[0]["sleep_s"])
+    assert [r["sleep_s"] for r in periods[1:]] == pytest.approx([r["sleep_s"] for r in rows[:-1]])
+    assert max(r["sleep_s"] for r in periods[1:]) > 0  # the SLO is below its unslept latency
     assert any(r["burst"] for r in periods) and not periods[0]["burst"]
