@@ -157,11 +157,13 @@ class _Curves:
             if law is not None:
                 self.c[i], self.A[i], self.B[i] = law
         self.A = np.where(self.A + self.B * self.c > 1e-9, self.A, 1e-9)
-        #: without identified iteration times (and no run quantum) each level's law is its
-        #: line read at a time constant the loop learns (:meth:`retime`)
-        self.retimes = not self.times_known and sleep.run_quantum_s is None
+        #: a level whose law is its line read as a duty law (none measured on the duty, no run
+        #: quantum) is read at the time constant the loop believes (:meth:`retime`)
+        self.retimes = sleep.run_quantum_s is None and any(p.duty_law is None for p in pts)
         if self.retimes:
             lv = sorted(pts, key=lambda p: p.mps_pct)
+            self._measured = np.array([p.duty_law is not None for p in lv])
+            self._law_lv = np.array([p.duty_law or (0.0, 0.0) for p in lv]).T
             self._lv = np.array([p.mps_pct for p in lv])
             self._g = np.array([p.model.gain for p in lv])
             self._o = np.array([p.model.offset for p in lv])
@@ -169,14 +171,16 @@ class _Curves:
             # past the end levels ``c`` is held and ``A`` grows with the share
             self._past = self.m / np.clip(self.m, self._lv[0], self._lv[-1])
             self.tau = self.t.copy()
+            self._version = 0
             self.retime(self.t)
 
     def _laws(self, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(c, A)`` per share, each level's line read as a duty law at the time constant
         ``tau`` gives its share (interpolated in log time and log share), interpolated
         between levels as :meth:`~gpucontrol.models.LatencyModelFamily.duty_law` does."""
-        t_lv = self._level_times(tau)
-        c, A = duty_forms(self._g, self._o, t_lv, self._span)
+        c, A = duty_forms(self._g, self._o, self._level_times(tau), self._span)
+        c = np.where(self._measured, self._law_lv[0], c)      # a measured law stays
+        A = np.where(self._measured, self._law_lv[1], A)
         return np.interp(self.m, self._lv, c), np.interp(self.m, self._lv, A) * self._past
 
     def _level_times(self, tau: np.ndarray) -> np.ndarray:
@@ -186,12 +190,15 @@ class _Curves:
     def retime(self, tau: np.ndarray) -> None:
         """Read the identified lines as duty laws at time constants ``tau`` (one per share).
         The line is what was measured; its duty law depends on the iteration time, which a
-        model identified without times only assumes (:data:`PRIOR_ITERATION_S`): read at
-        the assumed time against a training 2.5x faster, the law at the H100-calibrated
-        curve's 100 % went negative at the sleep the loop stood at, and one reading taught a
-        load of 10^10."""
+        model identified without times only assumes (:data:`PRIOR_ITERATION_S`) and one
+        identified elsewhere may have wrong: read at the assumed time against a training 2.5x
+        faster, the law at the H100-calibrated curve's 100 % went negative at the sleep the
+        loop stood at, and one reading taught a load of 10^10. A law measured on the duty
+        (``OperatingPoint.duty_law``) does not depend on the time and stays."""
         self.tau = np.array(tau, float)
         self._t_lv = self._level_times(self.tau)
+        self._version += 1
+        self._last: tuple[tuple[int, float, int], float] = ((-1, math.nan, 0), math.nan)
         c, A = self._laws(self.tau)
         self.c_line, self.A_line = c, np.maximum(A, 1e-9)
         keep = self.B > 0                    # a bent law was measured: it stays
@@ -203,10 +210,17 @@ class _Curves:
         the iteration time there is ``tau`` (every share's scaled alike); NaN otherwise."""
         if not self.retimes:
             return math.nan
+        key = (i, tau, self._version)
+        if key != self._last[0]:            # (per period: the time read is often the same)
+            self._last = (key, self._duty_gain(i, tau))
+        return self._last[1]
+
+    def _duty_gain(self, i: int, tau: float) -> float:
         k, m, lv = tau / self.tau[i], float(self.m[i]), self._lv  # (per period: scalars)
         j = bisect.bisect_right(lv.tolist(), m)
         lo, hi = max(j - 1, 0), min(j, len(lv) - 1)
-        a_lo, a_hi = (float(duty_forms(self._g[p], self._o[p], self._t_lv[p] * k,
+        a_lo, a_hi = (float(self._law_lv[1][p]) if self._measured[p] else
+                      float(duty_forms(self._g[p], self._o[p], self._t_lv[p] * k,
                                        self._span)[1]) for p in (lo, hi))
         w = 0.0 if hi == lo else (m - lv[lo]) / (lv[hi] - lv[lo])
         return float(max((a_lo + w * (a_hi - a_lo)) * self._past[i], 1e-9))
@@ -425,8 +439,8 @@ class ThroughputOuter:
         self._fresh = True
 
     def _retime(self) -> None:
-        """Re-read the lines at the iteration times believed now, where the model measured
-        none (:meth:`_Curves.retime`), once they moved by more than 2 % at some share."""
+        """Re-read the lines at the iteration times believed now, where a level's law is its
+        line (:meth:`_Curves.retime`), once they moved by more than 2 % at some share."""
         cv = self.curves
         if cv.retimes:
             tau = cv.t * np.exp(self.it.delta)
@@ -434,8 +448,8 @@ class ThroughputOuter:
                 cv.retime(tau)
 
     def duty_gain(self, tau: float) -> float:
-        """``A`` of the law here at time constant ``tau`` where the model measured no
-        iteration time (the inner loop's gain schedule); NaN otherwise."""
+        """``A`` of the law here at time constant ``tau`` where the laws are read off the
+        lines (the inner loop's gain schedule); NaN otherwise."""
         return self.curves.duty_gain(self.i, tau)
 
     # ---- the prediction ------------------------------------------------------------------

@@ -341,8 +341,8 @@ class TwoTierController:
         the duty: ``A tau / (tau + s)**2 / |gain|`` (at a time-sliced level the outer loop
         predicts on its bent law, that law's slope in the duty for ``A``), times the outer
         loop's belief of the curve's scale where it has one; 1 while no time constant is known.
-        A model identified without iteration times has no ``A`` of its own: the outer loop
-        reads it off the line at the time constant read here.
+        Where the law is a line read as a duty law (no law measured on the duty), the outer
+        loop reads ``A`` off the line at the time constant read here.
         Beyond the identified span the slope is held at its edge's (extrapolating the
         curvature would raise the gain on a plant nobody measured); below it the law only
         lowers the gain, the safe direction."""
@@ -353,7 +353,7 @@ class TwoTierController:
             return 1.0
         outer = self.outer if isinstance(self.outer, ThroughputOuter) else None
         A = self._duty_gain
-        if not math.isfinite(A) and outer is not None:
+        if outer is not None and outer.curves.retimes:
             A = outer.duty_gain(tau)
         if not math.isfinite(A):
             return 1.0

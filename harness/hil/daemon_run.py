@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -90,7 +91,9 @@ SIM_BACKEND = {"sleep": "sleep", "mps-restart": "mps-restart", "green-mps": "gre
 def model_from_preset(preset: str, shares: list[float], sleep_span: tuple[float, float],
                       backend: str | None = None) -> dict[str, Any]:
     """A ``model.json`` from a simulated preset: per share level the secant latency slope of
-    the sleep over ``sleep_span`` (ms per s) and the latency at the span's start.
+    the sleep over ``sleep_span`` (ms per s), the latency at the span's start and the
+    training's iteration time (both curves, as ``gpucontrol identify`` writes them: without
+    the times the controller reads the lines at an assumed one until the node reports them).
 
     Parameters
     ----------
@@ -118,7 +121,8 @@ def model_from_preset(preset: str, shares: list[float], sleep_span: tuple[float,
     for m in shares:
         la, lb = (float(ref.expected_latency_ms(s, float(m))) for s in (a, b))
         points.append({"mps_pct": float(m), "gain": (lb - la) / (b - a),
-                       "offset": la - (lb - la) / (b - a) * a})
+                       "offset": la - (lb - la) / (b - a) * a,
+                       "iteration_s": float(ref.expected_iteration_s(float(m)))})
     return {"points": points, "sleep_span_s": [float(a), float(b)],
             "source": f"simulated preset {preset}" + (f", backend {backend}" if backend else "")}
 
@@ -309,8 +313,8 @@ def _plot(rows: list[dict[str, Any]], slo_ms: float, path: Path) -> None:
         for ax, col in zip(axes, cols):
             ax.plot([r["t_s"] for r in rs], [r[col] for r in rs], ".-", label=mode)
     burst = [r["t_s"] for r in rows if r["burst"]]    # (t_s: each period's end)
-    step = min((b["t_s"] - a["t_s"] for a, b in zip(rows, rows[1:]) if b["t_s"] > a["t_s"]),
-               default=0.0)
+    step = min((b["t_s"] - a["t_s"] for a, b in itertools.pairwise(rows)
+                if b["t_s"] > a["t_s"]), default=0.0)
     for ax, label in zip(axes, labels):
         ax.set(ylabel=label)
         if burst:

@@ -98,3 +98,22 @@ def test_sleep_only_run_with_the_real_daemon_on_the_cpu(tmp_path):
     assert [r["sleep_s"] for r in periods[1:]] == pytest.approx([r["sleep_s"] for r in rows[:-1]])
     assert max(r["sleep_s"] for r in periods[1:]) > 0  # the SLO is below its unslept latency
     assert any(r["burst"] for r in periods) and not periods[0]["burst"]
+
+
+@pytest.mark.parametrize("backend", ["sleep", "mps-restart", "green-context+mps"])
+def test_the_presets_model_has_both_curves(backend, tmp_path):
+    """The model a run writes by default: per level the line and the iteration time, which
+    the daemon's controller takes as identified (an H200 run with the lines alone read them
+    at an assumed 0.5 s while the training ran at 0.2 s)."""
+    from gpucontrol.node.model_file import load_model
+    from harness.hil.daemon_run import model_from_preset
+
+    doc = model_from_preset("h100", [25, 50, 75, 100], (0.0, 0.4), backend)
+    assert [p["mps_pct"] for p in doc["points"]] == [25.0, 50.0, 75.0, 100.0]
+    assert all(p["gain"] < 0 and p["iteration_s"] > 0 for p in doc["points"])
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(doc))
+    fam = load_model(str(path))
+    assert fam.timed_pct() == (25.0, 50.0, 75.0, 100.0)
+    times = [p["iteration_s"] for p in doc["points"]]
+    assert times == sorted(times, reverse=True)       # never slower on more of the GPU
