@@ -7,8 +7,11 @@ the CuPy emulator or the PyTorch ResNet-18), the ResNet-50 inference reporting e
 latency to the daemon's socket, and a private MPS control daemon. One run per mode, same SLO,
 same load (batch 105, 115 during the burst), same model:
 
-* ``sleep`` -- no MPS (the two processes time-sliced), the sleep only (``--outer none``): the
-  GPUColo paper's inner loop alone;
+* ``sleep`` -- the sleep only (``--outer none``: the default inner loop, the share held at
+  100 %). The inference is no MPS client; the training the daemon launches is a client of the
+  daemon's private MPS server (its default share backend), so the two run in separate
+  contexts, time-sliced (on the H200 the training then kept its solo iteration time,
+  docs/gpu.md);
 * ``mps-restart`` -- both processes MPS clients, the share an MPS restart with shadow
   pre-start (``--share-backend mps``), the outer loop every ``--outer-every`` periods (12);
 * ``green-mps`` -- both processes MPS clients, the share a green-context partition
