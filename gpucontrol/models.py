@@ -550,8 +550,8 @@ def duty_form(model: LinearLatencyModel, tau_s: float,
 def duty_forms(gain: np.ndarray, offset: np.ndarray, tau_s: np.ndarray,
                span_s: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
     """:func:`duty_form` of many lines at once (arrays of gains, offsets and time constants;
-    the span already checked): the outer loop re-reads a model identified without iteration
-    times once the node reports them, every share at its own time constant."""
+    the span already checked): the outer loop re-reads its levels' lines at the iteration
+    times it comes to believe, every level at its own."""
     return _duty(gain, offset, tau_s, span_s[0], span_s[1], np.log)
 
 

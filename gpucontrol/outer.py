@@ -11,7 +11,10 @@ quantum; :func:`~gpucontrol.models.duty_form`),
 levels: :class:`_Curves`), and the training rate ``r(m, s) = d / t(m)``. ``q`` is the load,
 common to every share (the inference's work scales every latency alike: a larger batch, more
 requests); ``delta(m)`` is what the identified curve gets wrong at ``m``, and ``t(m)`` is
-corrected by ``exp(eps(m))`` where the node reports iteration times. At every decision the loop
+corrected by ``exp(eps(m))`` where the node reports iteration times. A level identified only
+as a line in the sleep has ``c`` and ``A`` read off that line at the iteration time believed
+there, and read again when the belief moves (a line fitted against a training of another
+speed is another duty law: :meth:`_Curves.retime`). At every decision the loop
 predicts, at every share the backend offers, the duty at which the latency meets the set point
 (within the sleep range; a share where even the longest sleep misses it is infeasible) and the
 training rate there, at the mean of its belief and at the pessimistic edge (``Z`` standard
