@@ -394,13 +394,19 @@ class ThroughputOuter:
         """One reading's log ratio to the identified curve at this share and sleep (with the
         iteration time believed here), and the reading noise: the median of the last 64
         successive differences once there are 16 (robust, and re-read within 64 periods
-        after bad readings)."""
+        after bad readings). Where the curve predicts no positive latency (a line's duty law
+        past where it holds: ``c`` < 0 at a long sleep) the reading teaches the latency belief
+        nothing: its log ratio would be any size (one such reading taught a load of 10^10)."""
         cv, i = self.curves, self.i
+        if math.isfinite(iteration_s) and iteration_s > 0:
+            self._times.append(iteration_s)
         tau = self.sleep.tau(cv.t[i] * math.exp(self.it.delta[i]))
         # _Curves.latency, inline in the duty law's arithmetic order (one ulp moves a share path)
         bend = 1.0 - cv.B[i] * tau / (tau + sleep_s)
-        y = math.log(max(latency_ms, 1e-9) / max((cv.c[i] + cv.A[i] * tau / (tau + sleep_s))
-                                                   / bend, 1e-9))
+        pred = (cv.c[i] + cv.A[i] * tau / (tau + sleep_s)) / bend
+        if not pred > 0.0:
+            return
+        y = math.log(max(latency_ms, 1e-9) / max(pred, 1e-9))
         if self._last_y is not None:
             self._diffs.append(abs(y - self._last_y))
             if len(self._diffs) >= 16:      # (the opening's few differences are transients)
@@ -410,8 +416,6 @@ class ThroughputOuter:
         self._last_y = y
         self._batch.append(y)
         self._reopen = max(self._reopen, self.lat.surprised(i, y, self._noise))
-        if math.isfinite(iteration_s) and iteration_s > 0:
-            self._times.append(iteration_s)
 
     def _fold(self, force: bool = False) -> None:
         """Fold the readings since the last fold into the beliefs: the periods pass, then one

@@ -146,3 +146,23 @@ def test_the_retimed_law_is_the_line_at_that_time(tau, tmp_path):
         c, A = duty_form(LinearLatencyModel(*GREEN_LINES[float(m)]), tau, (0.0, 0.4))
         assert math.isclose(cv.c[i], c) and math.isclose(cv.A[i], A)
         assert math.isclose(ctl.outer.curves.duty_gain(i, tau), A)
+
+
+def test_a_reading_where_the_law_predicts_no_latency_teaches_nothing():
+    """A line read as a duty law can go negative past its span (c < 0 at a long sleep):
+    such a reading leaves the load where it was instead of teaching 10^10."""
+    from gpucontrol.models import LatencyModelFamily, OperatingPoint
+
+    fam = LatencyModelFamily((OperatingPoint(100.0, LinearLatencyModel(*GREEN_LINES[100.0]),
+                                             iteration_s=0.5),), (0.0, 0.4))
+    ctl = TwoTierController(fam, SLO)
+    cv, outer = ctl.outer.curves, ctl.outer
+    i = outer.i
+    d = 0.5 / (0.5 + 1.0)
+    assert cv.c[i] + cv.A[i] * d < 0                # at sleep 1 s the law is negative
+    for _ in range(12):
+        outer.update(20.0, 1.0, math.nan)
+    assert outer.load == 1.0
+    for _ in range(12):                             # where it holds, readings teach
+        outer.update(20.0, 0.4, math.nan)
+    assert 0.05 < outer.load < 1.0
