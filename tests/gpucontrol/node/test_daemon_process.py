@@ -299,8 +299,9 @@ def test_closed_loop_brings_the_fake_inference_to_the_slo(children, tmp_path):
         assert d.wait(10) == 0
     trace = [(round(r["mean_ms"], 1), round(r["sleep_s"], 4)) for r in recs]
     assert len(recs) >= 20, trace
-    # it starts at the sleep the (wrong) model predicts for the SLO, well off it
-    assert abs(recs[0]["mean_ms"] - 75.0) > 5.0, trace
+    # it starts at the sleep the (wrong) model predicts for the SLO, 28 ms where 20 ms is
+    # needed: under the SLO (71 ms nominal; the tail below must come up to it)
+    assert recs[0]["mean_ms"] < 75.0, trace
     tail = recs[-12:]
     # at the SLO, and no limit cycle: the median within 2 ms, at most two of the twelve
     # periods 10 ms off (a loaded machine starves the fake inference's sampler now and then;
