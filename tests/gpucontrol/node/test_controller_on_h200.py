@@ -166,3 +166,25 @@ def test_a_reading_where_the_law_predicts_no_latency_teaches_nothing():
     for _ in range(12):                             # where it holds, readings teach
         outer.update(20.0, 0.4, math.nan)
     assert 0.05 < outer.load < 1.0
+
+
+@pytest.mark.parametrize("kw, share", [
+    ({"outer": "none"}, 100.0),
+    ({"fixed_mps": 60.0}, 60.0),
+    ({"fixed_mps": 60.0, "share_backend": "green-context", "green_shares": (25.0, 50.0)},
+     50.0),
+])
+def test_a_held_share_is_the_default_controller_on_that_level(kw, share, tmp_path):
+    import sys
+
+    doc = {"points": [{"mps_pct": 50.0, "gain": -20.0, "offset": 60.0},
+                      {"mps_pct": 100.0, "gain": -40.0, "offset": 80.0}]}
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(doc))
+    cfg = DaemonConfig(training_cmd=sys.executable, slo_ms=SLO, model=str(path), **kw)
+    ctl = make_controller(cfg, share_ok=True)
+    assert ctl.outer_strategy == "throughput" and ctl.share.levels_pct == (share,)
+    assert ctl.share_pct == share and ctl.design.detune == 0.5
+    for _ in range(30):                          # never moves, whatever it reads
+        assert ctl.update(Measurement(mean_ms=90.0, p99_ms=90.0, count=10,
+                                      restarting=False)).share_pct == share
