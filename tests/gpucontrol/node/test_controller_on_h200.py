@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
 
 from gpucontrol import TwoTierController
 from gpucontrol.measurement import Measurement
-from gpucontrol.models import LinearLatencyModel, duty_form
+from gpucontrol.models import LatencyModelFamily, LinearLatencyModel, OperatingPoint, duty_form
 from gpucontrol.node.config import DaemonConfig
 from gpucontrol.node.controller import make_controller
 
@@ -51,7 +52,8 @@ def _cfg(tmp_path, doc, **kw):
 
 def _loop(ctl, latency, iteration_s, periods, seed=0):
     """Closed loop: each period the plant's mean latency (0.3 ms noise) at the sleep and share
-    applied during it; returns per period (latency, sleep, share, training iterations)."""
+    applied during it; returns per period (latency, sleep, share, training iterations, the
+    load the outer loop believes after it)."""
     rng = np.random.default_rng(seed)
     act = ctl.initial_actuation()
     rows = []
@@ -59,9 +61,9 @@ def _loop(ctl, latency, iteration_s, periods, seed=0):
         s, m = act.sleep_s, act.share_pct
         lat = latency(s, m) + rng.normal(0.0, 0.3)
         t = iteration_s(m)
-        rows.append((lat, s, m, T / (t + s)))
         act = ctl.update(Measurement(mean_ms=lat, p99_ms=lat, count=100, restarting=False,
                                      iteration_s=t))
+        rows.append((lat, s, m, T / (t + s), getattr(ctl.outer, "load", math.nan)))
     return np.array(rows)
 
 
@@ -115,18 +117,8 @@ def test_a_model_without_iteration_times_is_read_at_the_times_the_node_reports(t
     ctl = make_controller(_cfg(tmp_path, doc, share_backend="green-context",
                                green_shares=(25.0, 50.0, 75.0), outer_every=1),
                           share_ok=True)
-    loads = []
-    act = ctl.initial_actuation()
-    rng = np.random.default_rng(1)
-    rows = []
-    for _ in range(60):
-        s, m = act.sleep_s, act.share_pct
-        lat = _h200(s, m) + rng.normal(0.0, 0.3)
-        rows.append((lat, s, m, T / (H200[m][2] + s)))
-        act = ctl.update(Measurement(mean_ms=lat, p99_ms=lat, count=100, restarting=False,
-                                     iteration_s=H200[m][2]))
-        loads.append(ctl.outer.load)
-    rows = np.array(rows)
+    rows = _loop(ctl, _h200, lambda m: H200[m][2], 60, seed=1)
+    loads = rows[:, 4]
     assert all(0.1 < q < 10.0 for q in loads), max(loads)
     assert (rows[20:, 2] < 100.0).all()          # off the whole device within 20 periods
     assert np.mean(rows[20:, 0] > 1.05 * SLO) <= 0.05
@@ -151,8 +143,6 @@ def test_the_retimed_law_is_the_line_at_that_time(tau, tmp_path):
 def test_a_reading_where_the_law_predicts_no_latency_teaches_nothing():
     """A line read as a duty law can go negative past its span (c < 0 at a long sleep):
     such a reading leaves the load where it was instead of teaching 10^10."""
-    from gpucontrol.models import LatencyModelFamily, OperatingPoint
-
     fam = LatencyModelFamily((OperatingPoint(100.0, LinearLatencyModel(*GREEN_LINES[100.0]),
                                              iteration_s=0.5),), (0.0, 0.4))
     ctl = TwoTierController(fam, SLO)
@@ -175,8 +165,6 @@ def test_a_reading_where_the_law_predicts_no_latency_teaches_nothing():
      50.0),
 ])
 def test_a_held_share_is_the_default_controller_on_that_level(kw, share, tmp_path):
-    import sys
-
     doc = {"points": [{"mps_pct": 50.0, "gain": -20.0, "offset": 60.0},
                       {"mps_pct": 100.0, "gain": -40.0, "offset": 80.0}]}
     path = tmp_path / "model.json"
