@@ -172,7 +172,8 @@ def _add_source_arguments(p: argparse.ArgumentParser) -> None:
                    help="outer-loop knob: mps (restart the launched training with a new MPS "
                         "percentage, default), cpu (the training's cgroup CPU quota) or "
                         "green-context (the share written into the hook file; the cooperative "
-                        "training switches its SM partition at its next iteration); cpu and "
+                        "training switches its SM partition at its next iteration), or none "
+                        "(no share: the training outside MPS, the sleep alone); cpu and "
                         "green-context change it without a restart, so --outer-every may be "
                         "short, down to 1 (a decision still averages the last 8 periods; see "
                         "docs/daemon.md)")

@@ -231,12 +231,12 @@ class DaemonConfig:
     prometheus_metric : str
         Base name of its latency histogram, in seconds; only with ``prometheus``
         [``--prometheus-metric``].
-    share_backend : {'mps', 'cpu', 'green-context'}
+    share_backend : {'mps', 'cpu', 'green-context', 'none'}
         The outer loop's knob [``--share-backend``]: the MPS percentage (a restart of the
         launched training), the training's CPU share through the cgroup CPU controller (no
-        restart), or a green-context partition the cooperative training switches to at its
-        next iteration, commanded through the hook file (no restart); see
-        :mod:`gpucontrol.node.share`.
+        restart), a green-context partition the cooperative training switches to at its
+        next iteration, commanded through the hook file (no restart), or none: the training
+        outside MPS and the sleep alone; see :mod:`gpucontrol.node.share`.
     share_cgroup : str
         The CPU-share group, relative to the CPU controller's root; made when missing; one
         daemon per group; only with the ``cpu`` share backend [``--share-cgroup``]. Empty:
@@ -306,7 +306,7 @@ class DaemonConfig:
     latency_source: Literal["socket", "prometheus"] = "socket"
     prometheus_url: str | None = None
     prometheus_metric: str = "inference_latency_seconds"
-    share_backend: Literal["mps", "cpu", "green-context"] = "mps"
+    share_backend: Literal["mps", "cpu", "green-context", "none"] = "mps"
     share_cgroup: str = ""
     green_shares: tuple[float, ...] = ()
 

@@ -62,6 +62,8 @@ NEEDS: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
      "has no effect with --fixed-mps: the share is held, no outer loop runs"),
     (("initial_mps",), lambda c: c.fixed_mps is None,
      "has no effect with --fixed-mps: the share starts (and stays) at --fixed-mps"),
+    (("outer", "outer_every", "initial_mps", "fixed_mps"), lambda c: c.share_backend != "none",
+     "has no effect with --share-backend none: there is no share knob, the sleep alone runs"),
     (("prometheus_url", "prometheus_metric"), lambda c: c.latency_source == "prometheus",
      "goes with --latency-source prometheus (the latency comes from the socket otherwise)"),
     (("share_cgroup",), lambda c: c.share_backend == "cpu",

@@ -59,7 +59,8 @@ def make_controller(cfg: Any, *, share_ok: bool,
     """
     if cfg.fixed_sleep is not None:
         return None
-    strategy = cfg.outer if share_ok and cfg.fixed_mps is None else "none"
+    held = not share_ok or cfg.fixed_mps is not None or cfg.share_backend == "none"
+    strategy = "none" if held else cfg.outer
     outer: ThroughputOuter | OuterMPSOptimizer = (
         OuterMPSOptimizer(strategy, every=cfg.outer_every) if strategy in ("paper", "mid-range")
         else ThroughputOuter(every=cfg.outer_every))

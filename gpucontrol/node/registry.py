@@ -10,7 +10,7 @@ no knob.
 Examples
 --------
 >>> sorted(SHARE_BACKENDS)
-['cpu', 'green-context', 'mps']
+['cpu', 'green-context', 'mps', 'none']
 >>> knob_class(SLEEP_METHODS, "hook").__name__
 'HookSleep'
 """
@@ -36,6 +36,7 @@ SHARE_BACKENDS: Mapping[str, str] = {
     "mps": "gpucontrol.node.share:MPSRestartShare",
     "cpu": "gpucontrol.node.share:CPUQuotaShare",
     "green-context": "gpucontrol.node.share:GreenContextShare",
+    "none": "gpucontrol.node.share:NoShare",
 }
 
 #: ``--latency-source``: where the inference's latency comes from.

@@ -13,6 +13,8 @@ value              knob                 a change
 ``green-context``  GreenContextShare    a command in the hook file; the cooperative
                                         training runs its next iteration on the
                                         green-context partition of that share; no restart
+``none``           NoShare              none: no share knob, the training outside MPS,
+                                        the sleep alone (the default loop on one level)
 =================  ===================  ==================================================
 
 A restart-free knob tells the controller that a change costs nothing
@@ -56,7 +58,7 @@ from gpucontrol.node.actuators.spatial import (
 from gpucontrol.node.registry import SHARE_BACKENDS, knob_class
 from gpucontrol.node.share_knob import ShareKnob
 
-__all__ = ["CPUQuotaShare", "GreenContextShare", "MPSRestartShare", "ShareKnob",
+__all__ = ["CPUQuotaShare", "GreenContextShare", "MPSRestartShare", "NoShare", "ShareKnob",
            "controller_restart_s", "is_restart_free", "make_share"]
 
 
@@ -227,6 +229,22 @@ class GreenContextShare(ShareKnob):
         if probe is not None and not probe.available:
             self.reason += (f"; this machine's driver probe says '{probe.reason}': a training "
                             "that cannot create partitions runs on the full device")
+
+
+class NoShare(ShareKnob):
+    """``none``: no spatial share. The training runs as it is launched or given, outside
+    MPS, and the sleep alone holds the SLO (the default controller on the one level it stands
+    at). Where MPS pays no more than time-slicing, or a node keeps the inference and the
+    training out of one MPS server, this is the knob to measure against the others."""
+
+    name = "none"
+    label = "none"
+
+    def start(self, host: Any) -> None:
+        """Nothing to claim: say why there is no share knob."""
+        self.host = host
+        self.reason = ("--share-backend none: no spatial share; the training runs as launched "
+                       "(outside MPS) and the sleep alone holds the SLO")
 
 
 class CPUQuotaShare(ShareKnob):

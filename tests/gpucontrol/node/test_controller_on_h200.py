@@ -73,11 +73,13 @@ def _time_sliced(s, m):
     return 3.1 + 31.1 * d
 
 
+@pytest.mark.parametrize("held", [{"outer": "none"}, {"share_backend": "none"}])
 @pytest.mark.parametrize("iteration_s", [None, 0.423])
-def test_sleep_only_does_not_cycle_where_the_slope_is_steeper_than_the_line(iteration_s,
+def test_sleep_only_does_not_cycle_where_the_slope_is_steeper_than_the_line(iteration_s, held,
                                                                              tmp_path):
     """With the line alone, and with the preset's iteration time (0.423 s, the H100's
-    time-sliced training) where the node reports 0.2 s."""
+    time-sliced training) where the node reports 0.2 s; sleep only as ``--outer none`` (the
+    share knob there but held) or as ``--share-backend none`` (no share knob at all)."""
     # the paper's loop on the same line cycles (the control experiment)
     paper = _loop(TwoTierController(LinearLatencyModel(**SLEEP_LINE), SLO, outer="none"),
                   _time_sliced, lambda m: 0.2, 40)
@@ -85,7 +87,7 @@ def test_sleep_only_does_not_cycle_where_the_slope_is_steeper_than_the_line(iter
     doc = {"points": [{"mps_pct": 100.0, **SLEEP_LINE}], "sleep_span_s": [0.0, 0.4]}
     if iteration_s is not None:
         doc["points"][0]["iteration_s"] = iteration_s
-    ctl = make_controller(_cfg(tmp_path, doc, outer="none"), share_ok=False)
+    ctl = make_controller(_cfg(tmp_path, doc, **held), share_ok=False)
     assert ctl.outer.curves.retimes          # the law is the line's, read at the time
     rows = _loop(ctl, _time_sliced, lambda m: 0.2, 40)
     assert (rows[:, 2] == 100.0).all()                    # the share is held

@@ -88,6 +88,11 @@ def test_the_range_ends_are_accepted_and_the_guardian_can_poll_them():
     ({"sleep_method": "hook", "run_quantum_s": 0.05},
      "--run-quantum-s has no effect with --sleep-method hook"),
     ({"metrics_addr": "0.0.0.0"}, "--metrics-addr goes with --metrics-port"),
+    ({"share_backend": "none", "outer": "paper", "fixed_sleep": None, "slo_ms": 90.0,
+      "model": "m.json"},
+     "--outer has no effect with --share-backend none"),
+    ({"share_backend": "none", "fixed_mps": 50.0},
+     "--fixed-mps has no effect with --share-backend none"),
     ({"metrics_target": "train"}, "metrics_target (--config) goes with --metrics-port or"),
 ])
 def test_a_flag_that_would_be_ignored_is_refused(kw, message):
@@ -100,6 +105,7 @@ def test_the_same_flags_are_accepted_where_they_act():
     assert _cfg(latency_source="prometheus", prometheus_url="http://x/metrics",
                 prometheus_metric="other_seconds").prometheus_metric == "other_seconds"
     assert _cfg(share_backend="cpu", share_cgroup="mine").share_cgroup == "mine"
+    assert _cfg(share_backend="none").share_backend == "none"
     assert _cfg(metrics_port=0, metrics_addr="0.0.0.0", metrics_target="t").metrics_target
     assert _cfg(metrics_textfile="/tmp/x.prom", metrics_target="t").metrics_target == "t"
     closed = DaemonConfig(training_cmd="true", slo_ms=90.0, model="m.json", detune=0.3,

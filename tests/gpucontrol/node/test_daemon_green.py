@@ -73,9 +73,9 @@ def _drain(stream, timeout: float = 10.0) -> list[dict]:
 
 # ------------------------------------------------------------------------------ the wiring
 def test_restart_free_backends_cost_the_controller_nothing():
-    assert SHARE_BACKENDS == ("mps", "cpu", "green-context")
-    assert [is_restart_free(f) for f in SHARE_BACKENDS] == [False, True, True]
-    assert [controller_restart_s(f) for f in SHARE_BACKENDS] == [None, 0.0, 0.0]
+    assert SHARE_BACKENDS == ("mps", "cpu", "green-context", "none")
+    assert [is_restart_free(f) for f in SHARE_BACKENDS] == [False, True, True, False]
+    assert [controller_restart_s(f) for f in SHARE_BACKENDS] == [None, 0.0, 0.0, None]
 
 
 def test_green_wiring_publishes_changes_and_withdraws_them(tmp_path):
@@ -150,7 +150,8 @@ def test_daemon_builds_its_controller_with_the_backends_change_cost(tmp_path):
         ctl = d._make_controller(True)
         assert ctl is not None
         costs[flag] = ctl.share.cost_s
-    assert costs == {"mps": 15.0, "cpu": 0.0, "green-context": 0.0}  # MPS: until measured
+    # MPS: until measured; none: the share held, no change to cost
+    assert costs == {"mps": 15.0, "cpu": 0.0, "green-context": 0.0, "none": 0.0}
 
 
 def test_green_shares_reach_the_wiring_and_the_controller(tmp_path):
@@ -188,7 +189,7 @@ def test_bad_green_shares_name_the_flag(kw, message):
 
 def test_bad_share_backend_is_one_line_naming_the_flag_and_the_values(tmp_path, capsys):
     with pytest.raises(ConfigurationError, match=r"--share-backend must be one of 'mps', "
-                                                 r"'cpu', 'green-context', got 'mig'"):
+                                                 r"'cpu', 'green-context', 'none', got 'mig'"):
         DaemonConfig(training_pids=(4242,), fixed_sleep=0, share_backend="mig")
     argv = daemon_argv(tmp_path, "x", "--training-pid", "4242", "--fixed-sleep", "0",
                        "--share-backend", "mig")[3:]
