@@ -12,6 +12,9 @@ same load (batch 105, 115 during the burst), same model:
   daemon's private MPS server (its default share backend), so the two run in separate
   contexts, time-sliced (on the H200 the training then kept its solo iteration time,
   docs/gpu.md);
+* ``sleep-plain`` (run only when named) -- the sleep only with the training outside MPS too
+  (``--share-backend none``): the two processes time-sliced as plain CUDA contexts, what
+  ``sleep`` is measured against;
 * ``mps-restart`` -- both processes MPS clients, the share an MPS restart with shadow
   pre-start (``--share-backend mps``), the outer loop every ``--outer-every`` periods (12);
 * ``green-mps`` -- both processes MPS clients, the share a green-context partition
@@ -22,7 +25,10 @@ Written to ``<out>/``: per mode ``runs/<mode>/`` (the daemon's JSON log, the pro
 logs), ``periods.csv`` (one row per period and mode: latency, sleep, share, training
 iterations), ``summary.csv`` / ``summary.md`` (per mode: mean latency, % of periods over 1.05
 SLO, training it/s and its ratio to ``sleep``), ``meta.json`` and ``daemon_run.png``.
-``--dry-run`` prints the plan and the expected time without a GPU.
+``--dry-run`` prints the plan and the expected time without a GPU. Runs made one mode at a
+time (another SLO, another model) compare side by side without a GPU: ``--from LABEL=RUNDIR``
+(repeatable, each a ``runs/<mode>`` folder) re-reads their logs into one ``periods.csv``,
+summary and figure, and runs nothing.
 
 The daemon's model (``--model``, default ``auto``): the latency slope of the sleep per share
 level on the simulated preset (``--preset``, the H100-calibrated ``h100``), written to
@@ -52,7 +58,9 @@ from harness.results import atomic_write_text, markdown_table, save_figure, writ
 __all__ = ["MODES", "main", "model_from_preset", "plan", "summarize"]
 
 MODES = ("sleep", "mps-restart", "green-mps")
-OUTER_EVERY = {"sleep": 0, "mps-restart": 12, "green-mps": 1}
+#: Modes run only when named: ``sleep-plain``, sleep only with the training outside MPS too.
+EXTRA_MODES = ("sleep-plain",)
+OUTER_EVERY = {"sleep": 0, "sleep-plain": 0, "mps-restart": 12, "green-mps": 1}
 GREEN_SHARES = "25,50,75,100"
 #: Seconds a run needs before its first period (MPS daemon, emulator sizing, ResNet-50
 #: warm-up) and after its last (stopping): from the H100 run's logs, rounded up.
@@ -76,9 +84,10 @@ def plan(modes: list[str], duration_s: float, period_s: float) -> dict[str, Any]
     dict
         ``runs`` and ``expected_s``.
     """
-    bad = [m for m in modes if m not in MODES]
+    bad = [m for m in modes if m not in MODES + EXTRA_MODES]
     if bad or not modes:
-        raise ValueError(f"modes must be among {', '.join(MODES)}, got {', '.join(modes)}")
+        raise ValueError(f"modes must be among {', '.join(MODES + EXTRA_MODES)}, got "
+                         f"{', '.join(modes)}")
     if not (period_s > 0 and duration_s >= 5 * period_s):
         raise ValueError(f"need period_s > 0 and duration_s >= 5 periods, got {duration_s!r}, "
                          f"{period_s!r}")
@@ -88,7 +97,8 @@ def plan(modes: list[str], duration_s: float, period_s: float) -> dict[str, Any]
 
 
 #: The simulated plant's backend matching each mode (its model's physics).
-SIM_BACKEND = {"sleep": "sleep", "mps-restart": "mps-restart", "green-mps": "green-context+mps"}
+SIM_BACKEND = {"sleep": "sleep", "sleep-plain": "sleep", "mps-restart": "mps-restart",
+               "green-mps": "green-context+mps"}
 
 
 def model_from_preset(preset: str, shares: list[float], sleep_span: tuple[float, float],
@@ -163,6 +173,8 @@ class _Run:
                 "--hook", str(w / "g.hook"), "--log", str(w / "daemon.jsonl")]
         if self.mode == "sleep":
             return [*argv, "--outer", "none"]
+        if self.mode == "sleep-plain":
+            return [*argv, "--share-backend", "none"]
         argv += ["--outer-every", str(a.outer_every.get(self.mode, OUTER_EVERY[self.mode]))]
         if self.mode == "mps-restart":
             return [*argv, "--share-backend", "mps", "--shadow", "--mps-pipe-dir", str(pipe)]
@@ -192,7 +204,7 @@ class _Run:
         w.mkdir(parents=True, exist_ok=True)
         base = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
-        with mps_session(self.mode != "sleep" and not a.no_mps) as mps, \
+        with mps_session(not self.mode.startswith("sleep") and not a.no_mps) as mps, \
                 contextlib.ExitStack() as stack:
             stack.callback(self.stop)
             env = client_env(mps, None, base)  # MPS clients (the daemon's training inherits)
@@ -352,7 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inference-cmd", default=None, help=argparse.SUPPRESS)  # tests
     ap.add_argument("--no-mps", action="store_true", help=argparse.SUPPRESS)  # tests
     ap.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    ap.add_argument("--from", dest="runs_from", action="append", default=[],
+                    metavar="LABEL=RUNDIR",
+                    help="compare runs made before (a runs/<mode> folder each, repeatable): "
+                         "read their logs into one table and figure, run nothing")
     args = ap.parse_args(argv)
+    if args.runs_from:
+        return compare(args.runs_from, Path(args.out), args.slo_ms, args.period, argv)
     try:
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         args.burst = tuple(float(x) for x in args.burst.split(","))
@@ -393,22 +411,56 @@ def main(argv: list[str] | None = None) -> int:
             errors.append(f"{m}: {type(exc).__name__}: {exc}")
         rows += read_periods(m, work, args.period)
         write_csv(rows, out / "periods.csv")
-    summary = summarize(rows, args.slo_ms, args.period)
-    write_csv(summary, out / "summary.csv")
-    text = (f"# Daemon burst (SLO {args.slo_ms:g} ms, batch {args.batch[0]} -> {args.batch[1]})"
-            f"\n\n" + markdown_table(summary, list(summary[0]) if summary else ["mode"],
-                                     digits=3) + "\n" + "".join(f"- failed: {e}\n"
-                                                                for e in errors))
-    atomic_write_text(out / "summary.md", text)
+    text = _report(rows, out, f"SLO {args.slo_ms:g} ms, batch {args.batch[0]} -> "
+                   f"{args.batch[1]}", args.slo_ms, args.period, errors)
     atomic_write_text(out / "meta.json", json.dumps(
-        {"command": shlex.join([sys.executable, "-m", "harness.hil.daemon_run",
-                                *(argv if argv is not None else sys.argv[1:])]),
-         "plan": steps, "slo_ms": args.slo_ms, "models": models,
+        {"command": _command(argv), "plan": steps, "slo_ms": args.slo_ms, "models": models,
          "errors": errors}, indent=2))
-    with contextlib.suppress(Exception):
-        _plot(rows, args.slo_ms, out / "daemon_run.png")
     print(text)
     return 1 if errors else 0
+
+
+def _command(argv: list[str] | None) -> str:
+    return shlex.join([sys.executable, "-m", "harness.hil.daemon_run",
+                       *(argv if argv is not None else sys.argv[1:])])
+
+
+def _report(rows: list[dict[str, Any]], out: Path, title: str, slo_ms: float, period_s: float,
+            errors: list[str]) -> str:
+    """Write ``summary.csv``, ``summary.md`` and ``daemon_run.png``; return the summary."""
+    summary = summarize(rows, slo_ms, period_s)
+    write_csv(summary, out / "summary.csv")
+    text = (f"# Daemon burst ({title})\n\n"
+            + markdown_table(summary, list(summary[0]) if summary else ["mode"], digits=3)
+            + "\n" + "".join(f"- failed: {e}\n" for e in errors))
+    atomic_write_text(out / "summary.md", text)
+    with contextlib.suppress(Exception):
+        _plot(rows, slo_ms, out / "daemon_run.png")
+    return text
+
+
+def compare(specs: list[str], out: Path, slo_ms: float, period_s: float,
+            argv: list[str] | None = None) -> int:
+    """Runs made one mode at a time, side by side: each ``LABEL=RUNDIR`` names a ``runs/<mode>``
+    folder a run left behind; its periods are re-read (:func:`read_periods`) under the label,
+    and ``periods.csv``, the summary and the figure are written to ``out`` as a run writes
+    them (the ratio column against the run labelled ``sleep``, if any). Nothing is run."""
+    rows: list[dict[str, Any]] = []
+    for spec in specs:
+        label, sep, folder = spec.partition("=")
+        work = Path(folder)
+        if not (sep and label.strip() and (work / "daemon.jsonl").is_file()):
+            print(f"daemon_run: error: --from takes LABEL=RUNDIR, RUNDIR a run's runs/<mode> "
+                  f"folder holding daemon.jsonl, got {spec!r}", file=sys.stderr)
+            return 2
+        rows += read_periods(label.strip(), work, period_s)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "periods.csv")
+    text = _report(rows, out, f"SLO {slo_ms:g} ms, runs compared", slo_ms, period_s, [])
+    atomic_write_text(out / "COMMAND.txt", "python -m harness.hil.daemon_run "
+                      + shlex.join(sys.argv[1:] if argv is None else argv) + "\n")
+    print(text)
+    return 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.hil.campaign import H100_SLO_MS, STEPS
-from harness.hil.daemon_run import _Run, main, plan, summarize
+from harness.hil.daemon_run import MODES, _Run, main, plan, summarize
 
 HERE = Path(__file__).resolve().parent
 
@@ -52,8 +52,18 @@ def test_daemon_command_per_mode(tmp_path):
     args = Namespace(slo_ms=35.0, period=4.0, duration=100.0, training="emulator",
                      training_backend=None, training_extra="", outer_every={})
     cmds = {m: _Run(m, args, tmp_path / "model.json", tmp_path).daemon_argv("/p")
-            for m in ("sleep", "mps-restart", "green-mps")}
+            for m in ("sleep", "sleep-plain", "mps-restart", "green-mps")}
     assert cmds["sleep"][-2:] == ["--outer", "none"]
+    assert cmds["sleep-plain"][-2:] == ["--share-backend", "none"]   # no MPS for the training
+    from gpucontrol.node.cli import build_parser
+    from gpucontrol.node.config import DaemonConfig
+
+    for m, argv in cmds.items():     # each a command line the daemon accepts, all settings
+        cfg = DaemonConfig.from_args(build_parser().parse_args(argv[3:]))   # checked
+        assert cfg.closed_loop and cfg.slo_ms == 35.0, m
+    assert cfg.share_backend == "green-context"
+    assert plan(["sleep-plain"], 100, 4)["runs"][0]["outer_every"] == 0
+    assert "sleep-plain" not in MODES            # run only when named: not in the default trio
     mps = cmds["mps-restart"]
     assert mps[mps.index("--outer-every") + 1] == "12" and "--shadow" in mps
     assert mps[mps.index("--mps-pipe-dir") + 1] == "/p"
@@ -75,20 +85,27 @@ def test_summary_counts_periods_over_and_compares_with_sleep():
 
 
 @pytest.mark.slow
-def test_sleep_only_run_with_the_real_daemon_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("mode", ["sleep", "sleep-plain"])
+def test_sleep_only_run_with_the_real_daemon_on_the_cpu(mode, tmp_path):
     out = tmp_path / "out"
-    rc = main(["--out", str(out), "--modes", "sleep", "--duration", "6", "--period", "0.5",
+    rc = main(["--out", str(out), "--modes", mode, "--duration", "6", "--period", "0.5",
                "--burst", "2,4", "--slo-ms", "25", "--preset", "fig8",
                "--training-backend", "numpy", "--no-mps",
                "--training-extra", "--matrix-n 256 --copy-mb 0.25",
                "--inference-cmd", f"{sys.executable} {HERE / 'fake_inference.py'}"])
-    err = (out / "runs" / "sleep" / "daemon.stderr").read_text()
+    err = (out / "runs" / mode / "daemon.stderr").read_text()
     assert rc == 0, err[-3000:]
-    rows = [json.loads(x) for x in (out / "runs" / "sleep" / "daemon.jsonl").read_text()
-            .splitlines() if '"period"' in x and '"event"' not in x]
+    log = [json.loads(x) for x in (out / "runs" / mode / "daemon.jsonl").read_text()
+           .splitlines() if x.startswith("{")]
+    rows = [r for r in log if "period" in r and "event" not in r]
     assert len(rows) >= 8
     summary = (out / "summary.md").read_text()
-    assert "| sleep |" in summary
+    assert f"| {mode} |" in summary
+    chosen = next(r for r in log if r.get("event") == "share_backend")
+    if mode == "sleep-plain":     # no share knob, no MPS: said so, and the loop still runs
+        assert chosen["backend"] is None and "--share-backend none" in chosen["reason"]
+        assert not any(r.get("event") == "mps_ready" for r in log)
+        assert all(r["share_pct"] == 100.0 for r in rows)
     from harness.results import read_csv
 
     periods = read_csv(out / "periods.csv")
@@ -117,3 +134,29 @@ def test_the_presets_model_has_both_curves(backend, tmp_path):
     assert fam.timed_pct() == (25.0, 50.0, 75.0, 100.0)
     times = [p["iteration_s"] for p in doc["points"]]
     assert times == sorted(times, reverse=True)       # never slower on more of the GPU
+
+
+def test_runs_made_one_mode_at_a_time_compare_side_by_side(tmp_path, capsys):
+    """``--from LABEL=RUNDIR`` re-reads runs made before (here the H200's, one mode per run)
+    into one table: each label's row is what its own run's summary said; nothing is run."""
+    from harness.results import read_csv
+
+    root = HERE.parents[2] / "docs" / "results" / "h200" / "after_fixes"
+    runs = {"sleep": root / "daemon_slo22_sleep", "green": root / "daemon_slo22_green-mps"}
+    out = tmp_path / "cmp"
+    argv = ["--out", str(out), "--slo-ms", "22"]
+    for label, run in runs.items():
+        argv += ["--from", f"{label}={run / 'runs' / next((run / 'runs').iterdir()).name}"]
+    assert main(argv) == 0
+    got = {r["mode"]: r for r in read_csv(out / "summary.csv")}
+    for label, run in runs.items():
+        alone = read_csv(run / "summary.csv")[0]
+        for col in ("periods", "latency_ms", "over_105_pct", "training_it_s"):
+            assert got[label][col] == pytest.approx(alone[col]), (label, col)
+    assert got["green"]["training_vs_sleep"] == pytest.approx(
+        got["green"]["training_it_s"] / got["sleep"]["training_it_s"])
+    assert {r["mode"] for r in read_csv(out / "periods.csv")} == set(runs)
+    assert (out / "daemon_run.png").stat().st_size > 0 and "--from" in (
+        out / "COMMAND.txt").read_text()
+    assert main(["--out", str(out), "--from", f"x={tmp_path}"]) == 2   # no daemon.jsonl there
+    assert "LABEL=RUNDIR" in capsys.readouterr().err
