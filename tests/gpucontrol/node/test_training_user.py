@@ -23,9 +23,13 @@ def _uids(pid):
 
 
 def test_the_launched_training_runs_as_the_training_user_and_is_paused(tmp_path, children):
+    # The duty cycler pauses the launched process from the start, the launch gate too
+    # (before its setuid and exec): at a duty of 0.1 % (1 s of sleep per 1 ms) the gate's
+    # startup took longer than the 5 s waited here in half the runs on a 2-core machine.
+    # Half the time running, it switches at once; the pauses are checked all the same.
     cmd = f"{shutil.which('sleep')} 600"  # a program nobody may run (this python may not be)
     d = children.popen(daemon_argv(tmp_path, "u", "--training-cmd", cmd, "--training-user",
-                                   "nobody", "--fixed-sleep", "1.0", "--run-quantum-s", "0.001",
+                                   "nobody", "--fixed-sleep", "0.05", "--run-quantum-s", "0.05",
                                    "--period-s", "0.2", "--ready", "spawn",
                                    "--sleep-method", "signal", "--mps-binary", "/nonexistent"),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
