@@ -520,20 +520,6 @@ class ThroughputOuter:
             return self._act("escape", int(np.argmax(rate0)), d0, rate0, -math.inf, cost)
         return self._act("escape", int(np.argmin(worst)), d0, rate0, -math.inf, cost)
 
-    def best_share_pct(self) -> float:
-        """The share the curves predict trains the most at the set point, at the mean of the
-        belief (before any reading: the identified load); the current share where none is
-        predicted to train more (a tie, or no share holding the set point: the loop learns
-        where it stands, and escapes once its readings say so). Where the share is a free
-        choice (a training about to be launched or capped), start there rather than at the
-        top: the opening's periods train at the curves' best guess, not at an arbitrary
-        corner, and the outer loop corrects it as for any share it stands at."""
-        (_, rate, _), _ = self._predict()
-        j = int(np.argmax(rate))
-        if not math.isfinite(rate[j]) or rate[j] <= rate[self.i] * (1.0 + 1e-9):
-            return self.share_pct
-        return float(self.curves.m[j])
-
     def _act(self, action: str, j: int, d: np.ndarray, rate: np.ndarray, now: float,
              cost: float) -> tuple[float | None, str]:
         """Record the decision; on a move, go to share ``j`` with the sleep predicted there."""
@@ -568,4 +554,3 @@ class ThroughputOuter:
         once after each move; None otherwise."""
         s, self._ff_sleep = self._ff_sleep, None
         return s
-

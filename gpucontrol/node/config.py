@@ -141,11 +141,8 @@ class DaemonConfig:
     max_sleep_s : float
         Upper bound of the commanded sleep in seconds, in (0, 3600] (60 with the hook)
         [``--max-sleep-s``].
-    initial_mps : float or None
-        The share the training starts at, in [1, 100] [``initial_mps``, file only]. None
-        (default): where the default controller's curves predict the most training at the
-        SLO (:meth:`~gpucontrol.outer.ThroughputOuter.best_share_pct`; a share the daemon
-        launches or caps is a free choice); 100 wherever no such controller runs.
+    initial_mps : float
+        MPS active-thread percentage the training starts at, in [1, 100] [``--initial-mps``].
     fixed_sleep : float or None
         Open loop: always this sleep, in [0, ``max_sleep_s``] [``--fixed-sleep``].
     fixed_mps : float or None
@@ -277,7 +274,7 @@ class DaemonConfig:
     mode: Literal["mean", "p99"] = "mean"
     detune: float | None = None
     max_sleep_s: float = 1.0
-    initial_mps: float | None = None
+    initial_mps: float = 100.0
     fixed_sleep: float | None = None
     fixed_mps: float | None = None
     duration_s: float | None = None
@@ -390,8 +387,7 @@ class DaemonConfig:
             in_range("--detune", self.detune, 0.0, 2.0, lo_open=True, hi_open=True)
         choice("--sleep-method", self.sleep_method, SLEEP_METHODS)
         choice("--ready", self.ready, READY_MODES)
-        if self.initial_mps is not None:
-            in_range(flag_of("initial_mps"), self.initial_mps, 1, 100)
+        in_range(flag_of("initial_mps"), self.initial_mps, 1, 100)
         if self.sleep_method == "hook" and self.max_sleep_s > 60.0:
             in_range("--max-sleep-s (with --sleep-method hook, whose hard cap is 60 s)",
                      self.max_sleep_s, 0, 60.0)
@@ -494,11 +490,8 @@ class DaemonConfig:
 
     @property
     def initial_mps_pct(self) -> float:
-        """The share the training starts at unless a controller picks it: ``fixed_mps``, else
-        ``initial_mps``, else 100 %."""
-        if self.fixed_mps is not None:
-            return self.fixed_mps
-        return 100.0 if self.initial_mps is None else self.initial_mps
+        """The MPS percentage the training starts at (``fixed_mps`` wins over ``initial_mps``)."""
+        return self.fixed_mps if self.fixed_mps is not None else self.initial_mps
 
     def check_environment(self) -> None:
         """Checks that look at this machine; the daemon runs them before touching anything.

@@ -16,18 +16,10 @@ unless ``--detune``), the share knob (the green-context partitions as its levels
 costs nothing on a restart-free backend, else the controller's prior until a restart is
 measured), the sleep knob (its range, a duty cycler's run quantum: the duty is
 ``q / (q + s)``), and a controller record restored from the state file.
-
-Where the share the training starts at is the daemon's to pick (an outer loop runs, no record
-is restored, no ``initial_mps`` is set), the controller starts at the share its curves predict
-trains the most at the SLO (:meth:`~gpucontrol.outer.ThroughputOuter.best_share_pct`), not at
-100 %: on an H200 the green-context loop otherwise spent its first 8-10 periods at 100 %
-(1.75 it/s at 22 ms where 50 % gave 2.1), waiting for a window of readings before its first
-move.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -86,20 +78,9 @@ def make_controller(cfg: Any, *, share_ok: bool,
                               initial_pct=share.start_pct)
         sleep = SleepKnob((0.0, cfg.max_sleep_s), run_quantum_s=quantum,
                           initial_s=restored["sleep_s"] if restored else None)
-        family = load_model(cfg.model)
-        ctl = TwoTierController(family, cfg.slo_ms, inner_period_s=cfg.period_s, mode=cfg.mode,
-                                outer=outer, share=share, sleep=sleep, design=cfg.detune)
-        if held or restored or cfg.initial_mps is not None or not isinstance(
-                ctl.outer, ThroughputOuter):
-            return ctl
-        # the share a launched (or capped) training starts at is free: the curves' best
-        best = ctl.outer.best_share_pct()
-        if best == ctl.share_pct:
-            return ctl
-        return TwoTierController(family, cfg.slo_ms, inner_period_s=cfg.period_s,
-                                 mode=cfg.mode, outer=ThroughputOuter(every=cfg.outer_every),
-                                 share=dataclasses.replace(share, initial_pct=best),
-                                 sleep=sleep, design=cfg.detune)
+        return TwoTierController(load_model(cfg.model), cfg.slo_ms,
+                                 inner_period_s=cfg.period_s, mode=cfg.mode, outer=outer,
+                                 share=share, sleep=sleep, design=cfg.detune)
     except ValueError as exc:  # the model file, or the controller on that model
         msg = str(exc)
         raise ConfigurationError(f"--model {cfg.model}: {msg}" if cfg.model not in msg

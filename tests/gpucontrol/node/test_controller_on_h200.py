@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,8 +46,8 @@ H200 = {25.0: (-1.81, 17.67, 1.04), 50.0: (-6.05, 20.77, 0.48), 75.0: (-23.04, 2
 def _cfg(tmp_path, doc, **kw):
     path = tmp_path / "model.json"
     path.write_text(json.dumps(doc))
-    return DaemonConfig(**{"training_pids": (4242,), "slo_ms": SLO, "model": str(path),
-                           "period_s": T, "sleep_method": "hook", **kw})
+    return DaemonConfig(training_pids=(4242,), slo_ms=SLO, model=str(path), period_s=T,
+                        sleep_method="hook", **kw)
 
 
 def _loop(ctl, latency, iteration_s, periods, seed=0):
@@ -179,44 +178,3 @@ def test_a_held_share_is_the_default_controller_on_that_level(kw, share, tmp_pat
     for _ in range(30):                          # never moves, whatever it reads
         assert ctl.update(Measurement(mean_ms=90.0, p99_ms=90.0, count=10,
                                       restarting=False)).share_pct == share
-
-
-IDENTIFIED = json.loads((Path(__file__).resolve().parents[3] / "docs" / "results" / "h200"
-                         / "identify_green" / "model.json").read_text())
-GREEN = {"share_backend": "green-context", "green_shares": (25.0, 50.0, 75.0), "outer_every": 1}
-
-
-@pytest.mark.parametrize("slo, best", [(30.0, 75.0), (22.0, 50.0)])
-def test_the_daemon_starts_where_the_identified_curves_train_the_most(slo, best, tmp_path):
-    """On the model identified on the H200 the green loop started at 100 % and spent 8-10
-    periods there before its first move (at 22 ms 1.75 it/s, where 50 % then gave 2.1). The
-    share a launched or capped training starts at is free: the daemon starts at the curves'
-    best (at 30 ms 75 %, 3.05 it/s predicted; at 22 ms 50 %), unless told otherwise."""
-    ctl = make_controller(_cfg(tmp_path, IDENTIFIED, slo_ms=slo, **GREEN), share_ok=True)
-    assert ctl.initial_actuation().mps_pct == best
-    assert ctl.inner.sleep_s == pytest.approx(ctl.outer.start_sleep())   # its sleep, there
-    told = [_cfg(tmp_path, IDENTIFIED, slo_ms=slo, initial_mps=100.0, **GREEN),
-            _cfg(tmp_path, IDENTIFIED, slo_ms=slo, outer="none", **GREEN),
-            _cfg(tmp_path, IDENTIFIED, slo_ms=slo, share_backend="none")]
-    for cfg in told:              # a share given, held or absent: where it says
-        assert make_controller(cfg, share_ok=True).initial_actuation().mps_pct == 100.0
-    assert make_controller(_cfg(tmp_path, IDENTIFIED, slo_ms=slo, **GREEN), share_ok=False
-                           ).initial_actuation().mps_pct == 100.0        # no share knob
-    back = make_controller(_cfg(tmp_path, IDENTIFIED, slo_ms=slo, **GREEN), share_ok=True,
-                           restored={"sleep_s": 0.1, "mps_pct": 100.0})
-    assert back.initial_actuation().mps_pct == 100.0                 # a record resumed
-
-
-def test_starting_at_the_curves_best_trains_more_in_the_opening(tmp_path):
-    """Closed loop on the plant identified there: the first 10 periods train more from the
-    curves' best share than from 100 %, with no more periods over."""
-    doc = {"points": [{"mps_pct": m, "gain": g, "offset": o, "iteration_s": t}
-                      for m, (g, o, t) in H200.items()], "sleep_span_s": [0.0, 0.4]}
-    runs = {}
-    for start in (None, 100.0):
-        ctl = make_controller(_cfg(tmp_path, doc, initial_mps=start, **GREEN), share_ok=True)
-        runs[start] = _loop(ctl, _h200, lambda m: H200[m][2], 10, seed=3)
-    best, top = runs[None], runs[100.0]
-    assert best[0, 2] < 100.0 == top[0, 2]
-    assert best[:, 3].sum() >= 1.1 * top[:, 3].sum()
-    assert np.sum(best[:, 0] > 1.05 * SLO) <= np.sum(top[:, 0] > 1.05 * SLO)

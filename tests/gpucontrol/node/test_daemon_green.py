@@ -256,10 +256,8 @@ def test_green_context_share_follows_the_outer_loop_without_restart_and_is_withd
     assert {p for p, _ in seen} == {train.pid} and train.poll() is None  # one process, alive
     changes = [r for r in recs if r.get("event") == "share_change"]
     assert changes and all(c["ok"] and c["backend"] == "green-context" for c in changes)
-    # every share the training ran at was commanded: at the start (where the model's curves
-    # put the most training), by a change, or the full device
-    assert {s for _, s in seen} <= {100, round(chosen["share_pct"])} | {
-        round(c["new_pct"]) for c in changes}
+    # every share the training ran at was commanded (or the full device)
+    assert {s for _, s in seen} <= {100} | {round(c["new_pct"]) for c in changes}
     assert not [r for r in recs if r.get("event") in ("mps_restart", "training_started")]
     assert not [r for r in recs if r.get("restarting")]
 

@@ -1,7 +1,6 @@
 """The daemon's CPU-plant wiring: the Prometheus latency source and the cgroup CPU-share
 backend, as flags and as a real daemon process on a busy loop."""
 
-import dataclasses
 import io
 import json
 import subprocess
@@ -97,9 +96,7 @@ def test_duty_cycler_quantum_and_identified_span_reach_the_controller(tmp_path):
                 "--training-pid", str(child.pid), "--slo-ms", "15", "--model", str(model),
                 "--share-backend", "cpu", "--socket", str(tmp_path / "g.sock"),
                 "--sleep-method", method, *quantum, "--max-sleep-s", "0.15"])
-            # at the full share (unset, the daemon would start where the curves train most)
-            cfg = dataclasses.replace(DaemonConfig.from_args(ns), initial_mps=100.0)
-            ctls[method] = Daemon(cfg)._make_controller(True)
+            ctls[method] = Daemon(DaemonConfig.from_args(ns))._make_controller(True)
         sig, hook = ctls["signal"], ctls["hook"]
         assert sig.sleep_knob.run_quantum_s == 0.03 and sig.family.sleep_span_s == (0.0, 0.03)
         # the duty q / (q + s): its slope at sleep 0 (1 / q) over its least-squares slope
