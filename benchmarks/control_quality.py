@@ -24,7 +24,8 @@ levels; on the other plants a restart-free share), each built from the baselines
 (:data:`harness.sim.baselines.BASELINES`) on a model identified on the plant it runs; target:
 at least 1.5x the training of sleep only with at most 2 % of periods over 1.05 SLO.
 
-    python benchmarks/control_quality.py [--seeds 8] [--ablation] [--out FILE] [--plot PNG]
+    python benchmarks/control_quality.py [--seeds 8] [--ablation] [--plants a,b] [--jobs 2]
+                                         [--out FILE] [--plot PNG]
 
 Shortfalls are reported as measured; the plants are not tuned to the controller.
 """
@@ -36,6 +37,8 @@ import datetime as _dt
 import platform
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +47,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.cli.args import integer, out_file  # noqa: E402
+from harness.cli.args import integer, name_list, out_file  # noqa: E402
 from harness.experiments.identify import family_of, identify  # noqa: E402
 from harness.experiments.zoo_bounds import causal, forecast, hindsight  # noqa: E402
 from harness.experiments.zoo_control import ABLATIONS, LEVELS, curves, run  # noqa: E402
@@ -55,7 +58,8 @@ from harness.sim.protocol import run_loop  # noqa: E402
 #: Load step per plant: +30 %, but +10 % (the paper's burst, batch 105 -> 115) on "ours", whose
 #: inference alone takes 93 ms at +30 % (no operating point meets the 90 ms SLO).
 STEP = {"ours": 1.1}
-P = zoo.PLANTS
+#: The plants this run reports, in column order (``--plants``; all of the zoo by default).
+P: tuple[str, ...] = tuple(zoo.PLANTS)
 T = 4.0
 #: The backend comparison, from the baselines registry: sleep only, the paper's loop with MPS
 #: restarts, green context + MPS.
@@ -131,60 +135,82 @@ def _sum(rows: list[dict[str, Any]], name: str, key: str) -> dict[str, float]:
     return {"mean": float(np.mean(v)), "min": float(np.min(v)), "max": float(np.max(v))}
 
 
-def bench(seeds: int) -> dict[str, Any]:
-    """Every figure of the target table, per plant."""
+def _map(fn: Callable[[str, int], Any], seeds: int, jobs: int) -> list[Any]:
+    """``fn(name, seeds)`` for every plant of :data:`P`, in that order: in ``jobs`` processes
+    at once when ``jobs`` > 1. A plant's runs depend on its name and seeds alone (the curves
+    are identified per plant and seed), so the figures are the same either way."""
+    if jobs <= 1 or len(P) <= 1:
+        return [fn(name, seeds) for name in P]
+    with ProcessPoolExecutor(max_workers=min(jobs, len(P))) as ex:
+        return list(ex.map(fn, P, [seeds] * len(P)))
+
+
+def _merge(per_plant: list[dict[str, Any]]) -> dict[str, Any]:
+    """One ``{figure: {plant: value}}`` from each plant's ``{figure: value}``."""
+    out: dict[str, Any] = {}
+    for name, one in zip(P, per_plant):
+        for key, value in one.items():
+            out.setdefault(key, {})[name] = value
+    return out
+
+
+def bench(seeds: int, jobs: int = 1) -> dict[str, Any]:
+    """Every figure of the target table, per plant (``jobs`` plants at a time)."""
+    return _merge(_map(_bench_plant, seeds, jobs))
+
+
+def _bench_plant(name: str, seeds: int) -> dict[str, Any]:
+    """Every figure of the target table for one plant."""
     out: dict[str, Any] = {}
 
-    def put(key: str, name: str, value: Any) -> None:
-        out.setdefault(key, {})[name] = value
+    def put(key: str, value: Any) -> None:
+        out[key] = value
 
     steady = lambda s: np.ones(500)  # noqa: E731
-    for name in P:
-        for label, kw in (("trace", {}), ("trace_noit", {"iteration": False}),
-                          ("free", {"knob": "free"}), ("part", {"knob": "partitions"}),
-                          ("integral", {"controller": "integral"}),
-                          ("paper", {"controller": "paper"})):
-            rows = _rows(name, seeds, trace, **kw)
-            put(label, name, {k: _sum(rows, name, k) for k in ("efficiency", "over",
-                                                               "changes")})
-            if label == "trace":
-                put("over_ok", name, all(r["over"] <= over_target(name, s)
-                                         for s, r in enumerate(rows)))
-        refs = [{"hindsight": hindsight(name, s, trace(s)),
-                 **dict(zip(("causal", "moves"), causal(name, s, trace(s)))),
-                 "forecast": forecast(name, s, trace(s))[0]}
-                for s in range(seeds)]
-        put("hindsight", name, _sum(refs, name, "hindsight"))
-        put("forecast", name, _sum(refs, name, "forecast"))
-        put("causal", name, {**_sum(refs, name, "causal"),
-                             "moves": _sum(refs, name, "moves")["mean"]})
-        for label, kw in (("steady", {}), ("steady_noit", {"iteration": False}),
-                          ("p99_steady", {"mode": "p99"})):
-            rows = _rows(name, seeds, steady, **kw)
-            put(label, name, {"efficiency": _sum(rows, name, "efficiency"),
-                              "over": _sum(rows, name, "over"),
-                              # (500 - 100) / 25 = 16 decision windows after period 100
-                              "per10": _sum(rows, name, "changes_late")["mean"] / 16 * 10})
-        rows = _rows(name, seeds, trace, mode="p99")
-        put("p99", name, {k: _sum(rows, name, k) for k in ("efficiency", "over", "changes")})
-        f = STEP.get(name, 1.3)
-        rows = _rows(name, seeds, lambda s, f=f: np.r_[np.ones(100), np.full(200, f)])
-        for r in rows:   # the step and after, the opening's periods left out
-            r["after"] = 100.0 * float(np.mean(r["periods_over"][100:]))
-        put("step", name, {"over": _sum(rows, name, "over"), "after": _sum(rows, name, "after")})
-        ratios, lost = [], []
-        for s in range(seeds):
-            clean = run(name, s, np.ones(600))
-            fz = run(name, s, np.ones(600), fuzz=10_000)
-            gl = run(name, s, np.ones(600), glitch_at=199)
-            ratios.append(float(fz["training"][100:].sum() / clean["training"][100:].sum()))
-            lost.append(100.0 * (1 - gl["training"][200:].sum() / clean["training"][200:].sum()))
-        put("fuzz", name, {"mean": float(np.mean(ratios)), "min": float(np.min(ratios))})
-        put("glitch", name, {"mean": float(np.mean(lost)), "max": float(np.max(lost))})
-        rows_c = [compare(name, s, trace(s)) for s in range(seeds)]
-        put("compare", name, {c: {k: float(np.mean([r[c][k] for r in rows_c]))
-                                  for k in ("training", "over")} for c in COMPARISON})
-        print(f"  {name} done", file=sys.stderr, flush=True)
+    for label, kw in (("trace", {}), ("trace_noit", {"iteration": False}),
+                      ("free", {"knob": "free"}), ("part", {"knob": "partitions"}),
+                      ("integral", {"controller": "integral"}),
+                      ("paper", {"controller": "paper"})):
+        rows = _rows(name, seeds, trace, **kw)
+        put(label, {k: _sum(rows, name, k) for k in ("efficiency", "over", "changes")})
+        if label == "trace":
+            put("over_ok", all(r["over"] <= over_target(name, s)
+                               for s, r in enumerate(rows)))
+    refs = [{"hindsight": hindsight(name, s, trace(s)),
+             **dict(zip(("causal", "moves"), causal(name, s, trace(s)))),
+             "forecast": forecast(name, s, trace(s))[0]}
+            for s in range(seeds)]
+    put("hindsight", _sum(refs, name, "hindsight"))
+    put("forecast", _sum(refs, name, "forecast"))
+    put("causal", {**_sum(refs, name, "causal"),
+                   "moves": _sum(refs, name, "moves")["mean"]})
+    for label, kw in (("steady", {}), ("steady_noit", {"iteration": False}),
+                      ("p99_steady", {"mode": "p99"})):
+        rows = _rows(name, seeds, steady, **kw)
+        put(label, {"efficiency": _sum(rows, name, "efficiency"),
+                    "over": _sum(rows, name, "over"),
+                    # (500 - 100) / 25 = 16 decision windows after period 100
+                    "per10": _sum(rows, name, "changes_late")["mean"] / 16 * 10})
+    rows = _rows(name, seeds, trace, mode="p99")
+    put("p99", {k: _sum(rows, name, k) for k in ("efficiency", "over", "changes")})
+    f = STEP.get(name, 1.3)
+    rows = _rows(name, seeds, lambda s, f=f: np.r_[np.ones(100), np.full(200, f)])
+    for r in rows:   # the step and after, the opening's periods left out
+        r["after"] = 100.0 * float(np.mean(r["periods_over"][100:]))
+    put("step", {"over": _sum(rows, name, "over"), "after": _sum(rows, name, "after")})
+    ratios, lost = [], []
+    for s in range(seeds):
+        clean = run(name, s, np.ones(600))
+        fz = run(name, s, np.ones(600), fuzz=10_000)
+        gl = run(name, s, np.ones(600), glitch_at=199)
+        ratios.append(float(fz["training"][100:].sum() / clean["training"][100:].sum()))
+        lost.append(100.0 * (1 - gl["training"][200:].sum() / clean["training"][200:].sum()))
+    put("fuzz", {"mean": float(np.mean(ratios)), "min": float(np.min(ratios))})
+    put("glitch", {"mean": float(np.mean(lost)), "max": float(np.max(lost))})
+    rows_c = [compare(name, s, trace(s)) for s in range(seeds)]
+    put("compare", {c: {k: float(np.mean([r[c][k] for r in rows_c]))
+                        for k in ("training", "over")} for c in COMPARISON})
+    print(f"  {name} done", file=sys.stderr, flush=True)
     return out
 
 
@@ -198,35 +224,42 @@ def _fuzz_ratios(name: str, seeds: int, ctl: str, rows: list[dict[str, Any]]
     return min(ratios), float(np.mean([r["over"] for r in rows])), float(np.mean(ratios))
 
 
-def ablation(seeds: int) -> dict[str, Any]:
+def ablation(seeds: int, jobs: int = 1) -> dict[str, Any]:
     """Each mechanism removed in turn: training and violations on the trace (MPS restarts
     and a restart-free share), in p99 mode, after the load step, after a glitch and after
     10,000 fuzzed readings, and the p99 mode's share changes per 10 decision windows at steady
-    load, against the default."""
+    load, against the default (``jobs`` plants at a time)."""
     out: dict[str, Any] = {}
-    for name in P:
-        f = STEP.get(name, 1.3)
-        step = lambda s, f=f: np.r_[np.ones(100), np.full(200, f)]  # noqa: E731
-        for label, kw in (("trace", {}), ("free", {"knob": "free"}),
-                          ("part", {"knob": "partitions"}), ("p99", {"mode": "p99"}),
-                          ("step", {}), ("glitch", {"glitch_at": 199}),
-                          ("fuzz", {"fuzz": 10_000}), ("p99_steady", {"mode": "p99"})):
-            loads = {"glitch": lambda s: np.ones(600), "fuzz": lambda s: np.ones(600),
-                     "step": step,
-                     "p99_steady": lambda s: np.ones(500)}.get(label, trace)
-            for ctl in ("default", *(f"no-{m}" for m in ABLATIONS)):
-                if label == "glitch" and ctl not in ("default", "no-glitch"):
-                    continue
-                rows = _rows(name, seeds, loads, controller=ctl, **kw)
-                if label == "fuzz":
-                    out[(name, label, ctl)] = _fuzz_ratios(name, seeds, ctl, rows)
-                    continue
-                out[(name, label, ctl)] = (float(np.mean([r["efficiency"] for r in rows])),
-                                           float(np.mean([r["over"] for r in rows])),
-                                           # (500 - 100) / 25 = 16 windows after period 100
-                                           float(np.mean([r["changes_late"] for r in rows]))
-                                           / 16 * 10)
-        print(f"  ablation {name} done", file=sys.stderr, flush=True)
+    for one in _map(_ablation_plant, seeds, jobs):
+        out.update(one)
+    return out
+
+
+def _ablation_plant(name: str, seeds: int) -> dict[str, Any]:
+    """:func:`ablation` for one plant, keyed ``(plant, label, controller)``."""
+    out: dict[str, Any] = {}
+    f = STEP.get(name, 1.3)
+    step = lambda s, f=f: np.r_[np.ones(100), np.full(200, f)]  # noqa: E731
+    for label, kw in (("trace", {}), ("free", {"knob": "free"}),
+                      ("part", {"knob": "partitions"}), ("p99", {"mode": "p99"}),
+                      ("step", {}), ("glitch", {"glitch_at": 199}),
+                      ("fuzz", {"fuzz": 10_000}), ("p99_steady", {"mode": "p99"})):
+        loads = {"glitch": lambda s: np.ones(600), "fuzz": lambda s: np.ones(600),
+                 "step": step,
+                 "p99_steady": lambda s: np.ones(500)}.get(label, trace)
+        for ctl in ("default", *(f"no-{m}" for m in ABLATIONS)):
+            if label == "glitch" and ctl not in ("default", "no-glitch"):
+                continue
+            rows = _rows(name, seeds, loads, controller=ctl, **kw)
+            if label == "fuzz":
+                out[(name, label, ctl)] = _fuzz_ratios(name, seeds, ctl, rows)
+                continue
+            out[(name, label, ctl)] = (float(np.mean([r["efficiency"] for r in rows])),
+                                       float(np.mean([r["over"] for r in rows])),
+                                       # (500 - 100) / 25 = 16 windows after period 100
+                                       float(np.mean([r["changes_late"] for r in rows]))
+                                       / 16 * 10)
+    print(f"  ablation {name} done", file=sys.stderr, flush=True)
     return out
 
 
@@ -251,8 +284,9 @@ def _references(res: dict[str, Any], row: Any) -> None:
 
 def report(res: dict[str, Any], seeds: int, elapsed: float) -> list[str]:
     head = "| figure | target | " + " | ".join(P) + " | verdict |"
+    some = "" if tuple(zoo.PLANTS) == P else f" --plants {','.join(P)}"
     lines = [f"## Control v3 on the plant zoo ({_dt.date.today().isoformat()})", "",
-             f"`python benchmarks/control_quality.py --seeds {seeds}` — python "
+             f"`python benchmarks/control_quality.py --seeds {seeds}{some}` — python "
              f"{platform.python_version()}, {seeds} seeds per figure (\"random\": a plant "
              f"drawn per seed), {elapsed:.0f} s on 1 core. Mean over the seeds, the worst "
              "seed in brackets (the least training, the most violations). Default "
@@ -425,13 +459,21 @@ def main() -> None:
                     help="also write the tables to this Markdown file")
     ap.add_argument("--plot", type=out_file, default=None, metavar="PNG",
                     help="also draw seed 0's trace runs into this PNG")
+    ap.add_argument("--plants", type=name_list(zoo.PLANTS), default=list(zoo.PLANTS),
+                    help="comma-separated zoo plants to run (default: all of them)")
+    ap.add_argument("--jobs", type=integer(1, 64), default=1,
+                    help="plants run at once, one process each (default 1; the figures "
+                         "are the same at any value)")
     args = ap.parse_args()
+    global P
+    P = tuple(dict.fromkeys(args.plants))
     t0 = time.perf_counter()
-    lines = report(bench(args.seeds), args.seeds, 0.0)
+    lines = report(bench(args.seeds, args.jobs), args.seeds, 0.0)
     if args.ablation:
-        lines += ablation_report(ablation(args.seeds))
+        lines += ablation_report(ablation(args.seeds, args.jobs))
+    cores = min(args.jobs, len(P))
     lines[2] = lines[2].replace(" 0 s on 1 core", f" {time.perf_counter() - t0:.0f} s on "
-                                                   "1 core")
+                                                   f"{cores} core{'s' if cores > 1 else ''}")
     text = "\n".join(lines)
     print(text)
     if args.plot:
