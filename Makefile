@@ -44,8 +44,11 @@ typecheck: $(VENV)/.dev  ## mypy on gpucontrol, sysid, harness, cuda_kernels
 contracts: $(VENV)/.dev  ## import contracts (which package may import which)
 	$(BIN)/lint-imports
 
+# Two workers (pytest-xdist): most of the suite waits on real processes and timers, so two
+# run side by side in about two thirds of the time even beside another busy process; work
+# stealing keeps the long end-to-end tests from finishing alone at the end.
 test: lint typecheck contracts  ## lint, types, import contracts, then the tests and doctests
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 clean:  ## remove the virtual environment and results
 	rm -rf $(VENV) results .pytest_cache .mypy_cache .ruff_cache
