@@ -457,8 +457,7 @@ def compare(specs: list[str], out: Path, slo_ms: float, period_s: float,
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "periods.csv")
     text = _report(rows, out, f"SLO {slo_ms:g} ms, runs compared", slo_ms, period_s, [])
-    atomic_write_text(out / "COMMAND.txt", "python -m harness.hil.daemon_run "
-                      + shlex.join(sys.argv[1:] if argv is None else argv) + "\n")
+    atomic_write_text(out / "COMMAND.txt", _command(argv) + "\n")  # as a run's meta.json
     print(text)
     return 0
 

@@ -156,7 +156,9 @@ def test_runs_made_one_mode_at_a_time_compare_side_by_side(tmp_path, capsys):
     assert got["green"]["training_vs_sleep"] == pytest.approx(
         got["green"]["training_it_s"] / got["sleep"]["training_it_s"])
     assert {r["mode"] for r in read_csv(out / "periods.csv")} == set(runs)
-    assert (out / "daemon_run.png").stat().st_size > 0 and "--from" in (
-        out / "COMMAND.txt").read_text()
+    command = (out / "COMMAND.txt").read_text()
+    assert (out / "daemon_run.png").stat().st_size > 0 and "--from" in command
+    # the interpreter that ran it, as a run's meta.json names it: the line runs as written
+    assert shlex.split(command)[:3] == [sys.executable, "-m", "harness.hil.daemon_run"]
     assert main(["--out", str(out), "--from", f"x={tmp_path}"]) == 2   # no daemon.jsonl there
     assert "LABEL=RUNDIR" in capsys.readouterr().err
