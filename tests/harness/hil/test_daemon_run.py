@@ -85,6 +85,7 @@ def test_summary_counts_periods_over_and_compares_with_sleep():
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 @pytest.mark.parametrize("mode", ["sleep", "sleep-plain"])
 def test_sleep_only_run_with_the_real_daemon_on_the_cpu(mode, tmp_path):
     out = tmp_path / "out"

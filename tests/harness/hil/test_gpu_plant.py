@@ -132,6 +132,7 @@ def test_inference_mps_change_restarts_the_inference(tmp_path, fake_mps):
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_closed_loop_on_the_cpu_plant_reaches_the_slo(tmp_path):
     """The whole loop in real time: controller -> hook file -> emulator sleeps -> its log ->
     the synthetic inference slows down or speeds up -> its log -> the plant's measurement.

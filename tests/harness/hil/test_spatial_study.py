@@ -119,6 +119,7 @@ def test_green_plant_commands_the_share_through_the_hook_file(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_green_and_sleep_plants_end_to_end_on_the_cpu(tmp_path):
     """The whole chain without a GPU: plant -> hook file -> emulator (numpy-green) switches at
     iteration boundaries -> switch log -> resize report; and the sleep backend's duty."""
