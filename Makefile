@@ -45,7 +45,7 @@ contracts: $(VENV)/.dev  ## import contracts (which package may import which)
 	$(BIN)/lint-imports
 
 # Two workers (pytest-xdist): most of the suite waits on real processes and timers, so two
-# run side by side in about two thirds of the time even beside another busy process. The
+# run side by side in a little over half the time, even beside another busy process. The
 # closed loops on the real CPU plant (marker `solo`) run after them, alone: their latency is
 # the machine's, and a test beside them moves it.
 test: lint typecheck contracts  ## lint, types, import contracts, then the tests and doctests
