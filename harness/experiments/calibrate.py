@@ -168,12 +168,23 @@ def per_source(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     for src in doc["sources"]:
         facts = [f for f in doc["facts"]
                  if f.get("source") == src["path"] and f.get("fitted", True)]
-        rows.append({"source": src["path"], "preset": src.get("preset"), "facts": len(facts),
+        rows.append({"source": src["path"], "preset": src.get("preset"),
+                     "ran_on": ran_on(src), "facts": len(facts),
                      "latency_rms_base": _rms([f["base_latency_err_pct"] for f in facts]),
                      "latency_rms": _rms([f["latency_err_pct"] for f in facts]),
                      "sm_rms_base": _rms([f.get("base_sm_err_pct") for f in facts]),
                      "sm_rms": _rms([f.get("sm_err_pct") for f in facts])})
     return rows
+
+
+def ran_on(src: Mapping[str, Any]) -> str:
+    """What a source's records ran on, in words: a simulated preset, or the hardware (set up
+    as a preset, where the experiment names one)."""
+    plant, preset = src.get("plant"), src.get("preset")
+    if plant == "sim":
+        return f"simulated {preset}" if preset else "simulated"
+    where = "GPU" if plant in (None, "gpu", "gpu-green") else str(plant)
+    return f"{where}, set up as {preset}" if preset else where
 
 
 def mixed_presets(doc: Mapping[str, Any]) -> list[str]:
@@ -267,9 +278,9 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
                + sm), "",
               "## Fit per source", "",
               markdown_table(per_source(doc), (
-                  "source", "preset", "facts", "latency_rms_base", "latency_rms",
+                  "source", "ran_on", "facts", "latency_rms_base", "latency_rms",
                   "sm_rms_base", "sm_rms"),
-                  ("source", "ran on preset", "facts", "latency err RMS %, base",
+                  ("source", "ran on", "facts", "latency err RMS %, base",
                    "latency err RMS %, calibrated", "SM err RMS %, base",
                    "SM err RMS %, calibrated"), digits=2), ""]
     mixed = mixed_presets(doc)
@@ -329,8 +340,10 @@ def _source_bands(doc: Mapping[str, Any], ax: Any, y: np.ndarray) -> None:
         for a in ax:
             if i % 2:
                 a.axhspan(bottom, top, color="0.94", zorder=0)
-        ax[0].text(0.99, top - 0.15, f"{Path(src['source']).name} (ran on {src['preset']}): "
-                   f"RMS {src['latency_rms_base']:.1f} % -> {src['latency_rms']:.1f} %",
+        fit = (f"RMS {src['latency_rms_base']:.1f} % -> {src['latency_rms']:.1f} %"
+               if src["facts"] else "checked, not fitted")
+        ax[0].text(0.99, top - 0.15, f"{Path(src['source']).name} (ran on {src['ran_on']}): "
+                   + fit,
                    transform=ax[0].get_yaxis_transform(), ha="right", va="top", fontsize=8,
                    color="tab:blue" if not src["latency_rms"] > src["latency_rms_base"]
                    else "tab:red")

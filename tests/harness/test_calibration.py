@@ -362,7 +362,12 @@ def test_the_fit_is_shown_per_source_and_mixed_simulated_presets_are_named(tmp_p
         assert r["facts"] == len(errs) > 0
         assert r["latency_rms"] == pytest.approx(float(np.sqrt(np.mean(np.square(errs)))))
     md = (out / "calibration.md").read_text()
-    assert "## Fit per source" in md and "| ran on preset |" in md
+    assert [r["ran_on"] for r in rows] == ["simulated fig4", "simulated fig8"]
+    assert "## Fit per source" in md and "| ran on |" in md and "| simulated fig4 |" in md
+    # hardware records say so, not "None" (the H100 sources have no preset of their own)
+    hw = {"sources": [{"path": "a.csv", "plant": "gpu", "preset": None},
+                      {"path": "b.csv", "plant": "gpu", "preset": "fig4"}], "facts": []}
+    assert [r["ran_on"] for r in per_source(hw)] == ["GPU", "GPU, set up as fig4"]
     knobs_csv = str(res / "knobs" / "knobs.csv")
     assert f"**Warning**: {knobs_csv} (fig4) ran on another simulated preset than `fig8`" in md
     assert f"calibrate: {knobs_csv} (fig4) ran on another simulated preset than fig8" in cap.err
