@@ -437,7 +437,11 @@ def _closed_rows(log: Path, slo: float, samples: list[tuple[float, int]],
     return rows
 
 
-def summarize(rows: list[dict[str, Any]], slo: float, skip: int = 5) -> dict[str, Any]:
+#: Closed-loop periods a summary leaves out at the start (the loop settling from no sleep).
+SETTLING = 5
+
+
+def summarize(rows: list[dict[str, Any]], slo: float, skip: int = SETTLING) -> dict[str, Any]:
     """Closed-loop figures: median |l - SLO|/SLO, share of periods over 1.05 SLO.
 
     Parameters
