@@ -109,7 +109,7 @@ def figures(sleeps: tuple[float, float, float], lat: dict[float, list[float]],
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quantum", type=number(0.0, 60.0, lo_open=True, unit="s"), default=0.2,
                     help="run quantum (s)")
     ap.add_argument("--rate", type=number(0.0, 10_000.0, lo_open=True), default=30.0,
