@@ -271,7 +271,7 @@ def fault_trials(procs: Procs, tmp: str, kind: str, n: int,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=integer(1, 1_000_000), default=500)
     ap.add_argument("--duty-window", type=number(0.0, 3600.0, lo_open=True, unit="s"),
                     default=4.0)

@@ -141,7 +141,7 @@ def idle_connections(tmp: str, train: int, n: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stalls", type=integer(1, 1000), default=5)
     ap.add_argument("--connections", type=integer(0, 100_000), default=1400)
     args = ap.parse_args()

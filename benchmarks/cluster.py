@@ -139,7 +139,7 @@ def sensitivity(scale: float) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=number(0.0, 1e6, lo_open=True), default=3000.0,
                     help="synthetic: mean busy GPUs under No Co-location (paper ~3059)")
     ap.add_argument("--placement-scale", type=number(0.0, 1e6, lo_open=True), default=300.0)

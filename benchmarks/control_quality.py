@@ -451,7 +451,7 @@ def plot(path: str, seed: int = 0) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=integer(1, 1000), default=8,
                     help="plant seeds per figure (default 8: at 2 a verdict can be luck)")
     ap.add_argument("--ablation", action="store_true",

@@ -77,7 +77,7 @@ def controller(latencies: list, repeats: int = 3, model: LatencyModelFamily = FA
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=integer(1, 100_000_000), default=200_000)
     n = ap.parse_args().n
     rng = random.Random(0)

@@ -13,13 +13,18 @@ sleep minus top sleep: the knob's reach, the signal an identification sees).
         [--periods 8] [--infer-threads 2] [--train-threads 1] [--train-batch 256]
 
 One line of JSON per run, with the 1-minute load average before and after (the machine may
-be shared). Every process it starts is resumed and stopped before it exits.
+be shared). A period with no samples (a failed or late scrape on a loaded machine, or no
+batch served) is left out of the figures and counted in ``empty_periods`` (per sleep); a
+figure that cannot be computed (no usable period for a mean, fewer than two for an rms) is
+``null`` and named in ``not_computed``, with a line on stderr and exit status 1. Every process
+it starts is resumed and stopped before it exits.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -62,23 +67,49 @@ def measure(a: argparse.Namespace) -> dict[str, object]:
                     lat[s].append(r.mean_ms)
                     its[s].append(r.training_iterations)
                     cnt.append(r.count)
-    m = {s: float(np.mean(v)) for s, v in lat.items()}
-    sd = {s: float(np.std(v, ddof=1)) for s, v in lat.items()}
-    mid = sleeps[1]
-    rng = m[0.0] - m[sleeps[2]]
-    return {"config": over, "period_s": a.period, "periods_per_sleep": len(lat[mid]),
-            "sleeps_s": [round(s, 4) for s in sleeps],
-            "mean_ms": [round(m[s], 3) for s in sleeps],
-            "rms_ms": [round(sd[s], 3) for s in sleeps],
-            "scatter_mid_pct_of_mean": round(100 * sd[mid] / m[mid], 2),
-            "scatter_mid_pct_of_range": round(100 * sd[mid] / rng, 1) if rng > 0 else None,
-            "requests_per_period": round(float(np.mean(cnt)), 1),
-            "train_it_per_period": [round(float(np.mean(its[s])), 1) for s in sleeps],
+    return {"config": over, "period_s": a.period,
+            **figures(sleeps, lat, its, cnt),
             "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 
 
+def _usable(v: list[float]) -> list[float]:
+    """The periods that measured something: a period with no samples (a failed or late
+    scrape on a loaded machine, or no batch served) reads NaN and is left out."""
+    return [x for x in v if math.isfinite(x)]
+
+
+def figures(sleeps: tuple[float, float, float], lat: dict[float, list[float]],
+            its: dict[float, list[int]], cnt: list[int]) -> dict[str, object]:
+    """The figures from the per-period means, empty periods skipped and counted.
+
+    A figure that cannot be computed (no usable period for a mean, fewer than two for an rms)
+    is None and named in ``not_computed``; the result never holds a NaN.
+    """
+    ok = {s: _usable(v) for s, v in lat.items()}
+    m = {s: float(np.mean(v)) if v else None for s, v in ok.items()}
+    sd = {s: float(np.std(v, ddof=1)) if len(v) > 1 else None for s, v in ok.items()}
+    mid, top = sleeps[1], sleeps[2]
+    sd_mid, m_mid, m0, m_top = sd[mid], m[mid], m[0.0], m[top]
+    pct_mean = 100 * sd_mid / m_mid if sd_mid is not None and m_mid else None
+    rng = m0 - m_top if m0 is not None and m_top is not None else None
+    pct_rng = 100 * sd_mid / rng if sd_mid is not None and rng is not None and rng > 0 else None
+    out: dict[str, object] = {
+        "periods_per_sleep": len(lat[mid]),
+        "empty_periods": [len(lat[s]) - len(ok[s]) for s in sleeps],
+        "sleeps_s": [round(s, 4) for s in sleeps],
+        "mean_ms": [None if m[s] is None else round(m[s], 3) for s in sleeps],
+        "rms_ms": [None if sd[s] is None else round(sd[s], 3) for s in sleeps],
+        "scatter_mid_pct_of_mean": None if pct_mean is None else round(pct_mean, 2),
+        "scatter_mid_pct_of_range": None if pct_rng is None else round(pct_rng, 1),
+        "requests_per_period": round(float(np.mean(cnt)), 1),
+        "train_it_per_period": [round(float(np.mean(its[s])), 1) for s in sleeps]}
+    out["not_computed"] = [k for k in ("mean_ms", "rms_ms") if None in out[k]] + (
+        ["scatter_mid_pct_of_mean"] if pct_mean is None else [])
+    return out
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quantum", type=number(0.0, 60.0, lo_open=True, unit="s"), default=0.2,
                     help="run quantum (s)")
     ap.add_argument("--rate", type=number(0.0, 10_000.0, lo_open=True), default=30.0,
@@ -99,7 +130,15 @@ def main() -> int:
     ap.add_argument("--warmup", type=number(0.0, 3600.0, unit="s"), default=6.0,
                     help="seconds before measuring")
     a = ap.parse_args()
-    print(json.dumps(measure(a)), flush=True)
+    out = measure(a)
+    print(json.dumps(out, allow_nan=False), flush=True)
+    if out["not_computed"]:
+        print(f"cpu_noise: could not compute {', '.join(map(str, out['not_computed']))}: "
+              f"periods with no samples per sleep {out['empty_periods']} of "
+              f"{out['periods_per_sleep']} (a failed or late scrape, or no batch served, "
+              "on a loaded machine); an rms needs two usable periods. Rerun with more "
+              "--periods or on a quieter machine.", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

@@ -93,7 +93,7 @@ def share_resizes(n: int) -> dict[str, object]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=integer(1, 1000), default=1)
     ap.add_argument("--period", type=number(0.05, 3600.0, unit="s"), default=4.0)
     ap.add_argument("--identify", type=integer(10, 100_000), default=24)

@@ -33,7 +33,7 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=integer(1, 100_000_000), default=20000)
     n = ap.parse_args().n
     with tempfile.TemporaryDirectory() as d:

@@ -165,7 +165,7 @@ def report(seeds: int) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=integer(1, 10_000), default=30,
                     help="seeds per gain configuration")
     ap.add_argument("--out", type=out_file, default=None,

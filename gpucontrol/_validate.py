@@ -11,6 +11,7 @@ raising a plain ``ValueError``.
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from typing import Any
@@ -101,3 +102,14 @@ def choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
         raise ConfigurationError(
             f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
     return value
+
+
+def known_keys(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    """Raise if the mapping ``value`` has a key not in ``allowed`` (the first one named, with
+    the nearest allowed key when one is close: a misspelt key would otherwise be dropped)."""
+    for key in value:
+        if key not in allowed:
+            near = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigurationError(f"{name}: unknown key {key!r}{hint}; the keys are "
+                                     f"{', '.join(allowed)}")

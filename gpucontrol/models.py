@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucontrol._validate import bounds, finite, in_range, int_at_least, positive
+from gpucontrol._validate import bounds, finite, in_range, int_at_least, known_keys, positive
 from gpucontrol.errors import ConfigurationError
 
 
@@ -465,18 +465,23 @@ class LatencyModelFamily:
 
     @classmethod
     def from_document(cls, doc: Any) -> LatencyModelFamily:
-        """Read :meth:`to_document`'s form, or a bare list of its rows."""
+        """Read :meth:`to_document`'s form, a bare list of its rows, or one row with the
+        family's keys beside it (a one-level file, ``mps_pct`` 100 unless given). A key the
+        form does not define (:data:`FAMILY_KEYS`, :data:`POINT_KEYS`, :data:`LEVEL_KEYS`) is
+        refused, named."""
+        if isinstance(doc, Mapping) and "points" not in doc:  # one level
+            known_keys("model", doc, LEVEL_KEYS)
+            doc = {"points": [{"mps_pct": 100.0, **{k: v for k, v in doc.items()
+                                                    if k in POINT_KEYS}}],
+                   **{k: v for k, v in doc.items() if k in FAMILY_KEYS}}
+        elif isinstance(doc, Mapping):
+            known_keys("model", doc, FAMILY_KEYS)
         try:
             rows = doc["points"] if isinstance(doc, Mapping) else doc
             span = doc.get("sleep_span_s") if isinstance(doc, Mapping) else None
             times = doc.get("iteration_times", ()) if isinstance(doc, Mapping) else ()
-            return cls(tuple(
-                OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
-                               r.get("batch"), r.get("iteration_s"),
-                               (r["idle_ms"], r["duty_gain_ms"]) if "duty_gain_ms" in r
-                               else None, r.get("fit_error"),
-                               None if r.get("bent_law") is None else tuple(r["bent_law"]))
-                for r in rows), None if span is None else tuple(span), times)
+            return cls(tuple(_point(i, r) for i, r in enumerate(rows)),
+                       None if span is None else tuple(span), times)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ConfigurationError(
                 'family must be a list of {"mps_pct", "gain", "offset"[, "batch"]'
@@ -491,6 +496,27 @@ class LatencyModelFamily:
         except json.JSONDecodeError as exc:
             raise ConfigurationError(f"family JSON: {exc}") from None
         return cls.from_document(doc)
+
+
+#: The keys of one level's row in a model file (:meth:`LatencyModelFamily.to_document`).
+POINT_KEYS = ("mps_pct", "gain", "offset", "batch", "iteration_s", "idle_ms", "duty_gain_ms",
+              "fit_error", "bent_law")
+#: The keys beside ``points``; ``source`` (where the curves came from) is a note, not read.
+FAMILY_KEYS = ("points", "sleep_span_s", "iteration_times", "source")
+#: A one-level file's keys: one row's and the family's; ``r2`` and ``r2_validation`` (the
+#: identification's fit) are notes, not read.
+LEVEL_KEYS = POINT_KEYS + FAMILY_KEYS[1:] + ("r2", "r2_validation")
+
+
+def _point(i: int, r: Any) -> OperatingPoint:
+    """Row ``i`` of a model file (its keys checked)."""
+    if isinstance(r, Mapping):
+        known_keys(f"model points[{i}]", r, POINT_KEYS)
+    return OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
+                          r.get("batch"), r.get("iteration_s"),
+                          (r["idle_ms"], r["duty_gain_ms"]) if "duty_gain_ms" in r else None,
+                          r.get("fit_error"),
+                          None if r.get("bent_law") is None else tuple(r["bent_law"]))
 
 
 def _times(rows: Any) -> tuple[tuple[float, float], ...]:

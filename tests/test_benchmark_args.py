@@ -41,6 +41,21 @@ def test_a_benchmark_refuses_a_bad_number(script, flag, value):
     assert f"argument {flag}:" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("script", sorted({b[0] for b in BAD}))
+def test_help_describes_the_script_in_whole_sentences(script):
+    """--help shows the docstring's first paragraph whole: control_quality.py's stopped
+    mid-sentence (its first line, where the sentence wraps) and spatial_cpu.py had none."""
+    import ast
+
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--help"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    desc = r.stdout.split("\n\n")[1].strip()   # after the usage block, rewrapped
+    doc = ast.get_docstring(ast.parse((ROOT / "benchmarks" / script).read_text()))
+    assert "".join(desc.split()) == "".join(doc.split("\n\n")[0].split())  # wrapped at "-"
+    assert desc.endswith((".", "?")) and not desc.startswith("options:"), desc
+
+
 @pytest.mark.parametrize("script, flag, value, text", [
     ("sysid.py", "--out", "/proc/x/y.md", "'/proc' is not writable"),
     ("sysid.py", "--out", "{tmp}", "is a folder; give a file"),

@@ -9,7 +9,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpucontrol.models import LatencyModelFamily, LinearLatencyModel, OperatingPoint
+from gpucontrol._validate import known_keys
+from gpucontrol.models import LEVEL_KEYS, LatencyModelFamily, LinearLatencyModel
+
+#: What makes a one-level file a one-point family rather than a bare line.
+_FAMILY = ("iteration_s", "sleep_span_s", "iteration_times")
 
 __all__ = ["load_model", "load_sleep_span"]
 
@@ -29,10 +33,14 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
     path : str or os.PathLike
         JSON: ``{"gain": g, "offset": n}`` (one linear model; with ``iteration_s``, the
         training's iteration time, ``sleep_span_s`` or ``iteration_times`` it is read as a
-        one-level family at its ``mps_pct``, default 100), or a list of ``{"mps_pct", "gain",
-        "offset"[, "batch"][, "iteration_s"]}`` rows (a family: the latency and training-rate
-        curves across the share), bare or under ``"points"`` beside an optional
-        ``"sleep_span_s"`` and ``"iteration_times"`` (a rate sweep's ``[share %, s]`` pairs).
+        one-level family at its ``mps_pct``, default 100, with the rest of a row's keys), or
+        a list of ``{"mps_pct", "gain", "offset"[, "batch"][, "iteration_s"]}`` rows (a
+        family: the latency and training-rate curves across the share), bare or under
+        ``"points"`` beside an optional ``"sleep_span_s"`` and ``"iteration_times"`` (a rate
+        sweep's ``[share %, s]`` pairs). The keys are
+        :data:`~gpucontrol.models.LEVEL_KEYS` (one level), :data:`~gpucontrol.models.FAMILY_KEYS`
+        and :data:`~gpucontrol.models.POINT_KEYS` (a row); ``source``, ``r2`` and
+        ``r2_validation`` are notes, not read.
 
     Returns
     -------
@@ -42,21 +50,17 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
     Raises
     ------
     ValueError
-        The file cannot be read or is not one of these shapes.
+        The file cannot be read, is not one of these shapes, or has a key they do not define
+        (named, with the keys allowed there: a misspelt ``sleep_span`` would otherwise drop
+        the gain schedule's span unseen).
     """
     doc = _read(path)
-    if isinstance(doc, list) or (isinstance(doc, dict) and "points" in doc):
-        return LatencyModelFamily.from_document(doc)
-    if isinstance(doc, dict):
-        model = LinearLatencyModel.from_dict(doc)
-        if not {"iteration_s", "sleep_span_s", "iteration_times"} & set(doc):
-            return model
-        point = OperatingPoint(doc.get("mps_pct", 100.0), model,
-                               iteration_s=doc.get("iteration_s"),
-                               fit_error=doc.get("fit_error"))
-        return LatencyModelFamily((point,), sleep_span_s=load_sleep_span(path),
-                                  iteration_times=doc.get("iteration_times", ()))
-    raise ValueError(f"model {path} must be a JSON object or list")
+    if not isinstance(doc, (dict, list)):
+        raise ValueError(f"model {path} must be a JSON object or list")
+    if isinstance(doc, dict) and not {"points", *_FAMILY} & set(doc):
+        known_keys("model", doc, LEVEL_KEYS)
+        return LinearLatencyModel.from_dict(doc)
+    return LatencyModelFamily.from_document(doc)
 
 
 def load_sleep_span(path: str | os.PathLike[str]) -> tuple[float, float] | None:

@@ -171,6 +171,25 @@ def _check_flags(args: argparse.Namespace) -> None:
         args.days = SYNTHETIC_DAYS
     if args.scale is None:
         args.scale = SYNTHETIC_SCALE
+    if args.window and args.window[1] <= 0:
+        raise UsageError(f"--window {args.window[0]:g} {args.window[1]:g}: DAYS must be > 0")
+    _check_burst(args, None)
+
+
+def _check_burst(args: argparse.Namespace, trace: Trace | None) -> None:
+    """Refuse ``--burst-days`` with START >= END, or starting after the trace's nominal
+    length: the window, the synthetic ``--days``, else the (loaded) trace's last arrival; with
+    ``trace`` None, only what the flags alone decide (before anything is loaded)."""
+    if args.no_burst:
+        return
+    a, b = float(args.burst_days[0]), float(args.burst_days[1])
+    if not a < b:
+        raise UsageError(f"--burst-days {a:g} {b:g}: START must be before END")
+    span = (args.window[1] if args.window else args.days if args.trace[0] == "synthetic"
+            else None if trace is None else trace.days)
+    if span is not None and a >= span:
+        raise UsageError(f"--burst-days {a:g} {b:g} start after the trace's {span:.3g} days: "
+                         f"give START in [0, {span:.3g}) or --no-burst")
 
 
 def gpu_pool(name: str) -> tuple[GpuType, ...]:
@@ -201,24 +220,14 @@ def _prepare(args: argparse.Namespace) -> tuple[Trace, tuple[float, float] | Non
         raise UsageError(f"--trace {' '.join(args.trace)}: the trace holds no tasks")
     if args.window:
         start, days = args.window
-        if days <= 0:
-            raise UsageError(f"--window {start:g} {days:g}: DAYS must be > 0")
         full = trace.days
         trace = trace.window(start, days)
         if not len(trace):
             raise UsageError(f"--window {start:g} {days:g} holds no tasks: the trace spans "
                              f"days 0..{full:.1f}")
+    _check_burst(args, trace)
     burst = None if args.no_burst else (float(args.burst_days[0]), float(args.burst_days[1]))
     if burst:
-        if not burst[0] < burst[1]:
-            raise UsageError(f"--burst-days {burst[0]:g} {burst[1]:g}: START must be before "
-                             "END")
-        # the trace's nominal length: the window, the synthetic --days, else the last arrival
-        span = (args.window[1] if args.window else
-                args.days if args.trace[0] == "synthetic" else trace.days)
-        if burst[0] >= span:
-            raise UsageError(f"--burst-days {burst[0]:g} {burst[1]:g} start after the trace's "
-                             f"{span:.3g} days: give START in [0, {span:.3g}) or --no-burst")
         trace = inference_burst(trace, *burst)
     c = trace.counts()
     print(f"trace {trace.name}: {len(trace)} per-GPU tasks ({c['inference']} inference, "

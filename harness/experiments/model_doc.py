@@ -38,12 +38,7 @@ def family_of(res: ExperimentResult, every_level: bool = False) -> LatencyModelF
         for r in res.summary]
     doc = model_document(rows, sleep_span_s=tuple(res.meta["sleep_range_s"]),
                          iteration_times=res.meta.get("iteration_times", ()))
-    if doc is None:
-        return None
-    if "points" not in doc:
-        doc = {"points": [doc], "sleep_span_s": doc.get("sleep_span_s"),
-               "iteration_times": doc.get("iteration_times", [])}
-    return LatencyModelFamily.from_document(doc)
+    return None if doc is None else LatencyModelFamily.from_document(doc)  # one level or more
 
 
 def model_document(summary: Sequence[dict[str, Any]],

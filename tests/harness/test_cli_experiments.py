@@ -119,7 +119,7 @@ BAD = [
     (["cluster", "--trace", "synthetic", "extra"], "--trace synthetic takes no file, got 'extra'"),
     (["cluster", "--burst-days", "40", "20"], "--burst-days 40 20: START must be before END"),
     (["cluster", "--window", "0", "0"], "--window 0 0: DAYS must be > 0"),
-    (["cluster", "--window", "900", "10"], "--window 900 10 holds no tasks"),
+    (["cluster", "--window", "900", "10", "--no-burst"], "--window 900 10 holds no tasks"),
     (["cluster", "--trace", "synthetic", "--days", "2", "--scale", "10"],
      "--burst-days 20 40 start after the trace's 2 days"),
 ]
@@ -135,6 +135,29 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, text, tmp_path, c
     assert len(lines) == 1 and text in lines[0], cap.err
     assert "Traceback" not in cap.err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["--burst-days", "30", "20"], "--burst-days 30 20: START must be before END"),
+    (["--window", "0", "0"], "--window 0 0: DAYS must be > 0"),
+    (["--window", "112", "10", "--burst-days", "13", "26"],
+     "--burst-days 13 26 start after the trace's 10 days"),
+    (["--trace", "synthetic", "--days", "2", "--scale", "10"],
+     "--burst-days 20 40 start after the trace's 2 days"),
+])
+def test_days_the_flags_alone_refuse_are_refused_before_the_trace_loads(argv, text, tmp_path,
+                                                                         capsys, monkeypatch):
+    """``--burst-days 30 20`` printed the openb loader's report before its refusal: a check
+    that needs no trace now runs before any loading or printing."""
+    import harness.cli.cluster as cluster
+
+    def no_load(*a):
+        raise AssertionError("the trace was loaded")
+
+    monkeypatch.setattr(cluster, "load_trace", no_load)
+    assert _rc(["cluster", *argv, "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and text in cap.err and cap.err.count("\n") == 1, cap
 
 
 def test_unwritable_out_is_refused_before_running(tmp_path, capsys):

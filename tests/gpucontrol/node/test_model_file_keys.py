@@ -1,0 +1,83 @@
+"""The daemon's model file refuses a key its format does not define, at every level (a
+misspelt ``sleep_span`` used to drop the gain schedule's span unseen, a ``"bogus": 1`` passed),
+naming the key and the keys allowed there; every model file this project writes or has
+committed still loads."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpucontrol import LatencyModelFamily, LinearLatencyModel
+from gpucontrol.errors import ConfigurationError
+from gpucontrol.models import FAMILY_KEYS, LEVEL_KEYS, POINT_KEYS
+from gpucontrol.node.model_file import load_model
+
+ROOT = Path(__file__).resolve().parents[3]
+ROW = {"mps_pct": 50.0, "gain": -8.0, "offset": 75.0}
+
+
+def _load(tmp_path, doc):
+    f = tmp_path / "model.json"
+    f.write_text(json.dumps(doc))
+    return load_model(f)
+
+
+@pytest.mark.parametrize("doc, key, allowed", [
+    ({"gain": -12.0, "offset": 95.0, "bogus": 1}, "'bogus'", LEVEL_KEYS),
+    ({"gain": -12.0, "offset": 95.0, "iteration_s": 0.2, "sleep_span": [0, 1]},
+     "'sleep_span' (did you mean 'sleep_span_s'?)", LEVEL_KEYS),
+    ({"points": [ROW], "sleep_span": [0, 1]}, "'sleep_span' (did you mean 'sleep_span_s'?)",
+     FAMILY_KEYS),
+])
+def test_an_unknown_top_level_key_is_refused(tmp_path, doc, key, allowed):
+    with pytest.raises(ConfigurationError) as e:
+        _load(tmp_path, doc)
+    msg = str(e.value)
+    assert msg.startswith(f"model: unknown key {key}")
+    assert f"the keys are {', '.join(allowed)}" in msg
+
+
+@pytest.mark.parametrize("doc", [{"points": [ROW, {**ROW, "mps_pct": 80.0, "gian": -3.0}]},
+                                 [ROW, {**ROW, "mps_pct": 80.0, "gian": -3.0}]])
+def test_an_unknown_key_inside_a_point_is_refused(tmp_path, doc):
+    with pytest.raises(ConfigurationError,
+                       match=r"^model points\[1\]: unknown key 'gian' \(did you mean 'gain'\?\)"
+                             r"; the keys are " + ", ".join(POINT_KEYS)):
+        _load(tmp_path, doc)
+    with pytest.raises(ConfigurationError, match="unknown key 'gian'"):
+        LatencyModelFamily.from_json(json.dumps(doc))
+
+
+def test_every_committed_model_file_still_loads():
+    """Every model.json under git (docs/results: older runs without iteration times, runs
+    with ``source`` notes, identified ones with duty and bent laws), and the copies of the
+    models in the results' meta.json."""
+    files = subprocess.run(["git", "ls-files", "*model.json", "*meta.json"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    loaded = 0
+    for name in files:
+        doc = json.loads((ROOT / name).read_text())
+        docs = doc.get("models", {}).values() if name.endswith("meta.json") else [doc]
+        for d in docs:
+            fam = LatencyModelFamily.from_document(d)
+            assert fam.points, name
+            loaded += 1
+        if name.endswith("model.json"):
+            assert isinstance(load_model(ROOT / name), LatencyModelFamily)
+    assert loaded >= 10
+
+
+def test_a_one_level_file_as_identify_writes_it_loads_with_its_notes(tmp_path):
+    """One level: the row's keys, r2 and r2_validation (notes) and the family's keys beside
+    them; the duty and bent laws are read as in a row under "points"."""
+    one = {"gain": -10.0, "offset": 30.0, "mps_pct": 100.0, "r2": 0.8, "r2_validation": 0.7,
+           "iteration_s": 0.5, "idle_ms": 20.0, "duty_gain_ms": 12.0, "fit_error": 0.05,
+           "bent_law": [20.0, 5.0, 0.4], "sleep_span_s": [0.0, 1.0], "source": "a test"}
+    fam = _load(tmp_path, one)
+    p = fam.points[0]
+    assert (p.duty_law, p.bent_law, p.fit_error) == ((20.0, 12.0), (20.0, 5.0, 0.4), 0.05)
+    assert fam == LatencyModelFamily.from_document(one)
+    bare = _load(tmp_path, {"gain": -10.0, "offset": 30.0, "r2": 0.8, "mps_pct": 100.0})
+    assert bare == LinearLatencyModel(-10.0, 30.0)
