@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucontrol._validate import known_keys
-from gpucontrol.models import LEVEL_KEYS, LatencyModelFamily, LinearLatencyModel
+from gpucontrol.models import LEVEL_KEYS, LatencyModelFamily, LinearLatencyModel, OperatingPoint
 
 #: What makes a one-level file a one-point family rather than a bare line.
 _FAMILY = ("iteration_s", "sleep_span_s", "iteration_times")
@@ -33,7 +33,8 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
     path : str or os.PathLike
         JSON: ``{"gain": g, "offset": n}`` (one linear model; with ``iteration_s``, the
         training's iteration time, ``sleep_span_s`` or ``iteration_times`` it is read as a
-        one-level family at its ``mps_pct``, default 100, with the rest of a row's keys), or
+        one-level family at its ``mps_pct``, default 100: its line at that iteration time; a
+        duty or bent law is read only from rows under ``"points"``), or
         a list of ``{"mps_pct", "gain", "offset"[, "batch"][, "iteration_s"]}`` rows (a
         family: the latency and training-rate curves across the share), bare or under
         ``"points"`` beside an optional ``"sleep_span_s"`` and ``"iteration_times"`` (a rate
@@ -57,10 +58,18 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
     doc = _read(path)
     if not isinstance(doc, (dict, list)):
         raise ValueError(f"model {path} must be a JSON object or list")
-    if isinstance(doc, dict) and not {"points", *_FAMILY} & set(doc):
-        known_keys("model", doc, LEVEL_KEYS)
-        return LinearLatencyModel.from_dict(doc)
-    return LatencyModelFamily.from_document(doc)
+    if isinstance(doc, list) or "points" in doc:
+        return LatencyModelFamily.from_document(doc)
+    known_keys("model", doc, LEVEL_KEYS)
+    model = LinearLatencyModel.from_dict(doc)
+    if not set(_FAMILY) & set(doc):
+        return model
+    # one level: its line at its iteration time, as the daemon has always read it (the duty
+    # and bent laws are read from rows under "points"; a one-level file's are notes)
+    point = OperatingPoint(doc.get("mps_pct", 100.0), model, iteration_s=doc.get("iteration_s"),
+                           fit_error=doc.get("fit_error"))
+    return LatencyModelFamily((point,), sleep_span_s=load_sleep_span(path),
+                              iteration_times=doc.get("iteration_times", ()))
 
 
 def load_sleep_span(path: str | os.PathLike[str]) -> tuple[float, float] | None:

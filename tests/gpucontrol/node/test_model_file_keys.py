@@ -71,13 +71,18 @@ def test_every_committed_model_file_still_loads():
 
 def test_a_one_level_file_as_identify_writes_it_loads_with_its_notes(tmp_path):
     """One level: the row's keys, r2 and r2_validation (notes) and the family's keys beside
-    them; the duty and bent laws are read as in a row under "points"."""
+    them. The daemon reads its line at its iteration time, as it always has (the duty and
+    bent laws are read from rows under "points"; the identification's own family of a
+    one-level run, ``LatencyModelFamily.from_document``, reads them)."""
     one = {"gain": -10.0, "offset": 30.0, "mps_pct": 100.0, "r2": 0.8, "r2_validation": 0.7,
            "iteration_s": 0.5, "idle_ms": 20.0, "duty_gain_ms": 12.0, "fit_error": 0.05,
            "bent_law": [20.0, 5.0, 0.4], "sleep_span_s": [0.0, 1.0], "source": "a test"}
     fam = _load(tmp_path, one)
     p = fam.points[0]
-    assert (p.duty_law, p.bent_law, p.fit_error) == ((20.0, 12.0), (20.0, 5.0, 0.4), 0.05)
-    assert fam == LatencyModelFamily.from_document(one)
+    assert (p.mps_pct, p.iteration_s, p.fit_error) == (100.0, 0.5, 0.05)
+    assert (p.duty_law, p.bent_law) == (None, None)
+    assert fam.sleep_span_s == (0.0, 1.0)
+    q = LatencyModelFamily.from_document(one).points[0]
+    assert (q.duty_law, q.bent_law, q.fit_error) == ((20.0, 12.0), (20.0, 5.0, 0.4), 0.05)
     bare = _load(tmp_path, {"gain": -10.0, "offset": 30.0, "r2": 0.8, "mps_pct": 100.0})
     assert bare == LinearLatencyModel(-10.0, 30.0)
