@@ -45,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 DESCRIPTION = "The per-GPU control daemon: monitor -> TwoTierController -> actuators, crash-safe."
 
+#: What begins every line the daemon writes to stderr: its errors (the parser's included) and
+#: its operator lines.
+PREFIX = "gpucontrol-daemon"
+
 
 def _quantum(text: str) -> float | str:
     """``auto`` or a number of seconds (its range is checked by :class:`DaemonConfig`)."""
@@ -246,11 +250,11 @@ _RESUME_ONLY_FLAGS = ("resume_only", "state", "gpu", "socket", "hook")  # the la
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """Errors as one line (``PROG: error: MESSAGE (see PROG -h)``), exit status 2, as the
-    ``gpucontrol`` console script's parsers and :class:`DaemonConfig`'s checks print them."""
+    """Errors as one line (``gpucontrol-daemon: error: MESSAGE (see 'PROG -h')``), exit
+    status 2, with the prefix of every other error :func:`main` prints (:data:`PREFIX`)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} -h')\n")
+        self.exit(2, f"{PREFIX}: error: {message} (see '{self.prog} -h')\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -288,15 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_from_args(args)
     except ControlLoopError as exc:  # after set-up: a bug, reported with its traceback
-        print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
+        print(f"{PREFIX}: error: {exc}", file=sys.stderr)
         if exc.__cause__ is not None:
             traceback.print_exception(exc.__cause__, file=sys.stderr)
         return 1
     except ValueError as exc:
-        print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
+        print(f"{PREFIX}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # the machine refused (no space, no permission...): one line
-        print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
+        print(f"{PREFIX}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -339,7 +343,7 @@ def _configure_logging() -> None:
     if _handler is not None:
         return
     _handler = _StderrHandler()
-    _handler.setFormatter(logging.Formatter("gpucontrol-daemon: %(message)s"))
+    _handler.setFormatter(logging.Formatter(f"{PREFIX}: %(message)s"))
     root = logging.getLogger("gpucontrol")
     root.addHandler(_handler)
     if root.level == logging.NOTSET:

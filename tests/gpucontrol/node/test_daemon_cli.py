@@ -161,13 +161,17 @@ def _refusals(tmp_path):
                         "--run-quantum-s must be in [0.001, 3600]"),
         "model": (["--slo-ms", "90", "--model", str(bad)],
                   f"--model {bad}: gain must be < 0"),
+        # the parser's own refusal has the prefix of every other error line
+        "not-a-number": (["--slo-ms", "x", "--model", str(good)],
+                         "argument --slo-ms: invalid float value: 'x' (see 'python -m "
+                         "gpucontrol.daemon -h')"),
     }
 
 
 CASES = ["period-huge", "period-tiny", "stall-huge", "prometheus-url", "share-cgroup",
          "fixed-and-slo", "fixed-mps-alone", "addr-empty", "addr-bad", "addr-foreign",
          "state-dir-missing", "socket-dir-missing", "state-is-dir", "max-sleep", "run-quantum",
-         "model"]
+         "model", "not-a-number"]
 
 
 @pytest.mark.parametrize("case", CASES)
