@@ -316,12 +316,9 @@ class Daemon(DaemonSafety, DaemonLoop):
         if not self.share.needs_mps(self.cfg):
             return
         self.mps = MPSDaemon(self.cfg, pipe_dir=self.share.mps_pipe_dir(self.cfg),
-                             say=not self.share.changes_without_restart)
+                             say=not self.share.changes_without_restart,
+                             required_by=self.share.mps_required_by(self.cfg))  # never 100 %
         self._start(self.mps)
-        if (self.cfg.fixed_mps is not None and not self.mps.ok
-                and not self.share.changes_without_restart):  # never silently at 100 %
-            raise ConfigurationError(f"--fixed-mps {self.cfg.fixed_mps:g} needs MPS, which is "
-                                     "unavailable here (see the message above)")
 
     def _start_training(self) -> None:
         self._start(self.training)

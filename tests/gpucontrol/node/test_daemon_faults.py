@@ -410,15 +410,50 @@ def test_made_cgroup_and_its_training_do_not_outlive_a_killed_daemon(children, t
 
 
 # ------------------------------------------------------------------------------ B16, B17
-def test_fixed_mps_without_mps_is_refused(children, tmp_path):
-    """B17: --fixed-mps where MPS is unavailable exits 2 instead of running at 100 %."""
+@pytest.mark.parametrize("sleep, binary", [
+    ("open", "missing"), ("closed", "missing"), ("closed", "failing")])
+def test_fixed_mps_without_mps_is_refused(children, tmp_path, sleep, binary):
+    """B17: --fixed-mps where MPS is unavailable exits 2 instead of running at 100 %, as a
+    refused start: one line naming the flag and why (never "running sleep-only" before it),
+    nothing on standard output, no state file, the training never started. A missing binary
+    is refused before anything runs; one whose ``-d`` fails once it has been tried."""
     pidfile = tmp_path / "train.pids"
     cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
-    r = run_daemon(daemon_argv(tmp_path, "f", "--training-cmd", cmd, "--fixed-sleep", "0",
-                               "--fixed-mps", "50", "--mps-binary", "/nonexistent/mps"),
+    mps = "/nonexistent/mps"
+    if binary == "failing":
+        fake = tmp_path / "failing-mps"
+        fake.write_text("#!/bin/sh\necho no device >&2\nexit 1\n")
+        fake.chmod(0o755)
+        mps = str(fake)
+    how = (["--fixed-sleep", "0"] if sleep == "open" else
+           ["--slo-ms", "90", "--model", model_file(tmp_path)])
+    r = run_daemon(daemon_argv(tmp_path, "f", "--training-cmd", cmd, *how,
+                               "--fixed-mps", "50", "--mps-binary", mps),
                    capture_output=True, text=True, timeout=30, check=False)
-    assert r.returncode == 2 and "--fixed-mps 50 needs MPS" in r.stderr
+    assert r.returncode == 2, r.stderr
+    why = "/nonexistent/mps not found" if binary == "missing" else f"{mps} -d failed (1)"
+    assert r.stderr.splitlines() == [f"gpucontrol-daemon: error: --fixed-mps 50 needs MPS, "
+                                     f"which is unavailable here: {why}"
+                                     + (" (--mps-binary names it)" if binary == "missing"
+                                        else ": no device")], r.stderr
+    assert r.stdout == ""
+    assert not (tmp_path / "f.state.json").exists()
     assert not launched(pidfile)  # the training was never started
+
+
+def test_mps_unavailable_without_a_held_share_goes_on_sleep_only(children, tmp_path):
+    """Without --fixed-mps a missing MPS is no refusal: the daemon says it runs sleep-only and
+    does."""
+    pidfile = tmp_path / "train.pids"
+    cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
+    r = run_daemon(daemon_argv(tmp_path, "s", "--training-cmd", cmd, "--slo-ms", "90",
+                               "--model", model_file(tmp_path), "--period-s", "0.2",
+                               "--duration-s", "0.4", "--mps-binary", "/nonexistent/mps"),
+                   capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "MPS unavailable, running sleep-only" in r.stderr
+    events = [json.loads(line).get("event") for line in r.stdout.splitlines()]
+    assert "mps_unavailable" in events and "started" in events
 
 
 def test_mps_health_watch_restarts_a_dead_control_daemon_with_back_off(tmp_path):
