@@ -4,7 +4,8 @@
 subcommand); :func:`run_from_args` turns the parsed namespace into a
 :class:`~gpucontrol.node.config.DaemonConfig` once and runs the
 :class:`~gpucontrol.node.daemon.Daemon`; :func:`main` adds the exit codes (0 after a clean stop
-or SIGTERM, 2 for a configuration error, 1 for a failure, 130 after SIGINT / Ctrl-C) and the
+or SIGTERM, 2 for a configuration error, 1 for a failure (the launched training's
+included), 130 after SIGINT / Ctrl-C) and the
 stderr log format. Every flag is checked before anything runs: a bad value is one line naming
 the flag and its allowed range, exit status 2, and nothing is written. The parser lives in the
 node so that a node runs the daemon without the harness.
@@ -202,7 +203,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     Returns
     -------
     int
-        The daemon's exit status (0; 130 when SIGINT stopped it).
+        The daemon's exit status (0; 130 when SIGINT stopped it; 1 when the training it
+        launched ended by itself and failed).
 
     Raises
     ------
@@ -283,9 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     int
         0 after a clean stop (SIGTERM, the duration, the training's end), 2 for a
         configuration error (one line naming the flag; nothing written), 1 for an
-        operating-system error at set-up (one line, no traceback) or a failure of the control
-        loop after set-up (one line and the traceback; everything was resumed first), 130
-        after SIGINT (Ctrl-C).
+        operating-system error at set-up (one line, no traceback), a failure of the control
+        loop after set-up (one line and the traceback; everything was resumed first) or a
+        launched training that ended by itself and failed (its exit status not 0, or killed
+        by a signal: one line), 130 after SIGINT (Ctrl-C).
     """
     args = build_parser().parse_args(argv)
     _configure_logging()
