@@ -64,7 +64,7 @@ from gpucontrol.node._runtime import ensure_private_dir, grant_group
 from gpucontrol.node.actuators.mps import MPSControl
 from gpucontrol.node.actuators.spatial import detect_backends
 from gpucontrol.node.config import DaemonConfig
-from gpucontrol.node.controller import make_controller
+from gpucontrol.node.controller import check_slo, make_controller
 from gpucontrol.node.daemon_safety import DaemonSafety
 from gpucontrol.node.guardian import Guardian, read_state
 from gpucontrol.node.health import Heartbeat, SilenceWatch
@@ -250,6 +250,8 @@ class Daemon(DaemonSafety, DaemonLoop):
                 self._records["controller"] = prev["controller"]
         try:
             self.controller = self._make_controller(self._share_possible)
+            if self.controller is not None:
+                check_slo(self.controller, cfg)  # an SLO the model says no setting meets
         except Exception:
             self._resume_leftovers_and_fail()
             raise

@@ -48,9 +48,15 @@ def fake_mps(tmp_path):
     return str(fake)
 
 
+#: The full share's line, and a low share that meets an SLO of 60 ms: the daemon refuses an
+#: SLO its model says no setting meets, and these tests drive the share down from over it.
+MODEL_ROWS = [{"mps_pct": 10.0, "gain": -600.0, "offset": 50.0},
+              {"mps_pct": 100.0, "gain": -600.0, "offset": 100.0}]
+
+
 def model_file(tmp_path):
     model = tmp_path / "model.json"
-    model.write_text(json.dumps({"gain": -600.0, "offset": 100.0}))
+    model.write_text(json.dumps(MODEL_ROWS))
     return str(model)
 
 
@@ -517,8 +523,10 @@ def test_a_restarted_daemon_resumes_a_fresh_controller_state(children, tmp_path)
     env = {**os.environ, "GPUCONTROL_SOCKET": str(tmp_path / "r.sock")}
     t = children.spawn(TRAINING.replace("notify_ready()\n", ""), str(tmp_path / "t.pids"),
                        env=env)
+    model = tmp_path / "held.json"  # the share is held: a model that meets 60 ms by sleep
+    model.write_text(json.dumps({"gain": -600.0, "offset": 70.0}))  # (the readings never do)
     args = daemon_argv(tmp_path, "r", "--training-pid", str(t.pid), "--slo-ms", "60",
-                       "--model", model_file(tmp_path), "--period-s", "0.2",
+                       "--model", str(model), "--period-s", "0.2",
                        "--run-quantum-s", "0.05", "--max-sleep-s", "0.03",
                        "--sleep-method", "signal")
     d = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -324,8 +324,9 @@ def test_two_tier_restarts_training_with_a_new_mps_share(children, tmp_path):
     fake = tmp_path / "nvidia-cuda-mps-control"
     fake.write_text(f"#!{sys.executable}\n{FAKE}")
     fake.chmod(0o755)
-    model = tmp_path / "model.json"
-    model.write_text(json.dumps({"gain": -600.0, "offset": 100.0}))
+    model = tmp_path / "model.json"  # a low share meets the SLO, by the model
+    model.write_text(json.dumps([{"mps_pct": 10.0, "gain": -600.0, "offset": 50.0},
+                                 {"mps_pct": 100.0, "gain": -600.0, "offset": 100.0}]))
     pidfile = tmp_path / "train.pid"
     sock = str(tmp_path / "m.sock")
     cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
