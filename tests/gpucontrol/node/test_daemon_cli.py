@@ -230,6 +230,29 @@ def test_the_least_slo_the_model_meets_is_accepted_and_any_under_it_refused(tmp_
     assert floor(False, max_sleep_s=3.0) < held  # a longer sleep reaches lower
 
 
+def test_without_reports_every_period_holds_the_sleep_it_started_at(tmp_path):
+    """What docs/daemon.md says the operator sees with no inference reporting: the controller
+    starts at the sleep its model predicts for the SLO (not 0) and a period without a report
+    holds it, however many there are: the training stays throttled."""
+    import math
+    import time
+
+    from gpucontrol.node.controller import make_controller
+    from gpucontrol.node.monitor import PeriodStats
+
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps({"gain": -12.0, "offset": 95.0}))
+    ctl = make_controller(DaemonConfig(training_pids=(4242,), slo_ms=90.0, model=str(model)),
+                          share_ok=False)
+    start = ctl.initial_actuation().sleep_s
+    assert start > 0.1
+    for _ in range(8):
+        now = time.time()
+        act = ctl.update(PeriodStats(now, now, 0, math.nan, math.nan, math.nan, 0)
+                         .to_measurement(False))
+        assert act.sleep_s == start and act.reason == "hold: no requests this period"
+
+
 def test_a_metrics_port_in_use_is_refused_before_the_start(children, tmp_path):
     """Tried before anything runs (it used to fail at the end of the set-up, exit 1, after
     pausing had begun)."""
