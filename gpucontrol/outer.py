@@ -79,7 +79,7 @@ from gpucontrol.errors import ConfigurationError
 from gpucontrol.knobs import ShareKnob, SleepKnob
 from gpucontrol.models import LatencyModelFamily, duty_forms
 
-__all__ = ["Decision", "ThroughputOuter"]
+__all__ = ["Decision", "ThroughputOuter", "least_latency_ms"]
 
 #: Iteration time assumed at the highest identified share when the model measured none (s).
 PRIOR_ITERATION_S = 0.5
@@ -231,6 +231,14 @@ class _Curves:
     def unbend(self) -> None:
         """Every share on the duty law (the benchmark's ablation of the bent law)."""
         self.c, self.A, self.B = self.c_line.copy(), self.A_line.copy(), np.zeros_like(self.B)
+
+    def at_longest_sleep(self, t: np.ndarray, sleep: SleepKnob) -> tuple[np.ndarray, np.ndarray]:
+        """Per share, the least duty (at the longest sleep, iteration times ``t`` or the run
+        quantum) and the latency the curves predict there (ms, at the identified load)."""
+        q = sleep.run_quantum_s
+        tau = t if q is None else np.full_like(t, q)
+        d_hi = tau / (tau + sleep.bounds_s[1])
+        return d_hi, self.latency(d_hi)
 
     def latency(self, d: Any, i: Any = slice(None)) -> Any:
         """The curves' latency at duty ``d`` (ms)."""
@@ -469,15 +477,13 @@ class ThroughputOuter:
         sig = self.Z * self.lat.spread(i)
         sig_t = self.Z * self.it.spread(i)
         t = cv.t * np.exp(self.it.delta)
-        q = self.sleep.run_quantum_s
-        tau = t if q is None else np.full_like(t, q)
-        d_hi = tau / (tau + self.sleep.bounds_s[1])
+        d_hi, least = cv.at_longest_sleep(t, self.sleep)
         base = np.exp(self.lat.q + self.lat.delta)
         out = []
         for scale, tt in ((base, t), (base * np.exp(sig), t * np.exp(sig_t))):
             d = np.minimum(cv.duty(self.slo_ms / scale), 1.0)
             out.append((np.maximum(d, d_hi), np.where(d >= d_hi, d / tt, -np.inf)))
-        worst = base * cv.latency(d_hi)
+        worst = base * least
         return (out[0][0], out[0][1], worst), (out[1][0], out[1][1])
 
     # ---- the decision --------------------------------------------------------------------
@@ -554,3 +560,27 @@ class ThroughputOuter:
         once after each move; None otherwise."""
         s, self._ff_sleep = self._ff_sleep, None
         return s
+
+
+def least_latency_ms(family: LatencyModelFamily, share: ShareKnob,
+                     sleep: SleepKnob) -> tuple[float, float]:
+    """The least latency the identified model predicts at any share ``share`` offers and any
+    sleep in ``sleep``'s range (the longest, where the training's duty is least), at the
+    identified load, and the share it is at: an SLO below it is one no setting of the knobs
+    can meet on this model (the model's counterpart of the least latency a plant reaches,
+    which ``gpucontrol burst`` refuses an SLO under). At each share the lower of the two
+    readings of the identification: its fitted line and the duty law the loop predicts with
+    (they part at the ends of the span: neither alone refuses an SLO the other meets).
+
+    >>> from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
+    >>> fam = LatencyModelFamily.of(LinearLatencyModel(-12.0, 95.0))
+    >>> least_latency_ms(fam, ShareKnob(levels_pct=(100.0,)), SleepKnob((0.0, 1.0)))
+    (83.0, 100.0)
+    """
+    shares = tuple(sorted(set(share.candidates()) | {share.start_pct}))
+    cv = _Curves(family, shares, sleep)
+    longest = sleep.bounds_s[1]
+    line = np.array([family.at(m).predict(longest) for m in shares])
+    lat = np.minimum(cv.at_longest_sleep(cv.t, sleep)[1], line)
+    i = int(np.argmin(lat))
+    return float(lat[i]), float(cv.m[i])

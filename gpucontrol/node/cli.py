@@ -4,7 +4,8 @@
 subcommand); :func:`run_from_args` turns the parsed namespace into a
 :class:`~gpucontrol.node.config.DaemonConfig` once and runs the
 :class:`~gpucontrol.node.daemon.Daemon`; :func:`main` adds the exit codes (0 after a clean stop
-or SIGTERM, 2 for a configuration error, 1 for a failure, 130 after SIGINT / Ctrl-C) and the
+or SIGTERM, 2 for a configuration error, 1 for a failure (the launched training's
+included), 130 after SIGINT / Ctrl-C) and the
 stderr log format. Every flag is checked before anything runs: a bad value is one line naming
 the flag and its allowed range, exit status 2, and nothing is written. The parser lives in the
 node so that a node runs the daemon without the harness.
@@ -44,6 +45,10 @@ __all__ = ["add_arguments", "build_parser", "main", "run_from_args"]
 logger = logging.getLogger(__name__)
 
 DESCRIPTION = "The per-GPU control daemon: monitor -> TwoTierController -> actuators, crash-safe."
+
+#: What begins every line the daemon writes to stderr: its errors (the parser's included) and
+#: its operator lines.
+PREFIX = "gpucontrol-daemon"
 
 
 def _quantum(text: str) -> float | str:
@@ -198,7 +203,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     Returns
     -------
     int
-        The daemon's exit status (0; 130 when SIGINT stopped it).
+        The daemon's exit status (0; 130 when SIGINT stopped it; 1 when the training it
+        launched ended by itself and failed).
 
     Raises
     ------
@@ -246,11 +252,11 @@ _RESUME_ONLY_FLAGS = ("resume_only", "state", "gpu", "socket", "hook")  # the la
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """Errors as one line (``PROG: error: MESSAGE (see PROG -h)``), exit status 2, as the
-    ``gpucontrol`` console script's parsers and :class:`DaemonConfig`'s checks print them."""
+    """Errors as one line (``gpucontrol-daemon: error: MESSAGE (see 'PROG -h')``), exit
+    status 2, with the prefix of every other error :func:`main` prints (:data:`PREFIX`)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} -h')\n")
+        self.exit(2, f"{PREFIX}: error: {message} (see '{self.prog} -h')\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -279,24 +285,25 @@ def main(argv: list[str] | None = None) -> int:
     int
         0 after a clean stop (SIGTERM, the duration, the training's end), 2 for a
         configuration error (one line naming the flag; nothing written), 1 for an
-        operating-system error at set-up (one line, no traceback) or a failure of the control
-        loop after set-up (one line and the traceback; everything was resumed first), 130
-        after SIGINT (Ctrl-C).
+        operating-system error at set-up (one line, no traceback), a failure of the control
+        loop after set-up (one line and the traceback; everything was resumed first) or a
+        launched training that ended by itself and failed (its exit status not 0, or killed
+        by a signal: one line), 130 after SIGINT (Ctrl-C).
     """
     args = build_parser().parse_args(argv)
     _configure_logging()
     try:
         return run_from_args(args)
     except ControlLoopError as exc:  # after set-up: a bug, reported with its traceback
-        print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
+        print(f"{PREFIX}: error: {exc}", file=sys.stderr)
         if exc.__cause__ is not None:
             traceback.print_exception(exc.__cause__, file=sys.stderr)
         return 1
     except ValueError as exc:
-        print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
+        print(f"{PREFIX}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # the machine refused (no space, no permission...): one line
-        print(f"gpucontrol-daemon: error: {exc}", file=sys.stderr)
+        print(f"{PREFIX}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -339,7 +346,7 @@ def _configure_logging() -> None:
     if _handler is not None:
         return
     _handler = _StderrHandler()
-    _handler.setFormatter(logging.Formatter("gpucontrol-daemon: %(message)s"))
+    _handler.setFormatter(logging.Formatter(f"{PREFIX}: %(message)s"))
     root = logging.getLogger("gpucontrol")
     root.addHandler(_handler)
     if root.level == logging.NOTSET:

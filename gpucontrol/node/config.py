@@ -502,7 +502,8 @@ class DaemonConfig:
             ``allowed_uids`` without root; a ``training_cmd`` whose program cannot be
             run (not found on PATH, not executable, or an empty command); a ``socket``,
             ``state`` or ``hook`` path that is a directory; a metrics address or port the
-            server could not listen on (a trial bind).
+            server could not listen on (a trial bind); ``fixed_mps`` on the ``mps`` backend
+            where ``mps_binary`` is not found.
         gpucontrol.errors.TargetRefused
             A ``training_pids`` entry may not be paused (init, ourselves, an ancestor, a
             kernel thread, another user's process, or no such process).

@@ -1,7 +1,7 @@
 """The rules behind :class:`~gpucontrol.node.config.DaemonConfig`: which fields are text,
 paths or flags, the settings that act only together (:data:`NEEDS`), and the checks that look
 at the machine (:func:`check_environment`: files, the metrics port, the training's program,
-user and processes).
+user and processes, the MPS binary a held MPS share needs).
 """
 
 from __future__ import annotations
@@ -173,6 +173,19 @@ def _check_program(cmd: str) -> None:
                                  "executable" + ("" if os.sep in prog else " on PATH"))
 
 
+def _check_mps(cfg: Any) -> None:
+    """Refuse a setting that needs MPS (:meth:`ShareKnob.mps_required_by`) where the MPS
+    control binary is not there, before anything runs (it would otherwise be found out only
+    once the daemon had started)."""
+    from gpucontrol.node.actuators.mps import MPSControl
+    from gpucontrol.node.registry import SHARE_BACKENDS, knob_class
+
+    need = knob_class(SHARE_BACKENDS, cfg.share_backend).mps_required_by(cfg)
+    if need is not None and not MPSControl(cfg.mps_binary).available():
+        raise ConfigurationError(f"{need} needs MPS, which is unavailable here: "
+                                 f"{cfg.mps_binary} not found (--mps-binary names it)")
+
+
 def check_environment(cfg: Any) -> None:
     """The checks of :meth:`DaemonConfig.check_environment` (see there)."""
     from gpucontrol.node.actuators.procs import TargetRefused, check_target
@@ -189,6 +202,7 @@ def check_environment(cfg: Any) -> None:
         _check_textfile(cfg.metrics_textfile)
     if cfg.training_cmd is not None:
         _check_program(cfg.training_cmd)
+    _check_mps(cfg)
     if cfg.training_user is not None:
         uid = cfg.training_uid()
         if os.geteuid() not in (0, uid):

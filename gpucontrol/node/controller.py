@@ -20,6 +20,7 @@ measured), the sleep knob (its range, a duty cycler's run quantum: the duty is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,10 +29,10 @@ from gpucontrol.errors import ConfigurationError
 from gpucontrol.knobs import ShareKnob, SleepKnob
 from gpucontrol.node.model_file import load_model
 from gpucontrol.node.share import controller_restart_s
-from gpucontrol.outer import ThroughputOuter
+from gpucontrol.outer import ThroughputOuter, least_latency_ms
 from gpucontrol.two_tier import TwoTierController
 
-__all__ = ["make_controller"]
+__all__ = ["check_slo", "make_controller"]
 
 
 def make_controller(cfg: Any, *, share_ok: bool,
@@ -85,3 +86,34 @@ def make_controller(cfg: Any, *, share_ok: bool,
         msg = str(exc)
         raise ConfigurationError(f"--model {cfg.model}: {msg}" if cfg.model not in msg
                                  else f"--model: {msg}") from None
+
+
+def check_slo(ctl: TwoTierController, cfg: Any) -> None:
+    """Refuse an SLO no setting of the knobs can meet on the model: under the least latency
+    its curves predict at any share the controller's knob offers and the longest sleep
+    (:func:`gpucontrol.outer.least_latency_ms`), as ``gpucontrol burst`` refuses one under the
+    least latency its plant reaches.
+
+    Parameters
+    ----------
+    ctl : TwoTierController
+        The controller :func:`make_controller` built.
+    cfg : DaemonConfig
+        The settings (``model``, for the message).
+
+    Raises
+    ------
+    ConfigurationError
+        ``--slo-ms`` under that latency (one line naming it and the least SLO the model meets).
+    """
+    least, pct = least_latency_ms(ctl.family, ctl.share, ctl.sleep_knob)
+    if ctl.slo_ms < least:
+        levels = ctl.share.levels_pct or ctl.share.bounds_pct
+        lo, hi = min(levels), max(levels)
+        offered = f"{lo:g} %" if lo == hi else f"[{lo:g}, {hi:g}] %"
+        ms = math.ceil(least * 10.0) / 10.0  # rounded up: an SLO of that is accepted
+        raise ConfigurationError(
+            f"--slo-ms {ctl.slo_ms:g}: no setting of the knobs can meet it: the least latency "
+            f"--model {cfg.model} predicts is {ms:.1f} ms, at the longest sleep "
+            f"({ctl.sleep_knob.bounds_s[1]:g} s) and share {pct:g} % (of {offered}); give an "
+            f"SLO of at least {ms:.1f} ms")

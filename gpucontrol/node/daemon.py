@@ -64,7 +64,7 @@ from gpucontrol.node._runtime import ensure_private_dir, grant_group
 from gpucontrol.node.actuators.mps import MPSControl
 from gpucontrol.node.actuators.spatial import detect_backends
 from gpucontrol.node.config import DaemonConfig
-from gpucontrol.node.controller import make_controller
+from gpucontrol.node.controller import check_slo, make_controller
 from gpucontrol.node.daemon_safety import DaemonSafety
 from gpucontrol.node.guardian import Guardian, read_state
 from gpucontrol.node.health import Heartbeat, SilenceWatch
@@ -250,6 +250,8 @@ class Daemon(DaemonSafety, DaemonLoop):
                 self._records["controller"] = prev["controller"]
         try:
             self.controller = self._make_controller(self._share_possible)
+            if self.controller is not None:
+                check_slo(self.controller, cfg)  # an SLO the model says no setting meets
         except Exception:
             self._resume_leftovers_and_fail()
             raise
@@ -316,12 +318,9 @@ class Daemon(DaemonSafety, DaemonLoop):
         if not self.share.needs_mps(self.cfg):
             return
         self.mps = MPSDaemon(self.cfg, pipe_dir=self.share.mps_pipe_dir(self.cfg),
-                             say=not self.share.changes_without_restart)
+                             say=not self.share.changes_without_restart,
+                             required_by=self.share.mps_required_by(self.cfg))  # never 100 %
         self._start(self.mps)
-        if (self.cfg.fixed_mps is not None and not self.mps.ok
-                and not self.share.changes_without_restart):  # never silently at 100 %
-            raise ConfigurationError(f"--fixed-mps {self.cfg.fixed_mps:g} needs MPS, which is "
-                                     "unavailable here (see the message above)")
 
     def _start_training(self) -> None:
         self._start(self.training)

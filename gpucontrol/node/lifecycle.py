@@ -12,6 +12,7 @@ before anything is released.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import select
@@ -25,6 +26,8 @@ from gpucontrol.errors import ControlLoopError
 from gpucontrol.node.logsink import LogSink, open_log
 
 __all__ = ["DaemonLoop"]
+
+logger = logging.getLogger(__name__)
 
 
 class DaemonLoop:
@@ -45,8 +48,10 @@ class DaemonLoop:
     _stop_signal: int | None
     _stop_r: int
     _stop_w: int
+    _training_failed: bool = False  # the launched training exited non-zero or was killed
 
     emit: Callable[..., None]  # the daemon's event log
+    say: Callable[[str], None]  # an operator line
     setup: Callable[[], None]  # the ordered starts
     step: Callable[[], None]  # one control period
     shutdown: Callable[[], None]  # the one undo path
@@ -94,8 +99,10 @@ class DaemonLoop:
         -------
         int
             The exit status of a clean stop: 0, or 130 when SIGINT asked for it (the shell's
-            status of a Ctrl-C); setup errors raise. A start refused before anything was
-            logged writes nothing: no line, and a ``log`` file it created is removed again.
+            status of a Ctrl-C), or 1 when the training the daemon launched ended by itself
+            and failed (exit status not 0, or killed by a signal); setup errors raise. A
+            start refused before anything was logged writes nothing: no line, and a ``log``
+            file it created is removed again.
 
         Raises
         ------
@@ -132,7 +139,9 @@ class DaemonLoop:
                 os.unlink(self.cfg.log)
 
     def _exit_status(self) -> int:
-        return 128 + signal.SIGINT if self._stop_signal == signal.SIGINT else 0
+        if self._stop_signal == signal.SIGINT:
+            return 128 + signal.SIGINT
+        return 1 if self._training_failed else 0
 
     def _run(self) -> int:
         self._stop_r, self._stop_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -186,5 +195,21 @@ class DaemonLoop:
             if nxt < time.monotonic():
                 nxt = time.monotonic() + period
             if not self.training_alive():
-                self.emit(event="training_finished")
+                self._training_ended()
                 return
+
+    def _training_ended(self) -> None:
+        """The training ended by itself: log how (``training_finished``), one stderr line;
+        a launched training that failed (exit status not 0, or killed by a signal) makes the
+        daemon's exit status 1 (:meth:`_exit_status`)."""
+        status = self.training.end_status()
+        self._training_failed = bool(status["failed"])
+        self.emit(event="training_finished", pids=list(self.training.pids), **status)
+        how = (f"was killed by {status['signal']}" if status["signal"] else
+               f"exited with status {status['exit_code']}" if status["exit_code"] is not None
+               else "ended (its exit status is its parent's to read)")
+        line = f"the training (pid {', '.join(map(str, self.training.pids))}) {how}"
+        if self._training_failed:
+            self.say(line)
+        else:
+            logger.info("%s", line)

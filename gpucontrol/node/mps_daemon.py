@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from gpucontrol.errors import ConfigurationError
 from gpucontrol.node.actuators.mps import MPSControl, MPSError
 from gpucontrol.node.knobs import Knob
 from gpucontrol.node.mps_health import MPSHealthWatch
@@ -32,6 +33,11 @@ class MPSDaemon(Knob):
         A running control daemon to join (``--mps-pipe-dir``); None: start a private one.
     say : bool
         Say in one operator line when MPS is unavailable (False: the share backend says it).
+    required_by : str or None
+        The setting that cannot do without MPS (``--fixed-mps P`` on the ``mps`` backend,
+        :meth:`~gpucontrol.node.share_knob.ShareKnob.mps_required_by`): MPS unavailable then
+        refuses the start (:class:`~gpucontrol.errors.ConfigurationError`, one line naming
+        it) instead of going on sleep-only. None: go on without MPS.
 
     Attributes
     ----------
@@ -45,10 +51,12 @@ class MPSDaemon(Knob):
 
     name = "mps"
 
-    def __init__(self, cfg: Any, *, pipe_dir: str | None = None, say: bool = True) -> None:
+    def __init__(self, cfg: Any, *, pipe_dir: str | None = None, say: bool = True,
+                 required_by: str | None = None) -> None:
         self.cfg = cfg
         self.pipe_dir = pipe_dir  # the running control daemon to join; None: a private one
         self._say = say  # an operator line when MPS is unavailable (else the share says it)
+        self.required_by = required_by  # MPS unavailable refuses the start
         self.ctl: MPSControl | None = None
         self.ok = False
         self.error = ""
@@ -57,14 +65,14 @@ class MPSDaemon(Knob):
 
     def start(self, host: Any) -> None:
         """Start the private daemon (listed first) or check the node's; a failure is said
-        and logged (``mps_unavailable``) and leaves the daemon without MPS."""
+        and logged (``mps_unavailable``) and leaves the daemon without MPS, or refuses the
+        start when a setting requires MPS (``required_by``), before saying or logging it."""
         cfg = self.cfg
         ctl = MPSControl(cfg.mps_binary, pipe_dir=self.pipe_dir)
         if not ctl.available():
-            self.error = f"{cfg.mps_binary} not found"
-            if self._say:
-                host.say(f"{cfg.mps_binary} not found: MPS unavailable, running sleep-only")
-            host.emit(event="mps_unavailable")
+            self._unavailable(host, f"{cfg.mps_binary} not found",
+                              f"{cfg.mps_binary} not found: MPS unavailable, running "
+                              "sleep-only")
             return
         try:
             if self.private:
@@ -80,15 +88,24 @@ class MPSDaemon(Knob):
                                         restart=self.private).start()
             host.emit(event="mps_ready", pipe_dir=ctl.pipe_dir)
         except MPSError as exc:
-            self.error = str(exc)
-            if self._say:
-                host.say(f"MPS unavailable ({exc}); running sleep-only")
-            host.emit(event="mps_unavailable", error=str(exc))
             if self.private:  # our private directories: gone, unlisted
                 with contextlib.suppress(MPSError, OSError):
                     ctl.quit()
                 host._records.pop("mps", None)
             self.ctl = None
+            self._unavailable(host, str(exc), f"MPS unavailable ({exc}); running sleep-only",
+                              error=str(exc))
+
+    def _unavailable(self, host: Any, why: str, line: str, **event: Any) -> None:
+        """No MPS: refuse the start if a setting requires it, else say ``line`` (unless the
+        share backend says it) and log ``mps_unavailable``."""
+        self.error = why
+        if self.required_by is not None:
+            raise ConfigurationError(f"{self.required_by} needs MPS, which is unavailable "
+                                     f"here: {why}")
+        if self._say:
+            host.say(line)
+        host.emit(event="mps_unavailable", **event)
 
     @property
     def healthy(self) -> bool:

@@ -38,8 +38,8 @@ import subprocess
 import time
 from collections.abc import Iterable
 
-__all__ = ["cleanup_owned", "end_group_rest", "open_identity", "origin_of", "quit_mps",
-           "release_share", "remove_cgroup", "return_members", "share_origins",
+__all__ = ["cleanup_owned", "end_group_rest", "exit_status", "open_identity", "origin_of",
+           "quit_mps", "release_share", "remove_cgroup", "return_members", "share_origins",
            "terminate_identity"]
 
 MPS_ROOT_PREFIX = "gpucontrol-mps-"
@@ -138,6 +138,22 @@ def end_group_rest(pgid: int, grace_s: float = 5.0) -> int:
         time.sleep(0.02)
     _signal_group(pgid, signal.SIGKILL)
     return 1
+
+
+def exit_status(p: subprocess.Popen) -> int | None:
+    """How a child ended, as :attr:`subprocess.Popen.returncode` reads it (its exit status, or
+    minus the signal that killed it); None while it runs. Read without reaping it
+    (``WNOWAIT``): its zombie keeps its process group's number from being reused until it is
+    reaped, right before :func:`end_group_rest` ends the workers it left."""
+    if p.returncode is not None:
+        return p.returncode
+    try:
+        st = os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped elsewhere
+        return p.poll()
+    if st is None:
+        return None
+    return st.si_status if st.si_code == os.CLD_EXITED else -st.si_status
 
 
 def terminate_identity(ident: dict, grace_s: float = 10.0) -> bool:

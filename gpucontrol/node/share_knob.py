@@ -72,6 +72,28 @@ class ShareKnob(Knob):
         """
         return False
 
+    @classmethod
+    def mps_required_by(cls, cfg: Any) -> str | None:
+        """The setting that cannot do without MPS here: ``--fixed-mps`` on a backend whose
+        share is MPS's own (it needs MPS and changes the share by a restart); without MPS the
+        share would silently stay at 100 %, so the start is refused instead of going on
+        sleep-only.
+
+        Parameters
+        ----------
+        cfg : DaemonConfig
+            The settings.
+
+        Returns
+        -------
+        str or None
+            The flag and its value as a message names them; None when the daemon may go on
+            without MPS.
+        """
+        if cfg.fixed_mps is not None and cls.needs_mps(cfg) and not cls.changes_without_restart:
+            return f"--fixed-mps {cfg.fixed_mps:g}"
+        return None
+
     @staticmethod
     def mps_pipe_dir(cfg: Any) -> str | None:
         """The running MPS control daemon to join (None: start a private one).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import signal
 import threading
 from typing import Any
 
@@ -23,8 +24,16 @@ from gpucontrol.node.actuators.mps import MPSActuator
 from gpucontrol.node.actuators.procs import ProcessHandle
 from gpucontrol.node.knobs import Knob
 from gpucontrol.node.pidfile import PidClaim, check_claim, resolve_pid_file
+from gpucontrol.node.records import exit_status
 
 __all__ = ["Training"]
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
 
 
 class Training(Knob):
@@ -145,6 +154,25 @@ class Training(Knob):
         if self.restart_thread is not None and self.restart_thread.is_alive():
             return True
         return any(h.alive() for h in self.roots)
+
+    def end_status(self) -> dict[str, Any]:
+        """How the training ended, for the ``training_finished`` event.
+
+        Returns
+        -------
+        dict
+            ``exit_code`` (its exit status) and ``signal`` (the name of the signal that
+            killed it), one of them set for a training the daemon launched, both None for
+            one it was given (not its child: its status is its parent's to read) or still
+            running; ``failed``: whether it exited non-zero or was killed (None: unknown).
+        """
+        proc = self.trainer.proc if self.trainer is not None else None
+        code = exit_status(proc) if proc is not None else None  # unreaped: close() reaps it
+        if code is None:
+            return {"exit_code": None, "signal": None, "failed": None}
+        if code < 0:
+            return {"exit_code": None, "signal": _signal_name(-code), "failed": True}
+        return {"exit_code": code, "signal": None, "failed": code != 0}
 
     def restarting(self) -> bool:
         """Whether an MPS restart is in progress."""

@@ -483,7 +483,10 @@ class MPSActuator:
         ``stop_timeout_s``, SIGKILL go to the group; members that outlive the leader are
         ended after it (only here, right after we reaped the leader: while a member lives,
         the group's number cannot be reused)."""
-        if p.poll() is not None:
+        if p.returncode is not None:  # reaped before: its group's number may be another's
+            return
+        if p.poll() is not None:  # it ended by itself; reaped just now: end what it left
+            end_group_rest(p.pid, min(self.stop_timeout_s, 5.0))
             return
         if self.before_terminate is not None:
             self.before_terminate(p.pid)

@@ -161,13 +161,23 @@ def _refusals(tmp_path):
                         "--run-quantum-s must be in [0.001, 3600]"),
         "model": (["--slo-ms", "90", "--model", str(bad)],
                   f"--model {bad}: gain must be < 0"),
+        # an SLO under the least latency the model predicts (held share: 100 %, the sleep
+        # at most 1 s, the duty cycler's 0.2 s quantum), as `gpucontrol burst` refuses one
+        "slo-unmeetable": (["--slo-ms", "1", "--model", str(good)],
+                           f"--slo-ms 1: no setting of the knobs can meet it: the least "
+                           f"latency --model {good} predicts is 83.0 ms, at the longest sleep "
+                           f"(1 s) and share 100 % (of 100 %); give an SLO of at least 83.0 ms"),
+        # the parser's own refusal has the prefix of every other error line
+        "not-a-number": (["--slo-ms", "x", "--model", str(good)],
+                         "argument --slo-ms: invalid float value: 'x' (see 'python -m "
+                         "gpucontrol.daemon -h')"),
     }
 
 
 CASES = ["period-huge", "period-tiny", "stall-huge", "prometheus-url", "share-cgroup",
          "fixed-and-slo", "fixed-mps-alone", "addr-empty", "addr-bad", "addr-foreign",
          "state-dir-missing", "socket-dir-missing", "state-is-dir", "max-sleep", "run-quantum",
-         "model"]
+         "model", "slo-unmeetable", "not-a-number"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -191,6 +201,56 @@ def test_a_refused_command_line_is_one_line_exit_2_and_writes_nothing(children, 
     assert not log.exists()
     assert not (tmp_path / "r.state.json").exists()
     assert stopped_pids([t.pid]) == []
+
+
+def test_the_least_slo_the_model_meets_is_accepted_and_any_under_it_refused(tmp_path):
+    """The floor is the controller's own prediction over the knobs it gets: the whole share
+    range where a share knob runs (lower than at the one held level), the sleep range and the
+    duty cycler's quantum; an SLO at it is accepted, one just under it refused."""
+    from gpucontrol.node.controller import check_slo, make_controller
+
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps({"gain": -12.0, "offset": 95.0}))
+
+    def check(slo, share_ok, **kw):
+        cfg = DaemonConfig(training_pids=(4242,), slo_ms=slo, model=str(model), **kw)
+        check_slo(make_controller(cfg, share_ok=share_ok), cfg)
+
+    def floor(share_ok, **kw):
+        with pytest.raises(ConfigurationError) as exc:
+            check(1.0, share_ok, **kw)
+        least = float(str(exc.value).split("predicts is ")[1].split(" ms")[0])
+        check(least, share_ok, **kw)  # the SLO the message names is accepted
+        with pytest.raises(ConfigurationError, match=r"^--slo-ms "):
+            check(least - 0.2, share_ok, **kw)
+        return least
+
+    held, free = floor(False), floor(True, share_backend="cpu")
+    assert held == 83.0 and free < held
+    assert floor(False, max_sleep_s=3.0) < held  # a longer sleep reaches lower
+
+
+def test_without_reports_every_period_holds_the_sleep_it_started_at(tmp_path):
+    """What docs/daemon.md says the operator sees with no inference reporting: the controller
+    starts at the sleep its model predicts for the SLO (not 0) and a period without a report
+    holds it, however many there are: the training stays throttled."""
+    import math
+    import time
+
+    from gpucontrol.node.controller import make_controller
+    from gpucontrol.node.monitor import PeriodStats
+
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps({"gain": -12.0, "offset": 95.0}))
+    ctl = make_controller(DaemonConfig(training_pids=(4242,), slo_ms=90.0, model=str(model)),
+                          share_ok=False)
+    start = ctl.initial_actuation().sleep_s
+    assert start > 0.1
+    for _ in range(8):
+        now = time.time()
+        act = ctl.update(PeriodStats(now, now, 0, math.nan, math.nan, math.nan, 0)
+                         .to_measurement(False))
+        assert act.sleep_s == start and act.reason == "hold: no requests this period"
 
 
 def test_a_metrics_port_in_use_is_refused_before_the_start(children, tmp_path):

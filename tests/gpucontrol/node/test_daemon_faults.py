@@ -48,9 +48,15 @@ def fake_mps(tmp_path):
     return str(fake)
 
 
+#: The full share's line, and a low share that meets an SLO of 60 ms: the daemon refuses an
+#: SLO its model says no setting meets, and these tests drive the share down from over it.
+MODEL_ROWS = [{"mps_pct": 10.0, "gain": -600.0, "offset": 50.0},
+              {"mps_pct": 100.0, "gain": -600.0, "offset": 100.0}]
+
+
 def model_file(tmp_path):
     model = tmp_path / "model.json"
-    model.write_text(json.dumps({"gain": -600.0, "offset": 100.0}))
+    model.write_text(json.dumps(MODEL_ROWS))
     return str(model)
 
 
@@ -410,15 +416,50 @@ def test_made_cgroup_and_its_training_do_not_outlive_a_killed_daemon(children, t
 
 
 # ------------------------------------------------------------------------------ B16, B17
-def test_fixed_mps_without_mps_is_refused(children, tmp_path):
-    """B17: --fixed-mps where MPS is unavailable exits 2 instead of running at 100 %."""
+@pytest.mark.parametrize("sleep, binary", [
+    ("open", "missing"), ("closed", "missing"), ("closed", "failing")])
+def test_fixed_mps_without_mps_is_refused(children, tmp_path, sleep, binary):
+    """B17: --fixed-mps where MPS is unavailable exits 2 instead of running at 100 %, as a
+    refused start: one line naming the flag and why (never "running sleep-only" before it),
+    nothing on standard output, no state file, the training never started. A missing binary
+    is refused before anything runs; one whose ``-d`` fails once it has been tried."""
     pidfile = tmp_path / "train.pids"
     cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
-    r = run_daemon(daemon_argv(tmp_path, "f", "--training-cmd", cmd, "--fixed-sleep", "0",
-                               "--fixed-mps", "50", "--mps-binary", "/nonexistent/mps"),
+    mps = "/nonexistent/mps"
+    if binary == "failing":
+        fake = tmp_path / "failing-mps"
+        fake.write_text("#!/bin/sh\necho no device >&2\nexit 1\n")
+        fake.chmod(0o755)
+        mps = str(fake)
+    how = (["--fixed-sleep", "0"] if sleep == "open" else
+           ["--slo-ms", "90", "--model", model_file(tmp_path)])
+    r = run_daemon(daemon_argv(tmp_path, "f", "--training-cmd", cmd, *how,
+                               "--fixed-mps", "50", "--mps-binary", mps),
                    capture_output=True, text=True, timeout=30, check=False)
-    assert r.returncode == 2 and "--fixed-mps 50 needs MPS" in r.stderr
+    assert r.returncode == 2, r.stderr
+    why = "/nonexistent/mps not found" if binary == "missing" else f"{mps} -d failed (1)"
+    assert r.stderr.splitlines() == [f"gpucontrol-daemon: error: --fixed-mps 50 needs MPS, "
+                                     f"which is unavailable here: {why}"
+                                     + (" (--mps-binary names it)" if binary == "missing"
+                                        else ": no device")], r.stderr
+    assert r.stdout == ""
+    assert not (tmp_path / "f.state.json").exists()
     assert not launched(pidfile)  # the training was never started
+
+
+def test_mps_unavailable_without_a_held_share_goes_on_sleep_only(children, tmp_path):
+    """Without --fixed-mps a missing MPS is no refusal: the daemon says it runs sleep-only and
+    does."""
+    pidfile = tmp_path / "train.pids"
+    cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
+    r = run_daemon(daemon_argv(tmp_path, "s", "--training-cmd", cmd, "--slo-ms", "90",
+                               "--model", model_file(tmp_path), "--period-s", "0.2",
+                               "--duration-s", "0.4", "--mps-binary", "/nonexistent/mps"),
+                   capture_output=True, text=True, timeout=30, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "MPS unavailable, running sleep-only" in r.stderr
+    events = [json.loads(line).get("event") for line in r.stdout.splitlines()]
+    assert "mps_unavailable" in events and "started" in events
 
 
 def test_mps_health_watch_restarts_a_dead_control_daemon_with_back_off(tmp_path):
@@ -482,8 +523,10 @@ def test_a_restarted_daemon_resumes_a_fresh_controller_state(children, tmp_path)
     env = {**os.environ, "GPUCONTROL_SOCKET": str(tmp_path / "r.sock")}
     t = children.spawn(TRAINING.replace("notify_ready()\n", ""), str(tmp_path / "t.pids"),
                        env=env)
+    model = tmp_path / "held.json"  # the share is held: a model that meets 60 ms by sleep
+    model.write_text(json.dumps({"gain": -600.0, "offset": 70.0}))  # (the readings never do)
     args = daemon_argv(tmp_path, "r", "--training-pid", str(t.pid), "--slo-ms", "60",
-                       "--model", model_file(tmp_path), "--period-s", "0.2",
+                       "--model", str(model), "--period-s", "0.2",
                        "--run-quantum-s", "0.05", "--max-sleep-s", "0.03",
                        "--sleep-method", "signal")
     d = children.popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -216,7 +216,10 @@ def test_green_context_share_follows_the_outer_loop_without_restart_and_is_withd
     shares = tmp_path / "shares.txt"
     env = {**os.environ, "GPUCONTROL_HOOK_FILE": str(tmp_path / "g.hook")}
     train = children.spawn(TRAINING, str(shares), env=env, stdout=subprocess.DEVNULL)
-    (tmp_path / "m.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
+    # a low share meets the SLO by the model (one it says nothing meets is refused)
+    (tmp_path / "m.json").write_text(json.dumps([
+        {"mps_pct": 10.0, "gain": -50.0, "offset": 50.0},
+        {"mps_pct": 100.0, "gain": -50.0, "offset": 150.0}]))
     sock = str(tmp_path / "g.sock")
     stop = threading.Event()
 

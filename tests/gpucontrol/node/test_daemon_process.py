@@ -324,8 +324,9 @@ def test_two_tier_restarts_training_with_a_new_mps_share(children, tmp_path):
     fake = tmp_path / "nvidia-cuda-mps-control"
     fake.write_text(f"#!{sys.executable}\n{FAKE}")
     fake.chmod(0o755)
-    model = tmp_path / "model.json"
-    model.write_text(json.dumps({"gain": -600.0, "offset": 100.0}))
+    model = tmp_path / "model.json"  # a low share meets the SLO, by the model
+    model.write_text(json.dumps([{"mps_pct": 10.0, "gain": -600.0, "offset": 50.0},
+                                 {"mps_pct": 100.0, "gain": -600.0, "offset": 100.0}]))
     pidfile = tmp_path / "train.pid"
     sock = str(tmp_path / "m.sock")
     cmd = shlex.join([sys.executable, "-c", TRAINING, str(pidfile)])
@@ -397,3 +398,35 @@ def test_hook_method_and_training_end(children, tmp_path):
     assert "MPS unavailable" in d.stderr.read()
     slept = eval(out.read_text())
     assert slept == [0.01] * 40  # from the very first iteration
+
+
+@pytest.mark.parametrize("end, duration, event, rc, line", [
+    ("exit 3", None, {"exit_code": 3, "signal": None, "failed": True}, 1,
+     "exited with status 3"),
+    ("kill -KILL $$", None, {"exit_code": None, "signal": "SIGKILL", "failed": True}, 1,
+     "was killed by SIGKILL"),
+    # told to run for a while, the training ends early and well: a normal finish
+    ("exit 0", "30", {"exit_code": 0, "signal": None, "failed": False}, 0,
+     "exited with status 0"),
+])
+def test_a_launched_training_that_ends_says_how_and_a_failure_fails_the_daemon(
+        children, tmp_path, end, duration, event, rc, line):
+    """The training the daemon launched ends by itself: ``training_finished`` carries its exit
+    status (or the signal that killed it), one stderr line says it, and the daemon exits 1
+    when it failed (it used to exit 0 whatever the training's status). The worker it forked,
+    paused by the duty cycle, is neither left stopped nor orphaned."""
+    worker = tmp_path / "worker.pid"
+    script = f"sleep 300 & echo $! > {shlex.quote(str(worker))}; sleep 0.8; {end}"
+    extra = ["--duration-s", duration] if duration else []
+    r = run_daemon(tmp_path, "--training-cmd", shlex.join(["sh", "-c", script]),
+                   "--fixed-sleep", "0.1", "--period-s", "0.2", "--run-quantum-s", "0.05",
+                   "--share-backend", "none", *extra)
+    assert r.returncode == rc, r.stderr
+    events = [json.loads(x) for x in r.stdout.splitlines()]
+    started = next(e for e in events if e.get("event") == "training_started")
+    finished = next(e for e in events if e.get("event") == "training_finished")
+    assert {k: finished[k] for k in event} == event
+    assert finished["pids"] == [started["pid"]]
+    assert f"gpucontrol-daemon: the training (pid {started['pid']}) {line}" in r.stderr
+    pid = int(worker.read_text())
+    assert wait_for(lambda: state(pid) in (None, "Z"), 5.0), state(pid)  # not orphaned

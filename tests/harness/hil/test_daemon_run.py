@@ -89,8 +89,12 @@ def test_summary_counts_periods_over_and_compares_with_sleep():
 @pytest.mark.parametrize("mode", ["sleep", "sleep-plain"])
 def test_sleep_only_run_with_the_real_daemon_on_the_cpu(mode, tmp_path):
     out = tmp_path / "out"
+    # a model of the fake plant (20 + 40 x the training's duty, ms): the fig8 preset's
+    # predicts at least 59 ms, and the daemon refuses an SLO its model says nothing meets
+    model = tmp_path / "fake_plant.json"
+    model.write_text(json.dumps({"gain": -40.0, "offset": 60.0}))
     rc = main(["--out", str(out), "--modes", mode, "--duration", "6", "--period", "0.5",
-               "--burst", "2,4", "--slo-ms", "25", "--preset", "fig8",
+               "--burst", "2,4", "--slo-ms", "25", "--preset", "fig8", "--model", str(model),
                "--training-backend", "numpy", "--no-mps",
                "--training-extra", "--matrix-n 256 --copy-mb 0.25",
                "--inference-cmd", f"{sys.executable} {HERE / 'fake_inference.py'}"])
