@@ -257,7 +257,10 @@ def test_a_share_that_is_not_mps_is_called_a_share(tmp_path, children):
     from gpucontrol.node.client import report_latency
 
     train = children.spawn(SLEEPER)
-    (tmp_path / "m.json").write_text(json.dumps({"gain": -50.0, "offset": 150.0}))
+    # a low share meets the SLO by the model (one it says nothing meets is refused)
+    (tmp_path / "m.json").write_text(json.dumps([
+        {"mps_pct": 10.0, "gain": -50.0, "offset": 50.0},
+        {"mps_pct": 100.0, "gain": -50.0, "offset": 150.0}]))
     stop = threading.Event()
 
     def feed():  # always over the SLO: the outer loop lowers the share

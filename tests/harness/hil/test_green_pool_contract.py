@@ -76,7 +76,10 @@ def test_select_picks_the_largest_partition_not_above_the_command(pool_and_relea
     assert pool.select(60).share_pct == 50 and pool.select(75).share_pct == 75
     assert pool.select(10).share_pct == 25  # below the smallest: the smallest
     assert pool.select(None).sm_count == pool.total_sms
-    assert len(pool.select_s) == 4 and all(0 <= t < 1e-3 for t in pool.select_s)
+    # a lookup, not a context's creation: under a millisecond, but one call on a busy CI
+    # machine can wait for the CPU (4 ms seen beside a busy loop): three of the four are held
+    times = sorted(pool.select_s)
+    assert len(times) == 4 and times[0] >= 0 and times[2] < 1e-3 and times[-1] < 0.1
     d = pool.describe()
     assert d["backend"] == pool.backend and len(d["partitions"]) == 4
 
