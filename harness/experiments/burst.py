@@ -253,12 +253,20 @@ def _styles(names: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _preset_words(meta: dict[str, Any]) -> str:
+    """``", preset h100"`` for the figure's title (a calibration file by its name), or ""."""
+    preset = str(meta.get("preset") or "")
+    if preset in ("", "None"):
+        return ""
+    return f", preset {Path(preset).stem if preset.endswith('.json') else preset}"
+
+
 def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
     """Fig 8 layout: (a) latency of the controllers that move a knob, (a') of the fixed
     allocations (their knobs held all run: far from the SLO, on a scale of their own), (b)
-    training sleep and (c) training MPS of the controllers that move them (one style each,
-    the legend of (a)), the burst shaded and its start and end labelled; (d) mean throughputs
-    per controller.
+    training sleep and (c) training share (MPS % or partition) of the controllers that move
+    them (one style each, the legend of (a)), the burst shaded and its start and end
+    labelled; (d) mean throughputs per controller.
 
     Parameters
     ----------
@@ -339,7 +347,8 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
         a_fix.legend(handles=[*a_fix.get_legend_handles_labels()[0], burst_patch], fontsize=8,
                      loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0)
     a_sleep.set(ylabel="sleep interval (s)", title="(b) training sleep")
-    a_mps.set(ylabel="training MPS (%)", title="(c) training MPS")
+    a_mps.set(ylabel="training share (%)",
+              title="(c) training share (MPS %, or a green context's partition)")
     x = np.arange(len(names))
     inf = [r["inference_throughput"] for r in res.summary]
     tr = [r["training_throughput"] for r in res.summary]
@@ -354,6 +363,7 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
     a_tp.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left", bbox_to_anchor=(1.07, 1.0),
                 borderaxespad=0.0)
     fig.suptitle(f"Burst: batch {batches[0]} -> {batches[1]} from {b0:g} s to {b1:g} s "
-                 f"({res.meta['plant']} plant, seed {res.meta['seed']})")
+                 f"({res.meta['plant']} plant{_preset_words(res.meta)}, SLO "
+                 f"{res.meta['slo_ms']:g} ms, seed {res.meta['seed']})")
     fig.subplots_adjust(left=0.06, right=0.80, top=0.92, bottom=0.07)
     return save_figure(fig, path)
