@@ -205,7 +205,9 @@ class DaemonLoop:
         status = self.training.end_status()
         self._training_failed = bool(status["failed"])
         self.emit(event="training_finished", pids=list(self.training.pids), **status)
-        how = (f"was killed by {status['signal']}" if status["signal"] else
+        how = (f"could not be started again by an MPS restart ({status['restart_error']})"
+               if status["restart_error"] else
+               f"was killed by {status['signal']}" if status["signal"] else
                f"exited with status {status['exit_code']}" if status["exit_code"] is not None
                else "ended (its exit status is its parent's to read)")
         line = f"the training (pid {', '.join(map(str, self.training.pids))}) {how}"

@@ -164,15 +164,22 @@ class Training(Knob):
             ``exit_code`` (its exit status) and ``signal`` (the name of the signal that
             killed it), one of them set for a training the daemon launched, both None for
             one it was given (not its child: its status is its parent's to read) or still
-            running; ``failed``: whether it exited non-zero or was killed (None: unknown).
+            running; ``failed``: whether it exited non-zero or was killed (None: unknown);
+            ``restart_error``: why an MPS restart could start it again at neither share
+            (the daemon ended the old process for it: a failure), else None.
         """
         proc = self.trainer.proc if self.trainer is not None else None
         code = exit_status(proc) if proc is not None else None  # unreaped: close() reaps it
+        out: dict[str, Any] = {"exit_code": None, "signal": None, "failed": None,
+                               "restart_error": None}
+        history = self.trainer.history if self.trainer is not None else []
+        if proc is None and history and not history[-1].ok and history[-1].new_pid is None:
+            return out | {"failed": True, "restart_error": history[-1].error or "unknown"}
         if code is None:
-            return {"exit_code": None, "signal": None, "failed": None}
+            return out
         if code < 0:
-            return {"exit_code": None, "signal": _signal_name(-code), "failed": True}
-        return {"exit_code": code, "signal": None, "failed": code != 0}
+            return out | {"signal": _signal_name(-code), "failed": True}
+        return out | {"exit_code": code, "failed": code != 0}
 
     def restarting(self) -> bool:
         """Whether an MPS restart is in progress."""

@@ -566,6 +566,7 @@ class MPSActuator:
 
     def _restart_cold(self, pct: float, old_pct: float, old_pid: int | None, t0: float,
                       t_gone: float) -> RestartResult:
+        self.proc = None  # the old process is gone: nothing runs until a start succeeds
         err = ""
         for attempt_pct in (pct, old_pct):
             try:

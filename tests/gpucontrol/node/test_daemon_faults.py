@@ -111,6 +111,34 @@ def test_new_training_after_an_mps_restart_is_written_ahead(children, tmp_path):
         kill_tree_leftovers(launched(pidfile))
 
 
+def test_a_restart_that_cannot_start_the_training_again_fails_the_daemon(children, tmp_path):
+    """An MPS restart ends the training and can start it again at neither the new share nor
+    the old one (here every launch after the first exits during start-up): the training is
+    gone by the daemon's hand, so ``training_finished`` says so (``failed``, the restart's
+    error) and the daemon exits 1, not 0 with an unknown status."""
+    pidfile = tmp_path / "train.pids"
+    once = ("import os, sys\n"
+            "if os.path.exists(sys.argv[1]):\n"
+            "    open(sys.argv[1], 'a').write(f'{os.getpid()} again\\n'); sys.exit(5)\n"
+            + TRAINING)
+    args = mps_daemon_args(tmp_path, pidfile)
+    args[1] = shlex.join([sys.executable, "-c", once, str(pidfile)])
+    r = subprocess.run(daemon_argv(tmp_path, "rf", *args), capture_output=True, text=True,
+                       timeout=60, check=False)
+    try:
+        assert r.returncode == 1, r.stderr
+        events = [json.loads(line) for line in r.stdout.splitlines()]
+        restart = next(e for e in events if e.get("event") == "mps_restart")
+        assert not restart["ok"] and restart["new_pid"] is None
+        finished = next(e for e in events if e.get("event") == "training_finished")
+        assert finished["failed"] is True and finished["exit_code"] is None
+        assert "code 5" in finished["restart_error"]
+        assert "could not be started again by an MPS restart" in r.stderr
+        assert len(launched(pidfile)) == 3      # the first, then the new share and the old
+    finally:
+        kill_tree_leftovers(launched(pidfile))
+
+
 # ------------------------------------------------------------------------------ B2, B15
 def test_refused_second_daemon_leaves_the_first_protected(children, tmp_path):
     """B2: a second daemon on the same state file is refused before it touches anything:
