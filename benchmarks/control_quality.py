@@ -288,7 +288,9 @@ def report(res: dict[str, Any], seeds: int, elapsed: float) -> list[str]:
     some = "" if tuple(zoo.PLANTS) == P else f" --plants {','.join(P)}"
     lines = [f"## Control v3 on the plant zoo ({_dt.date.today().isoformat()})", "",
              f"`python benchmarks/control_quality.py --seeds {seeds}{some}` — python "
-             f"{platform.python_version()}, {seeds} seeds per figure (\"random\": a plant "
+             f"{platform.python_version()}, numpy {np.__version__} (a share path is chaotic: "
+             "another numpy can move a seed onto another path), "
+             f"{seeds} seeds per figure (\"random\": a plant "
              f"drawn per seed), {elapsed:.0f} s on 1 core. Mean over the seeds, the worst "
              "seed in brackets (the least training, the most violations). Default "
              "constructor, MPS restarts of the plant's own length (0-15 s; on h100 a resize "
