@@ -90,16 +90,24 @@ class Belief:
         self.P *= ff
         self.P += q
 
+    def _innovation(self, i: int, y: float, r: float) -> tuple[float, float]:
+        """The innovation of ``y`` at share ``i`` and its variance (noise variance ``r``)."""
+        j, x, P = self.o + i, self.x.item, self.P.item     # (per reading: on floats)
+        if self.o:
+            return y - (x(j) + x(0)), P(j, j) + (P(0, 0) + 2.0 * P(0, j)) + r
+        return y - (x(j) + 0.0), P(j, j) + 0.0 + r
+
+    def total(self, i: int) -> float:
+        """The belief at share ``i`` with the load: ``q + delta[i]`` (log)."""
+        return self.x.item(0) + self.x.item(self.o + i) if self.o else self.x.item(i)
+
     def surprised(self, i: int, y: float, r: float) -> float:
         """Count one observation ``y`` at share ``i`` (noise variance ``r``) in the run of
         surprises: innovations beyond two standard deviations, all of one sign. Five in a row
         mean the belief is wrong, not the readings (a load step, or what was learnt from bad
         readings): the innovation's square is returned then (0 otherwise), for
         :meth:`reopen`."""
-        o, j = self.o, self.o + i
-        P = self.P
-        innov = y - float(self.x[j] + (self.x[0] if o else 0.0))
-        S = float(P[j, j] + (P[0, 0] + 2.0 * P[0, j] if o else 0.0)) + r
+        innov, S = self._innovation(i, y, r)
         if innov * innov <= 4.0 * S:
             self._run = 0
             return 0.0
@@ -145,8 +153,7 @@ class Belief:
                 self.reopen(i, v)
         o, j = self.o, self.o + i
         P = self.P
-        innov = y - float(self.x[j] + (self.x[0] if o else 0.0))
-        S = float(P[j, j] + (P[0, 0] + 2.0 * P[0, j] if o else 0.0)) + r
+        innov, S = self._innovation(i, y, r)
         Ph = P[:, 0] + P[:, j] if o else P[:, j].copy()
         bound = 3.0 * math.sqrt(S)
         innov = min(max(innov, -bound), bound)

@@ -77,7 +77,7 @@ from gpucontrol._validate import int_at_least
 from gpucontrol.belief import Belief
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.knobs import ShareKnob, SleepKnob
-from gpucontrol.models import LatencyModelFamily, duty_forms
+from gpucontrol.models import LatencyModelFamily, duty_form_np
 
 __all__ = ["Decision", "ThroughputOuter", "least_latency_ms"]
 
@@ -173,22 +173,32 @@ class _Curves:
             self._span = family.sleep_span_s or sleep.bounds_s
             # past the end levels ``c`` is held and ``A`` grows with the share
             self._past = self.m / np.clip(self.m, self._lv[0], self._lv[-1])
+            # the same as floats, for the per-period gain (:meth:`duty_gain`)
+            self._lv_f, self._g_f, self._o_f = (self._lv.tolist(), self._g.tolist(),
+                                                self._o.tolist())
+            self._measured_f = self._measured.tolist()
+            self._any_measured, self._any_bent = bool(self._measured.any()), bool(
+                (self.B > 0).any())
+            self._log_lv = np.log(self._lv)
+            self._law_lv_f, self._past_f = self._law_lv[1].tolist(), self._past.tolist()
             self.tau = self.t.copy()
             self._version = 0
             self.retime(self.t)
 
-    def _laws(self, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(c, A)`` per share, each level's line read as a duty law at the time constant
-        ``tau`` gives its share (interpolated in log time and log share), interpolated
-        between levels as :meth:`~gpucontrol.models.LatencyModelFamily.duty_law` does."""
-        c, A = duty_forms(self._g, self._o, self._level_times(tau), self._span)
-        c = np.where(self._measured, self._law_lv[0], c)      # a measured law stays
-        A = np.where(self._measured, self._law_lv[1], A)
+    def _laws(self, t_lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(c, A)`` per share, each level's line read as a duty law at its time constant
+        ``t_lv`` (:meth:`_level_times`), interpolated between levels as
+        :meth:`~gpucontrol.models.LatencyModelFamily.duty_law` does."""
+        c, A = np.array([duty_form_np(g, o, t, self._span) for g, o, t in zip(
+            self._g_f, self._o_f, t_lv.tolist())]).T    # (a handful of levels: floats)
+        if self._any_measured:                                 # a measured law stays
+            c = np.where(self._measured, self._law_lv[0], c)
+            A = np.where(self._measured, self._law_lv[1], A)
         return np.interp(self.m, self._lv, c), np.interp(self.m, self._lv, A) * self._past
 
     def _level_times(self, tau: np.ndarray) -> np.ndarray:
         """The time constant at each identified level, from the shares' (log-log)."""
-        return np.asarray(np.exp(np.interp(np.log(self._lv), self.log_m, np.log(tau))))
+        return np.asarray(np.exp(np.interp(self._log_lv, self.log_m, np.log(tau))))
 
     def retime(self, tau: np.ndarray) -> None:
         """Read the identified lines as duty laws at time constants ``tau`` (one per share).
@@ -202,11 +212,15 @@ class _Curves:
         self._t_lv = self._level_times(self.tau)
         self._version += 1
         self._last: tuple[tuple[int, float, int], float] = ((-1, math.nan, 0), math.nan)
-        c, A = self._laws(self.tau)
+        c, A = self._laws(self._t_lv)
+        self._t_lv_f = self._t_lv.tolist()
         self.c_line, self.A_line = c, np.maximum(A, 1e-9)
-        keep = self.B > 0                    # a bent law was measured: it stays
-        self.c = np.where(keep, self.c, self.c_line)
-        self.A = np.where(keep, self.A, self.A_line)
+        if self._any_bent:                   # a bent law was measured: it stays
+            keep = self.B > 0
+            self.c = np.where(keep, self.c, self.c_line)
+            self.A = np.where(keep, self.A, self.A_line)
+        else:
+            self.c, self.A = self.c_line.copy(), self.A_line.copy()
 
     def duty_gain(self, i: int, tau: float) -> float:
         """``A`` at share ``i`` where the laws are read off the lines (:attr:`retimes`) and
@@ -219,14 +233,22 @@ class _Curves:
         return self._last[1]
 
     def _duty_gain(self, i: int, tau: float) -> float:
-        k, m, lv = tau / self.tau[i], float(self.m[i]), self._lv  # (per period: scalars)
-        j = bisect.bisect_right(lv.tolist(), m)
+        # per period, so on floats (the same arithmetic as the arrays' in the same order)
+        k, m, lv = tau / float(self.tau[i]), float(self.m[i]), self._lv_f
+        j = bisect.bisect_right(lv, m)
         lo, hi = max(j - 1, 0), min(j, len(lv) - 1)
-        a_lo, a_hi = (float(self._law_lv[1][p]) if self._measured[p] else
-                      float(duty_forms(self._g[p], self._o[p], self._t_lv[p] * k,
-                                       self._span)[1]) for p in (lo, hi))
-        w = 0.0 if hi == lo else (m - lv[lo]) / (lv[hi] - lv[lo])
-        return float(max((a_lo + w * (a_hi - a_lo)) * self._past[i], 1e-9))
+        a_lo = self._level_gain(lo, k)
+        if hi == lo:
+            return max(a_lo * self._past_f[i], 1e-9)
+        a_hi = self._level_gain(hi, k)
+        w = (m - lv[lo]) / (lv[hi] - lv[lo])
+        return max((a_lo + w * (a_hi - a_lo)) * self._past_f[i], 1e-9)
+
+    def _level_gain(self, p: int, k: float) -> float:
+        """``A`` of level ``p``'s law at its time constant times ``k`` (a float)."""
+        if self._measured_f[p]:
+            return self._law_lv_f[p]
+        return duty_form_np(self._g_f[p], self._o_f[p], self._t_lv_f[p] * k, self._span)[1]
 
     def unbend(self) -> None:
         """Every share on the duty law (the benchmark's ablation of the bent law)."""
@@ -320,6 +342,7 @@ class ThroughputOuter:
                           drift=0.0, forget=self.FORGET)
         self._noise = 0.01 ** 2           # reading noise variance (log), learnt
         self._diffs: deque[float] = deque(maxlen=64)
+        self._sorted_diffs: list[float] = []   # the same, in order (for their median)
         self._batch: list[float] = []     # log ratios not yet folded into the beliefs
         self._reopen = 0.0                # a run of surprises: the load's variance to add
         self._times: list[float] = []     # iteration times likewise
@@ -362,7 +385,7 @@ class ThroughputOuter:
         """What the belief multiplies the identified curve by at this share (``exp(q +
         delta)``): the load and this share's correction scale the latency's slope in the sleep
         as much as its level."""
-        return math.exp(self.lat.q + self.lat.delta[self.i])
+        return math.exp(self.lat.total(self.i))
 
     def bent_slope(self, duty: float) -> float | None:
         """The latency's slope in the duty here (ms per unit) where the law is bent, else None."""
@@ -416,14 +439,21 @@ class ThroughputOuter:
             return
         y = math.log(max(latency_ms, 1e-9) / max(pred, 1e-9))
         if self._last_y is not None:
-            self._diffs.append(abs(y - self._last_y))
+            self._note_diff(abs(y - self._last_y))
             if len(self._diffs) >= 16:      # (the opening's few differences are transients)
-                med = sorted(self._diffs)[len(self._diffs) // 2]
+                med = self._sorted_diffs[len(self._diffs) // 2]
                 # the median |difference| of two readings is 0.954 sigma for Gaussian noise
                 self._noise = min(max((med / 0.954) ** 2, 0.003 ** 2), 0.2 ** 2)
         self._last_y = y
         self._batch.append(y)
         self._reopen = max(self._reopen, self.lat.surprised(i, y, self._noise))
+
+    def _note_diff(self, d: float) -> None:
+        """Keep the last 64 successive differences, and the same in order."""
+        if len(self._diffs) == self._diffs.maxlen:
+            self._sorted_diffs.remove(self._diffs[0])
+        self._diffs.append(d)
+        bisect.insort(self._sorted_diffs, d)
 
     def _fold(self, force: bool = False) -> None:
         """Fold the readings since the last fold into the beliefs: the periods pass, then one
