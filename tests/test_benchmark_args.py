@@ -17,6 +17,7 @@ BAD = [
     ("control_quality.py", "--seeds", "0"),
     ("control_quality.py", "--jobs", "0"),
     ("control_quality.py", "--plants", "ours,nowhere"),
+    ("controller_instructions.py", "--jobs", "0"),
     ("controller_overhead.py", "--n", "0"),
     ("foresight.py", "--horizons", "0,25"),
     ("load_step.py", "--plants", "ours,nowhere"),
