@@ -1,0 +1,170 @@
+"""The identified curves at an outer loop's candidate shares (:class:`Curves`).
+
+Per share: the latency over the training's duty ``d`` (the fraction of the period it runs),
+``(c + A d) / (1 - B d)``, and the training's iteration time ``t``. A level's fitted line is
+read as a duty law at the iteration time believed there (:func:`~gpucontrol.models.duty_form`):
+the line is what was measured, its duty law depends on the time. Between identified levels the
+laws are interpolated as :meth:`~gpucontrol.models.LatencyModelFamily.duty_law` does.
+:class:`~gpucontrol.outer.ThroughputOuter` predicts from them; this module holds no belief.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from gpucontrol.knobs import SleepKnob
+from gpucontrol.models import LatencyModelFamily, duty_form_np
+
+__all__ = ["PRIOR_ITERATION_S", "Curves"]
+
+#: Iteration time assumed at the highest identified share when the model measured none (s).
+PRIOR_ITERATION_S = 0.5
+
+
+class Curves:
+    """The identified curves at the candidate shares: the latency ``(c + A d) / (1 - B d)``
+    over the duty ``d``, and the iteration time ``t``. ``B > 0`` only at a time-sliced level
+    (``OperatingPoint.bent_law``) of a knob that offers nothing but identified levels: a bent
+    law is exact at its level only, and a percent knob predicted with it next to a bent level
+    held an H100 plant's noisiest level, where the noise margin cost more than the law won."""
+
+    def __init__(self, family: LatencyModelFamily, shares: tuple[float, ...],
+                 sleep: SleepKnob) -> None:
+        self.m = np.array(shares, float)
+        self.log_m = np.log(self.m)
+        pts = family.points
+        top = max(p.mps_pct for p in pts)
+        self.times_known = bool(family.timed_pct())
+        self.t = np.array([family.iteration_s(m) if self.times_known else
+                           PRIOR_ITERATION_S * top / m for m in shares])
+        if family.sleep_span_s is None:
+            family = dataclasses.replace(family, sleep_span_s=sleep.bounds_s)
+        laws = [family.duty_law(m, sleep.run_quantum_s, PRIOR_ITERATION_S) for m in shares]
+        self.c_line = np.array([c for c, _ in laws])
+        self.A_line = np.maximum(np.array([a for _, a in laws]), 1e-9)
+        levels = {p.mps_pct for p in pts}
+        bent = [family.bent_law_at(m) for m in shares] if (
+            sleep.run_quantum_s is None and set(shares) <= levels) else []
+        self.c, self.A, self.B = self.c_line.copy(), self.A_line.copy(), np.zeros(len(shares))
+        for i, law in enumerate(bent):
+            if law is not None:
+                self.c[i], self.A[i], self.B[i] = law
+        self.A = np.where(self.A + self.B * self.c > 1e-9, self.A, 1e-9)
+        #: a level whose law is its line read as a duty law (none measured on the duty, no run
+        #: quantum) is read at the time constant the loop believes (:meth:`retime`)
+        self.retimes = sleep.run_quantum_s is None and any(p.duty_law is None for p in pts)
+        if self.retimes:
+            lv = sorted(pts, key=lambda p: p.mps_pct)
+            self._measured = np.array([p.duty_law is not None for p in lv])
+            self._law_lv = np.array([p.duty_law or (0.0, 0.0) for p in lv]).T
+            self._lv = np.array([p.mps_pct for p in lv])
+            self._g = np.array([p.model.gain for p in lv])
+            self._o = np.array([p.model.offset for p in lv])
+            self._span = family.sleep_span_s or sleep.bounds_s
+            # past the end levels ``c`` is held and ``A`` grows with the share
+            self._past = self.m / np.clip(self.m, self._lv[0], self._lv[-1])
+            # the same as floats, for the per-period gain (:meth:`duty_gain`)
+            self._lv_f, self._g_f, self._o_f = (self._lv.tolist(), self._g.tolist(),
+                                                self._o.tolist())
+            self._measured_f = self._measured.tolist()
+            self._any_measured, self._any_bent = bool(self._measured.any()), bool(
+                (self.B > 0).any())
+            self._log_lv = np.log(self._lv)
+            self._law_lv_f, self._past_f = self._law_lv[1].tolist(), self._past.tolist()
+            self.tau = self.t.copy()
+            self._version = 0
+            self.retime(self.t)
+
+    def _laws(self, t_lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(c, A)`` per share, each level's line read as a duty law at its time constant
+        ``t_lv`` (:meth:`_level_times`), interpolated between levels as
+        :meth:`~gpucontrol.models.LatencyModelFamily.duty_law` does."""
+        c, A = np.array([duty_form_np(g, o, t, self._span) for g, o, t in zip(
+            self._g_f, self._o_f, t_lv.tolist())]).T    # (a handful of levels: floats)
+        if self._any_measured:                                 # a measured law stays
+            c = np.where(self._measured, self._law_lv[0], c)
+            A = np.where(self._measured, self._law_lv[1], A)
+        return np.interp(self.m, self._lv, c), np.interp(self.m, self._lv, A) * self._past
+
+    def _level_times(self, tau: np.ndarray) -> np.ndarray:
+        """The time constant at each identified level, from the shares' (log-log)."""
+        return np.asarray(np.exp(np.interp(self._log_lv, self.log_m, np.log(tau))))
+
+    def retime(self, tau: np.ndarray) -> None:
+        """Read the identified lines as duty laws at time constants ``tau`` (one per share).
+        The line is what was measured; its duty law depends on the iteration time, which a
+        model identified without times only assumes (:data:`PRIOR_ITERATION_S`) and one
+        identified elsewhere may have wrong: read at the assumed time against a training 2.5x
+        faster, the law at the H100-calibrated curve's 100 % went negative at the sleep the
+        loop stood at, and one reading taught a load of 10^10. A law measured on the duty
+        (``OperatingPoint.duty_law``) does not depend on the time and stays."""
+        self.tau = np.array(tau, float)
+        self._t_lv = self._level_times(self.tau)
+        self._version += 1
+        self._last: tuple[tuple[int, float, int], float] = ((-1, math.nan, 0), math.nan)
+        c, A = self._laws(self._t_lv)
+        self._t_lv_f = self._t_lv.tolist()
+        self.c_line, self.A_line = c, np.maximum(A, 1e-9)
+        if self._any_bent:                   # a bent law was measured: it stays
+            keep = self.B > 0
+            self.c = np.where(keep, self.c, self.c_line)
+            self.A = np.where(keep, self.A, self.A_line)
+        else:
+            self.c, self.A = self.c_line.copy(), self.A_line.copy()
+
+    def duty_gain(self, i: int, tau: float) -> float:
+        """``A`` at share ``i`` where the laws are read off the lines (:attr:`retimes`) and
+        the iteration time there is ``tau`` (every share's scaled alike); NaN otherwise."""
+        if not self.retimes:
+            return math.nan
+        key = (i, tau, self._version)
+        if key != self._last[0]:            # (per period: the time read is often the same)
+            self._last = (key, self._duty_gain(i, tau))
+        return self._last[1]
+
+    def _duty_gain(self, i: int, tau: float) -> float:
+        # per period, so on floats (the same arithmetic as the arrays' in the same order)
+        k, m, lv = tau / float(self.tau[i]), float(self.m[i]), self._lv_f
+        j = bisect.bisect_right(lv, m)
+        lo, hi = max(j - 1, 0), min(j, len(lv) - 1)
+        a_lo = self._level_gain(lo, k)
+        if hi == lo:
+            return max(a_lo * self._past_f[i], 1e-9)
+        a_hi = self._level_gain(hi, k)
+        w = (m - lv[lo]) / (lv[hi] - lv[lo])
+        return max((a_lo + w * (a_hi - a_lo)) * self._past_f[i], 1e-9)
+
+    def _level_gain(self, p: int, k: float) -> float:
+        """``A`` of level ``p``'s law at its time constant times ``k`` (a float)."""
+        if self._measured_f[p]:
+            return self._law_lv_f[p]
+        return duty_form_np(self._g_f[p], self._o_f[p], self._t_lv_f[p] * k, self._span)[1]
+
+    def unbend(self) -> None:
+        """Every share on the duty law (the benchmark's ablation of the bent law)."""
+        self.c, self.A, self.B = self.c_line.copy(), self.A_line.copy(), np.zeros_like(self.B)
+
+    def at_longest_sleep(self, t: np.ndarray, sleep: SleepKnob) -> tuple[np.ndarray, np.ndarray]:
+        """Per share, the least duty (at the longest sleep, iteration times ``t`` or the run
+        quantum) and the latency the curves predict there (ms, at the identified load)."""
+        q = sleep.run_quantum_s
+        tau = t if q is None else np.full_like(t, q)
+        d_hi = tau / (tau + sleep.bounds_s[1])
+        return d_hi, self.latency(d_hi)
+
+    def latency(self, d: Any, i: Any = slice(None)) -> Any:
+        """The curves' latency at duty ``d`` (ms)."""
+        return (self.c[i] + self.A[i] * d) / (1.0 - self.B[i] * d)
+
+    def duty(self, latency_ms: Any) -> np.ndarray:
+        """Per share, the duty at which the curve's latency is ``latency_ms``."""
+        return np.asarray((latency_ms - self.c) / (self.A + self.B * latency_ms))
+
+    def slope(self, d: float, i: int) -> float:
+        """The latency's slope in the duty at share ``i`` and duty ``d`` (ms per unit)."""
+        return float((self.A[i] + self.B[i] * self.c[i]) / (1.0 - self.B[i] * d) ** 2)
