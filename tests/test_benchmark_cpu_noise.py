@@ -3,24 +3,12 @@ scrape on a loaded machine reads NaN) is skipped and counted, and the script nev
 NaN (it printed ``NaN`` for the middle sleep's mean, rms and scatter, which is not JSON, and
 exited 0)."""
 
-import importlib.util
 import json
 import math
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _cpu_noise():
-    spec = importlib.util.spec_from_file_location(
-        "cpu_noise_under_test", ROOT / "benchmarks" / "cpu_noise.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class _Plant:
@@ -46,8 +34,8 @@ class _Plant:
         return SimpleNamespace(mean_ms=ms, count=30, training_iterations=3)
 
 
-def _run(monkeypatch, capsys, empty, periods=4):
-    mod = _cpu_noise()
+def _run(monkeypatch, capsys, load, empty, periods=4):
+    mod = load("cpu_noise")
     monkeypatch.setattr(mod, "make_cpu_plant", lambda *a, **k: _Plant(empty))
     monkeypatch.setattr(sys, "argv", ["cpu_noise.py", "--quantum", "1", "--mid", "0.5",
                                       "--top", "1", "--periods", str(periods), "--block",
@@ -61,8 +49,8 @@ def _run(monkeypatch, capsys, empty, periods=4):
     return rc, json.loads(out, parse_constant=no_nan), err
 
 
-def test_empty_periods_are_skipped_and_counted(monkeypatch, capsys):
-    rc, d, err = _run(monkeypatch, capsys, {0.5: {1, 3}})
+def test_empty_periods_are_skipped_and_counted(monkeypatch, capsys, benchmark_module):
+    rc, d, err = _run(monkeypatch, capsys, benchmark_module, {0.5: {1, 3}})
     assert rc == 0 and err == ""
     assert d["empty_periods"] == [0, 2, 0] and d["periods_per_sleep"] == 4
     assert d["mean_ms"][1] is not None and d["rms_ms"][1] > 0
@@ -70,10 +58,11 @@ def test_empty_periods_are_skipped_and_counted(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("empty", [{0.5: {1, 2, 3, 4}}, {0.5: {1, 2, 3}}])
-def test_a_figure_that_cannot_be_computed_is_said_and_fails(monkeypatch, capsys, empty):
+def test_a_figure_that_cannot_be_computed_is_said_and_fails(monkeypatch, capsys, empty,
+                                                           benchmark_module):
     """All middle periods empty (no mean), or one usable (no rms): valid JSON with null, the
     figures named on stderr, exit status 1."""
-    rc, d, err = _run(monkeypatch, capsys, empty)
+    rc, d, err = _run(monkeypatch, capsys, benchmark_module, empty)
     assert rc == 1
     assert d["scatter_mid_pct_of_mean"] is None and d["rms_ms"][1] is None
     assert "scatter_mid_pct_of_mean" in d["not_computed"]
@@ -81,8 +70,8 @@ def test_a_figure_that_cannot_be_computed_is_said_and_fails(monkeypatch, capsys,
     assert f"[0, {len(empty[0.5])}, 0]" in err
 
 
-def test_one_period_per_sleep_has_no_rms(monkeypatch, capsys):
+def test_one_period_per_sleep_has_no_rms(monkeypatch, capsys, benchmark_module):
     """--periods 1 --block 1: one reading per sleep, so no rms (was NaN from ddof=1)."""
-    rc, d, err = _run(monkeypatch, capsys, {}, periods=1)
+    rc, d, err = _run(monkeypatch, capsys, benchmark_module, {}, periods=1)
     assert "rms_ms" in err
     assert rc == 1 and d["rms_ms"] == [None, None, None] and d["mean_ms"][1] is not None

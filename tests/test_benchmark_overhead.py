@@ -2,7 +2,6 @@
 spread across the measurement (a burst of other work on a shared machine covers one run of a
 configuration, not all three), and the script runs end to end on a short stream."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,16 +9,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _overhead():
-    spec = importlib.util.spec_from_file_location(
-        "controller_overhead_under_test", ROOT / "benchmarks" / "controller_overhead.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_each_update_counts_at_its_least_time_and_the_runs_interleave(monkeypatch):
-    mod = _overhead()
+def test_each_update_counts_at_its_least_time_and_the_runs_interleave(monkeypatch,
+                                                                     benchmark_module):
+    mod = benchmark_module("controller_overhead")
     calls = []
     # run r of case k: the update times of that run (a burst slows case "a"'s second run)
     runs = {("a", 0): [3.0, 1.0, 5.0], ("a", 1): [9.0, 9.0, 9.0], ("a", 2): [2.0, 4.0, 6.0],
