@@ -59,26 +59,32 @@ class Curves:
         #: quantum) is read at the time constant the loop believes (:meth:`retime`)
         self.retimes = sleep.run_quantum_s is None and any(p.duty_law is None for p in pts)
         if self.retimes:
-            lv = sorted(pts, key=lambda p: p.mps_pct)
-            self._measured = np.array([p.duty_law is not None for p in lv])
-            self._law_lv = np.array([p.duty_law or (0.0, 0.0) for p in lv]).T
-            self._lv = np.array([p.mps_pct for p in lv])
-            self._g = np.array([p.model.gain for p in lv])
-            self._o = np.array([p.model.offset for p in lv])
-            self._span = family.sleep_span_s or sleep.bounds_s
-            # past the end levels ``c`` is held and ``A`` grows with the share
-            self._past = self.m / np.clip(self.m, self._lv[0], self._lv[-1])
-            # the same as floats, for the per-period gain (:meth:`duty_gain`)
-            self._lv_f, self._g_f, self._o_f = (self._lv.tolist(), self._g.tolist(),
-                                                self._o.tolist())
-            self._measured_f = self._measured.tolist()
-            self._any_measured, self._any_bent = bool(self._measured.any()), bool(
-                (self.B > 0).any())
-            self._log_lv = np.log(self._lv)
-            self._law_lv_f, self._past_f = self._law_lv[1].tolist(), self._past.tolist()
-            self.tau = self.t.copy()
-            self._version = 0
-            self.retime(self.t)
+            self._read_levels(pts, family, sleep)
+
+    def _read_levels(self, pts: tuple[Any, ...], family: LatencyModelFamily,
+                     sleep: SleepKnob) -> None:
+        """The identified levels' lines, kept for re-reading them at other iteration times
+        (:meth:`retime`; as arrays, and as floats for the per-period :meth:`duty_gain`)."""
+        lv = sorted(pts, key=lambda p: p.mps_pct)
+        self._measured = np.array([p.duty_law is not None for p in lv])
+        self._law_lv = np.array([p.duty_law or (0.0, 0.0) for p in lv]).T
+        self._lv = np.array([p.mps_pct for p in lv])
+        self._g = np.array([p.model.gain for p in lv])
+        self._o = np.array([p.model.offset for p in lv])
+        self._span = family.sleep_span_s or sleep.bounds_s
+        # past the end levels ``c`` is held and ``A`` grows with the share
+        self._past = self.m / np.clip(self.m, self._lv[0], self._lv[-1])
+        # the same as floats, for the per-period gain (:meth:`duty_gain`)
+        self._lv_f, self._g_f, self._o_f = (self._lv.tolist(), self._g.tolist(),
+                                            self._o.tolist())
+        self._measured_f = self._measured.tolist()
+        self._any_measured, self._any_bent = bool(self._measured.any()), bool(
+            (self.B > 0).any())
+        self._log_lv = np.log(self._lv)
+        self._law_lv_f, self._past_f = self._law_lv[1].tolist(), self._past.tolist()
+        self.tau = self.t.copy()
+        self._version = 0
+        self.retime(self.t)
 
     def _laws(self, t_lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(c, A)`` per share, each level's line read as a duty law at its time constant
