@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucontrol._validate import known_keys
-from gpucontrol.models import LEVEL_KEYS, LatencyModelFamily, LinearLatencyModel, OperatingPoint
+from gpucontrol.models import LEVEL_KEYS, LatencyModelFamily, LinearLatencyModel
 
 #: What makes a one-level file a one-point family rather than a bare line.
 _FAMILY = ("iteration_s", "sleep_span_s", "iteration_times")
@@ -33,8 +33,8 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
     path : str or os.PathLike
         JSON: ``{"gain": g, "offset": n}`` (one linear model; with ``iteration_s``, the
         training's iteration time, ``sleep_span_s`` or ``iteration_times`` it is read as a
-        one-level family at its ``mps_pct``, default 100: its line at that iteration time; a
-        duty or bent law is read only from rows under ``"points"``), or
+        one-level family at its ``mps_pct``, default 100, read as one row under ``"points"``
+        is: its line, iteration time, and duty and bent laws where measured), or
         a list of ``{"mps_pct", "gain", "offset"[, "batch"][, "iteration_s"]}`` rows (a
         family: the latency and training-rate curves across the share), bare or under
         ``"points"`` beside an optional ``"sleep_span_s"`` and ``"iteration_times"`` (a rate
@@ -64,12 +64,10 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
     model = LinearLatencyModel.from_dict(doc)
     if not set(_FAMILY) & set(doc):
         return model
-    # one level: its line at its iteration time, as the daemon has always read it (the duty
-    # and bent laws are read from rows under "points"; a one-level file's are notes)
-    point = OperatingPoint(doc.get("mps_pct", 100.0), model, iteration_s=doc.get("iteration_s"),
-                           fit_error=doc.get("fit_error"))
-    return LatencyModelFamily((point,), sleep_span_s=load_sleep_span(path),
-                              iteration_times=doc.get("iteration_times", ()))
+    load_sleep_span(path)          # (its own message for a bad span)
+    # one level: read as one row under "points" is, its duty and bent laws included (what the
+    # harness reads from the same file)
+    return LatencyModelFamily.from_document(doc)
 
 
 def load_sleep_span(path: str | os.PathLike[str]) -> tuple[float, float] | None:

@@ -4,12 +4,21 @@ naming the key and the keys allowed there; every model file this project writes 
 committed still loads."""
 
 import json
+import random
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from gpucontrol import LatencyModelFamily, LinearLatencyModel
+from gpucontrol import (
+    LatencyModelFamily,
+    LinearLatencyModel,
+    Measurement,
+    ShareKnob,
+    SleepKnob,
+    ThroughputOuter,
+    TwoTierController,
+)
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import FAMILY_KEYS, LEVEL_KEYS, POINT_KEYS
 from gpucontrol.node.model_file import load_model
@@ -71,18 +80,49 @@ def test_every_committed_model_file_still_loads():
 
 def test_a_one_level_file_as_identify_writes_it_loads_with_its_notes(tmp_path):
     """One level: the row's keys, r2 and r2_validation (notes) and the family's keys beside
-    them. The daemon reads its line at its iteration time, as it always has (the duty and
-    bent laws are read from rows under "points"; the identification's own family of a
-    one-level run, ``LatencyModelFamily.from_document``, reads them)."""
+    them. The daemon reads it as the harness does (``LatencyModelFamily.from_document``): as
+    one row under "points", its duty and bent laws included. It used to drop them, so the
+    same file gave the daemon and the harness two different controllers."""
     one = {"gain": -10.0, "offset": 30.0, "mps_pct": 100.0, "r2": 0.8, "r2_validation": 0.7,
            "iteration_s": 0.5, "idle_ms": 20.0, "duty_gain_ms": 12.0, "fit_error": 0.05,
            "bent_law": [20.0, 5.0, 0.4], "sleep_span_s": [0.0, 1.0], "source": "a test"}
     fam = _load(tmp_path, one)
     p = fam.points[0]
     assert (p.mps_pct, p.iteration_s, p.fit_error) == (100.0, 0.5, 0.05)
-    assert (p.duty_law, p.bent_law) == (None, None)
+    assert (p.duty_law, p.bent_law) == ((20.0, 12.0), (20.0, 5.0, 0.4))
     assert fam.sleep_span_s == (0.0, 1.0)
-    q = LatencyModelFamily.from_document(one).points[0]
-    assert (q.duty_law, q.bent_law, q.fit_error) == ((20.0, 12.0), (20.0, 5.0, 0.4), 0.05)
+    assert fam == LatencyModelFamily.from_document(one)
+    row = {k: v for k, v in one.items() if k not in ("r2", "r2_validation", "sleep_span_s",
+                                                      "source")}
+    assert fam == _load(tmp_path, {"points": [row], "sleep_span_s": [0.0, 1.0]})
     bare = _load(tmp_path, {"gain": -10.0, "offset": 30.0, "r2": 0.8, "mps_pct": 100.0})
     assert bare == LinearLatencyModel(-10.0, 30.0)
+
+
+def _actuations(fam, quantum):
+    """The sleeps of the default loop held on one level, over a noisy stream with a step."""
+    ctl = TwoTierController(fam, 26.0, outer=ThroughputOuter(),
+                            share=ShareKnob(levels_pct=(100.0,), change_s=0.0, initial_pct=100.0),
+                            sleep=SleepKnob((0.0, 0.5), run_quantum_s=quantum))
+    rng = random.Random(1)
+    out = []
+    for k in range(600):
+        x = 26.0 + rng.gauss(0, 1.5) + (2.0 if (k // 150) % 2 else 0.0)
+        out.append(ctl.update(Measurement(x, x * 1.3, 20, iteration_s=0.05)).sleep_s)
+    return out
+
+
+def test_a_one_level_files_duty_law_moves_the_loop_only_where_the_loop_reads_it(tmp_path):
+    """A duty cycler's fixed run quantum sets the duty's time constant, so the loop reads the
+    line as a duty law at that quantum and a measured duty or bent law is not used: the CPU
+    plant's daemon (``--sleep-method signal --run-quantum-s q``) runs the same loop whether the
+    file's laws are read or not. With the training's iteration time (the hook) the measured
+    law is the loop's model, and the sleeps differ."""
+    one = {"gain": -10.0, "offset": 30.0, "iteration_s": 0.05, "idle_ms": 21.0,
+           "duty_gain_ms": 12.0, "bent_law": [20.0, 5.0, 0.4], "sleep_span_s": [0.0, 0.5]}
+    read = _load(tmp_path, one)
+    line = _load(tmp_path, {k: one[k] for k in ("gain", "offset", "iteration_s",
+                                                "sleep_span_s")})
+    assert read.points[0].duty_law and not line.points[0].duty_law
+    assert _actuations(read, 0.02) == _actuations(line, 0.02)
+    assert _actuations(read, None) != _actuations(line, None)
