@@ -55,6 +55,8 @@ class Curves:
             if law is not None:
                 self.c[i], self.A[i], self.B[i] = law
         self.A = np.where(self.A + self.B * self.c > 1e-9, self.A, 1e-9)
+        self.m_f, self.t_f = self.m.tolist(), self.t.tolist()
+        self._floats()
         #: a level whose law is its line read as a duty law (none measured on the duty, no run
         #: quantum) is read at the time constant the loop believes (:meth:`retime`)
         self.retimes = sleep.run_quantum_s is None and any(p.duty_law is None for p in pts)
@@ -82,9 +84,19 @@ class Curves:
             (self.B > 0).any())
         self._log_lv = np.log(self._lv)
         self._law_lv_f, self._past_f = self._law_lv[1].tolist(), self._past.tolist()
+        #: per share, the identified levels either side and the weight of the upper one
+        self._bracket = [self._between(m) for m in self.m_f]
         self.tau = self.t.copy()
         self._version = 0
         self.retime(self.t)
+
+    def _between(self, m: float) -> tuple[int, int, float]:
+        """The identified levels either side of share ``m`` (one index twice past the ends)
+        and the upper one's weight, as :func:`numpy.interp` weighs them."""
+        lv = self._lv_f
+        j = bisect.bisect_right(lv, m)
+        lo, hi = max(j - 1, 0), min(j, len(lv) - 1)
+        return lo, hi, 0.0 if hi == lo else (m - lv[lo]) / (lv[hi] - lv[lo])
 
     def _laws(self, t_lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(c, A)`` per share, each level's line read as a duty law at its time constant
@@ -110,6 +122,7 @@ class Curves:
         loop stood at, and one reading taught a load of 10^10. A law measured on the duty
         (``OperatingPoint.duty_law``) does not depend on the time and stays."""
         self.tau = np.array(tau, float)
+        self._tau_f = self.tau.tolist()
         self._t_lv = self._level_times(self.tau)
         self._version += 1
         self._last: tuple[tuple[int, float, int], float] = ((-1, math.nan, 0), math.nan)
@@ -122,6 +135,12 @@ class Curves:
             self.A = np.where(keep, self.A, self.A_line)
         else:
             self.c, self.A = self.c_line.copy(), self.A_line.copy()
+        self._floats()
+
+    def _floats(self) -> None:
+        """The laws' ``c``, ``A`` and ``B`` per share as floats (``c_f``, ``A_f``, ``B_f``), for
+        the per-period arithmetic at one share; the same numbers as the arrays."""
+        self.c_f, self.A_f, self.B_f = self.c.tolist(), self.A.tolist(), self.B.tolist()
 
     def duty_gain(self, i: int, tau: float) -> float:
         """``A`` at share ``i`` where the laws are read off the lines (:attr:`retimes`) and
@@ -135,14 +154,12 @@ class Curves:
 
     def _duty_gain(self, i: int, tau: float) -> float:
         # per period, so on floats (the same arithmetic as the arrays' in the same order)
-        k, m, lv = tau / float(self.tau[i]), float(self.m[i]), self._lv_f
-        j = bisect.bisect_right(lv, m)
-        lo, hi = max(j - 1, 0), min(j, len(lv) - 1)
+        k = tau / self._tau_f[i]
+        lo, hi, w = self._bracket[i]
         a_lo = self._level_gain(lo, k)
         if hi == lo:
             return max(a_lo * self._past_f[i], 1e-9)
         a_hi = self._level_gain(hi, k)
-        w = (m - lv[lo]) / (lv[hi] - lv[lo])
         return max((a_lo + w * (a_hi - a_lo)) * self._past_f[i], 1e-9)
 
     def _level_gain(self, p: int, k: float) -> float:
@@ -154,6 +171,7 @@ class Curves:
     def unbend(self) -> None:
         """Every share on the duty law (the benchmark's ablation of the bent law)."""
         self.c, self.A, self.B = self.c_line.copy(), self.A_line.copy(), np.zeros_like(self.B)
+        self._floats()
 
     def at_longest_sleep(self, t: np.ndarray, sleep: SleepKnob) -> tuple[np.ndarray, np.ndarray]:
         """Per share, the least duty (at the longest sleep, iteration times ``t`` or the run
@@ -173,4 +191,5 @@ class Curves:
 
     def slope(self, d: float, i: int) -> float:
         """The latency's slope in the duty at share ``i`` and duty ``d`` (ms per unit)."""
-        return float((self.A[i] + self.B[i] * self.c[i]) / (1.0 - self.B[i] * d) ** 2)
+        A, B = self.A_f[i], self.B_f[i]
+        return (A + B * self.c_f[i]) / (1.0 - B * d) ** 2

@@ -212,7 +212,7 @@ class ThroughputOuter:
     @property
     def mps_pct(self) -> float:
         """The share now (%); the name the paper's loops use."""
-        return float(self.curves.m[self.i])
+        return self.curves.m_f[self.i]
 
     share_pct = mps_pct
 
@@ -240,7 +240,7 @@ class ThroughputOuter:
 
     def bent_slope(self, duty: float) -> float | None:
         """The latency's slope in the duty here (ms per unit) where the law is bent, else None."""
-        return self.curves.slope(duty, self.i) if self.curves.B[self.i] > 0 else None
+        return self.curves.slope(duty, self.i) if self.curves.B_f[self.i] > 0 else None
 
     # ---- per period ----------------------------------------------------------------------
     def update(self, latency_ms: float, sleep_s: float, iteration_s: float
@@ -282,10 +282,10 @@ class ThroughputOuter:
         cv, i = self.curves, self.i
         if math.isfinite(iteration_s) and iteration_s > 0:
             self._times.append(iteration_s)
-        tau = self.sleep.tau(cv.t[i] * math.exp(self.it.delta[i]))
+        tau = self.sleep.tau(cv.t_f[i] * math.exp(self.it.delta.item(i)))
         # Curves.latency, inline in the duty law's arithmetic order (one ulp moves a share path)
-        bend = 1.0 - cv.B[i] * tau / (tau + sleep_s)
-        pred = (cv.c[i] + cv.A[i] * tau / (tau + sleep_s)) / bend
+        bend = 1.0 - cv.B_f[i] * tau / (tau + sleep_s)
+        pred = (cv.c_f[i] + cv.A_f[i] * tau / (tau + sleep_s)) / bend
         if not pred > 0.0:
             return
         y = math.log(max(latency_ms, 1e-9) / max(pred, 1e-9))
@@ -412,10 +412,10 @@ class ThroughputOuter:
         """Record the decision; on a move, go to share ``j`` with the sleep predicted there."""
         cv = self.curves
         gain = float(rate[j] / now - 1.0) if now > 0 and math.isfinite(now) else math.inf
-        t = float(cv.t[j] * math.exp(self.it.delta[j]))
-        sleep = self.sleep.sleep_for(t, float(d[j]))
+        t = cv.t_f[j] * math.exp(self.it.delta.item(j))
+        sleep = self.sleep.sleep_for(t, d.item(j))
         stay = action == "stay" or j == self.i
-        self.last = Decision(self.share_pct, float(cv.m[j]), 0.0 if j == self.i else gain,
+        self.last = Decision(self.share_pct, cv.m_f[j], 0.0 if j == self.i else gain,
                              cost, sleep, float(max(rate[j], 0.0)), self.load,
                              "stay" if stay else action)
         if stay:
@@ -433,8 +433,8 @@ class ThroughputOuter:
         inner loop would spend its first periods over the SLO whenever the load needs sleep;
         the prediction puts it within the model's error of its operating point at once."""
         (d0, _, _), _ = self._predict()
-        t = float(self.curves.t[self.i] * math.exp(self.it.delta[self.i]))
-        return self.sleep.sleep_for(t, float(d0[self.i]))
+        t = self.curves.t_f[self.i] * math.exp(self.it.delta.item(self.i))
+        return self.sleep.sleep_for(t, d0.item(self.i))
 
     def move_sleep(self) -> float | None:
         """The sleep to start the new share at, predicted for the set point (pessimistic edge),

@@ -53,7 +53,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import statistics
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -191,6 +190,7 @@ class TwoTierController:
         self._restart_known = self.share.change_s is not None
         self.plausible_max_ms = self.PLAUSIBLE_FACTOR * self.slo_ms
         self.setpoint_margin = 0.0
+        self._aimed: tuple[float, ...] = ()      # what the set point was last aimed by
         #: aim under the SLO by the reading noise (the throughput loop learns it)
         self.noise_margin = modern
         self.gain_schedule = modern
@@ -257,8 +257,12 @@ class TwoTierController:
         kept under 1.05 SLO by aiming lower without throttling the training for nothing."""
         if not (self.noise_margin and isinstance(self.outer, ThroughputOuter)):
             return
+        by = (self.outer.reading_noise, self._kp_scale, self.slo_ms)
+        if by == self._aimed:           # (per period: the noise's median often stays)
+            return
+        self._aimed = by
         d = min(max(self._kp_scale, 0.0), 1.9)
-        sigma = self.outer.reading_noise * math.sqrt(1.0 + d / (2.0 - d))
+        sigma = by[0] * math.sqrt(1.0 + d / (2.0 - d))
         self.setpoint_margin = min(max(0.0, 1.0 - (1.0 + self.TOLERANCE) * math.exp(
             -self.TAIL_Z * sigma)), 2.0 * self.TOLERANCE)
         self.inner.slo_ms = self.outer.slo_ms = self.target_ms
@@ -332,7 +336,9 @@ class TwoTierController:
         if q is not None:
             return q
         if self._iteration_readings and self._iteration_share == self.share_pct:
-            return statistics.median(self._iteration_readings)
+            xs = sorted(self._iteration_readings)      # (statistics.median's arithmetic)
+            n = len(xs)
+            return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
         t = self._t_identified
         return t if math.isfinite(t) else None
 
