@@ -480,8 +480,7 @@ class LatencyModelFamily:
             rows = doc["points"] if isinstance(doc, Mapping) else doc
             span = doc.get("sleep_span_s") if isinstance(doc, Mapping) else None
             times = doc.get("iteration_times", ()) if isinstance(doc, Mapping) else ()
-            return cls(tuple(_point(i, r) for i, r in enumerate(rows)),
-                       None if span is None else tuple(span), times)
+            return cls(tuple(_point(i, r) for i, r in enumerate(rows)), _span(span), times)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ConfigurationError(
                 'family must be a list of {"mps_pct", "gain", "offset"[, "batch"]'
@@ -506,6 +505,18 @@ FAMILY_KEYS = ("points", "sleep_span_s", "iteration_times", "source")
 #: A one-level file's keys: one row's and the family's; ``r2`` and ``r2_validation`` (the
 #: identification's fit) are notes, not read.
 LEVEL_KEYS = POINT_KEYS + FAMILY_KEYS[1:] + ("r2", "r2_validation")
+
+
+def _span(span: Any) -> tuple[Any, ...] | None:
+    """A model file's ``sleep_span_s`` as a tuple (checked by the family), naming the key when
+    it is not a sequence at all."""
+    if span is None:
+        return None
+    try:
+        return tuple(span)
+    except TypeError:
+        raise ConfigurationError("sleep_span_s must be a (low, high) pair within [0, 3600], "
+                                 f"got {span!r}") from None
 
 
 def _point(i: int, r: Any) -> OperatingPoint:

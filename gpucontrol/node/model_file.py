@@ -64,7 +64,6 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
     model = LinearLatencyModel.from_dict(doc)
     if not set(_FAMILY) & set(doc):
         return model
-    load_sleep_span(path)          # (its own message for a bad span)
     # one level: read as one row under "points" is, its duty and bent laws included (what the
     # harness reads from the same file)
     return LatencyModelFamily.from_document(doc)

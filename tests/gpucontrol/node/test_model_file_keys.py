@@ -126,3 +126,10 @@ def test_a_one_level_files_duty_law_moves_the_loop_only_where_the_loop_reads_it(
     assert read.points[0].duty_law and not line.points[0].duty_law
     assert _actuations(read, 0.02) == _actuations(line, 0.02)
     assert _actuations(read, None) != _actuations(line, None)
+
+
+@pytest.mark.parametrize("doc", [{"gain": -10.0, "offset": 30.0, "sleep_span_s": 5},
+                                 {"points": [ROW], "sleep_span_s": 5}])
+def test_a_span_that_is_not_a_pair_is_named(tmp_path, doc):
+    with pytest.raises(ConfigurationError, match=r"^sleep_span_s must be a \(low, high\) pair"):
+        _load(tmp_path, doc)
