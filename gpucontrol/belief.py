@@ -124,12 +124,11 @@ class Belief:
         next readings take the load where they are, and every correction goes back to its
         prior (mean 0, the prior's covariance, no tie to the load): what was learnt before the
         surprise is as suspect as the load, and whatever still holds is read again. Without a
-        load (the iteration-time belief) the prior alone stands, share ``i``'s included (raising
-        that share's variance by ``v`` on top cost the H100 plant's fuzzed run 0.976 -> 0.920
-        of its clean training at the worst of 16 seeds). Only taking the load's variance up
-        left what 10,000 fuzzed readings taught the shares the loop had left: a run then
-        climbed back to its best share over 250 periods, one restart at a time
-        (BENCHMARKS.md)."""
+        load (the iteration-time belief) the prior alone stands, share ``i``'s included: the
+        prior is what is known without the readings, and a share left wider than it would
+        take the next readings' noise as its correction. Raising the load's variance alone
+        would keep what bad readings taught the shares the loop has left, and the loop would
+        climb back to its best share one move at a time."""
         o = self.o
         h = 0 if o else o + i
         self.P[h, h] += v

@@ -30,8 +30,9 @@ class Curves:
     """The identified curves at the candidate shares: the latency ``(c + A d) / (1 - B d)``
     over the duty ``d``, and the iteration time ``t``. ``B > 0`` only at a time-sliced level
     (``OperatingPoint.bent_law``) of a knob that offers nothing but identified levels: a bent
-    law is exact at its level only, and a percent knob predicted with it next to a bent level
-    held an H100 plant's noisiest level, where the noise margin cost more than the law won."""
+    law holds at its level only. On a knob with shares between the levels, those shares are
+    predicted on the interpolated lines, and one level predicted on another law would stand
+    apart from its neighbours by the difference of the laws, not of the plant."""
 
     def __init__(self, family: LatencyModelFamily, shares: tuple[float, ...],
                  sleep: SleepKnob) -> None:
@@ -117,9 +118,9 @@ class Curves:
         """Read the identified lines as duty laws at time constants ``tau`` (one per share).
         The line is what was measured; its duty law depends on the iteration time, which a
         model identified without times only assumes (:data:`PRIOR_ITERATION_S`) and one
-        identified elsewhere may have wrong: read at the assumed time against a training 2.5x
-        faster, the law at the H100-calibrated curve's 100 % went negative at the sleep the
-        loop stood at, and one reading taught a load of 10^10. A law measured on the duty
+        identified elsewhere may have wrong: read at a wrong time, a law can predict no
+        positive latency at the sleep the loop stands at, and a reading's log ratio to it is
+        then unbounded. A law measured on the duty
         (``OperatingPoint.duty_law``) does not depend on the time and stays."""
         self.tau = np.array(tau, float)
         self._tau_f = self.tau.tolist()

@@ -183,8 +183,9 @@ class ThroughputOuter:
         self.lat = Belief(cv.log_m, ident, sigma0=self.SIGMA0, sigma_anchor=self.SIGMA_ANCHOR,
                            length=self.LENGTH, load=True, drift=self.DRIFT, forget=self.FORGET)
         #: per share, the variance of the identified curve's misfit there beyond the anchor's
-        #: (``fit_error``, at most ``SIGMA0``: 10,000 fuzzed readings taught a level widened
-        #: by 0.8 a correction the loop kept)
+        #: (``fit_error``, at most ``SIGMA0``: no level is less known than an unidentified
+        #: share, and a wider prior would let bad readings teach it a correction the prior
+        #: allows nowhere else)
         e = np.minimum([fit.get(m, 0.0) for m in shares], self.SIGMA0)
         self.misfit = np.maximum(e * e - self.SIGMA_ANCHOR ** 2, 0.0)
         self.lat.widen(self.misfit)
@@ -278,7 +279,7 @@ class ThroughputOuter:
         successive differences once there are 16 (robust, and re-read within 64 periods
         after bad readings). Where the curve predicts no positive latency (a line's duty law
         past where it holds: ``c`` < 0 at a long sleep) the reading teaches the latency belief
-        nothing: its log ratio would be any size (one such reading taught a load of 10^10)."""
+        nothing: its log ratio would be any size."""
         cv, i = self.curves, self.i
         if math.isfinite(iteration_s) and iteration_s > 0:
             self._times.append(iteration_s)
