@@ -216,10 +216,6 @@ class InnerSleepController:
         self._last_l: float | None = None
         self._us: deque[float] = deque(maxlen=self.delay_periods + 1)
 
-    @property
-    def _last_u(self) -> float:
-        return self._us[-1] if self._us else 0.0
-
     def gain_scale(self, sleep_s: float | None = None) -> float:
         """The schedule's local-slope ratio at ``sleep_s`` (default: the current sleep)."""
         if self.schedule is None:

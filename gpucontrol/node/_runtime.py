@@ -177,17 +177,11 @@ def _check_private_stat(st: os.stat_result, path: object) -> os.stat_result:
     return st
 
 
-def check_private_file(path: str | os.PathLike[str]) -> os.stat_result:
-    """lstat ``path`` and make sure it is a regular file we own that no one else can write.
-
-    Raises ValueError otherwise (and FileNotFoundError when it does not exist)."""
-    return _check_private_stat(os.lstat(path), path)
-
-
 def read_private_file(path: str | os.PathLike[str], limit: int = 1 << 20) -> bytes:
     """Read a file of ours: opened with ``O_NOFOLLOW`` (non-blocking, so a FIFO cannot hang
-    us) and checked on the open descriptor (:func:`check_private_file`'s rules), so the file
-    checked is the file read. Raises ValueError, or FileNotFoundError when absent."""
+    us) and checked on the open descriptor (a regular file we own that no one else can
+    write), so the file checked is the file read. Raises ValueError, or FileNotFoundError
+    when absent."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
                      | os.O_NOCTTY)

@@ -178,10 +178,6 @@ class DutyCycler:
             self._quantum = q
             self._cond.notify_all()
 
-    @property
-    def suspended(self) -> bool:
-        return self._suspended
-
     def suspend(self, on: bool = True) -> None:
         """Resume the targets and stop pausing them until ``suspend(False)`` (used around a
         restart: a paused process cannot handle SIGTERM)."""

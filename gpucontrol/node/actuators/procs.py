@@ -63,12 +63,6 @@ def read_stat(pid: int) -> ProcStat | None:
         return None
 
 
-def proc_uids(pid: int) -> tuple[int, int] | None:
-    """(real uid, effective uid) of a process, or None when it is gone."""
-    ids = proc_all_uids(pid)
-    return None if ids is None else (ids[0], ids[1])
-
-
 def proc_all_uids(pid: int) -> tuple[int, ...] | None:
     """(real, effective, saved, filesystem) uids of a process, or None when it is gone."""
     try:

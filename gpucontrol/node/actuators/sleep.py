@@ -208,16 +208,6 @@ class SignalDutyCycler(DutyCycler):
         for h in self._desc.values():
             h.signal(signal.SIGCONT)
 
-    def wait_stopped(self, timeout: float = 1.0) -> bool:
-        """Poll /proc until every live target is in state T (for measurements)."""
-        deadline = time.perf_counter() + timeout
-        while True:
-            states = [h.state() for h in self.handles]
-            if all(s in (None, "T", "t", "Z", "X") for s in states):
-                return True
-            if time.perf_counter() > deadline:
-                return False
-
     def close(self) -> None:
         """Stop cycling, resume, and release the pidfds."""
         self.stop()

@@ -32,7 +32,7 @@ import ctypes
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -449,8 +449,3 @@ def change_cost_periods(backend: SpatialShareBackend | BackendInfo, period_s: fl
     p = positive("period_s", period_s)
     lat = backend.latency_s if isinstance(backend, BackendInfo) else backend.resize_latency_s
     return float(lat) / p
-
-
-def infos_by_name(infos: list[BackendInfo]) -> Mapping[str, BackendInfo]:
-    """:func:`detect_backends`'s list keyed by name."""
-    return {i.name: i for i in infos}
