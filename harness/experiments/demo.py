@@ -11,7 +11,6 @@ from typing import Any, TextIO
 
 from harness.experiments.burst import burst
 from harness.experiments.common import ExperimentResult
-from harness.results import markdown_table
 
 __all__ = ["demo", "format_table"]
 
@@ -94,7 +93,3 @@ def demo(*, out_dir: str | Path = "results", seed: int = 0, duration_s: float = 
           f"by the Oracle's and GSLICE-extended's. ({el:.1f} s)", file=out)
     print("Results: " + ", ".join(str(f) for f in res.files), file=out)
     return res
-
-
-def markdown(res: ExperimentResult) -> str:
-    return markdown_table(res.summary, TABLE_COLUMNS, TABLE_HEADERS)
