@@ -287,8 +287,8 @@ def run(args: argparse.Namespace) -> int:
     ratios = list(args.ratios or [])
     show: bool | None = False if args.no_progress else None  # None: bar or lines
     out = check_out_dir(args.out)
-    if args.trace[0] == "synthetic":
-        _warn_if_long(args.days * args.scale, len(policies) * len(placements))
+    if args.trace[0] == "synthetic":     # (each ratio of Fig 13b runs GSLICE and GPUColo)
+        _warn_if_long(args.days * args.scale, len(policies) * len(placements) + 2 * len(ratios))
     trace, burst = _prepare(args)
     base = {"plant": PlantParams(max_speedup=args.max_speedup, interference=args.interference),
             "control": ControlParams(gain=args.gain), "slo_factor": args.slo_factor,

@@ -117,3 +117,22 @@ def test_cluster_figures_one_colour_per_policy_and_only_the_simulated_days(tmp_p
     c12 = {ln.get_label().split(" (")[0]: ln.get_color() for ln in drawn[0].axes[0].get_lines()}
     c13 = {ln.get_label().split(" (")[0]: ln.get_color() for ln in drawn[1].axes[0].get_lines()}
     assert all(c12[k] == v for k, v in c13.items())
+
+
+def test_the_long_run_note_counts_the_ratio_sweep(capsys, monkeypatch):
+    """The up-front estimate of a long synthetic run counts Fig 13b's runs (GSLICE and GPUColo
+    at each ratio) as well as the policy table's: the documented scale-3000 command with
+    ``--ratios 1,2,3,4,5`` runs 14 simulations, not 4."""
+    import harness.cli.cluster as cl
+
+    seen: list[tuple[float, int]] = []
+
+    def stop(gpu_days: float, runs: int) -> None:
+        seen.append((gpu_days, runs))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cl, "_warn_if_long", stop)
+    for extra, runs in (([], 4), (["--ratios", "1,2,3,4,5"], 14)):
+        with pytest.raises(SystemExit):
+            main(["cluster", "--trace", "synthetic", "--days", "57", "--scale", "3000", *extra])
+        assert seen[-1] == (57 * 3000, runs)
