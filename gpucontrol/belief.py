@@ -54,10 +54,7 @@ class Belief:
         self.o = 1 if load else 0
         self.x = np.zeros(n + self.o)
         self.P = np.zeros((n + self.o, n + self.o))
-        self.P[self.o:, self.o:] = K
-        if load:
-            self.P[0, 0] = 1.0       # the load: anything, until read
-        self._run = 0
+        self.to_prior()
         self._steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.Q = np.zeros_like(self.P)
         a = 1.0 - 1.0 / forget                 # each correction's decay per period
@@ -66,6 +63,17 @@ class Belief:
         if load:
             self.Q[0, 0] = drift ** 2
             self.f[0] = 1.0
+
+    def to_prior(self) -> None:
+        """Forget every reading: the corrections at their prior (:meth:`widen`'s misfits
+        included) and the load anything, until read."""
+        o = self.o
+        self.x[:] = 0.0
+        self.P[:] = 0.0
+        self.P[o:, o:] = self.K0
+        if o:
+            self.P[0, 0] = 1.0       # the load: anything, until read
+        self._run = 0
 
     @property
     def q(self) -> float:

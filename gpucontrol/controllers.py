@@ -201,20 +201,29 @@ class InnerSleepController:
         self.lo, self.hi = bounds("sleep_bounds_s", sleep_bounds_s, 0.0, 3600.0)
         s0 = self.lo if initial_sleep_s is None else in_range(
             "initial_sleep_s", initial_sleep_s, self.lo, self.hi)
-        self.sleep_s = s0
-        self.integral = 0.0
         self.estimator = estimator
         self.detune = in_range("detune", detune, 0.0, 2.0, lo_open=True, hi_open=True)
         self.delay_periods = int_at_least("delay_periods", delay_periods, 0)
         self.schedule = schedule
         self.oscillation_guard = flag("oscillation_guard", oscillation_guard)
-        self.backoff = 1.0
         self._crossings: deque[bool] = deque(maxlen=8)
         self._errs: deque[float] = deque(maxlen=8)
-        self._calm = 0
-        self._last_sign = 0.0
         self._last_l: float | None = None
         self._us: deque[float] = deque(maxlen=self.delay_periods + 1)
+        self.start_afresh(s0)
+
+    def start_afresh(self, sleep_s: float) -> None:
+        """Start over at ``sleep_s`` as if just built: the integral, the guard's backoff and
+        window, the last readings and the gain estimate go; the gains and settings stay."""
+        self.set_sleep(sleep_s)
+        self.integral = 0.0
+        self.backoff = 1.0
+        self._crossings.clear()
+        self._errs.clear()
+        self._calm = 0
+        self._last_sign = 0.0
+        if self.estimator is not None:
+            self.estimator.reset()
 
     def gain_scale(self, sleep_s: float | None = None) -> float:
         """The schedule's local-slope ratio at ``sleep_s`` (default: the current sleep)."""

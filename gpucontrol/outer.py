@@ -53,7 +53,14 @@ a sleep pinned at a bound lets the load and this share's correction take the rea
 The inner loop starts at the sleep the curves predict for the set point at the starting share
 (:meth:`ThroughputOuter.start_sleep`). Every correction decays back to the prior over ``FORGET``
 periods, so nothing learnt from bad readings outlives them by much; what the loop keeps reading
-where it stands is re-learnt as fast as it fades.
+where it stands is re-learnt as fast as it fades. Readings past explaining (the reading noise at
+its cap, 0.2: most successive readings 20 % or more apart) teach nothing that holds, yet they
+move every learnt quantity and the share; when they are explainable again (the last 16
+differences' median under half the cap) the controller starts afresh
+(:attr:`ThroughputOuter.recovered`): everything learnt back to the prior, the starting share
+and the sleep predicted there. Otherwise the episode's load, corrections and share would decide
+the run after it, and where the loop started over would depend on where the bad readings left
+it.
 
 Why. A local learner cannot see a global optimum (a plant whose training speed grows slowly
 with the share trains most at the bottom of the range); the curves can. One share's readings
@@ -65,6 +72,7 @@ readings at a share: on one reading the loop chases the noise.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -79,6 +87,10 @@ from gpucontrol.knobs import ShareKnob, SleepKnob
 from gpucontrol.models import LatencyModelFamily
 
 __all__ = ["Decision", "ThroughputOuter", "least_latency_ms"]
+
+#: The reading noise's cap (its variance, log), and the noise under which readings are
+#: explainable again after it was reached (half the cap's deviation).
+_CAP2, _CLEAR2 = 0.2 ** 2, 0.1 ** 2
 
 @dataclass(frozen=True)
 class Decision:
@@ -159,6 +171,7 @@ class ThroughputOuter:
         #: Mechanisms, each on (the benchmark's ablation turns them off one at a time).
         self.feedforward = True
         self.explore = True
+        self.afresh = True
         self.last: Decision | None = None
         self._bound = False
 
@@ -176,7 +189,7 @@ class ThroughputOuter:
         start = share.start_pct
         shares = tuple(sorted(set(share.candidates()) | {start}))
         self.curves = cv = Curves(family, shares, sleep)
-        self.i = shares.index(start)
+        self._start = shares.index(start)
         ident = np.log([p.mps_pct for p in family.points])
         fit = {p.mps_pct: p.fit_error for p in family.points if p.fit_error is not None}
         timed = np.log(family.timed_pct())
@@ -192,12 +205,25 @@ class ThroughputOuter:
         self.it = Belief(cv.log_m, timed, sigma0=self.SIGMA0 if cv.times_known else 0.5,
                           sigma_anchor=self.SIGMA_ANCHOR, length=self.LENGTH, load=False,
                           drift=0.0, forget=self.FORGET)
-        self._noise = 0.01 ** 2           # reading noise variance (log), learnt
         self._diffs: deque[float] = deque(maxlen=64)
         self._sorted_diffs: list[float] = []   # the same, in order (for their median)
         self._batch: list[float] = []     # log ratios not yet folded into the beliefs
-        self._reopen = 0.0                # a run of surprises: the load's variance to add
         self._times: list[float] = []     # iteration times likewise
+        #: the longest dwell a move is amortised over: the belief's memory (periods)
+        self.horizon = self.FORGET
+        self.moves = 0
+        self._state()
+        return self
+
+    def _state(self) -> None:
+        """What the loop learns and counts, as at the start (the beliefs apart)."""
+        self.i = self._start
+        self._noise = 0.01 ** 2           # reading noise variance (log), learnt
+        self._diffs.clear()
+        self._sorted_diffs.clear()
+        self._batch.clear()
+        self._times.clear()
+        self._reopen = 0.0                # a run of surprises: the load's variance to add
         self._fresh = False               # a fold since the last decision
         self._high = self._low = 0        # readings in a row pinned high over / low under
         self._count = 0                   # readings at this share
@@ -205,10 +231,20 @@ class ThroughputOuter:
         self._since = 0                  # readings since the last decision
         self._held = 0                   # periods at this share (the expected dwell)
         self._ff_sleep: float | None = None
-        #: the longest dwell a move is amortised over: the belief's memory (periods)
-        self.horizon = self.FORGET
-        self.moves = 0
-        return self
+        self._garbled = False             # the reading noise at its cap (:attr:`recovered`)
+        #: readings past explaining have become explainable again: the controller starts
+        #: afresh (:meth:`start_afresh`)
+        self.recovered = False
+
+    def start_afresh(self) -> None:
+        """Forget everything learnt, as if just bound: the beliefs at their prior, the curves
+        read at the prior's iteration times, the reading noise unknown, at the starting share.
+        The settings (the mechanisms' switches among them) stay."""
+        self.lat.to_prior()
+        self.it.to_prior()
+        if self.curves.retimes:
+            self.curves.retime(self.curves.t)
+        self._state()
 
     @property
     def mps_pct(self) -> float:
@@ -295,10 +331,24 @@ class ThroughputOuter:
             if len(self._diffs) >= 16:      # (the opening's few differences are transients)
                 med = self._sorted_diffs[len(self._diffs) // 2]
                 # the median |difference| of two readings is 0.954 sigma for Gaussian noise
-                self._noise = min(max((med / 0.954) ** 2, 0.003 ** 2), 0.2 ** 2)
+                self._noise = min(max((med / 0.954) ** 2, 0.003 ** 2), _CAP2)
+                if self._garbled or self._noise >= _CAP2:
+                    self._watch()
         self._last_y = y
         self._batch.append(y)
         self._reopen = max(self._reopen, self.lat.surprised(i, y, self._noise))
+
+    def _watch(self) -> None:
+        """Readings past explaining: the reading noise at its cap (most successive readings
+        20 % or more apart). They are explainable again when the median of the last 16
+        differences is under half the cap (the 64 the noise is read from keep the bad ones
+        for 32 readings more): :attr:`recovered` then asks the controller to start afresh."""
+        if self._garbled:
+            recent = sorted(itertools.islice(self._diffs, len(self._diffs) - 16, None))
+            if (recent[8] / 0.954) ** 2 < _CLEAR2:
+                self._garbled, self.recovered = False, self.afresh
+        else:
+            self._garbled = True
 
     def _note_diff(self, d: float) -> None:
         """Keep the last 64 successive differences, and the same in order."""

@@ -28,6 +28,9 @@ What the default derives, and why:
   and run at half of it, an unscaled loop closes a quarter of an error a period where the
   design says half, and a load step takes twice as long to answer.
 * glitches: a reading above 50x the SLO is held like a missing period, seen by neither loop.
+  Readings past explaining (the throughput loop's reading noise at its cap) that become
+  explainable again restart the controller as built, at its starting share: what they
+  taught would otherwise decide the run after them.
 * the oscillation guard (:class:`~gpucontrol.controllers.InnerSleepController`) learns per
   share: a share change restarts its window (the errors of another operating point, and the
   first reading after the change, the predicted sleep's error, say nothing of ringing at this
@@ -58,7 +61,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucontrol._validate import bounds, choice, in_range, positive
-from gpucontrol.controllers import GainEstimator, InnerSleepController, OuterMPSOptimizer
+from gpucontrol.controllers import (
+    GainEstimator,
+    InnerResult,
+    InnerSleepController,
+    OuterMPSOptimizer,
+)
 from gpucontrol.design import Design, design_p
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.knobs import ShareKnob, SleepKnob
@@ -450,6 +458,8 @@ class TwoTierController:
         r = self.inner.update(value)
         if isinstance(self.outer, ThroughputOuter):
             new, why = self.outer.update(value, applied, m.iteration_s)
+            if self.outer.recovered:
+                return self._start_afresh(left_pct, r, gain_est)
         else:
             gain = est.gain if est is not None else self.model.gain
             new, why = self.outer.update(value, r.sleep_s, r.saturated, gain)
@@ -465,6 +475,30 @@ class TwoTierController:
                                     self.period)
         self._hold_left = self.hold_periods_after_mps
         return Actuation(self.inner.sleep_s, new, True, r.saturated is not None, reason,
+                         r.error_ms, gain_est)
+
+    def _start_afresh(self, left_pct: float, r: InnerResult, gain_est: float) -> Actuation:
+        """Readings past explaining (the reading noise at its cap: most successive readings
+        20 % or more apart) have become explainable again (under half that). What they taught
+        (a load, corrections, a guard's backoff, the noise itself) would decide the run after
+        them, and the share they drove the loop to would be where it starts over. So it starts
+        as built: the set point at the SLO, nothing learnt, the starting share and the sleep
+        the curves predict there."""
+        assert isinstance(self.outer, ThroughputOuter)
+        self.setpoint_margin, self._aimed = 0.0, ()
+        self.inner.slo_ms = self.outer.slo_ms = self.target_ms
+        self.outer.start_afresh()
+        new = self.share_pct
+        self._schedule(new)
+        self._backoffs.clear()
+        self._iteration_readings.clear()
+        self._iteration_share = math.nan
+        s0 = self._start_sleep()
+        self.inner.start_afresh(self.inner.lo if s0 is None else s0)
+        moved = new != left_pct
+        self._hold_left = self.hold_periods_after_mps if moved else 0
+        return Actuation(self.inner.sleep_s, new, moved, False, r.reason + "; fresh start: the "
+                         "readings are explainable again after readings past explaining",
                          r.error_ms, gain_est)
 
 

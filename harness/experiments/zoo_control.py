@@ -73,6 +73,7 @@ ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
     "raise": _off("raise_in_hold", False, "controller"),    # a two-sided hold after a move
     "horizon": _off("horizon", math.inf),                  # amortise over the whole dwell
     "bend": lambda ctl: ctl.outer.curves.unbend(),  # type: ignore[union-attr]  # duty law
+    "afresh": _off("afresh", False),       # no fresh start after readings past explaining
 }
 
 

@@ -400,3 +400,55 @@ def test_the_bent_law_holds_the_slo_at_a_time_sliced_level():
     bent, straight = out
     assert max(abs(x - 1.0) for x in bent) < 0.005
     assert min(straight[:3]) < 0.97 and abs(straight[-1] - 1.0) < 0.005
+
+
+def _garbage(n, slo, seed=0):
+    """Readings no plant would give: anywhere in 0..5x the SLO, iteration times of any size."""
+    rng = np.random.default_rng(seed)
+    return [Measurement(mean=float(rng.uniform(0.0, 5.0 * slo)), count=50,
+                        iteration_s=float(rng.uniform(0.001, 100.0))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("afresh", [True, False])
+def test_after_readings_past_explaining_the_controller_starts_afresh(afresh):
+    """Readings past explaining (the reading noise at its cap) teach a load, corrections and a
+    guard's backoff that nothing real holds, and drive the share anywhere. Once the readings
+    are explainable again the controller starts as built: at the starting share, with nothing
+    learnt, and from there it acts exactly as a new controller on the same plant would (a
+    restart-free knob: no hold after the change)."""
+    plant, slo = DutyPlant(), 70.0
+    knob = ShareKnob(change_s=0.0)
+    ctl = TwoTierController(plant.family(), slo, share=knob)
+    ctl.outer.afresh = afresh
+    run(ctl, plant, 40)
+    for m in _garbage(400, slo):
+        ctl.update(m)
+    assert ctl.outer.reading_noise == pytest.approx(0.2)       # at its cap
+    after = run(ctl, plant, 120)
+    fresh = [k for k, a in enumerate(after) if "fresh start" in a.reason]
+    if not afresh:
+        assert not fresh
+        return
+    assert len(fresh) == 1 and fresh[0] < 20
+    first = after[fresh[0]]
+    assert first.share_pct == knob.start_pct
+    new = TwoTierController(plant.family(), slo, share=knob)
+    expect = [new.initial_actuation(), *run(new, plant, 120 - fresh[0] - 1)]
+    got = after[fresh[0]:]
+    assert [(a.sleep_s, a.share_pct) for a in got] == [(a.sleep_s, a.share_pct) for a in expect]
+
+
+@pytest.mark.parametrize("sigma", [0.08, 0.4])
+def test_noisy_readings_that_stay_explainable_or_not_never_restart_the_controller(sigma):
+    """A noisy plant is not a fault: readings 8 % apart stay under the noise's cap, and readings
+    that stay past it (40 %) are never explainable again; neither starts the controller afresh."""
+    plant, slo = DutyPlant(), 70.0
+    rng = np.random.default_rng(1)
+    ctl = TwoTierController(plant.family(), slo)
+    act = ctl.initial_actuation()
+    for _ in range(600):
+        lat = plant.latency(act.sleep_s, act.share_pct) * math.exp(sigma * rng.standard_normal())
+        act = ctl.update(Measurement(mean=lat, count=50, iteration_s=plant.t(act.share_pct)))
+        assert "fresh start" not in act.reason
+    capped = ctl.outer.reading_noise == pytest.approx(0.2)
+    assert capped == (sigma > 0.2)
