@@ -76,6 +76,9 @@ from gpucontrol.outer import ThroughputOuter
 
 #: The outer strategies by name: the default throughput loop and the paper's family.
 OUTER_STRATEGIES = ("throughput", *OuterMPSOptimizer.STRATEGIES)
+#: What an actuation's reason says when the controller starts afresh after readings past
+#: explaining (the node agent counts these periods).
+FRESH_START = "fresh start"
 
 
 @dataclass(frozen=True)
@@ -497,8 +500,8 @@ class TwoTierController:
         self.inner.start_afresh(self.inner.lo if s0 is None else s0)
         moved = new != left_pct
         self._hold_left = self.hold_periods_after_mps if moved else 0
-        return Actuation(self.inner.sleep_s, new, moved, False, r.reason + "; fresh start: the "
-                         "readings are explainable again after readings past explaining",
+        return Actuation(self.inner.sleep_s, new, moved, False, f"{r.reason}; {FRESH_START}: "
+                         "the readings are explainable again after readings past explaining",
                          r.error_ms, gain_est)
 
 
@@ -560,4 +563,4 @@ def _estimator(adaptive: Any, model: LinearLatencyModel, slo_ms: float
                              f"{adaptive!r:.60}")
 
 
-__all__ = ["OUTER_STRATEGIES", "Actuation", "TwoTierController"]
+__all__ = ["FRESH_START", "OUTER_STRATEGIES", "Actuation", "TwoTierController"]

@@ -35,6 +35,7 @@ name                                        type      meaning
 ``spatial_share_ratio``                     gauge     training's spatial share, label backend
 ``saturated``                               gauge     1 while the sleep is pinned at a bound
 ``saturated_periods_total``                 counter   periods with a saturated sleep
+``controller_fresh_starts_total``           counter   fresh starts after unexplainable readings
 ``control_action``                          enum      what the controller did last period
 ``model_gain``                              gauge     latency model gain in use (s per s)
 ``share_changes_total``                     counter   share changes made, label backend
@@ -94,6 +95,7 @@ from prometheus_client import (
 )
 
 from gpucontrol.node.metrics_server import MetricsServer
+from gpucontrol.two_tier import FRESH_START
 
 if TYPE_CHECKING:
     from gpucontrol.node.config import DaemonConfig
@@ -262,6 +264,10 @@ class DaemonMetrics:
                                 "bound (the inner loop alone cannot reach the SLO).")
         self._saturated_n = counter("saturated_periods",
                                     "Control periods with a saturated sleep.")
+        self._fresh_starts = counter(
+            "controller_fresh_starts", "Fresh starts of the controller: latency readings past "
+            "explaining (a latency source gone wrong) became explainable again, and it started "
+            "over as built, at its starting share.")
         self._action = Enum("gpucontrol_control_action",
                             "What the controller did in the last period: the inner (sleep) "
                             "tier, the outer (spatial share) tier, hold, or open loop.", _LABELS,
@@ -426,7 +432,10 @@ class DaemonMetrics:
         self._saturated.set(int(sat))
         if sat:
             self._saturated_n.inc()
-        self._action.state(_action(str(rec.get("reason") or ""), bool(rec.get("mps_changed"))))
+        why = str(rec.get("reason") or "")
+        self._action.state(_action(why, bool(rec.get("mps_changed"))))
+        if FRESH_START in why:
+            self._fresh_starts.inc()
         gain = _num(rec.get("gain_estimate"))
         if math.isfinite(gain):
             self._gain.set(gain / 1e3)

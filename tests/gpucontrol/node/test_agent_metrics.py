@@ -4,6 +4,7 @@ connections are capped and time out (issue B13)."""
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -90,6 +91,30 @@ def test_a_scraped_sources_failures_are_counted_by_reason():
     assert got[err, (*base[:1], ("reason", "timeout"), base[1])] == 2
     assert got[err, (*base[:1], ("reason", "http_status"), base[1])] == 1
     assert got["gpucontrol_latency_source_resets", base] == 1
+    m.close()
+
+
+def test_a_fresh_start_of_the_controller_is_counted():
+    """A period whose actuation says the controller started afresh (after readings past
+    explaining) counts once; other periods do not."""
+    from gpucontrol import Measurement, TwoTierController
+    from gpucontrol.models import LinearLatencyModel
+
+    ctl = TwoTierController(LinearLatencyModel(-20.0, 100.0), 90.0)
+    m = DaemonMetrics(port=None)
+    base = {"period": 1, "count": 5, "mean_ms": 80.0, "sleep_s": 0.1, "mps_pct": 100.0}
+    rng = random.Random(3)
+    reasons = []
+    for k in range(400):   # readings past explaining, then ones a plant would give
+        lat = rng.uniform(0.0, 450.0) if k < 200 else 80.0
+        reasons.append(ctl.update(Measurement(mean=lat, count=5)).reason)
+    assert sum("fresh start" in r for r in reasons) == 1
+    for r in reasons:
+        m.observe({**base, "reason": r})
+    got = {s.name: s.value for f in text_string_to_metric_families(m.render().decode())
+           for s in f.samples}
+    assert got["gpucontrol_controller_fresh_starts_total"] == 1
+    assert got["gpucontrol_periods_total"] == 400
     m.close()
 
 
