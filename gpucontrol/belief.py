@@ -29,7 +29,7 @@ class Belief:
     correction decays toward the prior by ``1 / forget`` and its variance grows back toward the
     prior's (an Ornstein-Uhlenbeck process), so what was learnt is forgotten unless read again.
     A run of surprises (:meth:`surprised`) reopens it (:meth:`reopen`): the load's variance
-    goes up and every correction goes back to its prior.
+    goes up. :meth:`to_prior` forgets every reading.
     """
 
     #: Surprises of one sign in a row that reopen the belief.
@@ -49,8 +49,6 @@ class Belief:
             Kaa = kernel(anchors, anchors) + sigma_anchor ** 2 * np.eye(len(anchors))
             K = K - Ka @ np.linalg.solve(Kaa, Ka.T)
         self.K0 = K          # the corrections' prior covariance (with :meth:`widen`'s misfits)
-        #: a reopening takes the corrections back to their prior (the ablation's switch)
-        self.forget_on_reopen = True
         self.o = 1 if load else 0
         self.x = np.zeros(n + self.o)
         self.P = np.zeros((n + self.o, n + self.o))
@@ -129,22 +127,12 @@ class Belief:
     def reopen(self, i: int, v: float) -> None:
         """A run of surprises at share ``i``: the belief is wrong, not the readings (a load
         step, or what bad readings taught). The load's variance is raised by ``v``, so the
-        next readings take the load where they are, and every correction goes back to its
-        prior (mean 0, the prior's covariance, no tie to the load): what was learnt before the
-        surprise is as suspect as the load, and whatever still holds is read again. Without a
-        load (the iteration-time belief) the prior alone stands, share ``i``'s included: the
-        prior is what is known without the readings, and a share left wider than it would
-        take the next readings' noise as its correction. Raising the load's variance alone
-        would keep what bad readings taught the shares the loop has left, and the loop would
-        climb back to its best share one move at a time."""
-        o = self.o
-        h = 0 if o else o + i
+        next readings take the load where they are; without a load (the iteration-time
+        belief), share ``i``'s. What the other shares' corrections learnt stays: readings
+        that no plant would give are the controller's to discard, all at once
+        (:meth:`to_prior`, when they have become explainable again)."""
+        h = 0 if self.o else i
         self.P[h, h] += v
-        if self.forget_on_reopen:     # (after the raise: without a load it is undone)
-            self.x[o:] = 0.0
-            self.P[o:, :] = 0.0
-            self.P[:, o:] = 0.0
-            self.P[o:, o:] = self.K0
 
     @property
     def surprising(self) -> bool:

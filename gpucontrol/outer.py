@@ -47,8 +47,8 @@ line, or noisy readings) is not vouched for by its neighbours, so readings there
 wrong without saying the load is. The load is a random walk. Readings are folded in four at a
 time by a Kalman update, the innovation clipped at three standard deviations (a wild reading
 moves the belief a bounded step); five surprises of one sign in a row reopen the belief at once
-(a load step, or what bad readings taught: the load's variance goes up and every learnt
-correction goes back to the prior; a scheduled decision waits while the readings surprise), and
+(a load step, or what bad readings taught: the load's variance goes up, so the next readings
+take the load where they are; a scheduled decision waits while the readings surprise), and
 a sleep pinned at a bound lets the load and this share's correction take the readings at once.
 The inner loop starts at the sleep the curves predict for the set point at the starting share
 (:meth:`ThroughputOuter.start_sleep`). Every correction decays back to the prior over ``FORGET``

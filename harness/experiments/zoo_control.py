@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from gpucontrol import LatencyModelFamily, Measurement, ShareKnob, TwoTierController
-from gpucontrol.outer import ThroughputOuter
 from harness.experiments.identify import family_of, identify, rate_levels
 from harness.sim import zoo
 from harness.sim.baselines import IntegralController
@@ -47,13 +46,6 @@ def _off(attr: str, value: Any, where: str = "outer") -> Callable[[TwoTierContro
     return apply
 
 
-def _keep_on_reopen(ctl: TwoTierController) -> None:
-    outer = ctl.outer
-    assert isinstance(outer, ThroughputOuter)
-    for belief in (outer.lat, outer.it):
-        belief.forget_on_reopen = False
-
-
 #: The default's mechanisms, each removable for the ablation (BENCHMARKS.md).
 ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
     "window": _off("min_window", 1),                       # decide on one reading
@@ -69,7 +61,6 @@ ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
     "fit": lambda ctl: ctl.outer.lat.widen(-ctl.outer.misfit),  # type: ignore[union-attr]
     "start": lambda ctl: setattr(ctl.inner, "sleep_s", ctl.inner.lo),  # start at the bottom
     "reopen": lambda ctl: setattr(ctl.outer.lat, "RUN", 10 ** 9),  # type: ignore[union-attr]
-    "forget": _keep_on_reopen,       # a reopening keeps what the corrections learnt
     "raise": _off("raise_in_hold", False, "controller"),    # a two-sided hold after a move
     "horizon": _off("horizon", math.inf),                  # amortise over the whole dwell
     "bend": lambda ctl: ctl.outer.curves.unbend(),  # type: ignore[union-attr]  # duty law

@@ -114,17 +114,16 @@ def test_five_surprises_of_one_sign_reopen_the_belief_and_mixed_ones_do_not():
     assert b.surprised(1, 0.0, r) == 0.0 and not b.surprising   # an expected reading
 
 
-@pytest.mark.parametrize("forget", [True, False])
-def test_a_reopening_takes_the_corrections_back_to_their_prior(forget):
+def test_a_reopening_raises_the_loads_variance_and_to_prior_forgets_everything():
     """Five surprises say the belief is wrong: the load's variance goes up by the innovation's
-    square and, by default, every correction learnt so far goes back to its prior (the
-    identification's misfits included) with no tie left to the load."""
+    square, and what the shares' corrections learnt stays. ``to_prior`` forgets every reading:
+    every correction back to its prior (the identification's misfits included), no tie left to
+    the load, the load anything again."""
     log_m = np.log([40.0, 70.0, 100.0])
     b = Belief(log_m, log_m[1:], sigma0=0.3, sigma_anchor=0.01, length=0.5, load=True,
                drift=0.01, forget=100.0)
     b.widen(np.array([0.0, 0.0, 0.04]))
-    prior = b.P[1:, 1:].copy()
-    b.forget_on_reopen = forget
+    prior = b.P.copy()
     for i, y in ((0, 0.2), (2, -0.1), (1, 0.0)) * 10:
         b.step(4)
         b.observe(i, y, 1e-4)
@@ -132,8 +131,6 @@ def test_a_reopening_takes_the_corrections_back_to_their_prior(forget):
     assert abs(learnt[0] - 0.2) < 0.05 and abs(learnt[2] + 0.1) < 0.05
     b.reopen(1, 0.5)
     assert b.P[0, 0] == pytest.approx(load_var + 0.5)
-    if forget:
-        assert np.all(b.delta == 0.0) and np.array_equal(b.P[1:, 1:], prior)
-        assert np.all(b.P[0, 1:] == 0.0)
-    else:
-        assert np.array_equal(b.delta, learnt)
+    assert np.array_equal(b.delta, learnt)
+    b.to_prior()
+    assert np.all(b.x == 0.0) and np.array_equal(b.P, prior) and not b.surprising
