@@ -93,11 +93,11 @@ def test_back_to_the_unfuzzed_training_after_fuzzed_readings():
 
 def test_after_fuzzed_readings_the_h100_loop_climbs_back_at_once():
     """10,000 fuzzed readings leave the H100-calibrated plant's loop (seed 4) at 43 % with
-    junk learnt at the shares it passed. The true readings surprise it, and the reopening
-    takes every learnt correction back to the identified curves: within 100 periods it trains
-    as the clean run. When the reopening raised only the load's variance, the junk at the
-    shares above held it under them, one restart at a time: 0.87 of the clean run's training
-    over periods 100-300."""
+    junk learnt at the shares it passed. Once the true readings are explainable the controller
+    starts afresh, at its starting share with nothing learnt: within 100 periods it trains as
+    the clean run. (When a reopening raised only the load's variance and nothing else forgot,
+    the junk at the shares above held it under them, one restart at a time: 0.87 of the clean
+    run's training over periods 100-300.)"""
     fuzzed = run("h100", 4, np.ones(300), fuzz=10_000)
     clean = run("h100", 4, np.ones(300))
     assert fuzzed["training"][100:].sum() >= 0.98 * clean["training"][100:].sum()
