@@ -200,8 +200,7 @@ class TwoTierController:
         modern = isinstance(self.outer, ThroughputOuter)
         self._restart_known = self.share.change_s is not None
         self.plausible_max_ms = self.PLAUSIBLE_FACTOR * self.slo_ms
-        self.setpoint_margin = 0.0
-        self._aimed: tuple[float, ...] = ()      # what the set point was last aimed by
+        self._unlearn()
         #: aim under the SLO by the reading noise (the throughput loop learns it)
         self.noise_margin = modern
         self.gain_schedule = modern
@@ -234,17 +233,24 @@ class TwoTierController:
             detune=self._kp_scale if 0 < self._kp_scale < 2 else 1.0,
             delay_periods=self.measurement_delay_periods,
             schedule=self._slope_ratio, oscillation_guard=modern)
-        self._iteration_readings: deque[float] = deque(maxlen=5)
-        self._iteration_share = math.nan
         self._span = self.family.sleep_span_s or self.sleep_knob.bounds_s
         self._law = dataclasses.replace(self.family, sleep_span_s=self._span)
         self._duty_gain = math.nan
         self._schedule(share0)
+        self.period = 0
+
+    def _unlearn(self) -> None:
+        """What the controller itself learns from readings, as when built: the set point's
+        margin for the noise, the node's iteration readings, the guard's backoff per share, the
+        hold after a share change."""
+        self.setpoint_margin = 0.0
+        self._aimed: tuple[float, ...] = ()      # what the set point was last aimed by
+        self._iteration_readings: deque[float] = deque(maxlen=5)
+        self._iteration_share = math.nan
         self._hold_left = 0
         #: the oscillation guard's backoff learnt at each share left (a gain error of the model
         #: there, not of the loop: it comes back with the share)
         self._backoffs: dict[float, tuple[float, int]] = {}
-        self.period = 0
 
     # ------------------------------------------------------------------------------------------
     #: The reading's tolerance over the SLO, and how rarely noise alone may cross it (the
@@ -488,14 +494,11 @@ class TwoTierController:
         as built: the set point at the SLO, nothing learnt, the starting share and the sleep
         the curves predict there."""
         assert isinstance(self.outer, ThroughputOuter)
-        self.setpoint_margin, self._aimed = 0.0, ()
+        self._unlearn()
         self.inner.slo_ms = self.outer.slo_ms = self.target_ms
         self.outer.start_afresh()
         new = self.share_pct
         self._schedule(new)
-        self._backoffs.clear()
-        self._iteration_readings.clear()
-        self._iteration_share = math.nan
         s0 = self._start_sleep()
         self.inner.start_afresh(self.inner.lo if s0 is None else s0)
         moved = new != left_pct
