@@ -1,21 +1,20 @@
 """Latency models of a co-located GPU.
 
-The inner loop's plant (the GPUColo paper (Chen et al., ICDCS 2024),
-Sec. V-A) is the static map from the training processes' sleep
-interval ``s`` (seconds per iteration) to the mean per-batch inference latency ``l`` (ms),
-identified as ``l = gain * s + offset`` with ``gain < 0`` (more sleep, lower latency).
-Because the sleep chosen at the end of period ``k`` acts during period ``k + 1``, the loop
-sees the incremental (velocity) form
+The inner loop's plant (the GPUColo paper (Chen et al., ICDCS 2024), Sec. V-A) is the static
+map from the training processes' sleep interval ``s`` (seconds per iteration) to the mean
+per-batch inference latency ``l`` (ms), identified as ``l = gain * s + offset`` with
+``gain < 0`` (more sleep, lower latency). Because the sleep chosen at the end of period ``k``
+acts during period ``k + 1``, the loop sees the incremental (velocity) form
 
     l(k+1) = l(k) + gain * u(k),     u(k) = s(k+1) - s(k),
 
 whose transfer function from ``u`` to ``l`` is ``gain / (z - 1)``.
 
 Across the spatial share ``m`` (MPS percentage or green-context partition) a
-:class:`LatencyModelFamily` holds one such model per identified level and, where the
-identification measured it, the training's iteration time ``t(m)`` (compute only, sleep
-excluded): the training rate at sleep ``s`` is ``1 / (t(m) + s)`` iterations per second. The
-two curves are what the default outer loop optimises over (:mod:`gpucontrol.outer`).
+:class:`LatencyModelFamily` holds one such model per identified level and, where measured, the
+training's iteration time ``t(m)`` (compute only, sleep excluded): the training rate at sleep
+``s`` is ``1 / (t(m) + s)`` iterations per second. The two curves are what the default outer
+loop optimises over (:mod:`gpucontrol.outer`).
 
 The latency is physically linear in the training's running fraction ``d = t / (t + s)``, not in
 the sleep (the training interferes only while it computes): :func:`duty_form` turns a secant
@@ -438,8 +437,7 @@ class LatencyModelFamily:
         """The model file's form (what ``gpucontrol identify`` writes as model.json):
         ``{"points": [{"mps_pct", "gain", "offset"[, "batch"][, "iteration_s"]
         [, "idle_ms", "duty_gain_ms"][, "fit_error"][, "bent_law": [c, A, B]]}, ...]
-        [, "sleep_span_s": [low, high]]
-        [, "iteration_times": [[share %, s], ...]]}``."""
+        [, "sleep_span_s": [low, high]][, "iteration_times": [[share %, s], ...]]}``."""
         rows = []
         for p in self.points:
             row: dict[str, Any] = {"mps_pct": p.mps_pct, "batch": p.batch, **p.model.to_dict()}
@@ -508,8 +506,7 @@ LEVEL_KEYS = POINT_KEYS + FAMILY_KEYS[1:] + ("r2", "r2_validation")
 
 
 def _span(span: Any) -> tuple[Any, ...] | None:
-    """A model file's ``sleep_span_s`` as a tuple (checked by the family), naming the key when
-    it is not a sequence at all."""
+    """A model file's ``sleep_span_s`` as a tuple, naming the key when it is no sequence."""
     if span is None:
         return None
     try:
@@ -586,20 +583,16 @@ def duty_form(model: LinearLatencyModel, tau_s: float,
 
 def duty_form_np(gain: float, offset: float, tau_s: float,
                  span_s: tuple[float, float]) -> tuple[float, float]:
-    """:func:`duty_form` of one line given by its gain and offset (floats; the span already
-    checked), with numpy's log: the outer loop re-reads its levels' lines at the iteration
-    times it comes to believe, every level at its own and every period. numpy's log is the
-    one its arrays take; ``math.log`` differs from it in the last bit for about one value in
-    3,000, and one ulp moves a share path."""
-    return _duty(gain, offset, tau_s, span_s[0], span_s[1], _np_log)
-
-
-def _np_log(x: float) -> float:
-    return float(np.log(x))
+    """:func:`duty_form` of one line by its gain and offset (floats, the span checked), with
+    numpy's log: the outer loop re-reads its levels' lines at the iteration times it believes.
+    numpy's log is the one its arrays take; ``math.log`` differs from it in the last bit for
+    about one value in 3,000, and one ulp moves a share path."""
+    c, A = _duty(gain, offset, tau_s, span_s[0], span_s[1], np.log)
+    return float(c), float(A)
 
 
 def _duty(g: Any, o: Any, t: Any, a: float, b: float, log: Any) -> tuple[Any, Any]:
-    """The inversion of :func:`duty_form`, for floats or arrays alike (one arithmetic order)."""
+    """The inversion of :func:`duty_form` (one arithmetic order, whichever ``log``)."""
     mean_d = t / (b - a) * log((t + b) / (t + a))
     cov = t - (t + 0.5 * (a + b)) * mean_d
     A = g * (b - a) ** 2 / (12.0 * cov)
