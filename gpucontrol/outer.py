@@ -71,10 +71,8 @@ readings at a share: on one reading the loop chases the noise.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
-from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,12 +83,13 @@ from gpucontrol.curves import Curves
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.knobs import ShareKnob, SleepKnob
 from gpucontrol.models import LatencyModelFamily
+from gpucontrol.noise import CAP2, ReadingNoise
 
 __all__ = ["Decision", "ThroughputOuter", "least_latency_ms"]
 
-#: The reading noise's cap (its variance, log), and the noise under which readings are
-#: explainable again after it was reached (half the cap's deviation).
-_CAP2, _CLEAR2 = 0.2 ** 2, 0.1 ** 2
+#: The noise under which readings are explainable again after it reached its cap (variance,
+#: log: half the cap's deviation).
+_CLEAR2 = 0.1 ** 2
 
 @dataclass(frozen=True)
 class Decision:
@@ -172,6 +171,11 @@ class ThroughputOuter:
         self.feedforward = True
         self.explore = True
         self.afresh = True
+        self.steady_noise = True
+        #: the controller's aim: the set point (ms) at a reading noise (sigma, log)
+        self.aim_at: Callable[[float], float] | None = None
+        self._aimed: tuple[float, object] | None = None   # (sigma, aim_at): the set point
+        self._aimed_ms = 0.0
         self.last: Decision | None = None
         self._bound = False
 
@@ -205,8 +209,7 @@ class ThroughputOuter:
         self.it = Belief(cv.log_m, timed, sigma0=self.SIGMA0 if cv.times_known else 0.5,
                           sigma_anchor=self.SIGMA_ANCHOR, length=self.LENGTH, load=False,
                           drift=0.0, forget=self.FORGET)
-        self._diffs: deque[float] = deque(maxlen=64)
-        self._sorted_diffs: list[float] = []   # the same, in order (for their median)
+        self.noise = ReadingNoise(self.FORGET)
         self._batch: list[float] = []     # log ratios not yet folded into the beliefs
         self._times: list[float] = []     # iteration times likewise
         #: the longest dwell a move is amortised over: the belief's memory (periods)
@@ -218,9 +221,8 @@ class ThroughputOuter:
     def _state(self) -> None:
         """What the loop learns and counts, as at the start (the beliefs apart)."""
         self.i = self._start
-        self._noise = 0.01 ** 2           # reading noise variance (log), learnt
-        self._diffs.clear()
-        self._sorted_diffs.clear()
+        self.noise.clear()                # the reading noise, learnt
+        self._period = 0                  # periods since bound or started afresh
         self._batch.clear()
         self._times.clear()
         self._reopen = 0.0                # a run of surprises: the load's variance to add
@@ -256,7 +258,7 @@ class ThroughputOuter:
     @property
     def reading_noise(self) -> float:
         """The standard deviation of one reading around the belief (log), as measured."""
-        return math.sqrt(self._noise)
+        return math.sqrt(self.noise.var)
 
     @property
     def settling(self) -> bool:
@@ -295,6 +297,7 @@ class ThroughputOuter:
         self._low = self._low + 1 if sleep_s <= lo + 1e-9 and latency_ms < self.slo_ms else 0
         self._since += 1
         self._count += 1
+        self._period += 1
         self._read(latency_ms, sleep_s, iteration_s)
         # pinned at a bound: decide at once, once the share has had a window to settle in
         pinned = self._count >= self.min_window and (
@@ -311,11 +314,10 @@ class ThroughputOuter:
 
     def _read(self, latency_ms: float, sleep_s: float, iteration_s: float) -> None:
         """One reading's log ratio to the identified curve at this share and sleep (with the
-        iteration time believed here), and the reading noise: the median of the last 64
-        successive differences once there are 16 (robust, and re-read within 64 periods
-        after bad readings). Where the curve predicts no positive latency (a line's duty law
-        past where it holds: ``c`` < 0 at a long sleep) the reading teaches the latency belief
-        nothing: its log ratio would be any size."""
+        iteration time believed here), and the reading noise (:class:`ReadingNoise`). Where
+        the curve predicts no positive latency (a line's duty law past where it holds: ``c`` <
+        0 at a long sleep) the reading teaches the latency belief nothing: its log ratio would
+        be any size."""
         cv, i = self.curves, self.i
         if math.isfinite(iteration_s) and iteration_s > 0:
             self._times.append(iteration_s)
@@ -327,16 +329,12 @@ class ThroughputOuter:
             return
         y = math.log(max(latency_ms, 1e-9) / max(pred, 1e-9))
         if self._last_y is not None:
-            self._note_diff(abs(y - self._last_y))
-            if len(self._diffs) >= 16:      # (the opening's few differences are transients)
-                med = self._sorted_diffs[len(self._diffs) // 2]
-                # the median |difference| of two readings is 0.954 sigma for Gaussian noise
-                self._noise = min(max((med / 0.954) ** 2, 0.003 ** 2), _CAP2)
-                if self._garbled or self._noise >= _CAP2:
-                    self._watch()
+            self.noise.add(abs(y - self._last_y))
+            if self._garbled or self.noise.var >= CAP2:
+                self._watch()
         self._last_y = y
         self._batch.append(y)
-        self._reopen = max(self._reopen, self.lat.surprised(i, y, self._noise))
+        self._reopen = max(self._reopen, self.lat.surprised(i, y, self.noise.var))
 
     def _watch(self) -> None:
         """Readings past explaining: the reading noise at its cap (most successive readings
@@ -344,18 +342,10 @@ class ThroughputOuter:
         differences is under half the cap (the 64 the noise is read from keep the bad ones
         for 32 readings more): :attr:`recovered` then asks the controller to start afresh."""
         if self._garbled:
-            recent = sorted(itertools.islice(self._diffs, len(self._diffs) - 16, None))
-            if (recent[8] / 0.954) ** 2 < _CLEAR2:
+            if self.noise.now.recent_variance(16) < _CLEAR2:
                 self._garbled, self.recovered = False, self.afresh
         else:
             self._garbled = True
-
-    def _note_diff(self, d: float) -> None:
-        """Keep the last 64 successive differences, and the same in order."""
-        if len(self._diffs) == self._diffs.maxlen:
-            self._sorted_diffs.remove(self._diffs[0])
-        self._diffs.append(d)
-        bisect.insort(self._sorted_diffs, d)
 
     def _fold(self, force: bool = False) -> None:
         """Fold the readings since the last fold into the beliefs: the periods pass, then one
@@ -380,7 +370,7 @@ class ThroughputOuter:
         elif self._reopen:
             self.lat.reopen(i, self._reopen)
         self._reopen = 0.0
-        self.lat.observe(i, y, self._noise / n, check=False)
+        self.lat.observe(i, y, self.noise.var / n, check=False)
         self._batch.clear()
         self._times.clear()
         self._fresh = True
@@ -400,20 +390,39 @@ class ThroughputOuter:
         return self.curves.duty_gain(self.i, tau)
 
     # ---- the prediction ------------------------------------------------------------------
-    def _predict(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    def _setpoints(self) -> float | np.ndarray:
+        """The set point (ms) a decision predicts every share at: the controller's aim at
+        the reading noise steadily read (:meth:`ReadingNoise.sigmas`, one per share where a
+        share is louder), not at the noise now the inner loop aims by; that one itself until
+        the steady noise is read, or where the controller gives no aim."""
+        aim = self.aim_at
+        if not self.steady_noise or aim is None:
+            return self.slo_ms
+        sig = self.noise.sigmas(len(self.curves.m_f), self.i, self._period)
+        if sig is None:
+            return self.slo_ms
+        if isinstance(sig, float):          # (the usual case: one for all, often the same)
+            if self._aimed != (sig, aim):
+                self._aimed, self._aimed_ms = (sig, aim), aim(sig)
+            return self._aimed_ms
+        return np.array([aim(x) for x in sig])
+
+    def _predict(self, setpoint: float | np.ndarray | None = None
+                 ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
         """Per share, at the mean and ``Z`` standard deviations against a move (the current
-        share at its mean): the duty at the set point, the training rate there (-inf where
-        even the longest sleep misses it) and, at the mean, the latency at the longest sleep.
-        """
+        share at its mean): the duty at the set point (``setpoint``, default
+        :meth:`_setpoints`), the training rate there (-inf where even the longest sleep misses
+        it) and, at the mean, the latency at the longest sleep."""
         cv, i = self.curves, self.i
         sig = self.Z * self.lat.spread(i)
         sig_t = self.Z * self.it.spread(i)
         t = cv.t * np.exp(self.it.delta)
         d_hi, least = cv.at_longest_sleep(t, self.sleep)
         base = np.exp(self.lat.q + self.lat.delta)
+        sp = self._setpoints() if setpoint is None else setpoint
         out = []
         for scale, tt in ((base, t), (base * np.exp(sig), t * np.exp(sig_t))):
-            d = np.minimum(cv.duty(self.slo_ms / scale), 1.0)
+            d = np.minimum(cv.duty(sp / scale), 1.0)
             out.append((np.maximum(d, d_hi), np.where(d >= d_hi, d / tt, -np.inf)))
         worst = base * least
         return (out[0][0], out[0][1], worst), (out[1][0], out[1][1])
@@ -433,19 +442,19 @@ class ThroughputOuter:
         gain[i] = 0.0
         j = int(np.argmax(gain))
         if gain[j] > cost:
-            return self._act("move", j, d, rate, now, cost)
+            return self._act("move", j, (d, rate), now, cost, edge=1)
         if self.explore:
             # the mean prediction says another share is better, its uncertainty that the
             # pessimistic edge is not: only going there settles it
             # (a share known about as well as one window there would leave it is not
             # explored: going there would teach nothing the pessimistic edge does not know)
-            known = self.lat.spread(i) <= 2.0 * math.sqrt(self._noise / self.min_window)
+            known = self.lat.spread(i) <= 2.0 * math.sqrt(self.noise.var / self.min_window)
             mean = np.where(known, -np.inf, rate0 / now - 1.0)
             mean[i] = 0.0
             k = int(np.argmax(mean))
             if mean[k] > dwell_cost:
-                return self._act("explore", k, d0, rate0, now, dwell_cost)
-        return self._act("stay", j, d, rate, now, cost)
+                return self._act("explore", k, (d0, rate0), now, dwell_cost, edge=0)
+        return self._act("stay", j, (d, rate), now, cost, edge=1)
 
     def _escape(self, d: np.ndarray, rate: np.ndarray, d0: np.ndarray, rate0: np.ndarray,
                 worst: np.ndarray, cost: float) -> tuple[float | None, str]:
@@ -453,25 +462,30 @@ class ThroughputOuter:
         pessimistic edge, else at the mean prediction, else the share whose latency at the
         longest sleep is predicted least."""
         if np.isfinite(rate).any():
-            return self._act("escape", int(np.argmax(rate)), d, rate, -math.inf, cost)
+            return self._act("escape", int(np.argmax(rate)), (d, rate), -math.inf, cost, 1)
         if np.isfinite(rate0).any():
-            return self._act("escape", int(np.argmax(rate0)), d0, rate0, -math.inf, cost)
-        return self._act("escape", int(np.argmin(worst)), d0, rate0, -math.inf, cost)
+            return self._act("escape", int(np.argmax(rate0)), (d0, rate0), -math.inf, cost, 0)
+        return self._act("escape", int(np.argmin(worst)), (d0, rate0), -math.inf, cost, 0)
 
-    def _act(self, action: str, j: int, d: np.ndarray, rate: np.ndarray, now: float,
-             cost: float) -> tuple[float | None, str]:
-        """Record the decision; on a move, go to share ``j`` with the sleep predicted there."""
-        cv = self.curves
+    def _act(self, action: str, j: int, pred: tuple[np.ndarray, np.ndarray], now: float,
+             cost: float, edge: int) -> tuple[float | None, str]:
+        """Record the decision (``pred``: the duty and the rate it was taken on, at the mean
+        (``edge`` 0) or the pessimistic edge (1)); on a move, go to share ``j`` with the sleep
+        predicted there at the same edge for the set point the inner loop aims at."""
+        cv, (d, rate) = self.curves, pred
         gain = float(rate[j] / now - 1.0) if now > 0 and math.isfinite(now) else math.inf
         t = cv.t_f[j] * math.exp(self.it.delta.item(j))
-        sleep = self.sleep.sleep_for(t, d.item(j))
         stay = action == "stay" or j == self.i
+        if not stay:
+            d = self._predict(self.slo_ms)[edge][0]
+        sleep = self.sleep.sleep_for(t, d.item(j))
         self.last = Decision(self.share_pct, cv.m_f[j], 0.0 if j == self.i else gain,
                              cost, sleep, float(max(rate[j], 0.0)), self.load,
                              "stay" if stay else action)
         if stay:
             return None, self.last.describe()
         self._ff_sleep = sleep if self.feedforward else None
+        self.noise.leave(self.i, self._period)
         self.i = j
         self.moves += 1
         self._since = self._count = self._held = self._high = self._low = 0
@@ -483,7 +497,7 @@ class ThroughputOuter:
         the starting share and the identified load. From the bottom of the sleep range the
         inner loop would spend its first periods over the SLO whenever the load needs sleep;
         the prediction puts it within the model's error of its operating point at once."""
-        (d0, _, _), _ = self._predict()
+        (d0, _, _), _ = self._predict(self.slo_ms)
         t = self.curves.t_f[self.i] * math.exp(self.it.delta.item(self.i))
         return self.sleep.sleep_for(t, d0.item(self.i))
 

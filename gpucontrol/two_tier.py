@@ -72,6 +72,7 @@ from gpucontrol.errors import ConfigurationError
 from gpucontrol.knobs import ShareKnob, SleepKnob
 from gpucontrol.measurement import Measurement, as_measurement, check_measurement, usable
 from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
+from gpucontrol.noise import Aim
 from gpucontrol.outer import ThroughputOuter
 
 #: The outer strategies by name: the default throughput loop and the paper's family.
@@ -278,10 +279,8 @@ class TwoTierController:
         if by == self._aimed:           # (per period: the noise's median often stays)
             return
         self._aimed = by
-        d = min(max(self._kp_scale, 0.0), 1.9)
-        sigma = by[0] * math.sqrt(1.0 + d / (2.0 - d))
-        self.setpoint_margin = min(max(0.0, 1.0 - (1.0 + self.TOLERANCE) * math.exp(
-            -self.TAIL_Z * sigma)), 2.0 * self.TOLERANCE)
+        self.outer.aim_at = aim = Aim(self.slo_ms, self._kp_scale, self.TOLERANCE, self.TAIL_Z)
+        self.setpoint_margin = aim.margin(by[0])
         self.inner.slo_ms = self.outer.slo_ms = self.target_ms
 
     @property

@@ -65,6 +65,7 @@ ABLATIONS: dict[str, Callable[[TwoTierController], None]] = {
     "horizon": _off("horizon", math.inf),                  # amortise over the whole dwell
     "bend": lambda ctl: ctl.outer.curves.unbend(),  # type: ignore[union-attr]  # duty law
     "afresh": _off("afresh", False),       # no fresh start after readings past explaining
+    "steady": _off("steady_noise", False),  # decide at the noise now, not the steady one
 }
 
 

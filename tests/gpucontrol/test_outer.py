@@ -235,10 +235,10 @@ def test_a_move_is_priced_over_the_memory_an_exploration_over_the_whole_dwell(ca
     spread = o.lat.spread(i)
     if case == "no move past the memory":
         # a share known as well as a window there would teach: nothing to explore
-        o._noise = 0.05 ** 2
+        o.noise.var = 0.05 ** 2
         spread[i] = np.inf
         k = int(np.argmin(spread))
-        assert spread[k] <= 2.0 * math.sqrt(o._noise / o.min_window)
+        assert spread[k] <= 2.0 * math.sqrt(o.noise.var / o.min_window)
     else:
         k = int(np.argmax(spread))             # the share the belief knows least about
     mean_rate = np.full(n, 1.0)
@@ -251,7 +251,7 @@ def test_a_move_is_priced_over_the_memory_an_exploration_over_the_whole_dwell(ca
         mean_rate[k], edge[k] = 1.02, 0.98
     else:
         mean_rate[k] = edge[k] = 1.02
-    o._predict = lambda: ((d, mean_rate, worst), (d, edge))
+    o._predict = lambda setpoint=None: ((d, mean_rate, worst), (d, edge))
     share, _ = o._decide(0)
     action = o.last.action
     if case == "move within the memory":
