@@ -18,7 +18,13 @@ speed is another duty law: :meth:`Curves.retime`). At every decision the loop
 predicts, at every share the backend offers, the duty at which the latency meets the set point
 (within the sleep range; a share where even the longest sleep misses it is infeasible) and the
 training rate there, at the mean of its belief and at the pessimistic edge (``Z`` standard
-deviations of the difference between that share's correction and the current one's).
+deviations of the difference between that share's correction and the current one's). The set
+point is the controller's aim (the SLO less a margin for the reading noise) at the noise read
+steadily, not at the noise now the inner loop aims by (:mod:`gpucontrol.noise`): where a
+share's latency line is flat in the sleep, the few % the aim moves with the noise estimate's
+sampling error move that share's predicted training by far more than a steep share's, and the
+loop would walk between shares on nothing that changed. A move starts the new share at the
+sleep predicted for the inner loop's own aim.
 
 It moves to the share with the best pessimistic rate when its gain beats the move's cost: the
 training a change loses (``ShareKnob.change_s``) over the periods spent at the current share
