@@ -29,9 +29,9 @@ neighbours, and is predicted as such only where its own readings say so.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
+from bisect import bisect_left, insort
 from collections import deque
 
 __all__ = ["Aim", "ReadingNoise"]
@@ -53,10 +53,11 @@ class _Window:
         return len(self.fifo)
 
     def add(self, d: float) -> None:
-        if len(self.fifo) == self.size:         # (the oldest, found by bisection)
-            del self.sorted[bisect.bisect_left(self.sorted, self.fifo[0])]
-        self.fifo.append(d)
-        bisect.insort(self.sorted, d)
+        fifo, srt = self.fifo, self.sorted
+        if len(fifo) == self.size:         # (the oldest, found by bisection)
+            del srt[bisect_left(srt, fifo[0])]
+        fifo.append(d)
+        insort(srt, d)
 
     def clear(self) -> None:
         self.fifo.clear()
@@ -107,9 +108,10 @@ class ReadingNoise:
 
     def add(self, d: float) -> None:
         """One absolute difference of two successive log readings at the current share."""
-        self.now.add(d)
-        if len(self.now) >= 16:      # (the opening's few differences are transients)
-            self.var = self.now.variance()
+        now = self.now
+        now.add(d)
+        if len(now.fifo) >= 16:      # (the opening's few differences are transients)
+            self.var = _variance(now.sorted[len(now.fifo) // 2])
         if self.var < CAP2:
             self.steady.add(d)
             self.here.add(d)

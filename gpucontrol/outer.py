@@ -78,7 +78,6 @@ readings at a share: on one reading the loop chases the noise.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,7 +88,7 @@ from gpucontrol.curves import Curves
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.knobs import ShareKnob, SleepKnob
 from gpucontrol.models import LatencyModelFamily
-from gpucontrol.noise import CAP2, ReadingNoise
+from gpucontrol.noise import CAP2, Aim, ReadingNoise
 
 __all__ = ["Decision", "ThroughputOuter", "least_latency_ms"]
 
@@ -179,7 +178,7 @@ class ThroughputOuter:
         self.afresh = True
         self.steady_noise = True
         #: the controller's aim: the set point (ms) at a reading noise (sigma, log)
-        self.aim_at: Callable[[float], float] | None = None
+        self.aim_at: Aim | None = None
         self._aimed: tuple[float, object] | None = None   # (sigma, aim_at): the set point
         self._aimed_ms = 0.0
         self.last: Decision | None = None

@@ -278,8 +278,11 @@ class TwoTierController:
         by = (self.outer.reading_noise, self._kp_scale, self.slo_ms)
         if by == self._aimed:           # (per period: the noise's median often stays)
             return
+        aim = self.outer.aim_at
+        if not (aim and self._aimed[1:] == by[1:]):    # (a new law at a new detune or SLO)
+            self.outer.aim_at = aim = Aim(self.slo_ms, self._kp_scale, self.TOLERANCE,
+                                          self.TAIL_Z)
         self._aimed = by
-        self.outer.aim_at = aim = Aim(self.slo_ms, self._kp_scale, self.TOLERANCE, self.TAIL_Z)
         self.setpoint_margin = aim.margin(by[0])
         self.inner.slo_ms = self.outer.slo_ms = self.target_ms
 
