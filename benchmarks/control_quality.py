@@ -51,6 +51,7 @@ from harness.cli.args import integer, name_list, out_file  # noqa: E402
 from harness.experiments.identify import family_of, identify  # noqa: E402
 from harness.experiments.zoo_bounds import causal, forecast, hindsight  # noqa: E402
 from harness.experiments.zoo_control import ABLATIONS, LEVELS, curves, run  # noqa: E402
+from harness.hil.campaign import git_commit  # noqa: E402
 from harness.sim import baselines as B  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 from harness.sim.protocol import run_loop  # noqa: E402
@@ -287,7 +288,8 @@ def report(res: dict[str, Any], seeds: int, elapsed: float) -> list[str]:
     head = "| figure | target | " + " | ".join(P) + " | verdict |"
     some = "" if tuple(zoo.PLANTS) == P else f" --plants {','.join(P)}"
     lines = [f"## Control v3 on the plant zoo ({_dt.date.today().isoformat()})", "",
-             f"`python benchmarks/control_quality.py --seeds {seeds}{some}` — python "
+             f"`python benchmarks/control_quality.py --seeds {seeds}{some}` at the code of "
+             f"{git_commit()[:9]} (the tree the package was imported from) — python "
              f"{platform.python_version()}, numpy {np.__version__} (a share path is chaotic: "
              "another numpy can move a seed onto another path), "
              f"{seeds} seeds per figure (\"random\": a plant "
