@@ -16,7 +16,7 @@ read over three windows of those differences:
   times the steady one's, on at least 32 differences) is predicted at its own; when the loop
   leaves it, that is remembered and fades back to the steady noise over the belief's memory.
 
-Why. The median of 64 differences has a sampling error of about a sixth of the noise itself,
+Why. The median of 64 differences has a sampling error of about 15 % of the noise itself,
 and a p99 reading's noise sits where the set point is steep in it: aimed by the noise now, the
 set point moves by several % from one decision to the next while nothing changed. Where a
 share's latency line is flat in the sleep, a set point a few % lower takes its predicted
