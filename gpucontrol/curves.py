@@ -56,6 +56,9 @@ class Curves:
             if law is not None:
                 self.c[i], self.A[i], self.B[i] = law
         self.A = np.where(self.A + self.B * self.c > 1e-9, self.A, 1e-9)
+        #: some share's law is bent (else ``B`` is 0, and the arrays' arithmetic skips it: the
+        #: same numbers)
+        self.bent = bool((self.B > 0).any())
         self.m_f, self.t_f = self.m.tolist(), self.t.tolist()
         self._floats()
         #: a level whose law is its line read as a duty law (none measured on the duty, no run
@@ -81,8 +84,7 @@ class Curves:
         self._lv_f, self._g_f, self._o_f = (self._lv.tolist(), self._g.tolist(),
                                             self._o.tolist())
         self._measured_f = self._measured.tolist()
-        self._any_measured, self._any_bent = bool(self._measured.any()), bool(
-            (self.B > 0).any())
+        self._any_measured = bool(self._measured.any())
         self._log_lv = np.log(self._lv)
         self._law_lv_f, self._past_f = self._law_lv[1].tolist(), self._past.tolist()
         #: per share, the identified levels either side and the weight of the upper one
@@ -130,7 +132,7 @@ class Curves:
         c, A = self._laws(self._t_lv)
         self._t_lv_f = self._t_lv.tolist()
         self.c_line, self.A_line = c, np.maximum(A, 1e-9)
-        if self._any_bent:                   # a bent law was measured: it stays
+        if self.bent:                        # a bent law was measured: it stays
             keep = self.B > 0
             self.c = np.where(keep, self.c, self.c_line)
             self.A = np.where(keep, self.A, self.A_line)
@@ -172,6 +174,7 @@ class Curves:
     def unbend(self) -> None:
         """Every share on the duty law (the benchmark's ablation of the bent law)."""
         self.c, self.A, self.B = self.c_line.copy(), self.A_line.copy(), np.zeros_like(self.B)
+        self.bent = False
         self._floats()
 
     def at_longest_sleep(self, t: np.ndarray, sleep: SleepKnob) -> tuple[np.ndarray, np.ndarray]:
@@ -184,10 +187,14 @@ class Curves:
 
     def latency(self, d: Any, i: Any = slice(None)) -> Any:
         """The curves' latency at duty ``d`` (ms)."""
+        if not self.bent:
+            return self.c[i] + self.A[i] * d
         return (self.c[i] + self.A[i] * d) / (1.0 - self.B[i] * d)
 
     def duty(self, latency_ms: Any) -> np.ndarray:
         """Per share, the duty at which the curve's latency is ``latency_ms``."""
+        if not self.bent:
+            return np.asarray((latency_ms - self.c) / self.A)
         return np.asarray((latency_ms - self.c) / (self.A + self.B * latency_ms))
 
     def slope(self, d: float, i: int) -> float:

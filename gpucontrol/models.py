@@ -587,8 +587,7 @@ def duty_form_np(gain: float, offset: float, tau_s: float,
     numpy's log: the outer loop re-reads its levels' lines at the iteration times it believes.
     numpy's log is the one its arrays take; ``math.log`` differs from it in the last bit for
     about one value in 3,000, and one ulp moves a share path."""
-    c, A = _duty(gain, offset, tau_s, span_s[0], span_s[1], np.log)
-    return float(c), float(A)
+    return _duty(gain, offset, tau_s, span_s[0], span_s[1], lambda x: float(np.log(x)))
 
 
 def _duty(g: Any, o: Any, t: Any, a: float, b: float, log: Any) -> tuple[Any, Any]:

@@ -131,23 +131,21 @@ class ReadingNoise:
             self.loud[share] = (here, period)
         self.here.clear()
 
-    def sigmas(self, n: int, share: int, period: int) -> float | list[float] | None:
-        """The noise (sigma, log) each of ``n`` shares is predicted at, the loop standing at
-        ``share`` at ``period``: one for all (the steady one) where no share is louder, else
-        one per share; None while the steady window has fewer than 16 differences."""
+    def sigmas(self, share: int, period: int) -> tuple[float, dict[int, float]] | None:
+        """The noise (sigma, log) the shares are predicted at, the loop standing at ``share``
+        at ``period``: the steady one, and the shares predicted at their own (louder; by
+        index: usually none); None while the steady window has fewer than 16 differences."""
         if len(self.steady) < 16:
             return None
         slow = self.steady.variance()
         here = self.here_loud()
-        if here is None and not self.loud:
-            return math.sqrt(slow)
-        var = [slow] * n
+        own: dict[int, float] = {}
         for j, (v, at) in self.loud.items():
             w = self.fade ** (period - at)
-            var[j] = w * v + (1.0 - w) * slow
+            own[j] = math.sqrt(w * v + (1.0 - w) * slow)
         if here is not None:
-            var[share] = here
-        return [math.sqrt(v) for v in var]
+            own[share] = math.sqrt(here)
+        return math.sqrt(slow), own
 
 
 class Aim:

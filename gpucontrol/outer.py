@@ -403,14 +403,18 @@ class ThroughputOuter:
         aim = self.aim_at
         if not self.steady_noise or aim is None:
             return self.slo_ms
-        sig = self.noise.sigmas(len(self.curves.m_f), self.i, self._period)
+        sig = self.noise.sigmas(self.i, self._period)
         if sig is None:
             return self.slo_ms
-        if isinstance(sig, float):          # (the usual case: one for all, often the same)
-            if self._aimed != (sig, aim):
-                self._aimed, self._aimed_ms = (sig, aim), aim(sig)
+        steady, own = sig
+        if self._aimed != (steady, aim):     # (one for all, often the same)
+            self._aimed, self._aimed_ms = (steady, aim), aim(steady)
+        if not own:
             return self._aimed_ms
-        return np.array([aim(x) for x in sig])
+        sp = np.full(len(self.curves.m_f), self._aimed_ms)
+        for j, x in own.items():
+            sp[j] = aim(x)
+        return sp
 
     def _predict(self, setpoint: float | np.ndarray | None = None
                  ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:

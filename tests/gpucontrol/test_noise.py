@@ -25,7 +25,7 @@ def test_the_steady_noise_is_steadier_than_the_noise_now():
         rn.add(float(d))
         if len(rn.steady) == 256:
             now.append(math.sqrt(rn.var))
-            steady.append(rn.sigmas(4, 0, 0))
+            steady.append(rn.sigmas(0, 0)[0])
     assert np.mean(now) == pytest.approx(0.03, rel=0.05)
     assert np.mean(steady) == pytest.approx(0.03, rel=0.05)
     assert np.std(steady) < 0.65 * np.std(now)
@@ -38,11 +38,11 @@ def test_readings_past_the_cap_are_not_taken_as_the_steady_noise():
     rn = ReadingNoise(100.0)
     for d in _diffs(rng, 0.02, 300):
         rn.add(float(d))
-    quiet = rn.sigmas(4, 0, 300)
+    quiet = rn.sigmas(0, 300)[0]
     for _ in range(100):
         rn.add(5.0)
     assert rn.var == CAP2
-    assert rn.sigmas(4, 0, 400) == pytest.approx(quiet, rel=0.3)
+    assert rn.sigmas(0, 400) == (pytest.approx(quiet, rel=0.3), {})
     assert rn.here_loud() is None
 
 
@@ -59,21 +59,21 @@ def test_a_louder_share_is_predicted_at_its_own_noise_and_remembered_when_left()
     assert rn.loud == {}
     for d in _diffs(rng, 0.02, 40):           # share 3, the same noise
         rn.add(float(d))
-    assert isinstance(rn.sigmas(4, 3, 440), float)
+    assert rn.sigmas(3, 440)[1] == {}
     rn.leave(3, 440)
     for d in _diffs(rng, 0.06, 31):           # share 2: three times the noise
         rn.add(float(d))
     assert rn.here_loud() is None             # (31 differences: not yet)
     rn.add(float(_diffs(rng, 0.06, 1)[0]))
-    sig = rn.sigmas(4, 2, 472)
-    assert isinstance(sig, list)
-    assert sig[2] == pytest.approx(0.06, rel=0.35)
-    assert max(sig[0], sig[1], sig[3]) < 0.03
+    steady, own = rn.sigmas(2, 472)
+    assert list(own) == [2]                   # (the others at the steady noise)
+    assert own[2] == pytest.approx(0.06, rel=0.35)
+    assert steady < 0.03
     rn.leave(2, 472)                          # back to share 1
     for d in _diffs(rng, 0.02, 40):
         rn.add(float(d))
-    at_once, later = rn.sigmas(4, 1, 512)[2], rn.sigmas(4, 1, 512 + 300)[2]
-    steady = rn.sigmas(4, 1, 512)[1]
+    (steady, at_once), later = rn.sigmas(1, 512), rn.sigmas(1, 512 + 300)[1][2]
+    at_once = at_once[2]
     assert at_once > 1.5 * steady
     assert later == pytest.approx(steady, rel=0.1)   # (0.99 ** 340: 3 % of the way left)
 
