@@ -282,3 +282,22 @@ def test_huge_finite_latency_does_not_overflow_the_outer_loop(outer):
     ctl.update(0.0)
     act = ctl.update(1.6179238213760844e308)
     assert act.mps_pct == ctl.share.bounds_pct[0]
+
+
+def test_an_actuation_is_a_value_node_software_can_keep():
+    """What ``update`` returns cannot be changed after the fact, and pickles, copies and
+    ``dataclasses.replace``-s whole (node software logs and ships it); a decision likewise."""
+    import copy
+    import dataclasses
+    import pickle
+
+    ctl = TwoTierController(LatencyModelFamily.of(LinearLatencyModel(-12.0, 95.0)), 90.0)
+    acts = [ctl.update(v) for v in (120.0, 80.0) * 20]
+    a = acts[-1]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.sleep_s = 0.0  # type: ignore[misc]
+    assert repr(pickle.loads(pickle.dumps(a))) == repr(a) == repr(copy.deepcopy(a))  # (NaNs)
+    assert dataclasses.replace(a, reason="x").reason == "x" and a.reason != "x"
+    assert dataclasses.asdict(a)["mps_pct"] == a.share_pct
+    d = ctl.outer.last
+    assert d is not None and repr(pickle.loads(pickle.dumps(d))) == repr(d)
