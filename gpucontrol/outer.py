@@ -96,7 +96,7 @@ __all__ = ["Decision", "ThroughputOuter", "least_latency_ms"]
 #: log: half the cap's deviation).
 _CLEAR2 = 0.1 ** 2
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What the outer loop weighed at a decision, and what it chose.
 
