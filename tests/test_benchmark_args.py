@@ -26,6 +26,7 @@ BAD = [
     ("outliers.py", "--every", "1"),
     ("spatial_cpu.py", "--n", "x"),
     ("sysid.py", "--seeds", "0"),
+    ("zoo_screen.py", "--jobs", "0"),
 ]
 
 
@@ -64,6 +65,7 @@ def test_help_describes_the_script_in_whole_sentences(script):
     ("control_quality.py", "--plot", "/proc/x.png", "'/proc' is not writable"),
     ("cpu_plant.py", "--out", "/proc/x", "'/proc' is not writable"),
     ("cpu_plant.py", "--out", "{tmp}/f/sub", "is not a folder"),
+    ("zoo_screen.py", "--json", "/proc/x.json", "'/proc' is not writable"),
 ])
 def test_a_benchmark_refuses_a_bad_out_before_it_measures(script, flag, value, text, tmp_path):
     """The sysid benchmark computed everything, then died with a traceback on the write; the

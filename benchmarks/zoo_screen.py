@@ -1,0 +1,89 @@
+"""Screen a change to the default controller: every Control v3 target figure on the plant
+zoo, per plant and seed, kept as JSON, and the difference between two screens.
+
+The default's rows of ``control_quality.py``'s table (the same runs, without the baselines,
+the references and the ablation: about a minute for 8 seeds on 2 cores), each target judged
+at its worst seed (:mod:`harness.experiments.zoo_screen`). Screen the code before a change and
+after it (two worktrees, or a scratch branch), then compare the two files: the failing cells
+in each, those that newly fail or no longer fail, and every figure that moved.
+
+    python benchmarks/zoo_screen.py [--seeds 8] [--plants a,b] [--jobs 2] [--fuzz] [--json FILE]
+    python benchmarks/zoo_screen.py --compare BEFORE.json AFTER.json
+
+Run from a worktree other than the one the package is installed from, put that worktree
+first on ``PYTHONPATH``: the screen measures the code it imports (the JSON names its commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# run as a script, this folder is first on sys.path and its sysid.py would shadow the package
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+
+import numpy as np  # noqa: E402
+
+from harness.cli.args import integer, name_list, out_file  # noqa: E402
+from harness.experiments.zoo_screen import compare, failing, screen  # noqa: E402
+from harness.hil.campaign import git_commit  # noqa: E402
+from harness.results import write_json  # noqa: E402
+from harness.sim import zoo  # noqa: E402
+
+
+def _screen_file(path: str) -> dict[str, Any]:
+    """A screen written by ``--json`` (argparse type: a bad file is refused by name)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise argparse.ArgumentTypeError(f"cannot read a screen from {path!r}: {e}") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("plants"), dict):
+        raise argparse.ArgumentTypeError(f"{path!r} is not a screen (no \"plants\" in it)")
+    return doc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=integer(1, 1000), default=8,
+                    help="plant seeds per figure (default 8, as the target table)")
+    ap.add_argument("--plants", type=name_list(zoo.PLANTS), default=list(zoo.PLANTS),
+                    help="comma-separated zoo plants (default: all of them)")
+    ap.add_argument("--jobs", type=integer(1, 64), default=2,
+                    help="runs at once, one process each (default 2; the figures are the "
+                         "same at any value)")
+    ap.add_argument("--fuzz", action="store_true",
+                    help="also the training after 10,000 fuzzed readings (two runs more "
+                         "per seed)")
+    ap.add_argument("--json", type=out_file, default=None, metavar="FILE",
+                    help="write every seed's figures here (refused before the runs if it "
+                         "cannot be written)")
+    ap.add_argument("--compare", type=_screen_file, nargs=2, metavar=("BEFORE", "AFTER"),
+                    help="compare two screens instead of running one")
+    args = ap.parse_args()
+    if args.compare:
+        print("\n".join(compare(*args.compare)))
+        return
+    t0 = time.perf_counter()
+    doc = screen(args.seeds, tuple(dict.fromkeys(args.plants)), args.jobs, args.fuzz)
+    doc.update(commit=git_commit(), python=platform.python_version(), numpy=np.__version__,
+               elapsed_s=round(time.perf_counter() - t0, 1))
+    cells = failing(doc)
+    bad = [c for c in cells if not c.ok]
+    n = len(doc["plants"])
+    print(f"zoo screen at {doc['commit'][:9]}: {doc['seeds']} seeds, {n} plant"
+          f"{'s' if n > 1 else ''}, {doc['elapsed_s']:.0f} s; "
+          f"{len(bad)} of {len(cells)} target cells fail at their worst seed")
+    for c in bad:
+        print(f"  {c.target} | {c.plant}: mean {c.mean:.3f}, worst seed {c.worst:.3f}")
+    if args.json:
+        write_json(doc, args.json)
+        print(f"Figures: {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""The default controller's Control v3 target figures on the plant zoo, per plant and seed, and
+what changed between two such screens.
+
+A change to the outer or inner loop moves share paths, and a share path is chaotic (one ulp
+moves it), so "did this change help" is a question about every target cell at once: which
+cells fail at their worst seed, which newly fail, which figures moved. :func:`screen` runs the
+default's rows of ``benchmarks/control_quality.py``'s table (the same
+:func:`~harness.experiments.zoo_control.run` calls, without the baselines, the references and
+the ablation: about a minute for 8 seeds on 2 cores) and keeps every seed's figures;
+:func:`failing` judges them against the targets, each at its worst seed and each seed against
+its own bound (3 % over, not 2 %, on a seed whose plant reports a period late);
+:func:`compare` sets two screens side by side (a variant on a scratch branch against the
+code it branched from). ``benchmarks/zoo_screen.py`` is the command line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from harness.experiments.zoo_control import run
+from harness.progress import Progress
+from harness.sim import zoo
+
+__all__ = ["RUNS", "Cell", "compare", "failing", "figures", "screen"]
+
+#: Load step per plant: +30 %, +10 % on "ours" (no operating point meets its SLO at +30 %).
+STEP = {"ours": 1.1}
+#: Decision windows after period 100 of a 500-period steady run (every 25 periods).
+WINDOWS = (500 - 100) / 25
+
+
+def _trace(seed: int) -> np.ndarray:
+    return zoo.load_trace(600, seed=seed)
+
+
+def _steady(seed: int) -> np.ndarray:
+    return np.ones(500)
+
+
+def _step(name: str) -> Callable[[int], np.ndarray]:
+    return lambda seed: np.r_[np.ones(100), np.full(200, STEP.get(name, 1.3))]
+
+
+#: The runs of one plant and seed: label -> (loads per seed, or None for the step's;
+#: :func:`~harness.experiments.zoo_control.run`'s keywords).
+RUNS: dict[str, tuple[Callable[[int], np.ndarray] | None, dict[str, Any]]] = {
+    "trace": (_trace, {}),
+    "trace_noit": (_trace, {"iteration": False}),
+    "free": (_trace, {"knob": "free"}),
+    "part": (_trace, {"knob": "partitions"}),
+    "steady": (_steady, {}),
+    "steady_noit": (_steady, {"iteration": False}),
+    "p99": (_trace, {"mode": "p99"}),
+    "p99_steady": (_steady, {"mode": "p99"}),
+    "step": (None, {}),
+}
+
+
+def figures(name: str, seed: int, fuzz: bool = False) -> dict[str, Any]:
+    """Every run of :data:`RUNS` on zoo plant ``name`` at ``seed``: training against the oracle,
+    % of periods over 1.05 SLO, share changes (after period 100, per 10 decision windows, on
+    the steady runs); with ``fuzz`` the training after 10,000 fuzzed readings over the
+    unfuzzed run's (periods 100-600). ``delayed``: the plant reports a period late."""
+    out: dict[str, Any] = {"delayed": isinstance(zoo.make_plant(name, seed=seed),
+                                                  zoo.DelayedPlant)}
+    for label, (loads, kw) in RUNS.items():
+        r = run(name, seed, (loads or _step(name))(seed), **kw)
+        steady = loads is _steady
+        out[label] = {"training": r["efficiency"], "over": r["over"],
+                      "changes": r["changes_late"] / WINDOWS * 10 if steady else r["changes"]}
+    if fuzz:
+        clean = run(name, seed, np.ones(600))
+        fz = run(name, seed, np.ones(600), fuzz=10_000)
+        out["fuzz"] = {"training": float(fz["training"][100:].sum()
+                                         / clean["training"][100:].sum())}
+    return out
+
+
+def _one(job: tuple[str, int, bool]) -> tuple[str, int, dict[str, Any]]:
+    name, seed, fuzz = job
+    return name, seed, figures(name, seed, fuzz)
+
+
+def screen(seeds: int, plants: tuple[str, ...] = tuple(zoo.PLANTS), jobs: int = 1,
+           fuzz: bool = False, progress: bool | None = None) -> dict[str, Any]:
+    """:func:`figures` for every plant and seed (``jobs`` processes at once; the figures are
+    the same at any number), as ``{"seeds": n, "fuzz": fuzz, "plants": {name: {seed:
+    figures}}}``; ``progress`` as :class:`~harness.progress.Progress` takes it (None: a bar
+    on a terminal, else a line every 10 s)."""
+    todo = [(p, s, fuzz) for p in plants for s in range(seeds)]
+    per: dict[str, dict[str, Any]] = {p: {} for p in plants}
+    with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as ex, \
+            Progress(len(todo), "zoo screen", enabled=progress) as bar:
+        for name, seed, figs in ex.map(_one, todo):
+            per[name][str(seed)] = figs
+            bar.advance()
+    return {"seeds": seeds, "fuzz": fuzz, "plants": per}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One target on one plant: its figure at the worst seed and whether every seed meets it."""
+
+    target: str
+    plant: str
+    worst: float
+    mean: float
+    ok: bool
+
+
+#: The targets: (name, run label, figure, bound per seed (delayed -> bound), "min" or "max").
+TARGETS: tuple[tuple[str, str, str, Callable[[bool], float], str], ...] = (
+    ("training, trace", "trace", "training", lambda d: 0.95, "min"),
+    ("training without iteration times, trace", "trace_noit", "training", lambda d: 0.95, "min"),
+    ("training, restart-free share, trace", "free", "training", lambda d: 0.95, "min"),
+    ("training, four partitions, trace", "part", "training", lambda d: 0.95, "min"),
+    ("training, steady load", "steady", "training", lambda d: 0.95, "min"),
+    ("training without iteration times, steady load", "steady_noit", "training",
+     lambda d: 0.95, "min"),
+    ("% over, trace", "trace", "over", lambda d: 3.0 if d else 2.0, "max"),
+    ("% over without iteration times, trace", "trace_noit", "over",
+     lambda d: 3.0 if d else 2.0, "max"),
+    ("% over, restart-free share, trace", "free", "over", lambda d: 3.0 if d else 2.0, "max"),
+    ("% over, four partitions, trace", "part", "over", lambda d: 3.0 if d else 2.0, "max"),
+    ("% over after a load step", "step", "over", lambda d: 3.0, "max"),
+    ("p99 mode: % over, trace", "p99", "over", lambda d: 3.0, "max"),
+    ("p99 mode: share changes per 10 windows, steady load", "p99_steady", "changes",
+     lambda d: 1.0, "max"),
+    ("training after 10,000 fuzzed readings / unfuzzed", "fuzz", "training",
+     lambda d: 0.98, "min"),
+)
+
+
+def failing(doc: dict[str, Any]) -> list[Cell]:
+    """Every target cell of a :func:`screen` (those it ran), met or not; a cell fails when
+    some seed misses its bound."""
+    cells = []
+    for target, label, fig, bound, worst in TARGETS:
+        for plant, seeds in doc["plants"].items():
+            rows = [s for s in seeds.values() if label in s]
+            if not rows:
+                continue
+            xs = np.array([s[label][fig] for s in rows])
+            ok = all((x >= bound(s["delayed"]) - 1e-9) if worst == "min" else
+                     (x <= bound(s["delayed"]) + 1e-9) for x, s in zip(xs, rows))
+            cells.append(Cell(target, plant, float(xs.min() if worst == "min" else xs.max()),
+                              float(xs.mean()), ok))
+    return cells
+
+
+def _fmt(c: Cell) -> str:
+    digits = 3 if c.target.startswith("training") else 2
+    return f"{c.mean:.{digits}f} ({c.worst:.{digits}f})"
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Two screens side by side, as lines: the failing cells' count in each, the cells that
+    fail only in ``b`` and only in ``a``, then every cell whose mean or worst seed moved
+    (mean (worst seed), ``a`` -> ``b``). Only the cells both screens ran are compared."""
+    ca = {(c.target, c.plant): c for c in failing(a)}
+    cb = {(c.target, c.plant): c for c in failing(b)}
+    both = [k for k in ca if k in cb]
+    bad_a = sum(not ca[k].ok for k in both)
+    bad_b = sum(not cb[k].ok for k in both)
+    lines = [f"failing cells: {bad_a} -> {bad_b} (of {len(both)})"]
+    for title, keys in (("newly failing", [k for k in both if ca[k].ok and not cb[k].ok]),
+                        ("no longer failing", [k for k in both if cb[k].ok and not ca[k].ok])):
+        lines.append(f"{title}: {len(keys)}")
+        lines += [f"  {t} | {p}: {_fmt(ca[(t, p)])} -> {_fmt(cb[(t, p)])}" for t, p in keys]
+    moved = [k for k in both if not (math.isclose(ca[k].mean, cb[k].mean, abs_tol=1e-12)
+                                     and math.isclose(ca[k].worst, cb[k].worst, abs_tol=1e-12))]
+    lines.append(f"moved: {len(moved)}")
+    lines += [f"  {t} | {p}: {_fmt(ca[(t, p)])} -> {_fmt(cb[(t, p)])}" for t, p in moved]
+    return lines
