@@ -11,7 +11,8 @@ in each, those that newly fail or no longer fail, and every figure that moved.
     python benchmarks/zoo_screen.py --compare BEFORE.json AFTER.json
 
 Run from a worktree other than the one the package is installed from, put that worktree
-first on ``PYTHONPATH``: the screen measures the code it imports (the JSON names its commit).
+first on ``PYTHONPATH``: the screen measures the code it imports (the JSON names its commit,
+and whether the tree had uncommitted changes).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from harness.cli.args import integer, name_list, out_file  # noqa: E402
 from harness.experiments.zoo_screen import compare, failing, screen  # noqa: E402
-from harness.hil.campaign import git_commit  # noqa: E402
+from harness.hil.campaign import REPO_ROOT, git_commit  # noqa: E402
 from harness.results import write_json  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 
@@ -45,6 +47,17 @@ def _screen_file(path: str) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("plants"), dict):
         raise argparse.ArgumentTypeError(f"{path!r} is not a screen (no \"plants\" in it)")
     return doc
+
+
+def _edited() -> bool:
+    """Whether the imported packages differ from their commit (a variant not yet committed)."""
+    try:
+        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                            "gpucontrol", "harness", "sysid"],
+                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0 and bool(r.stdout.strip())
 
 
 def main() -> None:
@@ -70,12 +83,14 @@ def main() -> None:
         return
     t0 = time.perf_counter()
     doc = screen(args.seeds, tuple(dict.fromkeys(args.plants)), args.jobs, args.fuzz)
-    doc.update(commit=git_commit(), python=platform.python_version(), numpy=np.__version__,
-               elapsed_s=round(time.perf_counter() - t0, 1))
+    doc.update(commit=git_commit(), edited=_edited(), python=platform.python_version(),
+               numpy=np.__version__, elapsed_s=round(time.perf_counter() - t0, 1))
     cells = failing(doc)
     bad = [c for c in cells if not c.ok]
     n = len(doc["plants"])
-    print(f"zoo screen at {doc['commit'][:9]}: {doc['seeds']} seeds, {n} plant"
+    at = doc["commit"][:9] + (" with uncommitted changes" if doc["edited"] else "")
+    k = doc["seeds"]
+    print(f"zoo screen at {at}: {k} seed{'s' if k > 1 else ''}, {n} plant"
           f"{'s' if n > 1 else ''}, {doc['elapsed_s']:.0f} s; "
           f"{len(bad)} of {len(cells)} target cells fail at their worst seed")
     for c in bad:

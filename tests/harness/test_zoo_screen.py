@@ -104,5 +104,6 @@ def test_a_screen_of_one_seed_runs_and_judges_every_target(tmp_path):
     doc = json.loads(out.read_text())
     assert list(doc["plants"]) == ["mixture"] and list(doc["plants"]["mixture"]) == ["0"]
     assert len(doc["commit"]) == 40 and doc["seeds"] == 1 and doc["fuzz"] is False
+    assert isinstance(doc["edited"], bool)
     assert " of 13 target cells fail at their worst seed" in r.stdout
     assert doc["plants"]["mixture"]["0"] == json.loads(json.dumps(zs.figures("mixture", 0)))
