@@ -51,14 +51,12 @@ from harness.cli.args import integer, name_list, out_file  # noqa: E402
 from harness.experiments.identify import family_of, identify  # noqa: E402
 from harness.experiments.zoo_bounds import causal, forecast, hindsight  # noqa: E402
 from harness.experiments.zoo_control import ABLATIONS, LEVELS, curves, run  # noqa: E402
+from harness.experiments.zoo_screen import STEP  # noqa: E402
 from harness.hil.campaign import git_commit  # noqa: E402
 from harness.sim import baselines as B  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 from harness.sim.protocol import run_loop  # noqa: E402
 
-#: Load step per plant: +30 %, but +10 % (the paper's burst, batch 105 -> 115) on "ours", whose
-#: inference alone takes 93 ms at +30 % (no operating point meets the 90 ms SLO).
-STEP = {"ours": 1.1}
 #: The plants this run reports, in column order (``--plants``; all of the zoo by default).
 P: tuple[str, ...] = tuple(zoo.PLANTS)
 T = 4.0
