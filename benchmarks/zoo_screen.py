@@ -5,7 +5,10 @@ The default's rows of ``control_quality.py``'s table (the same runs, without the
 the references and the ablation: about a minute for 8 seeds on 2 cores), each target judged
 at its worst seed (:mod:`harness.experiments.zoo_screen`). Screen the code before a change and
 after it (two worktrees, or a scratch branch), then compare the two files: the failing cells
-in each, those that newly fail or no longer fail, and every figure that moved.
+in each, those that newly fail or no longer fail, and every figure that moved. A screen also
+prints how the share changes' predicted gains realised (each move and exploration on the
+trace and at steady load: the gain the outer loop predicted, the price it judged it against,
+and the training it got).
 
     python benchmarks/zoo_screen.py [--seeds 8] [--plants a,b] [--jobs 2] [--fuzz] [--json FILE]
     python benchmarks/zoo_screen.py --compare BEFORE.json AFTER.json
@@ -32,7 +35,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import numpy as np  # noqa: E402
 
 from harness.cli.args import integer, name_list, out_file  # noqa: E402
-from harness.experiments.zoo_screen import compare, failing, screen  # noqa: E402
+from harness.experiments.zoo_screen import compare, failing, gains, screen  # noqa: E402
 from harness.hil.campaign import REPO_ROOT, git_commit  # noqa: E402
 from harness.results import write_json  # noqa: E402
 from harness.sim import zoo  # noqa: E402
@@ -95,6 +98,9 @@ def main() -> None:
           f"{len(bad)} of {len(cells)} target cells fail at their worst seed")
     for c in bad:
         print(f"  {c.target} | {c.plant}: mean {c.mean:.3f}, worst seed {c.worst:.3f}")
+    print("\nHow the share changes' predicted gains realised (training over the oracle's, "
+          "periods 15-35 after a change over the 20 before it):")
+    print("\n".join(gains(doc)))
     if args.json:
         write_json(doc, args.json)
         print(f"Figures: {args.json}")

@@ -180,7 +180,9 @@ def run(name: str, seed: int, loads: Any, *, controller: str = "default", knob: 
     dict
         ``over`` (% of periods over 1.05x the SLO), ``efficiency`` (training over the
         per-period oracle's), ``changes``, ``changes_late`` (after period 100), and the
-        per-period ``training``, ``periods_over``, ``share`` and ``latency``.
+        per-period ``training``, ``periods_over``, ``share``, ``latency`` and ``oracle``
+        (the oracle's training); ``decisions``: the default outer loop's decisions as
+        ``(period, Decision)``, the period after which each was taken.
     """
     levels = PARTITIONS if knob == "partitions" else LEVELS
     fam = curves(name, seed, mode, levels)
@@ -200,7 +202,17 @@ def run(name: str, seed: int, loads: Any, *, controller: str = "default", knob: 
     for m in fuzz_readings(fuzz, slo, seed):
         ctl.update(m)
     n = len(loads)
-    rec = run_loop(ctl, plant, n, zoo.load_scenario(loads, T))
+    decisions: list[tuple[int, Any]] = []
+    outer = getattr(ctl, "outer", None)
+    seen = [getattr(outer, "last", None)]        # (one the fuzzed readings left is not new)
+
+    def note(k: int) -> None:
+        d = getattr(outer, "last", None)
+        if d is not seen[0]:
+            seen[0] = d
+            decisions.append((k, d))
+
+    rec = run_loop(ctl, plant, n, zoo.load_scenario(loads, T), on_period=note)
     lat = rec.col("latency_ms" if mode == "mean" else "p99_ms")
     if _delayed(plant):
         lat = np.r_[lat[1:], np.nan]        # the period's own latency (reported one late)
@@ -213,4 +225,4 @@ def run(name: str, seed: int, loads: Any, *, controller: str = "default", knob: 
             "efficiency": float(tr.sum() / orc.sum()), "changes": float(changed.sum()),
             "changes_late": float(changed[100:].sum()), "training": tr,
             "periods_over": lat > 1.05 * slo, "share": rec.col("mps_pct"), "latency": lat,
-            "records": rec, "controller": ctl}
+            "records": rec, "controller": ctl, "oracle": orc, "decisions": decisions}

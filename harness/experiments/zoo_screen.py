@@ -27,7 +27,8 @@ from harness.experiments.zoo_control import run
 from harness.progress import Progress
 from harness.sim import zoo
 
-__all__ = ["RUNS", "STEP", "TARGETS", "Cell", "compare", "failing", "figures", "screen"]
+__all__ = ["GAIN_RUNS", "RUNS", "STEP", "TARGETS", "Cell", "compare", "failing", "figures",
+           "gains", "realised", "screen"]
 
 #: Load step per plant: +30 %, but +10 % (the paper's burst, batch 105 -> 115) on "ours", whose
 #: inference alone takes 93 ms at +30 % (no operating point meets the 90 ms SLO).
@@ -63,10 +64,47 @@ RUNS: dict[str, tuple[Callable[[int], np.ndarray] | None, dict[str, Any]]] = {
 }
 
 
+#: Periods of the windows a change's realised gain is read over: before it, left out after
+#: it (the restart and the settling), and after that.
+BEFORE, SETTLE, AFTER = 20, 15, 20
+#: The runs whose changes' predicted and realised gains a screen keeps (:func:`gains`).
+GAIN_RUNS = ("trace", "steady", "p99_steady")
+
+
+def realised(ratio: np.ndarray, k: int) -> float | None:
+    """The gain a share change asked for after period ``k`` realised: the training over the
+    oracle's (``ratio``, per period) in the :data:`AFTER` periods that start :data:`SETTLE`
+    periods after ``k``, over the same in the :data:`BEFORE` periods up to ``k``, less 1.
+    None where a window falls outside the run. On a moving load the oracle's normalisation
+    takes the load out to first order only."""
+    if k < BEFORE or k + SETTLE + AFTER > len(ratio):
+        return None
+    before = float(np.mean(ratio[k - BEFORE:k]))
+    return float(np.mean(ratio[k + SETTLE:k + SETTLE + AFTER])) / before - 1.0
+
+
+def _gains(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each move or exploration of run ``r``: its predicted gain, its price and the gain it
+    realised, and whether it was the run's first change (out of the share the run starts at,
+    where the loop knows only the identification). Escapes, taken whatever they cost, are
+    left out."""
+    ratio = r["training"] / np.maximum(r["oracle"], 1e-12)
+    out = []
+    changes = [(k, d) for k, d in r["decisions"] if d.action != "stay" and
+               d.best_pct != d.share_pct]
+    for n, (k, d) in enumerate(changes):
+        got = realised(ratio, k)
+        if d.action in ("move", "explore") and got is not None:
+            out.append({"action": d.action, "first": n == 0, "predicted": d.gain,
+                        "price": d.cost, "realised": got})
+    return out
+
+
 def figures(name: str, seed: int, fuzz: bool = False) -> dict[str, Any]:
     """Every run of :data:`RUNS` on zoo plant ``name`` at ``seed``: training against the oracle,
     % of periods over 1.05 SLO, share changes (after period 100, per 10 decision windows, on
-    the steady runs); with ``fuzz`` the training after 10,000 fuzzed readings over the
+    the steady runs) and, on :data:`GAIN_RUNS`, each change's predicted and realised gain
+    (:func:`realised`); with ``fuzz`` the training after 10,000 fuzzed readings over the
     unfuzzed run's (periods 100-600). ``delayed``: the plant reports a period late."""
     out: dict[str, Any] = {"delayed": isinstance(zoo.make_plant(name, seed=seed),
                                                   zoo.DelayedPlant)}
@@ -75,6 +113,8 @@ def figures(name: str, seed: int, fuzz: bool = False) -> dict[str, Any]:
         steady = loads is _steady
         out[label] = {"training": r["efficiency"], "over": r["over"],
                       "changes": r["changes_late"] / WINDOWS * 10 if steady else r["changes"]}
+        if label in GAIN_RUNS:
+            out[label]["gains"] = _gains(r)
     if fuzz:
         clean = run(name, seed, np.ones(600))
         fz = run(name, seed, np.ones(600), fuzz=10_000)
@@ -153,6 +193,31 @@ def failing(doc: dict[str, Any]) -> list[Cell]:
             cells.append(Cell(target, plant, float(xs.min() if worst == "min" else xs.max()),
                               float(xs.mean()), ok))
     return cells
+
+
+def gains(doc: dict[str, Any]) -> list[str]:
+    """How the changes' predicted gains realised, every plant and seed together: per run of
+    :data:`GAIN_RUNS`, the runs' first changes, then the later explorations and moves: their
+    number, the predicted and the realised gain (mean and median), the price the change was
+    judged against and the share of changes whose realised gain beat it, as Markdown table
+    lines."""
+    lines = ["| run | change | n | predicted, mean (median) | realised, mean (median) | "
+             "price, mean | realised above the price |", "|---|---|---:|---|---|---|---:|"]
+    kinds = {"first": lambda x: x["first"],
+             "explore": lambda x: not x["first"] and x["action"] == "explore",
+             "move": lambda x: not x["first"] and x["action"] == "move"}
+    for label in GAIN_RUNS:
+        for kind, pick in kinds.items():
+            g = [x for seeds in doc["plants"].values() for s in seeds.values()
+                 for x in s.get(label, {}).get("gains", []) if pick(x)]
+            if not g:
+                continue
+            p, r, c = (np.array([x[k] for x in g]) for k in ("predicted", "realised", "price"))
+            lines.append(f"| {label} | {kind} | {len(g)} | {100 * p.mean():+.1f} % "
+                         f"({100 * np.median(p):+.1f} %) | {100 * r.mean():+.1f} % "
+                         f"({100 * np.median(r):+.1f} %) | {100 * c.mean():.1f} % | "
+                         f"{100 * np.mean(r > c):.0f} % |")
+    return lines
 
 
 def _fmt(c: Cell) -> str:

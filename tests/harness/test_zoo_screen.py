@@ -32,8 +32,10 @@ def test_figures_are_the_runs_of_the_target_table():
     of its 16 decision windows, the load step's whole-run violations)."""
     f = zs.figures("hyperbolic", 1)
     trace = run("hyperbolic", 1, zoo.load_trace(600, seed=1))
-    assert f["trace"] == {"training": trace["efficiency"], "over": trace["over"],
-                          "changes": trace["changes"]}
+    assert {k: f["trace"][k] for k in ("training", "over", "changes")} == {
+        "training": trace["efficiency"], "over": trace["over"], "changes": trace["changes"]}
+    assert set(f["trace"]) == {"training", "over", "changes", "gains"}
+    assert "gains" not in f["free"] and "gains" in f["steady"]
     p99 = run("hyperbolic", 1, np.ones(500), mode="p99")
     assert f["p99_steady"]["changes"] == p99["changes_late"] / 16 * 10
     step = run("hyperbolic", 1, np.r_[np.ones(100), np.full(200, 1.3)])
@@ -107,3 +109,31 @@ def test_a_screen_of_one_seed_runs_and_judges_every_target(tmp_path):
     assert isinstance(doc["edited"], bool)
     assert " of 13 target cells fail at their worst seed" in r.stdout
     assert doc["plants"]["mixture"]["0"] == json.loads(json.dumps(zs.figures("mixture", 0)))
+
+
+def test_a_change_realises_what_the_training_after_it_shows():
+    """The realised gain reads the training over the oracle's 15-35 periods after the change
+    over the 20 before it; a change too near either end of the run has none."""
+    ratio = np.r_[np.full(40, 0.8), np.full(60, 0.9)]
+    assert zs.realised(ratio, 40) == pytest.approx(0.9 / 0.8 - 1)
+    assert zs.realised(ratio, 19) is None and zs.realised(ratio, 66) is None
+    assert zs.realised(ratio, 65) == pytest.approx(0.0)           # both windows at 0.9
+
+
+def test_the_gains_a_screen_keeps_are_the_runs_share_changes():
+    """Every share change of a run comes from one outer decision (run() keeps them); the
+    screen's gains are its moves and explorations with both windows inside the run, each with
+    the gain and price its decision printed, the first flagged."""
+    r = run("queue", 6, np.ones(500), mode="p99")
+    changes = [(k, d) for k, d in r["decisions"] if d.action != "stay"
+               and d.best_pct != d.share_pct]
+    assert len(changes) == r["changes"] > 0
+    assert [k for k, _ in changes] == list(np.nonzero(r["records"].col("mps_changed"))[0])
+    g = zs.figures("queue", 6)["p99_steady"]["gains"]
+    kept = [d for k, d in changes if d.action in ("move", "explore") and 20 <= k <= 465]
+    assert [(x["action"], x["predicted"], x["price"]) for x in g] == [
+        (d.action, d.gain, d.cost) for d in kept]
+    assert [x["first"] for x in g] == [d is changes[0][1] for d in kept]
+    table = zs.gains({"plants": {"queue": {"6": {"p99_steady": {"gains": g}}}}})
+    assert table[0].startswith("| run | change | n |") and len(table) == 2 + len(
+        {"first" if x["first"] else x["action"] for x in g})
