@@ -11,6 +11,7 @@ trace and at steady load: the gain the outer loop predicted, the price it judged
 and the training it got).
 
     python benchmarks/zoo_screen.py [--seeds 8] [--plants a,b] [--jobs 2] [--fuzz] [--json FILE]
+                                    [--plot PNG]
     python benchmarks/zoo_screen.py --compare BEFORE.json AFTER.json
 
 Run from a worktree other than the one the package is installed from, put that worktree
@@ -35,7 +36,13 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import numpy as np  # noqa: E402
 
 from harness.cli.args import integer, name_list, out_file  # noqa: E402
-from harness.experiments.zoo_screen import compare, failing, gains, screen  # noqa: E402
+from harness.experiments.zoo_screen import (  # noqa: E402
+    compare,
+    failing,
+    gains,
+    plot_gains,
+    screen,
+)
 from harness.hil.campaign import REPO_ROOT, git_commit  # noqa: E402
 from harness.results import write_json  # noqa: E402
 from harness.sim import zoo  # noqa: E402
@@ -78,6 +85,8 @@ def main() -> None:
     ap.add_argument("--json", type=out_file, default=None, metavar="FILE",
                     help="write every seed's figures here (refused before the runs if it "
                          "cannot be written)")
+    ap.add_argument("--plot", type=out_file, default=None, metavar="PNG",
+                    help="also draw each share change's realised gain over its predicted one")
     ap.add_argument("--compare", type=_screen_file, nargs=2, metavar=("BEFORE", "AFTER"),
                     help="compare two screens instead of running one")
     args = ap.parse_args()
@@ -104,6 +113,9 @@ def main() -> None:
     if args.json:
         write_json(doc, args.json)
         print(f"Figures: {args.json}")
+    if args.plot:
+        plot_gains(doc, args.plot)
+        print(f"Plot: {args.plot}")
 
 
 if __name__ == "__main__":

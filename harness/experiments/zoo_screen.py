@@ -28,7 +28,7 @@ from harness.progress import Progress
 from harness.sim import zoo
 
 __all__ = ["GAIN_RUNS", "RUNS", "STEP", "TARGETS", "Cell", "compare", "failing", "figures",
-           "gains", "realised", "screen"]
+           "gains", "plot_gains", "realised", "screen"]
 
 #: Load step per plant: +30 %, but +10 % (the paper's burst, batch 105 -> 115) on "ours", whose
 #: inference alone takes 93 ms at +30 % (no operating point meets the 90 ms SLO).
@@ -218,6 +218,41 @@ def gains(doc: dict[str, Any]) -> list[str]:
                          f"({100 * np.median(r):+.1f} %) | {100 * c.mean():.1f} % | "
                          f"{100 * np.mean(r > c):.0f} % |")
     return lines
+
+
+def plot_gains(doc: dict[str, Any], path: str) -> None:
+    """Each change's realised gain over its predicted one (:func:`gains`' changes), one panel
+    per run of :data:`GAIN_RUNS`, the runs' first changes, later explorations and later moves
+    in their own colours, with the line where a prediction comes true."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harness.results import save_figure
+
+    fig, axes = plt.subplots(1, len(GAIN_RUNS), figsize=(4.2 * len(GAIN_RUNS), 4.0),
+                             sharey=True)
+    colours = {"first": "tab:green", "explore": "tab:blue", "move": "tab:red"}
+    for ax, label in zip(axes, GAIN_RUNS):
+        g = [x for seeds in doc["plants"].values() for s in seeds.values()
+             for x in s.get(label, {}).get("gains", [])]
+        for kind, colour in colours.items():
+            pick = [x for x in g if (x["first"] if kind == "first" else
+                                     not x["first"] and x["action"] == kind)]
+            ax.scatter([100 * x["predicted"] for x in pick], [100 * x["realised"] for x in pick],
+                       s=9, alpha=0.6, color=colour, label=f"{kind} ({len(pick)})")
+        top = max([100 * x["predicted"] for x in g] + [10.0])
+        ax.plot([0, top], [0, top], color="k", lw=0.8, label="as predicted")
+        ax.axhline(0.0, color="grey", lw=0.5)
+        ax.set_title(label)
+        ax.set_xlabel("predicted gain (%)")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("realised gain (%)")
+    fig.suptitle(f"The default's share changes on the plant zoo, {doc['seeds']} seeds: training "
+                 "over the oracle's 15-35 periods after a change over the 20 before it")
+    fig.tight_layout()
+    save_figure(fig, path)
 
 
 def _fmt(c: Cell) -> str:

@@ -98,9 +98,10 @@ def test_the_command_compares_two_files_and_refuses_one_that_is_not_a_screen(tmp
 def test_a_screen_of_one_seed_runs_and_judges_every_target(tmp_path):
     """The command end to end on one plant and seed: the JSON holds that seed's figures and
     the commit, and the summary counts the target cells it judged (13 without --fuzz)."""
-    out = tmp_path / "s.json"
+    out, png = tmp_path / "s.json", tmp_path / "gains.png"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo_screen.py"), "--seeds",
-                        "1", "--plants", "mixture", "--jobs", "1", "--json", str(out)],
+                        "1", "--plants", "mixture", "--jobs", "1", "--json", str(out),
+                        "--plot", str(png)],
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())
@@ -109,6 +110,8 @@ def test_a_screen_of_one_seed_runs_and_judges_every_target(tmp_path):
     assert isinstance(doc["edited"], bool)
     assert " of 13 target cells fail at their worst seed" in r.stdout
     assert doc["plants"]["mixture"]["0"] == json.loads(json.dumps(zs.figures("mixture", 0)))
+    assert "| run | change | n |" in r.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
 def test_a_change_realises_what_the_training_after_it_shows():
