@@ -110,3 +110,43 @@ def test_control_quality_runs_plants_in_processes_in_their_order(monkeypatch):
     merged = cq._merge([{"a": k, "b": -k} for k in range(4)])
     assert merged == {"a": dict(zip(cq.P, range(4))), "b": dict(zip(cq.P, (0, -1, -2, -3)))}
     assert list(merged["a"]) == list(cq.P)
+
+
+def test_control_quality_judges_every_seeds_violations_against_its_own_bound(monkeypatch):
+    """A "random" seed that reports on time is held to 2 % over in every trace row (the
+    restart-free, partition and no-iteration-time rows used to allow 3 % on every "random"
+    seed). The runs are stand-ins: seed 1 of "random" reports on time, seed 0 late."""
+    cq = _control_quality()
+    import numpy as np
+
+    assert cq.delayed("random", 0) and not cq.delayed("random", 1)
+    over = {}       # (label's knob, seed) -> % over of the stand-in run
+
+    def fake_run(name, seed, loads, **kw):
+        key = (kw.get("knob", "mps") + ("-noit" if kw.get("iteration") is False else ""), seed)
+        return {"efficiency": 0.96, "over": over.get(key, 1.0), "changes": 1.0,
+                "changes_late": 0.0, "training": np.ones(len(loads)),
+                "periods_over": np.zeros(len(loads), bool)}
+
+    monkeypatch.setattr(cq, "run", fake_run)
+    monkeypatch.setattr(cq, "P", ("random",))
+    for fn in ("hindsight", "forecast"):
+        monkeypatch.setattr(cq, fn, lambda name, s, loads: (0.97, 0))
+    monkeypatch.setattr(cq, "causal", lambda name, s, loads: (0.95, 3))
+    monkeypatch.setattr(cq, "compare", lambda name, s, loads: {
+        c: {"training": 1.0, "over": 0.0} for c in cq.COMPARISON})
+
+    def verdicts():
+        lines = cq.report(cq.bench(2), 2, 0.0)
+        rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines
+                if ln.startswith("| ") and "≤ 2 % (≤ 3 % delayed)" in ln]
+        return {r[0]: r[-1] for r in rows}
+
+    assert set(verdicts().values()) == {"met"}
+    over[("free", 0)] = 2.5                      # the late seed: within its 3 %
+    assert set(verdicts().values()) == {"met"}
+    over[("free", 1)] = 2.5                      # the seed on time: over its 2 %
+    v = verdicts()
+    assert v["… restart-free share"] == "**not met**" and v["% periods > 1.05 SLO, trace"] == "met"
+    over[("mps-noit", 1)] = 2.5
+    assert verdicts()["… without iteration-time readings"] == "**not met**"
