@@ -204,12 +204,13 @@ def run(name: str, seed: int, loads: Any, *, controller: str = "default", knob: 
     n = len(loads)
     decisions: list[tuple[int, Any]] = []
     outer = getattr(ctl, "outer", None)
-    seen = [getattr(outer, "last", None)]        # (one the fuzzed readings left is not new)
+    seen = getattr(outer, "last", None)          # (one the fuzzed readings left is not new)
 
     def note(k: int) -> None:
+        nonlocal seen
         d = getattr(outer, "last", None)
-        if d is not seen[0]:
-            seen[0] = d
+        if d is not seen:
+            seen = d
             decisions.append((k, d))
 
     rec = run_loop(ctl, plant, n, zoo.load_scenario(loads, T), on_period=note)
