@@ -380,7 +380,8 @@ class DaemonConfig:
             positive("--slo-ms", self.slo_ms)
         in_range("--period-s", self.period_s, *PERIOD_S)
         in_range("--max-sleep-s", self.max_sleep_s, 0.0, MAX_SLEEP_S, lo_open=True)
-        int_at_least("--outer-every", self.outer_every, 1)
+        object.__setattr__(self, "outer_every",
+                           int_at_least("--outer-every", self.outer_every, 1))
         choice("--outer", self.outer, OUTER_LOOPS)
         choice(flag_of("mode"), self.mode, MODES)
         if self.detune is not None:
@@ -410,9 +411,9 @@ class DaemonConfig:
             in_range("--run-quantum-s", self.run_quantum_s, *RUN_QUANTUM_S)
         in_range("--ready-timeout-s", self.ready_timeout_s, 0.0, READY_TIMEOUT_S, lo_open=True)
         in_range("--mps-health-s", self.mps_health_s, *MPS_HEALTH_S)
-        int_at_least("--gpu", self.gpu, 0)
-        int_at_least(flag_of("silent_periods"), self.silent_periods, 1)
-        int_at_least(flag_of("unready_periods"), self.unready_periods, 0)
+        # an integral float (a TOML file's ``9400.0``) is accepted and kept as the int it is
+        for name, lo in (("gpu", 0), ("silent_periods", 1), ("unready_periods", 0)):
+            object.__setattr__(self, name, int_at_least(flag_of(name), getattr(self, name), lo))
         if self.socket_group is not None:
             from gpucontrol.node._runtime import resolve_group
 
@@ -423,8 +424,9 @@ class DaemonConfig:
         if self.stall_timeout_s is not None and self.stall_timeout_s != 0:
             in_range("--stall-timeout-s (0: off)", self.stall_timeout_s, *STALL_TIMEOUT_S)
         if self.metrics_port is not None:
-            int_at_least("--metrics-port", self.metrics_port, 0)
-            in_range("--metrics-port", self.metrics_port, 0, 65535)
+            port = int_at_least("--metrics-port", self.metrics_port, 0)
+            in_range("--metrics-port", port, 0, 65535)
+            object.__setattr__(self, "metrics_port", port)
         check_metrics_addr(self.metrics_addr)
 
     def _validate_sources(self) -> None:

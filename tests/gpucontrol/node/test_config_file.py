@@ -47,6 +47,21 @@ def test_a_bad_file_is_one_line_naming_the_key(tmp_path, text, message):
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
+def test_an_integral_float_in_the_file_is_kept_as_an_int(tmp_path):
+    """TOML tells ``9400`` from ``9400.0``; both are accepted, and the daemon gets the int
+    (a float port reached the metrics server's trial bind as a TypeError and a traceback)."""
+    cfg = _cfg(tmp_path, 'training_pids = [4242]\nfixed_sleep = 0.1\nmetrics_port = 0.0\n'
+               'gpu = 1.0\nsilent_periods = 3.0\nunready_periods = 2.0\n')
+    got = (cfg.metrics_port, cfg.gpu, cfg.silent_periods, cfg.unready_periods)
+    assert got == (0, 1, 3, 2) and all(type(v) is int for v in got)
+    from gpucontrol.node.config_checks import _check_metrics_listen
+
+    _check_metrics_listen(cfg.metrics_addr, cfg.metrics_port)
+    cfg = _cfg(tmp_path, 'training_pids = [4242]\nslo_ms = 90.0\nmodel = "m.json"\n'
+               'outer_every = 5.0\n')
+    assert type(cfg.outer_every) is int and cfg.outer_every == 5
+
+
 def test_a_missing_file_names_the_flag(tmp_path):
     with pytest.raises(ConfigurationError, match=r"--config .*cannot read it"):
         DaemonConfig.from_args(build_parser().parse_args(
