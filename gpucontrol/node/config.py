@@ -44,7 +44,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gpucontrol._validate import choice, flag, in_range, int_at_least, positive
+from gpucontrol._validate import choice, finite, flag, in_range, int_at_least, positive
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.node import registry
 from gpucontrol.node.config_checks import (
@@ -421,7 +421,8 @@ class DaemonConfig:
                 resolve_group(self.socket_group)
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
-        if self.stall_timeout_s is not None and self.stall_timeout_s != 0:
+        if self.stall_timeout_s is not None and finite("--stall-timeout-s (0: off)",
+                                                       self.stall_timeout_s) != 0:
             in_range("--stall-timeout-s (0: off)", self.stall_timeout_s, *STALL_TIMEOUT_S)
         if self.metrics_port is not None:
             port = int_at_least("--metrics-port", self.metrics_port, 0)
@@ -440,7 +441,7 @@ class DaemonConfig:
                 raise ConfigurationError(f"--green-shares must be comma-separated percentages, "
                                          f"got {self.green_shares!r}") from None
         object.__setattr__(self, "green_shares", tuple(
-            in_range("--green-shares", float(x), 1.0, 100.0) for x in shares))
+            in_range("--green-shares", x, 1.0, 100.0) for x in shares))
         if self.latency_source == "prometheus" and not self.prometheus_url:
             raise ConfigurationError("--latency-source prometheus needs --prometheus-url")
         if self.latency_source == "prometheus" and self.scrape_timeout_s < MIN_SCRAPE_TIMEOUT_S:

@@ -62,6 +62,20 @@ def test_an_integral_float_in_the_file_is_kept_as_an_int(tmp_path):
     assert type(cfg.outer_every) is int and cfg.outer_every == 5
 
 
+@pytest.mark.parametrize("text, message", [
+    ("stall_timeout_s = false\n", "--stall-timeout-s (0: off) must be a finite number"),
+    ('share_backend = "green-context"\ngreen_shares = ["a"]\n',
+     "--green-shares must be a finite number, got 'a'"),
+    ('share_backend = "green-context"\ngreen_shares = [true, 50]\n',
+     "--green-shares must be a finite number, got True"),
+])
+def test_a_value_of_the_wrong_type_is_refused_naming_the_flag(tmp_path, text, message):
+    """``false`` is no stall timeout of 0 s (off), and a share that is no number is named."""
+    with pytest.raises(ConfigurationError) as exc:
+        _cfg(tmp_path, 'training_pids = [4242]\nfixed_sleep = 0.1\n' + text)
+    assert message in str(exc.value)
+
+
 def test_a_missing_file_names_the_flag(tmp_path):
     with pytest.raises(ConfigurationError, match=r"--config .*cannot read it"):
         DaemonConfig.from_args(build_parser().parse_args(
