@@ -129,9 +129,17 @@ def _check_metrics_listen(addr: str, port: int) -> None:
 
 
 def _check_file_path(flag: str, path: str) -> None:
-    """Refuse a ``--socket``/``--state``/``--hook`` that is a directory."""
+    """Refuse a ``--socket``/``--state``/``--hook`` that is a directory, and a ``--socket``
+    no Unix socket address can hold (before its directory is made)."""
     if os.path.isdir(path):
         raise ConfigurationError(f"{flag} {path} is a directory; give the path of a file")
+    if flag == "--socket":
+        from gpucontrol.node.monitor import MAX_NAME_VIA_FD, MAX_SOCKET_PATH, socket_path_fits
+
+        if not socket_path_fits(path):
+            raise ConfigurationError(
+                f"--socket {path}: too long for a Unix socket (its name at most "
+                f"{MAX_NAME_VIA_FD} bytes, or the whole path at most {MAX_SOCKET_PATH})")
 
 
 def _check_textfile(path: str) -> None:

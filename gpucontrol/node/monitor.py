@@ -44,10 +44,27 @@ __all__ = [
     "LatencyMonitor",
     "PeriodStats",
     "parse_datagram",
+    "socket_path_fits",
 ]
 
 #: Receive buffer per datagram; a longer datagram is truncated and counted as malformed.
 MAX_DATAGRAM = 4096
+#: The longest socket name bound through its directory's descriptor (``/proc/self/fd/N/NAME``
+#: stays within 100 bytes for any N below 100 000), bytes; a longer one is bound by its path.
+MAX_NAME_VIA_FD = 80
+#: The longest path a Unix socket address holds (``sun_path``, 108 bytes with its NUL).
+MAX_SOCKET_PATH = 107
+
+
+def socket_path_fits(path: str | os.PathLike[str]) -> bool:
+    """Whether :class:`LatencyMonitor` can bind ``path``: its name is short enough to be
+    bound through its directory's descriptor, or its whole absolute path fits an address.
+
+    >>> socket_path_fits("/run/gpucontrol/gpu0.sock"), socket_path_fits("/tmp/" + "a" * 120)
+    (True, False)
+    """
+    p = os.fsencode(os.path.abspath(path))
+    return len(os.path.basename(p)) <= MAX_NAME_VIA_FD or len(p) <= MAX_SOCKET_PATH
 
 
 #: One sample line: ``L`` or ``I``, one space, a plain non-negative decimal (optionally with an
@@ -234,7 +251,8 @@ class LatencyMonitor(LatencyAggregator):
         try:
             name = os.path.basename(path)
             at = f"/proc/self/fd/{dfd}/{name}"
-            if len(at) > 100 or not os.path.isdir(f"/proc/self/fd/{dfd}"):
+            if (len(os.fsencode(name)) > MAX_NAME_VIA_FD
+                    or not os.path.isdir(f"/proc/self/fd/{dfd}")):
                 at = path  # no /proc (or a very long name): the checked path itself
             return LatencyMonitor._bind_at(path, at, name, dfd, rcvbuf)
         finally:

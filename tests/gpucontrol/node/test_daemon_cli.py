@@ -154,6 +154,12 @@ def _refusals(tmp_path):
                               "--state /proc/x/s.json: cannot use its directory /proc/x"),
         "socket-dir-missing": (["--fixed-sleep", "0", "--socket", "/proc/x/s.sock"],
                                "--socket /proc/x/s.sock: cannot use its directory /proc/x"),
+        # a name no socket address holds: refused naming the flag, before its directory is
+        # made (it was a bare "AF_UNIX path too long", exit 1, after the start had begun)
+        "socket-too-long": (["--fixed-sleep", "0", "--socket",
+                             str(tmp_path / "new" / ("a" * 150 + ".sock"))],
+                            f"--socket {tmp_path / 'new' / ('a' * 150 + '.sock')}: too long "
+                            "for a Unix socket (its name at most 80 bytes"),
         "state-is-dir": (["--fixed-sleep", "0", "--state", str(tmp_path)],
                          f"--state {tmp_path} is a directory"),
         "max-sleep": ([*closed, "--max-sleep-s", "1e9"], "--max-sleep-s must be in (0, 3600]"),
@@ -176,8 +182,8 @@ def _refusals(tmp_path):
 
 CASES = ["period-huge", "period-tiny", "stall-huge", "prometheus-url", "share-cgroup",
          "fixed-and-slo", "fixed-mps-alone", "addr-empty", "addr-bad", "addr-foreign",
-         "state-dir-missing", "socket-dir-missing", "state-is-dir", "max-sleep", "run-quantum",
-         "model", "slo-unmeetable", "not-a-number"]
+         "state-dir-missing", "socket-dir-missing", "socket-too-long", "state-is-dir",
+         "max-sleep", "run-quantum", "model", "slo-unmeetable", "not-a-number"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -201,6 +207,7 @@ def test_a_refused_command_line_is_one_line_exit_2_and_writes_nothing(children, 
     assert not log.exists()
     assert not (tmp_path / "r.state.json").exists()
     assert stopped_pids([t.pid]) == []
+    assert not (tmp_path / "new").exists()
 
 
 def test_the_least_slo_the_model_meets_is_accepted_and_any_under_it_refused(tmp_path):
