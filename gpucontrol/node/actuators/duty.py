@@ -81,6 +81,11 @@ class DutyStats:
         return self.achieved_fraction - self.commanded_fraction
 
 
+#: How often the gate is consulted again while the targets are paused, seconds: a guardian
+#: that dies during a long pause no longer leaves the rest of it unguarded.
+GATE_POLL_S = 0.05
+
+
 class DutyCycler:
     """Base class: the timing thread and the bookkeeping; subclasses say how to pause.
 
@@ -95,8 +100,9 @@ class DutyCycler:
     refresh_s : float
         How often the target set is re-read (new descendants, cgroup members).
     gate : callable, optional
-        Consulted before every pause; when it returns False the cycle is skipped and the
-        targets keep running (the daemon uses it to pause only while its guardian is alive).
+        Consulted before every pause, and every :data:`GATE_POLL_S` during one; when it
+        returns False the cycle is skipped, or the pause ended at once, and the targets keep
+        running (the daemon uses it to pause only while its guardian is alive).
     name : str
         Name of the timing thread.
     """
@@ -368,9 +374,9 @@ class DutyCycler:
                 while not (self._stop_req or self._suspended or self._held):
                     resume_at = pause_sched + self._sleep
                     left = resume_at - time.monotonic()
-                    if left <= 0:
-                        break
-                    c.wait(left)
+                    if left <= 0 or (self.gate is not None and not self.gate()):
+                        break  # over, or the gate closed (the guardian died): resume now
+                    c.wait(left if self.gate is None else min(left, GATE_POLL_S))
                 self.resume_now()
                 now = time.monotonic()
                 self._next_pause = resume_at + self._quantum

@@ -187,6 +187,28 @@ def test_gate_and_suspend_keep_targets_running(children):
         cyc.close()
 
 
+def test_a_gate_that_closes_during_a_pause_ends_it_at_once(children):
+    """The guardian dying in the middle of a long pause: the targets are resumed within a
+    gate poll, not at the pause's end (a daemon killed in between left them stopped)."""
+    p = children.spawn(BUSY)
+    allowed = threading.Event()
+    allowed.set()
+    cyc = SignalDutyCycler([p.pid], run_quantum_s=0.01, sleep_s=30.0, max_sleep_s=60.0,
+                           gate=allowed.is_set)
+    try:
+        cyc.start()
+        assert wait_state(p.pid, {"T"})
+        allowed.clear()
+        t0 = time.monotonic()
+        assert wait_state(p.pid, {"R"}, timeout=5.0)
+        assert time.monotonic() - t0 < 1.0
+        end = time.monotonic() + 0.3  # and no new pause while the gate is closed
+        while time.monotonic() < end:
+            assert state(p.pid) != "T"
+    finally:
+        cyc.close()
+
+
 @pytest.mark.parametrize("kw", [{"sleep_s": -0.1}, {"run_quantum_s": 0.0},
                                 {"sleep_s": 100.0, "max_sleep_s": 10.0},
                                 {"run_quantum_s": float("nan")}])
