@@ -180,7 +180,10 @@ def test_resume_only_after_a_total_crash(children, tmp_path):
     d = children.popen(args, stdout=subprocess.PIPE, text=True)
     read_events(d.stdout, "started")
     assert wait_state(t.pid, {"T"})
-    for pid in descendants([d.pid]):  # the guardian first: nobody is left to resume
+    # a total crash: the daemon frozen first (a live daemon ends a pause within 50 ms of
+    # its guardian's death), then the guardian and the daemon killed
+    os.kill(d.pid, signal.SIGSTOP)
+    for pid in descendants([d.pid]):
         os.kill(pid, signal.SIGKILL)
     time.sleep(0.05)
     d.kill()

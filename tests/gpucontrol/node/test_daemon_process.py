@@ -125,6 +125,25 @@ def test_sigkill_at_random_moments_never_leaves_training_stopped(children, tmp_p
     assert paused_at_kill >= 3  # the kills did land while training was paused
 
 
+def test_guardian_then_daemon_killed_mid_pause_leaves_nothing_stopped(children, tmp_path):
+    """The guardian SIGKILLed while the training is paused, the daemon 50 ms later: the
+    daemon, alive in between, ends the pause at its guardian's death, so nothing is stopped
+    when both are gone."""
+    t = children.spawn(BUSY)
+    args = daemon_argv(tmp_path, "g", "--training-pid", str(t.pid), "--run-quantum-s", "0.001",
+                       "--period-s", "0.2", "--fixed-sleep", "1.0")
+    d = children.popen(args, stdout=subprocess.PIPE, text=True)
+    read_events(d.stdout, "started")
+    assert wait_state(t.pid, {"T"})
+    for pid in descendants([d.pid]):
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.05)
+    d.kill()
+    d.wait()
+    d.stdout.close()
+    assert _none_stopped_within([t.pid], 0.5) == []
+
+
 def test_total_crash_leftovers_are_resumed_by_the_next_daemon(children, tmp_path):
     t = children.spawn(BUSY)
     args = daemon_argv(tmp_path, "t", "--training-pid", str(t.pid), "--run-quantum-s", "0.001",
@@ -132,7 +151,10 @@ def test_total_crash_leftovers_are_resumed_by_the_next_daemon(children, tmp_path
     d = children.popen([*args, "--fixed-sleep", "1.0"], stdout=subprocess.PIPE, text=True)
     read_events(d.stdout, "started")
     assert wait_state(t.pid, {"T"})
-    for pid in descendants([d.pid]):  # the guardian dies first: a total crash
+    # a total crash: the daemon frozen first (a live daemon ends a pause within 50 ms of
+    # its guardian's death), then the guardian and the daemon killed
+    os.kill(d.pid, signal.SIGSTOP)
+    for pid in descendants([d.pid]):
         os.kill(pid, signal.SIGKILL)
     time.sleep(0.05)
     d.kill()
