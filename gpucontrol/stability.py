@@ -162,16 +162,32 @@ def _crossings(design: Design, delay_periods: int, n_grid: int = 4001) -> list[f
     return sorted({round(x, 12) for x in out})
 
 
+def p_critical_gain(delay_periods: int) -> float:
+    """The loop gain ``k = g * detune`` at which the P loop ``z**d (z - 1) + k`` reaches the
+    unit circle: ``2 sin(pi / (2 (2 d + 1)))``, exact 2 and 1 for ``d`` = 0 and 1.
+
+    On ``z = e^{jw}``, ``k = 2 sin(w / 2) (-j) e^{jw (d + 1/2)}`` is real and positive first
+    at ``w = pi / (2 d + 1)``; the loop is stable for ``0 < k`` below that value.
+    """
+    d = int_at_least("delay_periods", delay_periods, 0)
+    if d < 2:
+        return 2.0 / (1 + d)
+    return 2.0 * math.sin(math.pi / (2 * (2 * d + 1)))
+
+
 def stable_gain_range(design: Design, model=None, delay_periods: int | None = None
                       ) -> tuple[float, float]:
     """(lo, hi): the open interval of real/nominal gain ratios ``g`` around 1 that keeps the
     loop stable.
 
     ``model`` is the nominal model (defaults to ``design.model``; accepted so that a design can
-    be checked against a different nominal, e.g. a re-identified one). For the P design without
-    delay the closed form ``(0, 2 / detune)`` is returned; otherwise the boundaries are the
-    gain ratios where a pole crosses the unit circle, found on the circle and confirmed with
-    :func:`jury` on either side.
+    be checked against a different nominal, e.g. a re-identified one). For the P design the
+    closed form ``(0, k_d / detune)`` is returned for every delay ``d``, with
+    ``k_d = 2 sin(pi / (2 (2 d + 1)))`` (2 without delay, 1 with one period, 0.618 with two):
+    the gain at which ``z**d (z - 1) + k`` has a root on the unit circle. It is the whole stable
+    set, so it may exclude 1 when the detune is too aggressive for the delay. For any other
+    design the boundaries are the gain ratios where a pole crosses the unit circle, found on
+    the circle, and a design unstable at ratio 1 raises ConfigurationError.
 
     Parameters
     ----------
@@ -202,10 +218,7 @@ def stable_gain_range(design: Design, model=None, delay_periods: int | None = No
         design = _rebase(design, model)
     if isinstance(design, PDesign) and design.ki == 0.0:
         scale = design.kp * design.model.gain  # = detune
-        if d == 0:
-            return 0.0, 2.0 / scale
-        if d == 1:
-            return 0.0, 1.0 / scale
+        return 0.0, p_critical_gain(d) / scale
     if not is_stable(design, 1.0, d):
         raise ConfigurationError("the design is unstable at the nominal gain (gain ratio 1)")
     edges = _crossings(design, d)

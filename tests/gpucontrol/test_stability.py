@@ -11,6 +11,7 @@ from gpucontrol import (
     check_envelope,
     design_p,
     design_pi,
+    is_stable,
     jury,
     robustness_sweep,
     stable_gain_range,
@@ -153,3 +154,22 @@ def test_different_nominal_model_rebases():
     p = design_p(MODEL)
     other = LinearLatencyModel(-6.0, 95.0)  # gains measured against a half-as-steep nominal
     assert stable_gain_range(p, other) == pytest.approx((0.0, 4.0), abs=1e-9)
+
+
+@pytest.mark.parametrize("detune", [1.0, 0.5, 0.3])
+@pytest.mark.parametrize("delay", [0, 1, 2, 3, 5])
+def test_p_range_has_a_closed_form_for_every_delay(detune, delay):
+    # the P loop's stable set is (0, 2 sin(pi / (2 (2d + 1))) / detune) for every delay, also
+    # where the detune is too aggressive for the delay (a deadbeat P with two periods of
+    # delay): one delay used to answer with the range and the next to raise
+    p = design_p(MODEL, detune=detune)
+    lo, hi = stable_gain_range(p, MODEL, delay_periods=delay)
+    assert lo == 0.0
+    assert hi == pytest.approx(2 * math.sin(math.pi / (2 * (2 * delay + 1))) / detune,
+                               rel=1e-12)
+    generic = Design(model=MODEL, kp=p.kp)
+    if is_stable(generic, 1.0, delay):  # the crossing search agrees where it answers
+        assert stable_gain_range(generic, MODEL, delay_periods=delay)[1] == \
+            pytest.approx(hi, rel=1e-8)
+    for g in (hi * 0.99, hi * 1.01):
+        assert is_stable(p, g, delay) is (g < hi)
