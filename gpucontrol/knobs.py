@@ -31,7 +31,7 @@ class ShareKnob:
     ----------
     levels_pct : sequence of float, optional
         The only shares the backend takes (e.g. the green-context partitions a training
-        created, 25/50/75/100), each within ``bounds_pct``; None: any multiple of
+        created, 25/50/75/100), at least one, each within ``bounds_pct``; None: any multiple of
         ``granularity_pct`` within the bounds.
     bounds_pct : (float, float)
         Lowest and highest share, within [1, 100] %.
@@ -76,11 +76,17 @@ class ShareKnob:
                                in_range("change_s", self.change_s, 0.0, 3600.0))
         if self.levels_pct is not None:
             levels = self.levels_pct
+            if getattr(levels, "ndim", 1) == 1 and hasattr(levels, "tolist"):
+                levels = levels.tolist()  # a 1-D numpy array, as ShareKnob.green takes one
             if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence):
                 raise ConfigurationError(f"levels_pct must be a sequence of percentages, got "
                                          f"{levels!r}")
+            if not levels:  # "no level offered" is not "any share": refuse, do not widen
+                raise ConfigurationError(
+                    "levels_pct must hold at least one share (or be None: any multiple of "
+                    f"granularity_pct within bounds_pct), got {self.levels_pct!r}")
             checked = sorted({in_range("levels_pct", v, lo, hi) for v in levels})
-            object.__setattr__(self, "levels_pct", tuple(checked) if checked else None)
+            object.__setattr__(self, "levels_pct", tuple(checked))
         if self.initial_pct is not None:
             object.__setattr__(self, "initial_pct",
                                in_range("initial_pct", self.initial_pct, lo, hi))

@@ -266,3 +266,22 @@ def test_a_sweep_over_no_gain_ratios_is_refused_not_an_empty_table(ratios):
 def test_more_bad_arguments_name_themselves(make, err, name):
     with pytest.raises(err, match=name):
         make()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ShareKnob(levels_pct=()),
+    lambda: ShareKnob(levels_pct=[]),
+    lambda: ShareKnob.green(()),
+    lambda: ShareKnob(levels_pct=np.array([])),
+])
+def test_empty_share_levels_are_refused_not_widened_to_any_share(make):
+    # an empty tuple of partitions used to become None: any MPS share, and for green() a
+    # restart-free one, which the backend does not offer
+    with pytest.raises(ConfigurationError, match="levels_pct must hold at least one share"):
+        make()
+
+
+def test_share_levels_take_a_numpy_array_as_green_does():
+    levels = np.array([75.0, 25.0, 50.0])
+    assert ShareKnob(levels_pct=levels).levels_pct == (25.0, 50.0, 75.0)
+    assert ShareKnob.green(levels).levels_pct == (25.0, 50.0, 75.0)
