@@ -64,10 +64,14 @@ def jury(coefficients: ArrayLike) -> bool:
     False
     """
     try:
-        a = np.asarray(coefficients, dtype=float).ravel()
+        a = np.asarray(coefficients, dtype=float)
     except (TypeError, ValueError):
         raise ConfigurationError("coefficients must be a non-empty sequence of finite numbers, "
                                  f"got {coefficients!r}") from None
+    if a.ndim > 1 and sum(n > 1 for n in a.shape) > 1:  # a table is not one polynomial
+        raise ConfigurationError(f"coefficients must be one polynomial (a 1-D sequence), got "
+                                 f"an array of shape {a.shape}")
+    a = a.ravel()
     if a.size == 0 or not np.all(np.isfinite(a)):
         raise ConfigurationError("coefficients must be a non-empty sequence of finite numbers")
     nz = np.flatnonzero(a)
@@ -357,6 +361,9 @@ def robustness_plot(table: RobustnessTable, ax=None, title: str | None = None):
     matplotlib.figure.Figure
         The figure drawn on.
     """
+    if not isinstance(table, RobustnessTable):
+        raise TypeError(f"table must be what robustness_sweep returned, got "
+                        f"{type(table).__name__}")
     rec = sorted(table.to_records(), key=lambda r: r["gain_ratio"])
     if not rec:
         raise ConfigurationError("table has no rows: robustness_sweep was given no ratios")

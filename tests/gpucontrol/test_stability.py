@@ -13,6 +13,7 @@ from gpucontrol import (
     design_pi,
     is_stable,
     jury,
+    robustness_plot,
     robustness_sweep,
     stable_gain_range,
 )
@@ -173,3 +174,17 @@ def test_p_range_has_a_closed_form_for_every_delay(detune, delay):
             pytest.approx(hi, rel=1e-8)
     for g in (hi * 0.99, hi * 1.01):
         assert is_stable(p, g, delay) is (g < hi)
+
+
+@pytest.mark.parametrize("coeffs", [[[1.0, 2.0], [3.0, 4.0]], np.ones((2, 3))])
+def test_jury_refuses_a_table_of_coefficients(coeffs):
+    # it used to flatten [[1, 2], [3, 4]] into z**3 + 2 z**2 + 3 z + 4 and judge that
+    with pytest.raises(ConfigurationError, match="one polynomial"):
+        jury(coeffs)
+    assert jury(np.array([[1.0, -0.5]])) is True  # a single row (python-control's num[0])
+
+
+@pytest.mark.parametrize("table", [None, [1.0, 2.0], {"rows": ()}])
+def test_robustness_plot_names_what_it_needs(table):
+    with pytest.raises(TypeError, match="robustness_sweep"):
+        robustness_plot(table)
