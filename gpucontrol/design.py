@@ -288,6 +288,16 @@ def check_design(design: Any) -> Design:
     return design
 
 
+def _design_model(model: Any) -> LinearLatencyModel:
+    """``model`` checked for a design: a gain so close to 0 that ``1 / gain`` overflows (a
+    subnormal float) would make every controller gain infinite."""
+    check_model("model", model)
+    if not math.isfinite(1.0 / model.gain):
+        raise ConfigurationError(f"model.gain must be < 0 with 1 / gain finite (a slope a "
+                                 f"controller can invert), got {model.gain!r}")
+    return model
+
+
 def design_p(model: LinearLatencyModel, detune: float | None = None, period_s: float = 4.0,
              delay_periods: int = 0) -> PDesign:
     """The GPUColo paper's P controller ``u(k) = (detune / gain) (L_ref - l(k))``.
@@ -322,7 +332,7 @@ def design_p(model: LinearLatencyModel, detune: float | None = None, period_s: f
     >>> round(p.kp * -12.0, 12)
     1.0
     """
-    check_model("model", model)
+    _design_model(model)
     delay = int_at_least("delay_periods", delay_periods, 0)
     d = in_range("detune", 1.0 / (1 + delay) if detune is None else detune, 0.0, 2.0,
                  lo_open=True, hi_open=True)
@@ -413,7 +423,7 @@ def design_pi(model: LinearLatencyModel, settling_periods: float = 10.0,
     >>> bool(np.all(np.abs(pi.poles) < 1)) and pi.settling_periods() <= 10
     True
     """
-    check_model("model", model)
+    _design_model(model)
     T = positive("period_s", period_s)
     n = in_range("settling_periods", settling_periods, 2.0, 1e4)
     mp = in_range("max_overshoot", max_overshoot, 0.0, 1.0, hi_open=True)

@@ -170,3 +170,13 @@ def test_building_a_controller_imports_no_scipy_signal():
             "print([m for m in ('scipy.signal', 'control') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("design", [design_p, design_pi])
+def test_a_gain_whose_inverse_overflows_is_refused(design):
+    # a subnormal gain passes LinearLatencyModel (< 0, finite) but 1 / gain is inf: design_p
+    # returned kp = -inf, design_pi failed inside numpy with a bare LinAlgError
+    from gpucontrol import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"model\.gain"):
+        design(LinearLatencyModel(-1e-320, 95.0))
