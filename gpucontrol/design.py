@@ -298,6 +298,19 @@ def _design_model(model: Any) -> LinearLatencyModel:
     return model
 
 
+def p_critical_gain(delay_periods: int) -> float:
+    """The loop gain ``k = g * detune`` at which the P loop ``z**d (z - 1) + k`` reaches the
+    unit circle: ``2 sin(pi / (2 (2 d + 1)))``, exact 2 and 1 for ``d`` = 0 and 1.
+
+    On ``z = e^{jw}``, ``k = 2 sin(w / 2) (-j) e^{jw (d + 1/2)}`` is real and positive first
+    at ``w = pi / (2 d + 1)``; the loop is stable for ``0 < k`` below that value.
+    """
+    d = int_at_least("delay_periods", delay_periods, 0)
+    if d < 2:
+        return 2.0 / (1 + d)
+    return 2.0 * math.sin(math.pi / (2 * (2 * d + 1)))
+
+
 def design_p(model: LinearLatencyModel, detune: float | None = None, period_s: float = 4.0,
              delay_periods: int = 0) -> PDesign:
     """The GPUColo paper's P controller ``u(k) = (detune / gain) (L_ref - l(k))``.
@@ -315,7 +328,9 @@ def design_p(model: LinearLatencyModel, detune: float | None = None, period_s: f
     model : LinearLatencyModel
         The nominal latency model.
     detune : float, optional
-        ``kp * gain``, in (0, 2); default ``1 / (1 + delay_periods)``.
+        ``kp * gain``, in (0, 2) without delay, (0, 1) with one period, (0, 0.618) with two
+        (:func:`p_critical_gain`: the design must be stable on its own model under its own
+        delay); default ``1 / (1 + delay_periods)``.
     period_s : float
         Control period (s), > 0.
     delay_periods : int
@@ -334,7 +349,9 @@ def design_p(model: LinearLatencyModel, detune: float | None = None, period_s: f
     """
     _design_model(model)
     delay = int_at_least("delay_periods", delay_periods, 0)
-    d = in_range("detune", 1.0 / (1 + delay) if detune is None else detune, 0.0, 2.0,
+    limit = p_critical_gain(delay)   # stable on the nominal model under its own delay
+    d = in_range("detune" if delay == 0 else f"detune (with delay_periods={delay})",
+                 1.0 / (1 + delay) if detune is None else detune, 0.0, limit,
                  lo_open=True, hi_open=True)
     T = positive("period_s", period_s)
     return PDesign(model=model, kp=d / model.gain, ki=0.0, period_s=T, detune=d,

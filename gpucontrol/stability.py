@@ -28,6 +28,7 @@ from gpucontrol.design import (
     _settling,
     check_design,
     check_model,
+    p_critical_gain,
     step_sequence,
 )
 from gpucontrol.errors import ConfigurationError
@@ -164,19 +165,6 @@ def _crossings(design: Design, delay_periods: int, n_grid: int = 4001) -> list[f
     if abs(end.imag) < 1e-9 and end.real > 0:
         out.append(float(end.real))
     return sorted({round(x, 12) for x in out})
-
-
-def p_critical_gain(delay_periods: int) -> float:
-    """The loop gain ``k = g * detune`` at which the P loop ``z**d (z - 1) + k`` reaches the
-    unit circle: ``2 sin(pi / (2 (2 d + 1)))``, exact 2 and 1 for ``d`` = 0 and 1.
-
-    On ``z = e^{jw}``, ``k = 2 sin(w / 2) (-j) e^{jw (d + 1/2)}`` is real and positive first
-    at ``w = pi / (2 d + 1)``; the loop is stable for ``0 < k`` below that value.
-    """
-    d = int_at_least("delay_periods", delay_periods, 0)
-    if d < 2:
-        return 2.0 / (1 + d)
-    return 2.0 * math.sin(math.pi / (2 * (2 * d + 1)))
 
 
 def stable_gain_range(design: Design, model=None, delay_periods: int | None = None

@@ -137,6 +137,16 @@ def test_bad_p_config(kwargs, field):
         design_p(MODEL, **kwargs)
 
 
+@pytest.mark.parametrize("detune,delay,limit", [(1.0, 1, 1.0), (1.5, 1, 1.0),
+                                                (0.62, 2, 2 * math.sin(math.pi / 10))])
+def test_a_p_design_unstable_under_its_own_delay_is_refused(detune, delay, limit):
+    with pytest.raises(ValueError, match=rf"detune \(with delay_periods={delay}\) must be in "
+                                         rf"\(0, {limit:g}\)"):
+        design_p(MODEL, detune=detune, delay_periods=delay)
+    ok = design_p(MODEL, detune=0.99 * limit, delay_periods=delay)   # just inside: stable
+    assert max(abs(ok.poles_at(1.0))) < 1
+
+
 def test_pole_spec_radius_and_real_pair():
     p1, p2 = pole_spec(10, 0.0)
     assert p1 == p2
