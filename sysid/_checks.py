@@ -66,13 +66,13 @@ def vector(name: str, value: Any, *, min_len: int = 1) -> np.ndarray:
 def pair(u: Any, y: Any, *, min_len: int = 1, names: tuple[str, str] = ("u", "y")
          ) -> tuple[np.ndarray, np.ndarray]:
     """Two vectors of equal length (at least ``min_len``)."""
-    a = vector(names[0], u)
-    b = vector(names[1], y)
+    a = vector(names[0], u, min_len=0)   # (an empty one is judged by the record's minimum)
+    b = vector(names[1], y, min_len=0)
     if a.size != b.size:
         raise ValueError(f"{names[0]} and {names[1]} have mismatched lengths: "
                          f"{a.size} != {b.size}")
     if a.size < min_len:
-        raise ValueError(f"record too short: {a.size} sample(s), need at least {min_len}")
+        raise ValueError(f"{names[0]} is too short: {a.size} sample(s), need at least {min_len}")
     return a, b
 
 

@@ -62,6 +62,7 @@ def test_static_predict_and_duck_typing():
     ([1.0, 2.0, float("nan")], [1.0, 2.0, 3.0], "u contains NaN"),
     ([0.5, 0.5, 0.5, 0.5], [1.0, 2.0, 3.0, 4.0], "u is constant"),
     ([1.0, 2.0], [1.0, 2.0], "too short"),
+    ([], [], "u is too short: 0 sample.s., need at least 3"),   # the fit's minimum, not 1
 ])
 def test_static_bad_input(u, y, msg):
     with pytest.raises(ValueError, match=msg):
