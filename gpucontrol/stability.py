@@ -389,7 +389,10 @@ def robustness_plot(table: RobustnessTable, ax=None, title: str | None = None):
     ax.set_title(title or f"robustness (delay {table.delay_periods} period(s))")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="upper left")
+    for a in (ax, ax2):   # headroom: the legend's row above every point, not over the first
+        lo, hi = a.get_ylim()
+        a.set_ylim(lo, hi + 0.3 * (hi - lo))
+    ax.legend(h1 + h2, l1 + l2, loc="upper center", ncol=len(l1 + l2), fontsize="small")
     if own:
         fig.tight_layout()
     return fig
