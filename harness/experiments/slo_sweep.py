@@ -179,13 +179,16 @@ def plot_sweep(res: ExperimentResult, path: str | Path) -> Path:
         ax[0].bar(x + off, [r["steady_latency_ms"] for r in rows], width, label=n)
         ax[1].bar(x + off, [r["inference_throughput"] for r in rows], width, label=n)
         ax[2].bar(x + off, [r["training_throughput"] for r in rows], width, label=n)
-    ax[0].plot(x, slos, "k_", ms=30, mew=2, label="SLO")
-    lo = min(slos) * 0.8
-    ax[0].set_ylim(lo, max(slos) * 1.1)
+    ax[0].hlines(slos, x - 0.45, x + 0.45, colors="k", lw=2, label="SLO")  # across the group
+    lat = [float(v) for r in res.summary if (v := r["steady_latency_ms"]) is not None]
+    top = max([*slos, *(v for v in lat if math.isfinite(v))])  # no bar runs off the top
+    ax[0].set_ylim(min(slos) * 0.8, top * 1.1)
     titles = ("(a) steady latency (ms)", "(b) inference images/s", "(c) training iterations/s")
     for a, t in zip(ax, titles):
         a.set_xticks(x, [f"{s:g}" for s in slos])
         a.set(xlabel="SLO (ms)", title=t)
-    ax[0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = ax[0].get_legend_handles_labels()  # below the panels, not on the bars
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0.0, 0.07, 1.0, 1.0))
     return save_figure(fig, path)

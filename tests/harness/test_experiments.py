@@ -176,6 +176,33 @@ def test_burst_figure_shows_every_controller_unclipped_and_tellable_apart(monkey
     assert any("burst starts" in t for t in labels) and any("burst ends" in t for t in labels)
 
 
+def _overlap(a, b) -> bool:
+    """Whether two display-space boxes share any area."""
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_sweep_figure_shows_every_bar_whole_and_its_legend_off_the_bars(monkeypatch):
+    """At --slos 75 the latency panel stopped at 1.1 x the largest SLO (82.5 ms): four of five
+    bars ran off its top, GSLICE's 93 ms among them; the legend sat on the bars of the low
+    SLOs, and the SLO's 30-point tick stuck out of its legend handle across the label."""
+    import sys
+
+    mod = sys.modules["harness.experiments.slo_sweep"]
+    figs = []
+    monkeypatch.setattr(mod, "save_figure", lambda fig, path: figs.append(fig) or path)
+    res = slo_sweep(seed=0, slos=(75,), duration_s=40, warmup_s=20, progress=False)
+    mod.plot_sweep(res, "unused.png")
+    fig = figs[0]
+    lat = max(r["steady_latency_ms"] for r in res.summary)
+    assert lat > 82.5  # the case that was clipped
+    assert fig.axes[0].get_ylim()[1] >= lat
+    renderer = fig.canvas.get_renderer()
+    legends = [*fig.legends, *(a.get_legend() for a in fig.axes if a.get_legend())]
+    assert len(legends) == 1 and "SLO" in [t.get_text() for t in legends[0].get_texts()]
+    box = legends[0].get_window_extent(renderer)
+    assert not any(_overlap(box, a.get_window_extent(renderer)) for a in fig.axes)
+
+
 def test_training_vs_oracle_is_nan_when_the_oracle_does_not_train():
     res = burst(duration_s=48, burst_s=(16, 32), controllers="two-tier,oracle", progress=False,
                 slo_ms=200.0)
