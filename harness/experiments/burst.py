@@ -316,7 +316,9 @@ def plot_burst(res: ExperimentResult, path: str | Path) -> Path:
         for n, v in series[key].items():
             same.setdefault(v, []).append(n)
         text = "; ".join(" = ".join(g) for g in same.values() if len(g) > 1)
-        if text:
+        if text:  # headroom above the lines, where the note does not hide them
+            lo, hi = a.get_ylim()
+            a.set_ylim(lo, hi + 0.25 * (hi - lo))
             a.text(0.01, 0.98, f"drawn as one line (identical): {text}",
                    transform=a.transAxes, fontsize=7, va="top", color="0.25",
                    bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})

@@ -203,6 +203,29 @@ def test_sweep_figure_shows_every_bar_whole_and_its_legend_off_the_bars(monkeypa
     assert not any(_overlap(box, a.get_window_extent(renderer)) for a in fig.axes)
 
 
+def test_burst_figure_note_of_identical_lines_hides_none_of_them(monkeypatch):
+    """The "drawn as one line" note sat at the top of the sleep panel, over the lines held at
+    the largest sleep (1 s) through the burst: the panel now has headroom above them."""
+    import sys
+
+    mod = sys.modules["harness.experiments.burst"]
+    figs = []
+    monkeypatch.setattr(mod, "save_figure", lambda fig, path: figs.append(fig) or path)
+    res = burst(duration_s=48, burst_s=(16, 32), controllers="mps-only,gslice,two-tier,oracle",
+                progress=False)
+    mod.plot_burst(res, "unused.png")
+    fig = figs[0]
+    renderer = fig.canvas.get_renderer()
+    noted = 0
+    for ax in fig.axes[1:3]:  # sleep and share panels
+        for note in (t for t in ax.texts if t.get_text().startswith("drawn as one line")):
+            noted += 1
+            bottom = note.get_window_extent(renderer).y0
+            top_line = max(float(np.nanmax(ln.get_ydata())) for ln in ax.get_lines())
+            assert ax.transData.transform((0.0, top_line))[1] < bottom
+    assert noted >= 1
+
+
 def test_training_vs_oracle_is_nan_when_the_oracle_does_not_train():
     res = burst(duration_s=48, burst_s=(16, 32), controllers="two-tier,oracle", progress=False,
                 slo_ms=200.0)
