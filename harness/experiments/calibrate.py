@@ -329,22 +329,38 @@ def format_report(doc: Mapping[str, Any], out_dir: str | Path | None = None) -> 
     return "\n".join(lines)
 
 
+def _fact_rows(facts: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, int]:
+    """Each fact's row, counted up from the bottom, and the number of rows: a blank row above
+    each source's first fact holds the source's label, so that it covers no marker."""
+    pos: list[int] = []
+    last: object = object()
+    for f in facts:
+        if f.get("source") != last:
+            last = f.get("source")
+            pos.append((pos[-1] if pos else -1) + 2)  # the label's row, then the fact's
+        else:
+            pos.append(pos[-1] + 1)
+    rows = (pos[-1] + 1) if pos else 0
+    return rows - 1 - np.array(pos, float), rows
+
+
 def _source_bands(doc: Mapping[str, Any], ax: Any, y: np.ndarray) -> None:
-    """Shade every other source's facts and write each source's fit beside them."""
+    """Shade every other source's facts and write each source's fit in the blank row above
+    them."""
     facts = doc["facts"]
     for i, src in enumerate(per_source(doc)):
         rows = [k for k, f in enumerate(facts) if f.get("source") == src["source"]]
         if not rows:
             continue
-        top, bottom = y[rows[0]] + 0.5, y[rows[-1]] - 0.5
+        top, bottom = y[rows[0]] + 1.5, y[rows[-1]] - 0.5
         for a in ax:
             if i % 2:
                 a.axhspan(bottom, top, color="0.94", zorder=0)
         fit = (f"RMS {src['latency_rms_base']:.1f} % -> {src['latency_rms']:.1f} %"
                if src["facts"] else "checked, not fitted")
-        ax[0].text(0.99, top - 0.15, f"{Path(src['source']).name} (ran on {src['ran_on']}): "
+        ax[0].text(0.99, top - 0.5, f"{Path(src['source']).name} (ran on {src['ran_on']}): "
                    + fit,
-                   transform=ax[0].get_yaxis_transform(), ha="right", va="top", fontsize=8,
+                   transform=ax[0].get_yaxis_transform(), ha="right", va="center", fontsize=8,
                    color="tab:blue" if not src["latency_rms"] > src["latency_rms_base"]
                    else "tab:red")
 
@@ -358,8 +374,7 @@ def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     facts = doc["facts"]
-    n = len(facts)
-    y = np.arange(n)[::-1]
+    y, n = _fact_rows(facts)
 
     def col(key: str) -> np.ndarray:
         return np.array([np.nan if f.get(key) is None else f[key] for f in facts], float)
@@ -369,7 +384,8 @@ def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
 
     panels = [(k, u) for k, u in (("sm_pct", "training SM share (%)"),
                                   ("its", "training iterations/s")) if measured(f"measured_{k}")]
-    fig, axes = plt.subplots(1, 1 + len(panels), figsize=(8 + 4 * len(panels), 1.6 + 0.28 * n),
+    height = 2.0 + 0.28 * n
+    fig, axes = plt.subplots(1, 1 + len(panels), figsize=(8 + 4 * len(panels), height),
                              sharey=True, squeeze=False,
                              gridspec_kw={"width_ratios": [3] + [2] * len(panels)})
     ax = axes[0]
@@ -392,14 +408,15 @@ def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
                 a.plot(counted[off], y[off], "v", color="tab:red", ms=5, mfc="none",
                        label="counted by the GPU harness (sleep rows)")
         a.set_xlabel(unit)
-        a.legend(fontsize=7, loc="lower right")
     for a in ax:
         a.grid(axis="x", lw=0.3)
     _source_bands(doc, ax, y)
     ax[0].set_yticks(y, [("check, not fitted: " if not f.get("fitted", True) else "")
                          + f["case"] for f in facts], fontsize=7)
     ax[0].set_ylim(-0.6, n - 0.4)
-    ax[0].legend(fontsize=8, loc="upper left")
+    for a in ax:  # above the panels, where they cover no marker
+        a.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2,
+                 borderaxespad=0.2, frameon=False)
     s = doc["summary"]
     rate = (f", training-rate error RMS {s['its_err_pct_rms_base']:.1f} % -> "
             f"{s['its_err_pct_rms']:.1f} %" if math.isfinite(s.get("its_err_pct_rms", math.nan))
@@ -407,6 +424,6 @@ def plot_calibration(doc: Mapping[str, Any], path: str | Path) -> Path:
     fig.suptitle(f"Calibration from preset {doc['base_preset']}: latency error RMS over the "
                  f"fitted facts {s['latency_err_pct_rms_base']:.1f} % -> "
                  f"{s['latency_err_pct_rms']:.1f} %{rate} (per source in the bands)",
-                 fontsize=10)
-    fig.tight_layout()
+                 fontsize=10, y=1.0 - 0.1 / height, va="top")
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.3 / height))  # the title's own strip
     return save_figure(fig, path)

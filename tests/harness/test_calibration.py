@@ -372,3 +372,51 @@ def test_the_fit_is_shown_per_source_and_mixed_simulated_presets_are_named(tmp_p
     assert f"**Warning**: {knobs_csv} (fig4) ran on another simulated preset than `fig8`" in md
     assert f"calibrate: {knobs_csv} (fig4) ran on another simulated preset than fig8" in cap.err
     # (one preset's own records, no warning: the README's example, tests/docs)
+
+
+def test_calibration_figure_text_covers_no_marker_and_no_other_text(tmp_path, monkeypatch,
+                                                                    capsys):
+    """The title ran over the first rows, their labels and the top legend (tight_layout left
+    it no room); each source's label sat on its first fact's markers, and the legends on the
+    rows under them. The labels now have blank rows of their own, the legends sit above the
+    panels and the title has a strip above them."""
+    import sys
+
+    from harness.cli import main
+
+    res = tmp_path / "results"
+    # a tall figure (~100 facts): the title's place, 2 % of the height down, grows with it
+    assert main(["burst", "--out", str(res), "--no-progress"]) == 0
+    assert main(["identify", "--out", str(res), "--no-progress"]) == 0
+    out = tmp_path / "cal"
+    assert main(["calibrate", "--from", str(res), "--preset", "fig8", "--out", str(out)]) == 0
+    capsys.readouterr()
+    mod = sys.modules["harness.experiments.calibrate"]
+    figs = []
+    monkeypatch.setattr(mod, "save_figure", lambda fig, path: figs.append(fig) or path)
+    mod.plot_calibration(json.loads((out / "calibration.json").read_text()), "unused.png")
+    fig = figs[0]
+    r = fig.canvas.get_renderer()
+
+    def overlap(a, b):
+        return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+    def markers(ax):
+        return [xy for ln in ax.get_lines() for xy in ax.transData.transform(ln.get_xydata())
+                if np.isfinite(xy).all()]
+
+    title = fig._suptitle.get_window_extent(r)
+    assert not overlap(title, fig.axes[0].get_window_extent(r))
+    legends = [a.get_legend().get_window_extent(r) for a in fig.axes if a.get_legend()]
+    assert len(legends) == len(fig.axes)
+    ticks = [t.get_window_extent(r) for t in fig.axes[0].get_yticklabels()]
+    for box in [a.get_window_extent(r) for a in fig.axes] + legends + ticks:
+        assert not overlap(title, box)
+    for leg in legends:
+        assert not any(overlap(leg, a.get_window_extent(r)) for a in fig.axes)
+    labels = [t.get_window_extent(r) for t in fig.axes[0].texts]
+    assert len(labels) == 2  # one per source
+    assert fig.get_size_inches()[1] > 20
+    for box in labels:
+        assert not any(box.x0 <= x <= box.x1 and box.y0 <= y <= box.y1
+                       for x, y in markers(fig.axes[0]))
