@@ -424,7 +424,7 @@ def plot(path: str, seed: int = 0) -> None:
     from harness.results import save_figure
 
     fig, axes = plt.subplots(2, len(P), figsize=(3.6 * len(P), 5.6), sharex=True,
-                             gridspec_kw={"height_ratios": [3, 2]})
+                             squeeze=False, gridspec_kw={"height_ratios": [3, 2]})
     for col, name in enumerate(P):
         loads = trace(seed)
         k = np.arange(len(loads))

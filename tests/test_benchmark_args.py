@@ -150,3 +150,18 @@ def test_control_quality_judges_every_seeds_violations_against_its_own_bound(mon
     assert v["… restart-free share"] == "**not met**" and v["% periods > 1.05 SLO, trace"] == "met"
     over[("mps-noit", 1)] = 2.5
     assert verdicts()["… without iteration-time readings"] == "**not met**"
+
+
+def test_control_quality_plots_a_single_plant(monkeypatch, tmp_path):
+    """--plants ours --plot F died in plot() with a traceback after every run (one plant made
+    subplots' axes one-dimensional) and, the tables being written after the figure, left no
+    --out file. The runs are stand-ins."""
+    import numpy as np
+
+    cq = _control_quality()
+    monkeypatch.setattr(cq, "P", ("ours",))
+    monkeypatch.setattr(cq, "run", lambda name, seed, loads, **kw: {
+        "share": np.full(len(loads), 80.0), "efficiency": 0.9,
+        "latency": np.full(len(loads), 90.0)})
+    cq.plot(str(tmp_path / "one.png"))
+    assert (tmp_path / "one.png").stat().st_size > 0
