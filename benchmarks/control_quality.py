@@ -38,7 +38,6 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +46,13 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.cli.args import integer, name_list, out_file  # noqa: E402
+from harness.cli.args import integer, name_list, out_file, run_script  # noqa: E402
 from harness.experiments.identify import family_of, identify  # noqa: E402
 from harness.experiments.zoo_bounds import causal, forecast, hindsight  # noqa: E402
 from harness.experiments.zoo_control import ABLATIONS, LEVELS, curves, run  # noqa: E402
 from harness.experiments.zoo_screen import STEP  # noqa: E402
 from harness.hil.campaign import git_commit  # noqa: E402
+from harness.pool import worker_pool  # noqa: E402
 from harness.sim import baselines as B  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 from harness.sim.protocol import run_loop  # noqa: E402
@@ -140,7 +140,7 @@ def _map(fn: Callable[[str, int], Any], seeds: int, jobs: int) -> list[Any]:
     are identified per plant and seed), so the figures are the same either way."""
     if jobs <= 1 or len(P) <= 1:
         return [fn(name, seeds) for name in P]
-    with ProcessPoolExecutor(max_workers=min(jobs, len(P))) as ex:
+    with worker_pool(min(jobs, len(P))) as ex:
         return list(ex.map(fn, P, [seeds] * len(P)))
 
 
@@ -490,4 +490,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "control_quality.py")

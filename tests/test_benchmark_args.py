@@ -165,3 +165,47 @@ def test_control_quality_plots_a_single_plant(monkeypatch, tmp_path):
         "latency": np.full(len(loads), 90.0)})
     cq.plot(str(tmp_path / "one.png"))
     assert (tmp_path / "one.png").stat().st_size > 0
+
+
+def _children(pid):
+    """The process ids whose parent is ``pid`` (from /proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if d.name.isdigit() and ppid == pid:
+                out.append(int(d.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+@pytest.mark.parametrize("script", ["zoo_screen.py", "control_quality.py"])
+def test_a_terminated_benchmark_ends_its_worker_processes(script, tmp_path):
+    """SIGTERM to zoo_screen.py / control_quality.py --jobs 2 killed the script and left its
+    two pool workers blocked for ever (parent 1); SIGINT waited for the running plants and
+    ended in a traceback. Now: one line, status 143, no worker left, nothing written."""
+    import signal
+    import time
+
+    out = tmp_path / "figures.json"
+    flag = ["--json", str(out)] if script == "zoo_screen.py" else ["--out", str(out)]
+    p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / script), "--jobs", "2",
+                          *flag], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_children(p.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workers = _children(p.pid)
+        assert len(workers) >= 2
+        time.sleep(0.5)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 143, err
+    assert err.strip() == f"{script}: terminated by SIGTERM; stopped what it had started"
+    time.sleep(0.5)
+    assert not [w for w in workers if Path(f"/proc/{w}").exists()]
+    assert not out.exists()

@@ -449,3 +449,35 @@ def terminate_cleanly(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)
         sys.unraisablehook = previous_hook
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def run_script(main: Callable[[], object], prog: str) -> NoReturn:
+    """Run a benchmark script's ``main`` the way ``gpucontrol`` runs a command: SIGTERM and
+    SIGHUP unwind like Ctrl-C (:func:`terminate_cleanly`: every ``finally`` runs, so a
+    process pool cancels its queued runs and its workers exit instead of being left behind,
+    blocked for ever on a queue nobody feeds), and an interrupted run ends with one line and
+    130 or 128 + the signal's number, no traceback.
+
+    Parameters
+    ----------
+    main : callable
+        The script's ``main()``.
+    prog : str
+        The script's name, for the line.
+
+    Returns
+    -------
+    NoReturn
+        It exits: 0 when ``main`` returns.
+    """
+    try:
+        with terminate_cleanly():
+            main()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Terminated as exc:
+        print(f"{prog}: terminated by {exc.signame}; stopped what it had started",
+              file=sys.stderr)
+        sys.exit(exc.exit_status)
+    sys.exit(0)

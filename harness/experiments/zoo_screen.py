@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from harness.experiments.zoo_control import run
+from harness.pool import worker_pool
 from harness.progress import Progress
 from harness.sim import zoo
 
@@ -136,7 +136,7 @@ def screen(seeds: int, plants: tuple[str, ...] = tuple(zoo.PLANTS), jobs: int = 
     on a terminal, else a line every 10 s)."""
     todo = [(p, s, fuzz) for p in plants for s in range(seeds)]
     per: dict[str, dict[str, Any]] = {p: {} for p in plants}
-    with ProcessPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as ex, \
+    with worker_pool(min(jobs, len(todo))) as ex, \
             Progress(len(todo), "zoo screen", enabled=progress) as bar:
         for name, seed, figs in ex.map(_one, todo):
             per[name][str(seed)] = figs
