@@ -36,7 +36,7 @@ from pathlib import Path
 from gpucontrol.node.actuators import CgroupFreezer, DutyCycler, SignalDutyCycler
 from gpucontrol.node.actuators.procs import descendants, read_stat, stop_requested
 from gpucontrol.node.actuators.sleep import cgroup2_mounts
-from harness.cli.args import integer, number
+from harness.cli.args import integer, number, run_script
 
 BUSY = "while True: pass"
 TREE = ("import subprocess, sys\n"
@@ -342,4 +342,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "actuation.py")

@@ -20,6 +20,7 @@ import json
 import os
 import resource
 import select
+import shutil
 import signal
 import socket
 import statistics
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from harness.cli.args import integer
+from harness.cli.args import integer, run_script
 
 BUSY = "while True: pass"
 
@@ -160,9 +161,10 @@ def main() -> int:
                            idle_connections(tmp, train.pid, args.connections)]
     finally:
         _end(train)
+        shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(results, indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "agent_ops.py")

@@ -2,6 +2,7 @@
 exit status 2 and a message naming the flag and its range (a run of zero seeds or a negative
 period used to end in a traceback, or in figures of nothing)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,44 @@ def test_a_terminated_benchmark_ends_its_worker_processes(script, tmp_path):
     time.sleep(0.5)
     assert not [w for w in workers if Path(f"/proc/{w}").exists()]
     assert not out.exists()
+
+
+def _descendants(pid):
+    """``pid``'s children, theirs, and so on."""
+    out, todo = [], [pid]
+    while todo:
+        kids = _children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def test_agent_ops_terminated_ends_its_daemon_and_training(tmp_path):
+    """SIGTERM to benchmarks/agent_ops.py (real daemons beside a busy-loop training) killed
+    the script past its ``finally`` and left the daemon and the training running (parent 1)
+    and its temporary folder behind. Now: one line, status 143, nothing of it left."""
+    import signal
+    import time
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "agent_ops.py"),
+                          "--stalls", "1", "--connections", "0"], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_children(p.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)   # the training and the first daemon
+        time.sleep(0.5)
+        started = _descendants(p.pid)
+        assert len(started) >= 2
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 143, err
+    assert err.strip() == "agent_ops.py: terminated by SIGTERM; stopped what it had started"
+    deadline = time.monotonic() + 10
+    while [q for q in started if Path(f"/proc/{q}").exists()] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [q for q in started if Path(f"/proc/{q}").exists()]
+    assert not list(tmp_path.iterdir())

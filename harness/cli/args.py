@@ -468,11 +468,11 @@ def run_script(main: Callable[[], object], prog: str) -> NoReturn:
     Returns
     -------
     NoReturn
-        It exits: 0 when ``main`` returns.
+        It exits: with the status ``main`` returns (an int; 0 for anything else).
     """
     try:
         with terminate_cleanly():
-            main()
+            rc = main()
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         sys.exit(130)
@@ -480,4 +480,4 @@ def run_script(main: Callable[[], object], prog: str) -> NoReturn:
         print(f"{prog}: terminated by {exc.signame}; stopped what it had started",
               file=sys.stderr)
         sys.exit(exc.exit_status)
-    sys.exit(0)
+    sys.exit(rc if isinstance(rc, int) and not isinstance(rc, bool) else 0)
