@@ -212,22 +212,14 @@ def test_a_terminated_benchmark_ends_its_worker_processes(script, tmp_path):
     assert not out.exists()
 
 
-def _descendants(pid):
-    """``pid``'s children, theirs, and so on."""
-    out, todo = [], [pid]
-    while todo:
-        kids = _children(todo.pop())
-        out += kids
-        todo += kids
-    return out
-
-
 def test_agent_ops_terminated_ends_its_daemon_and_training(tmp_path):
     """SIGTERM to benchmarks/agent_ops.py (real daemons beside a busy-loop training) killed
     the script past its ``finally`` and left the daemon and the training running (parent 1)
     and its temporary folder behind. Now: one line, status 143, nothing of it left."""
     import signal
     import time
+
+    from gpucontrol.node.actuators.procs import descendants
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "agent_ops.py"),
@@ -238,7 +230,7 @@ def test_agent_ops_terminated_ends_its_daemon_and_training(tmp_path):
         while len(_children(p.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)   # the training and the first daemon
         time.sleep(0.5)
-        started = _descendants(p.pid)
+        started = descendants([p.pid])
         assert len(started) >= 2
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=30)

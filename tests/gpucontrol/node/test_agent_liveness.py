@@ -21,6 +21,7 @@ from actuators._children import (
     read_events,
     run_daemon,
     state,
+    total_crash,
     wait_state,
 )
 
@@ -172,22 +173,13 @@ def test_systemd_notify_ready_watchdog_and_stopping(children, tmp_path):
 def test_resume_only_after_a_total_crash(children, tmp_path):
     """ExecStopPost=: daemon and guardian SIGKILLed while the training is stopped; the
     resume-only mode resumes it from the state file, removes the file and exits 0."""
-    from gpucontrol.node.actuators.procs import descendants
-
     t = children.spawn(BUSY)
     args = daemon_argv(tmp_path, "r", "--training-pid", str(t.pid), "--fixed-sleep", "1.0",
                        "--run-quantum-s", "0.001", "--period-s", "0.2")
     d = children.popen(args, stdout=subprocess.PIPE, text=True)
     read_events(d.stdout, "started")
     assert wait_state(t.pid, {"T"})
-    # a total crash: the daemon frozen first (a live daemon ends a pause within 50 ms of
-    # its guardian's death), then the guardian and the daemon killed
-    os.kill(d.pid, signal.SIGSTOP)
-    for pid in descendants([d.pid]):
-        os.kill(pid, signal.SIGKILL)
-    time.sleep(0.05)
-    d.kill()
-    d.wait()
+    total_crash(d)
     time.sleep(0.1)
     assert state(t.pid) == "T"
     resume = [args[0], "-m", "gpucontrol.daemon", "--resume-only", "--state",

@@ -20,6 +20,7 @@ from actuators._children import (
     read_events,
     state,
     stopped_pids,
+    total_crash,
     wait_for,
     wait_state,
 )
@@ -151,14 +152,7 @@ def test_total_crash_leftovers_are_resumed_by_the_next_daemon(children, tmp_path
     d = children.popen([*args, "--fixed-sleep", "1.0"], stdout=subprocess.PIPE, text=True)
     read_events(d.stdout, "started")
     assert wait_state(t.pid, {"T"})
-    # a total crash: the daemon frozen first (a live daemon ends a pause within 50 ms of
-    # its guardian's death), then the guardian and the daemon killed
-    os.kill(d.pid, signal.SIGSTOP)
-    for pid in descendants([d.pid]):
-        os.kill(pid, signal.SIGKILL)
-    time.sleep(0.05)
-    d.kill()
-    d.wait()
+    total_crash(d)
     time.sleep(0.2)
     assert state(t.pid) == "T"  # nobody left to resume it...
     d2 = children.popen([*args, "--fixed-sleep", "0"], stdout=subprocess.PIPE, text=True)

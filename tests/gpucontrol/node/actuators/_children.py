@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from gpucontrol.node.actuators.procs import stop_requested
+from gpucontrol.node.actuators.procs import descendants, stop_requested
 
 __all__ = ["BUSY", "FORKER", "PRODUCT_NICE", "SLEEPER", "Children", "child_pids",
            "cpu_cgroup_of", "cpu_controller_writable", "daemon_argv", "group_pids",
@@ -309,3 +309,15 @@ def metrics_server(respond):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def total_crash(d: subprocess.Popen) -> None:
+    """The daemon ``d`` and its guardian gone at once while a training is paused: the daemon
+    frozen first (a live daemon ends a pause within 50 ms of its guardian's death), then its
+    descendants (the guardian) and itself SIGKILLed."""
+    os.kill(d.pid, signal.SIGSTOP)
+    for pid in descendants([d.pid]):
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.05)
+    d.kill()
+    d.wait()
