@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                 result_set(*where(args)) if where else contextlib.nullcontext():
             return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:
-        print(f"interrupted{note(exc)}", file=sys.stderr)
+        print(f"gpucontrol {args.command}: interrupted{note(exc)}", file=sys.stderr)
         return 130
     except Terminated as exc:
         print(f"gpucontrol {args.command}: terminated by {exc.signame}; stopped what it had "

@@ -67,10 +67,10 @@ def test_an_interrupted_sweep_leaves_the_previous_complete_set_and_says_where(
     assert sorted(p.name for p in partial.iterdir()) == [
         "slo_sweep.csv", "slo_sweep_meta.json", "slo_sweep_summary.csv",
         "slo_sweep_summary.md"]
-    assert err[-1] == (f"interrupted; {tmp_path}/slo_sweep not updated ({tmp_path}/slo_sweep "
-                       f"still holds the previous complete run): the stopped run's partial "
-                       f"output is in {partial} (the next run into {tmp_path}/slo_sweep "
-                       f"removes it)")
+    assert err[-1] == (f"gpucontrol sweep: interrupted; {tmp_path}/slo_sweep not updated "
+                       f"({tmp_path}/slo_sweep still holds the previous complete run): the "
+                       f"stopped run's partial output is in {partial} (the next run into "
+                       f"{tmp_path}/slo_sweep removes it)")
 
 
 def test_an_interrupt_before_any_file_says_nothing_was_written(tmp_path, monkeypatch,
@@ -83,7 +83,7 @@ def test_an_interrupt_before_any_file_says_nothing_was_written(tmp_path, monkeyp
     monkeypatch.setattr(results, "write_csv", interrupted)  # the set's first file
     assert main([*SWEEP, "--out", str(tmp_path)]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"interrupted; nothing written to {tmp_path}/slo_sweep")
+        f"gpucontrol sweep: interrupted; nothing written to {tmp_path}/slo_sweep")
     assert list(tmp_path.iterdir()) == []
 
 
