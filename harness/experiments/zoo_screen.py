@@ -245,12 +245,16 @@ def plot_gains(doc: dict[str, Any], path: str) -> None:
         top = max([100 * x["predicted"] for x in g] + [10.0])
         ax.plot([0, top], [0, top], color="k", lw=0.8, label="as predicted")
         ax.axhline(0.0, color="grey", lw=0.5)
+        if not g:   # no change both of whose windows fit in these runs
+            ax.text(0.5, 0.5, "no change to show", transform=ax.transAxes, ha="center",
+                    color="0.4")
         ax.set_title(label)
         ax.set_xlabel("predicted gain (%)")
         ax.legend(fontsize=7)
     axes[0].set_ylabel("realised gain (%)")
-    fig.suptitle(f"The default's share changes on the plant zoo, {doc['seeds']} seeds: training "
-                 "over the oracle's 15-35 periods after a change over the 20 before it")
+    n = doc["seeds"]
+    fig.suptitle(f"The default's share changes on the plant zoo, {n} seed{'' if n == 1 else 's'}:"
+                 " training over the oracle's 15-35 periods after a change over the 20 before it")
     fig.tight_layout()
     save_figure(fig, path)
 

@@ -140,3 +140,20 @@ def test_the_gains_a_screen_keeps_are_the_runs_share_changes():
     table = zs.gains({"plants": {"queue": {"6": {"p99_steady": {"gains": g}}}}})
     assert table[0].startswith("| run | change | n |") and len(table) == 2 + len(
         {"first" if x["first"] else x["action"] for x in g})
+
+
+def test_the_gains_figure_says_when_a_run_has_no_change_and_counts_one_seed(tmp_path,
+                                                                            monkeypatch):
+    import harness.results
+
+    figs = []
+    monkeypatch.setattr(harness.results, "save_figure", lambda fig, path: figs.append(fig))
+    one = {"action": "move", "first": True, "predicted": 0.1, "realised": 0.05, "price": 0.05}
+    doc = {"seeds": 1, "plants": {"ours": {"0": {"trace": {"gains": [one]},
+                                                 "steady": {"gains": []},
+                                                 "p99_steady": {"gains": []}}}}}
+    zs.plot_gains(doc, str(tmp_path / "g.png"))
+    [fig] = figs
+    texts = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+    assert texts == [[], ["no change to show"], ["no change to show"]]
+    assert "1 seed:" in fig._suptitle.get_text()
