@@ -439,9 +439,11 @@ def plot(path: str, seed: int = 0) -> None:
         top.set_title(name)
         top.set_ylim(0, 105)
         top.legend(fontsize=7, loc="lower left")
-        bottom.axhline(1.0, color="k", lw=0.8)
-        bottom.axhline(1.05, color="tab:red", lw=0.8, ls=":")
+        bottom.axhline(1.0, color="k", lw=0.8, label="SLO")
+        bottom.axhline(1.05, color="tab:red", lw=0.8, ls=":", label="1.05 SLO: a period over")
         bottom.set_ylim(0.7, 1.2)
+        if col == 0:
+            bottom.legend(fontsize=7, loc="lower left")
         bottom.set_xlabel("period (4 s)")
         if col == 0:
             top.set_ylabel("training share %")
