@@ -65,6 +65,8 @@ def jury(coefficients: ArrayLike) -> bool:
     False
     """
     try:
+        if np.asarray(coefficients).dtype.kind in "bUSc":   # bools, strings, complex numbers
+            raise TypeError
         a = np.asarray(coefficients, dtype=float)
     except (TypeError, ValueError):
         raise ConfigurationError("coefficients must be a non-empty sequence of finite numbers, "

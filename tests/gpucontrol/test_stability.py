@@ -79,6 +79,9 @@ def test_jury_rejects_bad_input():
         jury([0.0, 0.0])
     with pytest.raises(ValueError):
         jury([1.0, math.nan])
+    for not_real in ([True, False], ["1", "-0.5"], [1 + 0j, 0.5], [[1.0, 2.0], [3.0]]):
+        with pytest.raises(ValueError, match="finite numbers"):
+            jury(not_real)
 
 
 @pytest.mark.parametrize("coeffs", [[0, 1], [5.0], [0.0, 0.0, -2.0], np.array([[0.0, 3.0]])])
