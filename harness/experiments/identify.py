@@ -498,11 +498,12 @@ def plot_fig7(res: ExperimentResult, path: str | Path) -> Path:
         k = r.col("k")
         ax.plot(k, r.col("latency_ms"), "o-", ms=3, lw=0.8, label="measured")
         ax.plot(k, r.col("predicted_ms"), "s--", ms=3, lw=0.8, label="predicted")
-        ax.set_ylabel("ms")
+        ax.set_ylabel("latency (ms)")
         ax.set_title(f"{share} {m:g}%: held-out R² {row['r2_validation']:.2f}", fontsize=9)
-    axes[0, 0].legend(fontsize=8, loc="upper right")
+    handles, labels = axes[0, 0].get_legend_handles_labels()   # above the panels, off the data
+    fig.legend(handles, labels, fontsize=8, loc="upper center", ncol=2, frameon=False)
     axes[-1, 0].set_xlabel("control period")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.35 / fig.get_figheight()))
     return save_figure(fig, path)
 
 
