@@ -231,23 +231,44 @@ def _add_sim_reference(summary: list[dict[str, Any]], *, plant: str, preset: str
         row["sim_sm_pct"] = s.get("sm_pct", math.nan)
 
 
+def _shade_restarts(ax: Any, t: np.ndarray, restarting: np.ndarray, color: str,
+                    name: str) -> None:
+    """Shade each run of periods in which ``name``'s training was restarting (its SM line has
+    a gap there: no reading), labelled once."""
+    label = f"{name}: training restarting (no SM reading)"
+    k = 0
+    while k < len(t):
+        if not restarting[k]:
+            k += 1
+            continue
+        j = k
+        while j + 1 < len(t) and restarting[j + 1]:
+            j += 1
+        start = t[k - 1] if k else t[k] - (t[1] - t[0] if len(t) > 1 else 1.0)
+        ax.axvspan(start, t[j], color=color, alpha=0.12, lw=0, label=label)
+        label = "_nolegend_"
+        k = j + 1
+
+
 def plot_knobs(res: ExperimentResult, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    fig, ax = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
     marks = {"MPS": "s", "Sleep": "o", "Sleep+MPS": "*"}
     for name in KNOB_RUNS:
         r = Records(x for x in res.records if x["run"] == name)
         t = r.col("t_end_s")
         sm = 100 * r.col("training_sm_share")
-        sm[r.col("restarting") > 0] = np.nan  # no SM readings while training restarts
-        ax[0].plot(t, r.col("latency_ms"), marker=marks[name], ms=4, label=name)
+        restarting = r.col("restarting") > 0
+        sm[restarting] = np.nan  # no SM readings while training restarts
+        lines = ax[0].plot(t, r.col("latency_ms"), marker=marks[name], ms=4, label=name)
         ax[1].plot(t, sm, marker=marks[name], ms=4, label=name)
+        _shade_restarts(ax[1], t, restarting, lines[0].get_color(), name)
     ax[0].set(ylabel="inference latency (ms)", title="Knobs: MPS vs Sleep vs Sleep+MPS")
     ax[1].set(ylabel="training SMs (%)", xlabel="time (s)")
     for a in ax:
         for c in res.meta["change_s"]:
             a.axvline(c, color="grey", ls=":", lw=0.8)
-        a.legend(fontsize=8)
+        a.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the lines
     fig.tight_layout()
     return save_figure(fig, path)

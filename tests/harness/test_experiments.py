@@ -256,3 +256,27 @@ def test_the_cpu_pipeline_refuses_a_bad_argument_before_starting_anything(tmp_pa
     with pytest.raises(ValueError, match=field):
         run_pipeline(tmp_path, progress=False, **kw)
     assert not (tmp_path / "cpu_demo").exists()
+
+
+def test_knobs_figure_shades_the_mps_restarts_its_sm_line_skips(tmp_path, monkeypatch):
+    """The MPS run's SM line had unlabelled gaps where the training restarts (no reading)."""
+    import importlib
+
+    # (the package's ``knobs`` is the function; the module holds ``save_figure``)
+    kn = importlib.import_module("harness.experiments.knobs")
+    figs = []
+    monkeypatch.setattr(kn, "save_figure", lambda fig, path: figs.append(fig) or path)
+    res = knobs(seed=0, out_dir=tmp_path)
+    [fig] = figs
+    sm = fig.axes[1]
+    spans = [p for p in sm.patches if p.get_label().startswith("MPS: training restarting")]
+    assert len(spans) == 1   # labelled once
+    shaded = [p for p in sm.patches if p.get_alpha() == 0.12]
+    mps = [r for r in res.records if r["run"] == "MPS"]
+    restarts = sum(1 for a, b in zip([{"restarting": 0}, *mps], mps)
+                   if b["restarting"] > 0 and not a["restarting"] > 0)
+    assert restarts >= 1 and len(shaded) == restarts
+    for p in shaded:   # each span covers periods whose SM reading is missing
+        x0, x1 = p.get_x(), p.get_x() + p.get_width()
+        inside = [r for r in mps if x0 < r["t_end_s"] <= x1]
+        assert inside and all(r["restarting"] > 0 for r in inside)
