@@ -8,10 +8,12 @@ after it (two worktrees, or a scratch branch), then compare the two files: the f
 in each, those that newly fail or no longer fail, and every figure that moved. A screen also
 prints how the share changes' predicted gains realised (each move and exploration on the
 trace and at steady load: the gain the outer loop predicted, the price it judged it against,
-and the training it got).
+and the training it got). ``--day`` stretches the trace's one swing of the load over more
+periods (the table's 600 are a day in 40 min; 21600 is a day of 4-s periods): the trace's
+cells at another time scale, the rest the same.
 
-    python benchmarks/zoo_screen.py [--seeds 8] [--plants a,b] [--jobs 2] [--fuzz] [--json FILE]
-                                    [--plot PNG]
+    python benchmarks/zoo_screen.py [--seeds 8] [--plants a,b] [--jobs 2] [--fuzz] [--day 600]
+                                    [--json FILE] [--plot PNG]
     python benchmarks/zoo_screen.py --compare BEFORE.json AFTER.json
 
 Run from a worktree other than the one the package is installed from, put that worktree
@@ -37,6 +39,7 @@ import numpy as np  # noqa: E402
 
 from harness.cli.args import integer, name_list, out_file, run_script  # noqa: E402
 from harness.experiments.zoo_screen import (  # noqa: E402
+    DAY,
     compare,
     failing,
     gains,
@@ -82,6 +85,9 @@ def main() -> None:
     ap.add_argument("--fuzz", action="store_true",
                     help="also the training after 10,000 fuzzed readings (two runs more "
                          "per seed)")
+    ap.add_argument("--day", type=integer(100, 100_000), default=DAY, metavar="PERIODS",
+                    help=f"periods of the trace's one swing of the load (default {DAY}, the "
+                         "target table's: a day in 40 min; 21600: a day of 4-s periods)")
     ap.add_argument("--json", type=out_file, default=None, metavar="FILE",
                     help="write every seed's figures here (refused before the runs if it "
                          "cannot be written)")
@@ -94,7 +100,8 @@ def main() -> None:
         print("\n".join(compare(*args.compare)))
         return
     t0 = time.perf_counter()
-    doc = screen(args.seeds, tuple(dict.fromkeys(args.plants)), args.jobs, args.fuzz)
+    doc = screen(args.seeds, tuple(dict.fromkeys(args.plants)), args.jobs, args.fuzz,
+                 day=args.day)
     doc.update(commit=git_commit(), edited=_edited(), python=platform.python_version(),
                numpy=np.__version__, elapsed_s=round(time.perf_counter() - t0, 1))
     cells = failing(doc)
@@ -103,7 +110,7 @@ def main() -> None:
     at = doc["commit"][:9] + (" with uncommitted changes" if doc["edited"] else "")
     k = doc["seeds"]
     print(f"zoo screen at {at}: {k} seed{'s' if k > 1 else ''}, {n} plant"
-          f"{'s' if n > 1 else ''}, {doc['elapsed_s']:.0f} s; "
+          f"{'s' if n > 1 else ''}, a {args.day}-period trace, {doc['elapsed_s']:.0f} s; "
           f"{len(bad)} of {len(cells)} target cells fail at their worst seed")
     for c in bad:
         print(f"  {c.target} | {c.plant}: mean {c.mean:.3f}, worst seed {c.worst:.3f}")

@@ -28,6 +28,7 @@ BAD = [
     ("spatial_cpu.py", "--n", "x"),
     ("sysid.py", "--seeds", "0"),
     ("zoo_screen.py", "--jobs", "0"),
+    ("zoo_screen.py", "--day", "99"),
 ]
 
 

@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from gpucontrol._validate import int_at_least
 from harness.experiments.zoo_control import run
 from harness.pool import worker_pool
 from harness.progress import Progress
 from harness.sim import zoo
 
-__all__ = ["GAIN_RUNS", "RUNS", "STEP", "TARGETS", "Cell", "compare", "failing", "figures",
+__all__ = ["DAY", "GAIN_RUNS", "RUNS", "STEP", "TARGETS", "Cell", "compare", "failing", "figures",
            "gains", "plot_gains", "realised", "screen"]
 
 #: Load step per plant: +30 %, but +10 % (the paper's burst, batch 105 -> 115) on "ours", whose
@@ -35,23 +36,27 @@ __all__ = ["GAIN_RUNS", "RUNS", "STEP", "TARGETS", "Cell", "compare", "failing",
 STEP = {"ours": 1.1}
 #: Decision windows after period 100 of a 500-period steady run (every 25 periods).
 WINDOWS = (500 - 100) / 25
+#: Periods of the trace's one swing of the load (:func:`~harness.sim.zoo.load_trace`): the
+#: target table's, a day's rise and fall in 40 min of 4-s periods. A day at its own length
+#: is 21,600 periods; the fast jitter stays per period whatever the day's length.
+DAY = 600
 
 
-def _trace(seed: int) -> np.ndarray:
-    return zoo.load_trace(600, seed=seed)
+def _trace(seed: int, day: int) -> np.ndarray:
+    return zoo.load_trace(day, seed=seed)
 
 
-def _steady(seed: int) -> np.ndarray:
+def _steady(seed: int, day: int) -> np.ndarray:
     return np.ones(500)
 
 
-def _step(name: str) -> Callable[[int], np.ndarray]:
-    return lambda seed: np.r_[np.ones(100), np.full(200, STEP.get(name, 1.3))]
+def _step(name: str) -> Callable[[int, int], np.ndarray]:
+    return lambda seed, day: np.r_[np.ones(100), np.full(200, STEP.get(name, 1.3))]
 
 
-#: The runs of one plant and seed: label -> (loads per seed, or None for the step's;
+#: The runs of one plant and seed: label -> (loads per seed and day, or None for the step's;
 #: :func:`~harness.experiments.zoo_control.run`'s keywords).
-RUNS: dict[str, tuple[Callable[[int], np.ndarray] | None, dict[str, Any]]] = {
+RUNS: dict[str, tuple[Callable[[int, int], np.ndarray] | None, dict[str, Any]]] = {
     "trace": (_trace, {}),
     "trace_noit": (_trace, {"iteration": False}),
     "free": (_trace, {"knob": "free"}),
@@ -100,16 +105,18 @@ def _gains(r: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def figures(name: str, seed: int, fuzz: bool = False) -> dict[str, Any]:
+def figures(name: str, seed: int, fuzz: bool = False, day: int = DAY) -> dict[str, Any]:
     """Every run of :data:`RUNS` on zoo plant ``name`` at ``seed``: training against the oracle,
     % of periods over 1.05 SLO, share changes (after period 100, per 10 decision windows, on
     the steady runs) and, on :data:`GAIN_RUNS`, each change's predicted and realised gain
     (:func:`realised`); with ``fuzz`` the training after 10,000 fuzzed readings over the
-    unfuzzed run's (periods 100-600). ``delayed``: the plant reports a period late."""
+    unfuzzed run's (periods 100-600). ``day``: the trace's periods (:data:`DAY`).
+    ``delayed``: the plant reports a period late."""
+    day = int_at_least("day", day, 100)
     out: dict[str, Any] = {"delayed": isinstance(zoo.make_plant(name, seed=seed),
                                                   zoo.DelayedPlant)}
     for label, (loads, kw) in RUNS.items():
-        r = run(name, seed, (loads or _step(name))(seed), **kw)
+        r = run(name, seed, (loads or _step(name))(seed, day), **kw)
         steady = loads is _steady
         out[label] = {"training": r["efficiency"], "over": r["over"],
                       "changes": r["changes_late"] / WINDOWS * 10 if steady else r["changes"]}
@@ -123,25 +130,25 @@ def figures(name: str, seed: int, fuzz: bool = False) -> dict[str, Any]:
     return out
 
 
-def _one(job: tuple[str, int, bool]) -> tuple[str, int, dict[str, Any]]:
-    name, seed, fuzz = job
-    return name, seed, figures(name, seed, fuzz)
+def _one(job: tuple[str, int, bool, int]) -> tuple[str, int, dict[str, Any]]:
+    name, seed, fuzz, day = job
+    return name, seed, figures(name, seed, fuzz, day)
 
 
 def screen(seeds: int, plants: tuple[str, ...] = tuple(zoo.PLANTS), jobs: int = 1,
-           fuzz: bool = False, progress: bool | None = None) -> dict[str, Any]:
+           fuzz: bool = False, progress: bool | None = None, day: int = DAY) -> dict[str, Any]:
     """:func:`figures` for every plant and seed (``jobs`` processes at once; the figures are
-    the same at any number), as ``{"seeds": n, "fuzz": fuzz, "plants": {name: {seed:
-    figures}}}``; ``progress`` as :class:`~harness.progress.Progress` takes it (None: a bar
-    on a terminal, else a line every 10 s)."""
-    todo = [(p, s, fuzz) for p in plants for s in range(seeds)]
+    the same at any number), as ``{"seeds": n, "fuzz": fuzz, "day": day, "plants": {name:
+    {seed: figures}}}``; ``progress`` as :class:`~harness.progress.Progress` takes it (None:
+    a bar on a terminal, else a line every 10 s)."""
+    todo = [(p, s, fuzz, day) for p in plants for s in range(seeds)]
     per: dict[str, dict[str, Any]] = {p: {} for p in plants}
     with worker_pool(min(jobs, len(todo))) as ex, \
             Progress(len(todo), "zoo screen", enabled=progress) as bar:
         for name, seed, figs in ex.map(_one, todo):
             per[name][str(seed)] = figs
             bar.advance()
-    return {"seeds": seeds, "fuzz": fuzz, "plants": per}
+    return {"seeds": seeds, "fuzz": fuzz, "day": day, "plants": per}
 
 
 @dataclass(frozen=True)
@@ -274,6 +281,9 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     bad_a = sum(not ca[k].ok for k in both)
     bad_b = sum(not cb[k].ok for k in both)
     lines = [f"failing cells: {bad_a} -> {bad_b} (of {len(both)})"]
+    days = a.get("day", DAY), b.get("day", DAY)
+    if days[0] != days[1]:     # (a screen written before the day was a setting: 600)
+        lines.append(f"the traces differ: a day of {days[0]} periods -> {days[1]}")
     for title, keys in (("newly failing", [k for k in both if ca[k].ok and not cb[k].ok]),
                         ("no longer failing", [k for k in both if cb[k].ok and not ca[k].ok])):
         lines.append(f"{title}: {len(keys)}")

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpucontrol.errors import ConfigurationError
 from harness.experiments import zoo_screen as zs
 from harness.experiments.zoo_control import run
 from harness.sim import zoo
@@ -58,6 +59,33 @@ def test_a_cell_fails_when_one_seed_misses_its_own_bound():
     c = _cells(doc)["training, trace"]
     assert not c.ok and c.worst == 0.949 and c.mean == pytest.approx((0.949 + 0.96) / 2)
     assert "% over, trace" in _cells(doc) and "p99 mode: % over, trace" not in _cells(doc)
+
+
+def test_the_day_stretches_the_trace_runs_and_no_other(monkeypatch):
+    """``day``: the trace's runs get a trace of that many periods (its one swing over them),
+    the steady and load-step runs their own loads; a day under 100 periods is refused by name."""
+    seen = {}
+
+    def fake(name, seed, loads, **kw):
+        seen[(kw.get("knob"), kw.get("mode"), kw.get("iteration"), len(loads))] = np.array(loads)
+        n = len(loads)
+        return {"efficiency": 1.0, "over": 0.0, "changes": 0.0, "changes_late": 0.0,
+                "training": np.ones(n), "oracle": np.ones(n), "decisions": []}
+
+    monkeypatch.setattr(zs, "run", fake)
+    zs.figures("hyperbolic", 3, day=1200)
+    lengths = sorted(k[-1] for k in seen)
+    assert lengths == [300] + [500] * 3 + [1200] * 5, lengths      # step, steady x3, trace x5
+    np.testing.assert_array_equal(seen[(None, None, None, 1200)], zoo.load_trace(1200, seed=3))
+    with pytest.raises(ConfigurationError, match="day"):
+        zs.figures("hyperbolic", 3, day=99)
+
+
+def test_compare_says_when_the_screens_traces_differ():
+    a = _doc(**{"0": {"delayed": False, "trace": {"training": 0.96, "over": 1.0, "changes": 4}}})
+    b = {**a, "day": 21600}
+    assert "the traces differ: a day of 600 periods -> 21600" in zs.compare(a, b)
+    assert not any("traces differ" in x for x in zs.compare(a, {**a, "day": 600}))
 
 
 def test_compare_names_the_cells_that_changed_verdict_and_every_figure_that_moved():
