@@ -464,6 +464,71 @@ def test_daemonset_entrypoint_waits_for_the_pid_file_then_runs_the_daemon(tmp_pa
         _end(train)
 
 
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _probe(port, path):
+    """(status, JSON body) of a GET, or (None, error) while nothing listens."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+    except OSError as e:
+        return None, str(e)
+
+
+@needs_root
+def test_the_probes_pass_while_the_agent_waits_for_the_training(tmp_path, pod_cgroup):
+    """An agent started before any training pod is on its node waits for the PID file, for
+    as long as it takes. The manifest's startup and liveness probes must pass meanwhile (they
+    failed -- nothing listened -- so the kubelet killed the waiting agent after the startup
+    probe's 300 s, again and again, into CrashLoopBackOff), and readiness says why not."""
+    import select
+    import time
+    import uuid
+
+    port = _free_port()
+    argv, env, runtime = _entrypoint(tmp_path, "--metrics-port", str(port))
+    probes = {k: v["httpGet"]["path"] for k, v in _agent().items() if k.endswith("Probe")}
+    d = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    train = None
+    try:
+        ready, _, _ = select.select([d.stderr], [], [], 60)
+        assert ready and "waiting for the training's PID file" in d.stderr.readline()
+        deadline = time.monotonic() + 10
+        while _probe(port, "/healthz")[0] is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for kind in ("startupProbe", "livenessProbe"):
+            assert _probe(port, probes[kind])[0] == 200, kind
+        status, body = _probe(port, probes["readinessProbe"])
+        assert status == 503 and "waiting for the training's PID file" in body["reason"]
+        assert d.poll() is None
+        pod = str(uuid.uuid4())
+        train = _spawn("sleep", "60", uid=NOBODY)
+        pod_cgroup(pod)(train.pid)
+        _pod_pid_file(runtime, pod, train.pid)
+        out, err = d.communicate(timeout=60)
+        assert d.returncode == 0, err
+        assert '"event": "started"' in out
+    finally:
+        if d.poll() is None:
+            d.kill()
+            d.wait()
+        if train is not None:
+            _end(train)
+
+
 def _run_refused(argv, env, victim):
     """Run the agent to its end, watching ``victim``: (rc, stderr, states seen)."""
     d = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -72,7 +72,7 @@ from gpucontrol.node.hooks import HookWriter
 from gpucontrol.node.lifecycle import DaemonLoop
 from gpucontrol.node.locks import FileLock, TargetLocks
 from gpucontrol.node.logsink import LogSink
-from gpucontrol.node.metrics import DaemonMetrics
+from gpucontrol.node.metrics import DaemonMetrics, waiting_server
 from gpucontrol.node.model_file import load_model
 from gpucontrol.node.monitor import PeriodStats
 from gpucontrol.node.mps_daemon import MPSDaemon
@@ -257,7 +257,16 @@ class Daemon(DaemonSafety, DaemonLoop):
             raise
 
     def _start_training_file(self) -> None:
-        self.training.resolve(self)  # a PID file: waited for and checked, nothing touched
+        """A PID file: waited for and checked, nothing touched. While it is waited for, the
+        metrics port answers the probes (a Kubernetes startup probe would otherwise kill an
+        agent that waits for a training not scheduled yet): ``/healthz`` 200, ``/readyz``
+        503 saying why."""
+        with contextlib.ExitStack() as waiting:
+            def serve(why: str) -> None:
+                if self.cfg.metrics_port is not None:
+                    waiting.enter_context(contextlib.closing(waiting_server(self.cfg, why)))
+
+            self.training.resolve(self, on_wait=serve)
 
     def _start_files(self) -> None:
         cfg = self.cfg

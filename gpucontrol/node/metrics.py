@@ -100,7 +100,7 @@ from gpucontrol.two_tier import FRESH_START
 if TYPE_CHECKING:
     from gpucontrol.node.config import DaemonConfig
 
-__all__ = ["ACTIONS", "DaemonMetrics", "default_target"]
+__all__ = ["ACTIONS", "DaemonMetrics", "default_target", "waiting_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -558,3 +558,26 @@ class DaemonMetrics:
                 os.unlink(self.textfile)
             except OSError:
                 pass
+
+
+def waiting_server(cfg: DaemonConfig, why: str) -> MetricsServer:
+    """The metrics port while the daemon waits before its set-up (for the training's PID
+    file): ``/healthz`` 200 (waiting is no stall), ``/readyz`` 503 with ``why`` as its
+    reason, ``/metrics`` empty. Closed before the daemon's own server binds the port.
+
+    Parameters
+    ----------
+    cfg : DaemonConfig
+        Its ``metrics_port`` (not None) and ``metrics_addr``.
+    why : str
+        What the daemon waits for.
+
+    Returns
+    -------
+    MetricsServer
+        Serving from its own thread; close it.
+    """
+    assert cfg.metrics_port is not None
+    answer = {"live": True, "ready": False, "set_up": False, "reason": why}
+    return MetricsServer(CollectorRegistry(auto_describe=True), lambda: dict(answer),
+                         cfg.metrics_port, cfg.metrics_addr)

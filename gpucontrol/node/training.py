@@ -16,6 +16,7 @@ import os
 import shlex
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from gpucontrol.errors import TargetRefused
@@ -70,7 +71,7 @@ class Training(Knob):
         self._host: Any = None
 
     # ------------------------------------------------------------------ before anything
-    def resolve(self, host: Any) -> None:
+    def resolve(self, host: Any, on_wait: Callable[[str], object] | None = None) -> None:
         """``training_pid_file``: wait for it (until the daemon stops) and check what it
         names; the training may then run only as the file's owner. Touches nothing.
 
@@ -78,6 +79,9 @@ class Training(Knob):
         ----------
         host : Daemon
             For its operator line and its stop-aware wait.
+        on_wait : callable or None
+            Called once, with the operator line, when the file is not there at once (the
+            daemon answers the probes while it waits).
         """
         cfg = self.cfg
         if cfg.training_pid_file is None:
@@ -90,8 +94,11 @@ class Training(Knob):
                 self.claim, self.uids = claim, frozenset({claim.owner})
                 return
             if not said:
-                host.say(f"waiting for the training's PID file {cfg.training_pid_file}")
+                why = f"waiting for the training's PID file {cfg.training_pid_file}"
+                host.say(why)
                 said = True
+                if on_wait is not None:
+                    on_wait(why)
             host._wait(0.5)
             if host._stopping:
                 raise RuntimeError(f"stopped while waiting for {cfg.training_pid_file}")
