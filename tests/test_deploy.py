@@ -689,7 +689,7 @@ def test_systemd_unit_command_lines_run_for_real(tmp_path):
     notify.settimeout(0.2)
     env = {"TRAINING_CMD": f"{sys.executable} -c 'while True: pass'",
            "GPUCONTROL_ARGS": "--fixed-sleep 1.0 --max-sleep-s 2 --run-quantum-s 0.001 "
-                              "--period-s 0.2 --ready spawn --mps-binary /nonexistent"}
+                              f"--period-s 0.2 --ready spawn --mps-binary {tmp_path}/no-mps-control"}
     start = [sys.executable, *_systemd_argv(svc["ExecStart"], env)[1:]]
     post = [sys.executable, *_systemd_argv(svc["ExecStopPost"], env)[1:]]
     penv = {**os.environ, "GPUCONTROL_RUNTIME_DIR": str(tmp_path / "run"),
