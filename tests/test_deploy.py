@@ -288,6 +288,50 @@ def test_alert_rules_name_only_served_metrics():
             assert name in served, (r["alert"], name)
 
 
+def _guide_scrape_config():
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    block = re.search(r"```yaml\n(scrape_configs:\n.*?)```", text, re.S)
+    assert block, "docs/deploy.md shows no scrape_configs block"
+    return block.group(1)
+
+
+def test_the_agent_down_alert_selects_the_job_the_guide_scrapes():
+    """GpucontrolAgentDown selects ``up{job="gpucontrol"}``; with the DaemonSet's
+    ``prometheus.io`` annotations alone the agents land in a catch-all job and the alert
+    never fires. The guide's scrape job must carry that name and keep the DaemonSet's pods
+    by the DaemonSet's own label and port name."""
+    doc = yaml.safe_load(ALERTS.read_text())
+    down = next(r for g in doc["groups"] for r in g["rules"]
+                if r["alert"] == "GpucontrolAgentDown")
+    job = re.search(r'up\{job="([^"]+)"\}', down["expr"]).group(1)
+    (cfg,) = yaml.safe_load(_guide_scrape_config())["scrape_configs"]
+    assert cfg["job_name"] == job
+    ds = next(d for d in _docs() if d["kind"] == "DaemonSet")
+    sd = cfg["kubernetes_sd_configs"][0]
+    assert sd["namespaces"]["names"] == [ds["metadata"]["namespace"]]
+    keep = {tuple(r["source_labels"]): r["regex"] for r in cfg["relabel_configs"]
+            if r.get("action") == "keep"}
+    name = ds["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+    assert keep[("__meta_kubernetes_pod_label_app_kubernetes_io_name",)] == name
+    port = {p["name"] for p in _agent()["ports"]}
+    assert keep[("__meta_kubernetes_pod_container_port_name",)] in port
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="no promtool")
+def test_promtool_accepts_the_rules_and_the_guides_scrape_config(tmp_path):
+    r = subprocess.run(["promtool", "check", "rules", str(ALERTS)], capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (tmp_path / "rules.yaml").write_text(ALERTS.read_text())
+    (tmp_path / "prometheus.yml").write_text("rule_files: [rules.yaml]\n"
+                                             + _guide_scrape_config())
+    r = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
+                       capture_output=True, text=True, timeout=60, check=False)
+    if "field kubernetes_sd_configs not found" in r.stdout + r.stderr:
+        pytest.skip("this promtool is built without Kubernetes discovery (Debian's)")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_deploy_guide_names_only_served_metrics_and_real_flags():
     text = (ROOT / "docs" / "deploy.md").read_text()
     served = _served_series()
@@ -689,7 +733,8 @@ def test_systemd_unit_command_lines_run_for_real(tmp_path):
     notify.settimeout(0.2)
     env = {"TRAINING_CMD": f"{sys.executable} -c 'while True: pass'",
            "GPUCONTROL_ARGS": "--fixed-sleep 1.0 --max-sleep-s 2 --run-quantum-s 0.001 "
-                              f"--period-s 0.2 --ready spawn --mps-binary {tmp_path}/no-mps-control"}
+                              "--period-s 0.2 --ready spawn "
+                              f"--mps-binary {tmp_path}/no-mps-control"}
     start = [sys.executable, *_systemd_argv(svc["ExecStart"], env)[1:]]
     post = [sys.executable, *_systemd_argv(svc["ExecStopPost"], env)[1:]]
     penv = {**os.environ, "GPUCONTROL_RUNTIME_DIR": str(tmp_path / "run"),
