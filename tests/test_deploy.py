@@ -347,6 +347,21 @@ def test_deploy_guide_names_only_served_metrics_and_real_flags():
     assert os.path.relpath(UNIT, ROOT) in text and os.path.relpath(DAEMONSET, ROOT) in text
 
 
+def test_the_config_reference_names_only_real_flags():
+    """DaemonConfig's reference (docs/daemon.md points operators to the keys) names each
+    setting's flag; a setting without one (FILE_ONLY) is named by its key, never by a flag
+    the daemon would refuse (it named --mode, --initial-mps, --silent-periods,
+    --unready-periods and --metrics-target)."""
+    from gpucontrol.node.config import FILE_ONLY
+
+    flags = {a for act in build_parser()._actions for a in act.option_strings}
+    doc = DaemonConfig.__doc__
+    named = set(re.findall(r"``(--[a-z][a-z0-9-]+)``", doc))
+    assert named and named <= flags, named - flags
+    for key in FILE_ONLY:
+        assert f"[file only: ``{key}``]" in " ".join(doc.split()), key
+
+
 def _agent():
     return next(d for d in _docs() if d["kind"] == "DaemonSet")["spec"]["template"]["spec"][
         "containers"][0]

@@ -95,7 +95,8 @@ DURATION_S = 7 * 86400.0  # a week; leave --duration-s out to run until stopped
 
 @dataclass(frozen=True)
 class DaemonConfig:
-    """Every setting of one GPU's daemon (the command-line flag of each is in brackets).
+    """Every setting of one GPU's daemon (the command-line flag of each is in brackets; the
+    settings of :data:`FILE_ONLY` have a configuration-file key and no flag).
 
     Parameters
     ----------
@@ -132,7 +133,7 @@ class DaemonConfig:
         GPUColo paper's loop; ``none`` holds the share where it starts (the default inner
         loop all the same: :func:`gpucontrol.node.controller.make_controller`).
     mode : {'mean', 'p99'}
-        Which latency statistic the inner loop controls [``--mode``].
+        Which latency statistic the inner loop controls [file only: ``mode``].
     detune : float or None
         Inner-loop gain as a fraction of the deadbeat gain on the model, in (0, 2)
         [``--detune``]; None: the controller's default (0.5 with the throughput outer loop).
@@ -142,7 +143,8 @@ class DaemonConfig:
         Upper bound of the commanded sleep in seconds, in (0, 3600] (60 with the hook)
         [``--max-sleep-s``].
     initial_mps : float
-        MPS active-thread percentage the training starts at, in [1, 100] [``--initial-mps``].
+        MPS active-thread percentage the training starts at, in [1, 100] [file only:
+        ``initial_mps``].
     fixed_sleep : float or None
         Open loop: always this sleep, in [0, ``max_sleep_s``] [``--fixed-sleep``].
     fixed_mps : float or None
@@ -201,17 +203,18 @@ class DaemonConfig:
         default, ``0.0.0.0`` for every interface; only with ``metrics_port``.
     silent_periods : int
         Warn (event ``inference_silent``, metric ``gpucontrol_inference_silent``) after this
-        many consecutive periods without a latency report, >= 1 [``--silent-periods``].
+        many consecutive periods without a latency report, >= 1 [file only: ``silent_periods``].
     unready_periods : int
         ``/readyz`` answers 503, with the reason in its body, after this many consecutive
         periods without usable latency (no report, or a latency source that fails), >= 0
-        (0: never) [``--unready-periods``].
+        (0: never) [file only: ``unready_periods``].
     metrics_textfile : str or None
         Also write the metrics to this file every period, for node-exporter's text-file
         collector [``--metrics-textfile``].
     metrics_target : str or None
         The ``target`` label of every metric; None: the cgroup's name, the training script
-        or the PIDs [``--metrics-target``]; only with ``metrics_port`` or ``metrics_textfile``.
+        or the PIDs [file only: ``metrics_target``]; only with ``metrics_port`` or
+        ``metrics_textfile``.
     socket_group : str or None
         Group (name or number) given access to the latency socket (read-write) and the hook
         file (read), so non-root inference and training can use a root daemon
