@@ -360,6 +360,11 @@ def test_the_config_reference_names_only_real_flags():
     assert named and named <= flags, named - flags
     for key in FILE_ONLY:
         assert f"[file only: ``{key}``]" in " ".join(doc.split()), key
+    m = DaemonMetrics(port=None)
+    help_text = m.render().decode()
+    m.close()
+    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", help_text))
+    assert named <= flags, named - flags  # the HELP an operator reads in Prometheus
 
 
 def _agent():

@@ -3,7 +3,8 @@
 Each :class:`DaemonMetrics` has its own :class:`prometheus_client.CollectorRegistry` (never the
 process-global one), so two daemons, or a daemon inside a test process, do not share series.
 Every series carries the labels ``gpu`` (the ``--gpu`` index) and ``target`` (what is being
-throttled: ``--metrics-target``, else the cgroup's name, the training command or its PIDs).
+throttled: ``metrics_target`` (``--config``), else the cgroup's name, the training command or
+its PIDs).
 
 The metrics are a view of the daemon's event stream: the daemon hands every record it logs
 to :meth:`DaemonMetrics.observe` *before* writing the line, so whoever reads a period line
@@ -45,7 +46,7 @@ name                                        type      meaning
 ``mps_up``                                  gauge     1 while the MPS control daemon is healthy
 ``latency_samples``                         gauge     latency reports in the last period
 ``periods_without_samples``                 gauge     consecutive periods with no report
-``inference_silent``                        gauge     1 once that reached --silent-periods
+``inference_silent``                        gauge     1 once that reached silent_periods
 ``samples_total``                           counter   latency reports received
 ``malformed_reports_total``                 counter   malformed report lines dropped
 ``latency_source_errors_total``             counter   scrapes that failed, label reason
@@ -111,7 +112,7 @@ _LABELS = ("gpu", "target")
 
 def default_target(*, cgroup: str | None, training_cmd: str | None,
                    training_pids: Iterable[int]) -> str:
-    """The ``target`` label when ``--metrics-target`` is not given.
+    """The ``target`` label when ``metrics_target`` is not set.
 
     Parameters
     ----------
@@ -289,7 +290,7 @@ class DaemonMetrics:
                               "Latency reports received in the last control period.")
         self._silent = gauge("periods_without_samples",
                              "Consecutive control periods without a latency report.")
-        self._silent_flag = gauge("inference_silent", "1 once --silent-periods periods "
+        self._silent_flag = gauge("inference_silent", "1 once silent_periods (--config) periods "
                                   "passed without a latency report (a silent inference "
                                   "server looks like an idle one).")
         self._reports = counter("samples", "Latency reports received.")
