@@ -31,7 +31,8 @@ def test_the_launched_training_runs_as_the_training_user_and_is_paused(tmp_path,
     d = children.popen(daemon_argv(tmp_path, "u", "--training-cmd", cmd, "--training-user",
                                    "nobody", "--fixed-sleep", "0.05", "--run-quantum-s", "0.05",
                                    "--period-s", "0.2", "--ready", "spawn",
-                                   "--sleep-method", "signal", "--mps-binary", "/nonexistent"),
+                                   "--sleep-method", "signal",
+                                   "--mps-binary", str(tmp_path / "no-mps")),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     events = read_events(d.stdout, "started")
     pid = next(e for e in events if e.get("event") == "training_started")["pid"]
