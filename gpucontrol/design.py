@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucontrol._validate import in_range, int_at_least, positive
+from gpucontrol._validate import finite, in_range, int_at_least, positive
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LinearLatencyModel
 
@@ -46,6 +46,17 @@ class Design:
     period_s: float = 4.0
     #: Measurement delay (periods) the design assumes; every analysis defaults to it.
     delay_periods: int = 0
+
+    def __post_init__(self) -> None:
+        # design_p / design_pi pass checked values; a Design built directly (the class is
+        # public) is checked here, or a NaN gain or a zero period fails later, deep in numpy
+        # or python-control, without naming the field
+        check_model("model", self.model)
+        object.__setattr__(self, "kp", finite("kp", self.kp))
+        object.__setattr__(self, "ki", finite("ki", self.ki))
+        object.__setattr__(self, "period_s", positive("period_s", self.period_s))
+        object.__setattr__(self, "delay_periods",
+                           int_at_least("delay_periods", self.delay_periods, 0))
 
     def _delay(self, delay_periods: int | None) -> int:
         return self.delay_periods if delay_periods is None else int_at_least(

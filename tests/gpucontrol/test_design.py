@@ -190,3 +190,22 @@ def test_a_gain_whose_inverse_overflows_is_refused(design):
 
     with pytest.raises(ConfigurationError, match=r"model\.gain"):
         design(LinearLatencyModel(-1e-320, 95.0))
+
+
+@pytest.mark.parametrize("kwargs,field,error", [
+    ({"kp": math.nan}, "kp", ValueError), ({"kp": "0.1"}, "kp", ValueError),
+    ({"ki": math.inf}, "ki", ValueError), ({"period_s": 0.0}, "period_s", ValueError),
+    ({"delay_periods": -1}, "delay_periods", ValueError),
+    ({"delay_periods": 0.5}, "delay_periods", ValueError),
+    ({"model": {"gain": -12.0, "offset": 95.0}}, "model", TypeError)])
+def test_a_design_built_directly_checks_its_fields(kwargs, field, error):
+    # the design classes are public; built by hand with a NaN gain, a zero period or a dict
+    # for the model they were accepted, and failed later inside numpy or python-control
+    from gpucontrol import PDesign, PIDesign
+    from gpucontrol.design import Design
+
+    for cls in (Design, PDesign, PIDesign):
+        with pytest.raises(error, match=field):
+            cls(**{"model": MODEL, "kp": -1 / 12.0, **kwargs})
+    d = Design(model=MODEL, kp=-1 / 12.0, ki=0, delay_periods=1.0)   # ints stay usable
+    assert d.ki == 0.0 and d.delay_periods == 1 and isinstance(d.delay_periods, int)
