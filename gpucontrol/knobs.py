@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpucontrol._validate import bounds, in_range
+from gpucontrol._validate import bounds, finite, in_range, int_at_least
 from gpucontrol.errors import ConfigurationError
 
 __all__ = ["ShareKnob", "SleepKnob"]
@@ -122,7 +122,7 @@ class ShareKnob:
         """The offered share nearest ``pct`` (with ``down``: the largest not above it, else
         the lowest)."""
         lo, hi = self.bounds_pct
-        x = min(max(float(pct), lo), hi)
+        x = min(max(finite("pct", pct), lo), hi)
         if self.levels_pct is None:
             g = self.granularity_pct
             k = math.floor(x / g + 1e-9) if down else round(x / g)
@@ -134,12 +134,14 @@ class ShareKnob:
 
     def candidates(self, most: int = 50) -> tuple[float, ...]:
         """The shares an optimising outer loop weighs: the levels, or a grid over the bounds
-        in steps of whole granularities, at most ``most`` of them (both bounds included)."""
+        in steps of whole granularities, at most ``most`` (>= 2) of them (both bounds
+        included)."""
+        most = int_at_least("most", most, 2)
         if self.levels_pct is not None:
             return self.levels_pct
         lo, hi = self.bounds_pct
         g = self.granularity_pct
-        step = g * max(1, math.ceil((hi - lo) / (g * max(most - 1, 1)) - 1e-9))
+        step = g * max(1, math.ceil((hi - lo) / (g * (most - 1)) - 1e-9))
         grid = {self.snap(lo + k * step) for k in range(int((hi - lo) / step) + 1)}
         return tuple(sorted(grid | {lo, hi}))
 
@@ -175,14 +177,16 @@ class SleepKnob:
     initial_s: float | None = None
 
     def __post_init__(self) -> None:
-        lo, hi = bounds("sleep_bounds_s", self.bounds_s, 0.0, 3600.0)
+        # the messages name SleepKnob's own fields (TwoTierController checks a bare
+        # (low, high) pair as its sleep_bounds_s before it builds the knob)
+        lo, hi = bounds("bounds_s", self.bounds_s, 0.0, 3600.0)
         object.__setattr__(self, "bounds_s", (lo, hi))
         if self.run_quantum_s is not None:
             object.__setattr__(self, "run_quantum_s",
                                in_range("run_quantum_s", self.run_quantum_s, 1e-3, 3600.0))
         if self.initial_s is not None:
             object.__setattr__(self, "initial_s",
-                               in_range("initial_sleep_s", self.initial_s, lo, hi))
+                               in_range("initial_s", self.initial_s, lo, hi))
 
     def tau(self, iteration_s: float) -> float:
         """The duty's time constant: the run quantum of a duty cycler, else the iteration

@@ -208,7 +208,7 @@ def test_decoupling_check():
     ({"share": lambda: ShareKnob(bounds_pct=(0, 100))}, "bounds_pct"),
     ({"share": lambda: ShareKnob(bounds_pct=(10, 101))}, "bounds_pct"),
     ({"mode": "median"}, "mode"), ({"outer": "fast"}, "outer"),
-    ({"sleep": lambda: SleepKnob(initial_s=2.0)}, "initial_sleep_s"),
+    ({"sleep": lambda: SleepKnob(initial_s=2.0)}, r"\binitial_s must"),
     ({"share": lambda: ShareKnob(initial_pct=0.5)}, "initial_pct"),
     ({"share": (0, 100)}, "share"), ({"design": "fast"}, "design"),
 ])
