@@ -214,7 +214,9 @@ def stable_gain_range(design: Design, model=None, delay_periods: int | None = No
         scale = design.kp * design.model.gain  # = detune
         return 0.0, p_critical_gain(d) / scale
     if not is_stable(design, 1.0, d):
-        raise ConfigurationError("the design is unstable at the nominal gain (gain ratio 1)")
+        delay = f" with delay_periods={d}" if d else ""
+        raise ConfigurationError(f"the design is unstable at the nominal gain (gain ratio 1)"
+                                 f"{delay}: it has no stable gain range to report")
     edges = _crossings(design, d)
     lo = max([e for e in edges if e < 1.0], default=0.0)
     hi = min([e for e in edges if e > 1.0], default=math.inf)

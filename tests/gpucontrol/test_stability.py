@@ -191,3 +191,14 @@ def test_jury_refuses_a_table_of_coefficients(coeffs):
 def test_robustness_plot_names_what_it_needs(table):
     with pytest.raises(TypeError, match="robustness_sweep"):
         robustness_plot(table)
+
+
+def test_an_unstable_design_under_a_delay_is_refused_naming_the_delay():
+    # a PI stable without delay but not with three periods: the message said only "unstable
+    # at the nominal gain", which reads as a wrong design rather than a delay it cannot take
+    from gpucontrol import design_pi
+
+    pi = design_pi(MODEL)
+    assert stable_gain_range(pi, MODEL)[1] > 1
+    with pytest.raises(ValueError, match=r"gain ratio 1\) with delay_periods=3"):
+        stable_gain_range(pi, MODEL, delay_periods=3)
