@@ -65,6 +65,49 @@ def torch_cuda_available() -> bool:
         return False
 
 
+def gpu_missing(*packages: str) -> str | None:
+    """What keeps the GPU harness's ``packages`` (``"cupy"``, ``"torch"``) from running here, in
+    one line with what to install, or None when each imports and sees a CUDA device. A
+    command calls it (through :func:`require_gpu`) before it creates a folder or starts a
+    process, so a machine without a GPU is told at once instead of after a failed start-up.
+
+    Parameters
+    ----------
+    *packages : str
+        The GPU packages the command needs.
+
+    Returns
+    -------
+    str or None
+        Why not, or None.
+    """
+    for name in packages:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            return f"{name} is not installed ({exc}): {_HINTS.get(name, 'install it')}"
+        if name == "cupy" and cupy_device_count() < 1:
+            return "no CUDA device: cupy is installed but sees none (driver or device missing)"
+        if name == "torch" and not torch_cuda_available():
+            return "no CUDA device: torch is installed but torch.cuda.is_available() is False"
+    return None
+
+
+def require_gpu(*packages: str, what: str = "this command") -> None:
+    """Raise :class:`GPUUnavailableError` saying :func:`gpu_missing`'s reason, if any.
+
+    Parameters
+    ----------
+    *packages : str
+        The GPU packages needed (``"cupy"``, ``"torch"``).
+    what : str
+        What needs them, for the message.
+    """
+    why = gpu_missing(*packages)
+    if why is not None:
+        raise GPUUnavailableError(f"{what} needs a CUDA GPU, and {why}")
+
+
 class EntryPoint(Protocol):
     """A command's ``main(argv=None) -> exit status``."""
 

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.hil._accounting import TrainingAccount
+from harness.hil._lazy import gpu_entry_point, require_gpu
 from harness.hil._tail import CSVTail
 from harness.results import atomic_write_text, markdown_table, save_figure, write_csv, write_int
 
@@ -342,22 +343,62 @@ def _plot(rows: list[dict[str, Any]], slo_ms: float, path: Path) -> None:
     save_figure(fig, path, dpi=110)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _outer_every(text: str) -> dict[str, int]:
+    """argparse type of ``--outer-every``: ``MODE=N,...``, each mode one with a share knob and
+    N a whole number of periods >= 1."""
+    knobbed = [m for m in MODES + EXTRA_MODES if OUTER_EVERY[m]]
+    out: dict[str, int] = {}
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        mode, sep, n = item.partition("=")
+        if not sep or mode.strip() not in knobbed or not n.strip().isdigit() \
+                or int(n) < 1:
+            raise argparse.ArgumentTypeError(
+                f"expected MODE=N,... with MODE among {', '.join(knobbed)} and N a whole "
+                f"number of periods >= 1, got {item!r}")
+        out[mode.strip()] = int(n)
+    return out
+
+
+def _model_arg(text: str) -> str:
+    """argparse type of ``--model``: ``auto`` or a readable model file the daemon takes."""
+    if text == "auto":
+        return text
+    from gpucontrol.node.model_file import load_model
+
+    try:
+        load_model(text)
+    except (OSError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a model file the daemon takes "
+                                         f"({exc})") from None
+    return text
+
+
+def _parser() -> argparse.ArgumentParser:
+    from harness.cli.args import OneLineParser, name_list, number, out_dir
+    from harness.cli.experiments import _pair, preset_arg
     from harness.hil.campaign import H100_PRESET, H100_SLO_MS
 
-    ap = argparse.ArgumentParser(prog="python -m harness.hil.daemon_run",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="results/daemon_burst")
-    ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--slo-ms", type=float, default=H100_SLO_MS)
-    ap.add_argument("--preset", default=H100_PRESET,
+    ap = OneLineParser(prog="python -m harness.hil.daemon_run",
+                       description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=out_dir, default="results/daemon_burst")
+    ap.add_argument("--modes", type=name_list(MODES + EXTRA_MODES), default=",".join(MODES),
+                    help=f"any of {', '.join(MODES + EXTRA_MODES)}")
+    ap.add_argument("--slo-ms", type=number(0, 10000, lo_open=True, unit="ms"),
+                    default=H100_SLO_MS, help="SLO, ms in (0, 10000]")
+    ap.add_argument("--preset", type=preset_arg, default=H100_PRESET,
                     help="simulated preset of --model auto (h100 where it exists)")
-    ap.add_argument("--model", default="auto", help="model.json, or auto (from --preset)")
-    ap.add_argument("--duration", type=float, default=100.0, help="closed loop per run, s")
-    ap.add_argument("--period", type=float, default=4.0)
-    ap.add_argument("--burst", default="30,70", help="burst start,end, s into the run")
-    ap.add_argument("--batch", default="105,115", help="normal,burst batch")
-    ap.add_argument("--outer-every", default="", help="per mode, e.g. green-mps=12")
+    ap.add_argument("--model", type=_model_arg, default="auto",
+                    help="model.json, or auto (from --preset)")
+    ap.add_argument("--duration", type=number(0, 86400, lo_open=True, unit="s"), default=100.0,
+                    help="closed loop per run, s (at least 5 periods)")
+    ap.add_argument("--period", type=number(0, 3600, lo_open=True, unit="s"), default=4.0,
+                    help="control period, s in (0, 3600]")
+    ap.add_argument("--burst", type=_pair(float, 0, None, increasing=True), default="30,70",
+                    help="burst start,end, s into the run (0 <= start < end)")
+    ap.add_argument("--batch", type=_pair(int, 1, 4096), default="105,115",
+                    help="normal,burst batch, each in [1, 4096]")
+    ap.add_argument("--outer-every", type=_outer_every, default="",
+                    help="per mode, e.g. green-mps=12")
     ap.add_argument("--training", choices=("emulator", "torch"), default="emulator")
     ap.add_argument("--training-backend", default=None, help=argparse.SUPPRESS)  # tests
     ap.add_argument("--training-extra", default="", help=argparse.SUPPRESS)  # tests
@@ -368,27 +409,62 @@ def main(argv: list[str] | None = None) -> int:
                     metavar="LABEL=RUNDIR",
                     help="compare runs made before (a runs/<mode> folder each, repeatable): "
                          "read their logs into one table and figure, run nothing")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _gpu_needs(args: argparse.Namespace) -> tuple[str, ...]:
+    """The GPU packages the run's own processes need (none where the tests' stand-ins run)."""
+    need = [] if args.inference_cmd else ["torch"]
+    if args.training == "torch":
+        need.append("torch")
+    elif not (args.training_backend or "cupy").startswith("numpy"):
+        need.append("cupy")
+    return tuple(dict.fromkeys(need))
+
+
+def _check_fresh(out: Path, modes: list[str]) -> None:
+    """Refuse an ``--out`` that already holds a run of one of ``modes``: the daemon and the
+    burst append to their logs, so a second run would be read as one with the first."""
+    used = [m for m in modes if (out / "runs" / m / "daemon.jsonl").exists()]
+    if used:
+        raise ValueError(f"--out {str(out)!r} already holds a run of {', '.join(used)} "
+                         f"(runs/<mode>/daemon.jsonl); give a new --out, or remove it")
+
+
+@gpu_entry_point("python -m harness.hil.daemon_run")
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.runs_from:
         return compare(args.runs_from, Path(args.out), args.slo_ms, args.period, argv)
+    out = Path(args.out)
     try:
-        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-        args.burst = tuple(float(x) for x in args.burst.split(","))
-        args.batch = tuple(int(x) for x in args.batch.split(","))
-        args.outer_every = {k: int(v) for k, v in (x.split("=") for x in
-                                                   args.outer_every.split(",") if x)}
-        if len(args.burst) != 2 or len(args.batch) != 2 or not args.slo_ms > 0:
-            raise ValueError("--burst and --batch take two values, --slo-ms one > 0")
+        modes = list(args.modes)
         steps = plan(modes, args.duration, args.period)
+        if not args.dry_run:
+            _check_fresh(out, modes)
     except ValueError as exc:
         print(f"daemon_run: error: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
         print(json.dumps({**steps, "slo_ms": args.slo_ms}, indent=2))
         return 0
+    # before any folder or process: the GPU packages and a device
+    require_gpu(*_gpu_needs(args), what="the daemon run")
     args.inference_argv = shlex.split(args.inference_cmd) if args.inference_cmd else \
         [sys.executable, "-m", "harness.hil.inference"]
-    out = Path(args.out)
+    from harness.cli.args import Terminated, terminate_cleanly
+
+    try:
+        with terminate_cleanly():  # SIGTERM: each run stops its processes and quits MPS
+            return _run_modes(args, modes, steps, out, argv)
+    except Terminated as exc:
+        print(f"daemon_run: stopped by {exc.signame}", file=sys.stderr)
+        return exc.exit_status
+
+
+def _run_modes(args: argparse.Namespace, modes: list[str], steps: dict[str, Any], out: Path,
+               argv: list[str] | None) -> int:
+    """Run each mode in turn, keep the others' results when one fails, write the report."""
     out.mkdir(parents=True, exist_ok=True)
     models: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []

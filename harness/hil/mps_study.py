@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.hil._lazy import GPUUnavailableError, gpu_entry_point, require_gpu
 from harness.hil.gpu_plant import GPUPlant, GPUPlantConfig
 from harness.results import atomic_write_text, save_figure, write_csv
 
@@ -124,18 +126,33 @@ def _plot(level_rows: list[dict[str, Any]], path: Path) -> None:
     save_figure(fig, path, dpi=120)
 
 
+def _parser() -> argparse.ArgumentParser:
+    from harness.cli.args import OneLineParser, integer, name_list, number, number_list, out_dir
+
+    ap = OneLineParser(prog="python -m harness.hil.mps_study", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=out_dir, default="results/mps_restart")
+    ap.add_argument("--levels", type=number_list(1, 100, unit="%", example="100,60,20"),
+                    default="100,80,60,40,20", help="training MPS levels, %% in [1, 100]")
+    ap.add_argument("--modes", type=name_list(("cold", "shadow")), default="cold,shadow")
+    ap.add_argument("--period", type=number(0, 3600, lo_open=True, unit="s"), default=4.0,
+                    help="control period, s in (0, 3600]")
+    ap.add_argument("--measure", type=integer(1, 1000), default=3,
+                    help="periods measured per level, in [1, 1000]")
+    ap.add_argument("--batch", type=integer(1, 4096), default=105,
+                    help="inference batch, in [1, 4096]")
+    return ap
+
+
+@gpu_entry_point("python -m harness.hil.mps_study")
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.hil.mps_study", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="results/mps_restart")
-    ap.add_argument("--levels", default="100,80,60,40,20", help="training MPS levels, %%")
-    ap.add_argument("--modes", default="cold,shadow")
-    ap.add_argument("--period", type=float, default=4.0)
-    ap.add_argument("--measure", type=int, default=3, help="periods measured per level")
-    ap.add_argument("--batch", type=int, default=105)
-    args = ap.parse_args(argv)
-    levels = [float(x) for x in args.levels.split(",") if x.strip()]
-    modes = [x.strip() for x in args.modes.split(",") if x.strip()]
+    args = _parser().parse_args(argv)
+    levels, modes = list(args.levels), list(args.modes)
+    # before any folder or process: the study needs a CUDA GPU and the MPS control binary
+    require_gpu("cupy", "torch", what="the MPS study")
+    if shutil.which(GPUPlantConfig.mps_binary) is None:
+        raise GPUUnavailableError(f"the MPS study needs MPS, and {GPUPlantConfig.mps_binary} "
+                                  "is not installed here (MPS not available)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.hil._lazy import gpu_entry_point, require_gpu
 from harness.results import atomic_write_text, markdown_table, read_csv, save_figure, write_csv
 
 __all__ = ["BACKENDS", "main", "plan", "probe_partitions", "readme_section", "run_plant"]
@@ -417,16 +418,21 @@ def _probe_child(out: Path, shares: Sequence[float], timeout_s: float = 180.0
     return read_csv(out / "partitions.csv"), json.loads((out / "pool.json").read_text())
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.hil.spatial_study", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="results/spatial")
+def _parser() -> argparse.ArgumentParser:
+    from harness.cli.args import OneLineParser, integer, number, out_dir
+
+    ap = OneLineParser(prog="python -m harness.hil.spatial_study", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=out_dir, default="results/spatial")
     ap.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
                     help=f"any of {', '.join(BACKENDS)} (default: the first three)")
-    ap.add_argument("--shares", default="100,75,50,25", help="training shares, %%")
-    ap.add_argument("--period", type=float, default=2.0)
-    ap.add_argument("--measure", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=105)
+    ap.add_argument("--shares", default="100,75,50,25", help="training shares, %% in (0, 100]")
+    ap.add_argument("--period", type=number(0, 3600, lo_open=True, unit="s"), default=2.0,
+                    help="control period, s in (0, 3600]")
+    ap.add_argument("--measure", type=integer(1, 1000), default=3,
+                    help="steady periods measured per share, in [1, 1000]")
+    ap.add_argument("--batch", type=integer(1, 4096), default=105,
+                    help="inference batch, in [1, 4096]")
     ap.add_argument("--training", choices=("emulator", "torch"), default="emulator",
                     help="the training: the CuPy matmul emulator (default) or the PyTorch "
                          "ResNet-18 (python -m harness.hil.torch_training)")
@@ -434,16 +440,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe-only", action="store_true",
                     help="run the partition probe here and write partitions.csv, pool.json")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _shares(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--shares takes numbers in (0, 100] separated by commas, got "
+                         f"{text!r}") from None
+
+
+@gpu_entry_point("python -m harness.hil.spatial_study")
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-        shares = [float(x) for x in args.shares.split(",") if x.strip()]
+        shares = _shares(args.shares)
         steps = plan(backends, shares, period_s=args.period, measure=args.measure,
                      probe=not args.no_probe)
     except ValueError as exc:
         print(f"spatial_study: error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
+    if not args.dry_run:  # before any folder or process: the GPU packages and a device
+        need = ("torch",) if args.training == "torch" and args.no_probe else ("cupy", "torch")
+        require_gpu(*need, what="the spatial study")
     if args.probe_only:  # the child of the probe phase: this process may hold a CUDA context
         out.mkdir(parents=True, exist_ok=True)
         rows, pool = probe_partitions(shares)
