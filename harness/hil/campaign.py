@@ -419,16 +419,38 @@ def _parse_extra(items: Sequence[str]) -> dict[str, list[str]]:
     return extra
 
 
+def _new_archive(text: str) -> str:
+    """argparse type of ``--archive``: a ``.tar.gz`` that can be written and does not exist
+    yet (the campaign rewrites it after every step: an archive of an earlier call would be
+    replaced by this call's)."""
+    from harness.cli.args import check_out_file
+
+    try:
+        p = check_out_file(text, None)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not p.name.endswith((".tar.gz", ".tgz")):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a .tar.gz file")
+    if p.exists():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} exists, and the campaign rewrites its archive after every step; give "
+            f"a new file (or remove that one)")
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from harness.cli.args import OneLineParser, number, out_dir
+
     steps_help = "; ".join(f"{s.name}: {s.about} (~{s.expected_s:.0f} s)" for s in STEPS.values())
-    ap = argparse.ArgumentParser(
+    ap = OneLineParser(
         prog="python -m harness.hil.campaign", description=__doc__.split("\n\n")[0],
         epilog=f"Steps: {steps_help}.")
     ap.add_argument("steps", nargs="+", metavar="STEP", help=f"any of {', '.join(STEPS)}")
-    ap.add_argument("--out", default="results/campaign", help="result folder")
-    ap.add_argument("--archive", default=None, help="also write everything to this .tar.gz")
-    ap.add_argument("--deadline", type=float, default=570.0,
-                    help="seconds for the whole campaign (default 570)")
+    ap.add_argument("--out", type=out_dir, default="results/campaign", help="result folder")
+    ap.add_argument("--archive", type=_new_archive, default=None,
+                    help="also write everything to this .tar.gz (a new file)")
+    ap.add_argument("--deadline", type=number(0, 86400, lo_open=True, unit="s"), default=570.0,
+                    help="seconds for the whole campaign, in (0, 86400] (default 570)")
     ap.add_argument("--extra", action="append", default=[], metavar="STEP='ARGS'",
                     help="extra arguments for a step's command, e.g. burst='--slo 30'")
     ap.add_argument("--commit", default=None, help="git commit to record (default: git)")

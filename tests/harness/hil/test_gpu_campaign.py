@@ -179,3 +179,33 @@ def test_a_step_longer_than_the_deadline_is_cut_so_the_campaign_ends_in_time(tmp
                        commit="x", log=lambda m: None)
     assert time.monotonic() - t0 < 20
     assert [o.status for o in res] == ["timed out", "skipped"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--deadline", "nan"], "argument --deadline: must be in (0, 86400] s, got nan"),
+    (["--deadline", "inf"], "argument --deadline: must be in (0, 86400] s, got inf"),
+    (["--archive", "/proc/x.tar.gz"], "argument --archive: '/proc/x.tar.gz': '/proc' is not "
+                                      "writable"),
+    (["--archive", "{tmp}"], "argument --archive: '{tmp}' is a folder; give a file"),
+    (["--archive", "{tmp}/c.zip"], "argument --archive: '{tmp}/c.zip': give a .tar.gz file"),
+    (["--archive", "{tmp}/old.tar.gz"], "argument --archive: '{tmp}/old.tar.gz' exists, and "
+                                        "the campaign rewrites its archive after every step"),
+    (["--out", "{tmp}/old.tar.gz"], "argument --out: '{tmp}/old.tar.gz': '{tmp}/old.tar.gz' is "
+                                    "not a folder"),
+])
+def test_bad_flags_are_refused_before_any_step_runs(tmp_path, capsys, args, message):
+    """An unwritable or existing --archive ended the campaign with a traceback after its first
+    step (or silently replaced an earlier call's archive), --out naming a file with a
+    traceback, and --deadline inf was taken."""
+    (tmp_path / "old.tar.gz").write_bytes(b"an earlier call's archive")
+    out = tmp_path / "out"
+    argv = ["info", "--out", str(out), *[a.replace("{tmp}", str(tmp_path)) for a in args]]
+    if "--out" in args:
+        argv = ["info", *[a.replace("{tmp}", str(tmp_path)) for a in args]]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message.replace("{tmp}", str(tmp_path)) in err[0], err
+    assert not out.exists()
+    assert (tmp_path / "old.tar.gz").read_bytes() == b"an earlier call's archive"
