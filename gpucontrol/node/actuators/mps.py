@@ -197,6 +197,7 @@ class MPSControl:
             r = subprocess.run([binary, "-d"], env=env, capture_output=True, text=True,
                                timeout=self.timeout_s, stdin=subprocess.DEVNULL, check=False)
         except subprocess.TimeoutExpired:
+            self.started = True  # it may be up all the same: quit() then tries `quit`
             raise MPSError(f"{binary} -d did not return within {self.timeout_s:g} s") from None
         if r.returncode != 0:
             raise MPSError(f"{binary} -d failed ({r.returncode}): {r.stderr.strip()}")
@@ -274,13 +275,24 @@ class MPSControl:
         self.command(f"terminate_client {int(server_pid)} {int(client_pid)}")
 
     def quit(self) -> None:
-        """Stop the daemon we started (``quit``) and remove private directories."""
+        """Stop the daemon we started (``quit``) and remove private directories.
+
+        When ``quit`` fails while the daemon's control pipe is still there, the private
+        directories are kept: without its pipe directory a daemon that is still running can
+        no longer be told to quit (the error names the directory; ``echo quit |
+        CUDA_MPS_PIPE_DIRECTORY=<pipe> nvidia-cuda-mps-control`` stops it, and the campaign
+        runner's sweep of leftover private daemons finds it)."""
+        keep = False
         try:
             if self.started:
                 self.command("quit")
+        except (MPSError, OSError):
+            keep = self.pipe_dir is not None and os.path.exists(
+                os.path.join(self.pipe_dir, "control"))
+            raise
         finally:
             self.started = False
-            if self._private_root is not None:
+            if self._private_root is not None and not keep:
                 shutil.rmtree(self._private_root, ignore_errors=True)
                 self._private_root = None
                 self.pipe_dir = self.log_dir = None

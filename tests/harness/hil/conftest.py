@@ -53,6 +53,9 @@ FAKE = textwrap.dedent("""\
         record(f"start {{pipe}} {{log}}")
         if os.environ.get("FAKE_MPS_NO_PIPE") != "1":
             open(control, "w").close()
+        if os.environ.get("FAKE_MPS_START_SLEEP"):  # `-d` that does not return in time
+            import time
+            time.sleep(float(os.environ["FAKE_MPS_START_SLEEP"]))
         sys.exit(int(os.environ.get("FAKE_MPS_START_RC", "0")))
     cmd = sys.stdin.read().strip()
     record(f"cmd {{cmd}}")
@@ -62,6 +65,9 @@ FAKE = textwrap.dedent("""\
     if cmd == "get_server_list":
         print(os.environ.get("FAKE_MPS_SERVERS", ""))
     elif cmd == "quit":
+        if os.environ.get("FAKE_MPS_QUIT_RC"):  # a daemon that does not take its quit
+            print("quit refused", file=sys.stderr)
+            sys.exit(int(os.environ["FAKE_MPS_QUIT_RC"]))
         os.remove(control)
     """)
 
@@ -75,6 +81,7 @@ def fake_mps(tmp_path, monkeypatch):
     record = tmp_path / "record.txt"
     record.touch()
     monkeypatch.setenv("FAKE_MPS_RECORD", str(record))
-    for k in ("FAKE_MPS_NO_PIPE", "FAKE_MPS_START_RC", PIPE_ENV, LOG_ENV, PCT_ENV):
+    for k in ("FAKE_MPS_NO_PIPE", "FAKE_MPS_START_RC", "FAKE_MPS_START_SLEEP", "FAKE_MPS_QUIT_RC",
+              PIPE_ENV, LOG_ENV, PCT_ENV):
         monkeypatch.delenv(k, raising=False)
     return str(exe), record

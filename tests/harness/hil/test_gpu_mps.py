@@ -119,3 +119,40 @@ def test_nothing_touches_gpu_settings():
                       "nvmlDeviceResetGpuLockedClocks", "--gpu-reset"):
         assert forbidden not in text, forbidden
     assert os.path.isdir(root)
+
+
+def test_a_refused_quit_keeps_the_pipe_the_warning_names(fake_mps, monkeypatch, tmp_path):
+    """A ``quit`` that failed removed the private directories all the same: the daemon, if
+    still up, could no longer be told to quit (the warning's command named a deleted pipe
+    directory, and the campaign's sweep found nothing)."""
+    exe, record = fake_mps
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # this test's daemons only
+    monkeypatch.setenv("FAKE_MPS_QUIT_RC", "1")
+    out = io.StringIO()
+    with mps_session(binary=exe, stream=out, timeout_s=5.0) as mps:
+        pipe = Path(mps.pipe_dir)
+    assert lines(record)[-1] == "cmd quit"
+    assert f"{PIPE_ENV}={pipe}" in out.getvalue()
+    assert (pipe / "control").exists()  # still there: the command in the warning works
+    monkeypatch.delenv("FAKE_MPS_QUIT_RC")
+    from harness.hil.campaign import quit_leftover_mps
+
+    assert pipe.parent.parent == tmp_path
+    assert quit_leftover_mps(str(tmp_path), binary=exe) == [str(pipe)]
+    assert not (pipe / "control").exists()
+
+
+def test_a_start_that_times_out_is_still_told_to_quit(fake_mps, monkeypatch):
+    """``-d`` past its timeout left ``started`` false, so no ``quit`` was sent and the private
+    directories of a daemon that may be up were removed."""
+    exe, record = fake_mps
+    monkeypatch.setenv("FAKE_MPS_START_SLEEP", "5")
+    out = io.StringIO()
+    with mps_session(binary=exe, stream=out, timeout_s=1.5) as mps:
+        assert mps is None
+    assert "did not return within" in out.getvalue()
+    assert "cmd quit" in lines(record)
+    pipe = Path(lines(record)[0].split()[1])
+    assert not pipe.parent.exists()  # quit taken: the directories go
