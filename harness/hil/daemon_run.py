@@ -253,19 +253,44 @@ class _Run:
                     p.wait()
 
 
+def _records(path: Path, starts: tuple[str, ...], need: tuple[str, ...] = ()
+             ) -> list[dict[str, Any]]:
+    """The JSON objects of the lines of ``path`` that start with one of ``starts`` (none when
+    the file is missing); a line that is not one (a log cut off mid-line, a corrupt file)
+    raises ValueError naming the file and the line, as does an object without ``need``."""
+    if not path.exists():
+        return []
+    out = []
+    for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if not line.strip() or not line.startswith(starts):
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path}: line {i} is not a JSON record ({exc}): a partial or "
+                             f"corrupt log") from None
+        if not isinstance(rec, dict) or any(k not in rec for k in need):
+            raise ValueError(f"{path}: line {i} is not a record with "
+                             f"{', '.join(need) or 'fields'}: a corrupt log")
+        out.append(rec)
+    return out
+
+
 def read_periods(mode: str, work: Path, period_s: float) -> list[dict[str, Any]]:
     """One row per daemon period: its latency, the sleep and share applied during it, the
     training's iterations. A daemon record's ``sleep_s`` and ``mps_pct`` are what it commands
     for the next period: the row takes the previous record's (the first row: the sleep
     unknown, NaN, and the share the training started at)."""
     rows: list[dict[str, Any]] = []
-    lines = [json.loads(x) for x in (work / "daemon.jsonl").read_text().splitlines()
-             if x.startswith("{")] if (work / "daemon.jsonl").exists() else []
-    bursts = [json.loads(x) for x in (work / "burst.jsonl").read_text().splitlines()] \
-        if (work / "burst.jsonl").exists() else []
+    lines = _records(work / "daemon.jsonl", ("{",))
+    bursts = _records(work / "burst.jsonl", ("",), need=("t_unix", "on"))
     acc = TrainingAccount()
     acc.add(CSVTail(work / "training-*.csv").read())
     periods = [r for r in lines if "period" in r and "event" not in r]
+    for r in periods:
+        if not all(isinstance(r.get(k), (int, float)) for k in ("ts", "period")):
+            raise ValueError(f"{work / 'daemon.jsonl'}: a period record without a numeric "
+                             f"'ts' and 'period' ({r!r:.120}): a corrupt log")
     t_first = periods[0]["ts"] - period_s if periods else 0.0
     start = next((r.get("mps_pct") for r in lines if r.get("event") == "training_started"), None)
     applied = [(math.nan, start)] + [(r.get("sleep_s"), r.get("mps_pct")) for r in periods]
@@ -373,9 +398,25 @@ def _model_arg(text: str) -> str:
     return text
 
 
+def _preset_arg(text: str) -> str:
+    """argparse type of ``--preset``: a named preset or a calibration file whose values make
+    a plant (a calibration with a value out of range was taken, and each mode then failed
+    after its start-up)."""
+    from harness.cli.experiments import preset_arg
+    from harness.sim.physics import ColocationParams
+    from harness.sim.presets import preset_overrides
+
+    preset_arg(text)
+    try:
+        ColocationParams(**preset_overrides(text))
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"preset {text!r}: {exc}") from None
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     from harness.cli.args import OneLineParser, name_list, number, out_dir
-    from harness.cli.experiments import _pair, preset_arg
+    from harness.cli.experiments import _pair
     from harness.hil.campaign import H100_PRESET, H100_SLO_MS
 
     ap = OneLineParser(prog="python -m harness.hil.daemon_run",
@@ -385,7 +426,7 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"any of {', '.join(MODES + EXTRA_MODES)}")
     ap.add_argument("--slo-ms", type=number(0, 10000, lo_open=True, unit="ms"),
                     default=H100_SLO_MS, help="SLO, ms in (0, 10000]")
-    ap.add_argument("--preset", type=preset_arg, default=H100_PRESET,
+    ap.add_argument("--preset", type=_preset_arg, default=H100_PRESET,
                     help="simulated preset of --model auto (h100 where it exists)")
     ap.add_argument("--model", type=_model_arg, default="auto",
                     help="model.json, or auto (from --preset)")
@@ -485,7 +526,10 @@ def _run_modes(args: argparse.Namespace, modes: list[str], steps: dict[str, Any]
             _Run(m, args, model, work).run()
         except Exception as exc:  # keep the other modes' results
             errors.append(f"{m}: {type(exc).__name__}: {exc}")
-        rows += read_periods(m, work, args.period)
+        try:
+            rows += read_periods(m, work, args.period)
+        except (OSError, ValueError) as exc:  # a log cut off: said, the other modes kept
+            errors.append(f"{m}: reading its logs: {exc}")
         write_csv(rows, out / "periods.csv")
     text = _report(rows, out, f"SLO {args.slo_ms:g} ms, batch {args.batch[0]} -> "
                    f"{args.batch[1]}", args.slo_ms, args.period, errors)
@@ -529,7 +573,11 @@ def compare(specs: list[str], out: Path, slo_ms: float, period_s: float,
             print(f"daemon_run: error: --from takes LABEL=RUNDIR, RUNDIR a run's runs/<mode> "
                   f"folder holding daemon.jsonl, got {spec!r}", file=sys.stderr)
             return 2
-        rows += read_periods(label.strip(), work, period_s)
+        try:
+            rows += read_periods(label.strip(), work, period_s)
+        except (OSError, ValueError) as exc:
+            print(f"daemon_run: error: --from {spec!r}: {exc}", file=sys.stderr)
+            return 2
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "periods.csv")
     text = _report(rows, out, f"SLO {slo_ms:g} ms, runs compared", slo_ms, period_s, [])

@@ -183,3 +183,48 @@ def test_daemon_run_stopped_by_sigterm_stops_its_inference(tmp_path):
     else:
         os.kill(pid, signal.SIGKILL)
         pytest.fail("the inference outlived daemon_run")
+
+
+def test_daemon_run_refuses_a_calibration_whose_values_make_no_plant(tmp_path):
+    """A calibration file with a value out of range was taken by --preset; each mode then
+    failed after its start-up (MPS daemon, inference) when its model was built."""
+    doc = json.loads((ROOT / "docs/results/h100_calibration/calibration.json").read_text())
+    doc["overrides"]["train_work_s"] = float("nan")
+    bad = tmp_path / "calibration.json"
+    bad.write_text(json.dumps(doc))
+    r = _run("harness.hil.daemon_run", ["--dry-run", "--preset", str(bad)])
+    assert r.returncode == 2, r.stderr
+    assert f"argument --preset: preset {str(bad)!r}: train_work_s must be" in r.stderr
+    good = ROOT / "docs/results/h100_calibration/calibration.json"
+    assert _run("harness.hil.daemon_run", ["--dry-run", "--preset", str(good)]).returncode == 0
+
+
+RUN = ROOT / "docs/results/h200/after_fixes/daemon_slo22_sleep/runs/sleep"
+
+
+@pytest.mark.parametrize("cut", ["half", "garbage", "no-ts"])
+def test_compare_refuses_a_cut_or_corrupt_daemon_log(tmp_path, capsys, cut):
+    """``--from`` on a run whose daemon.jsonl was cut mid-line (a killed writer, a partial
+    copy) ended in a JSONDecodeError traceback; a period record without its time, in a
+    KeyError. Now one line names the file and the line, and nothing is written."""
+    import shutil
+
+    from harness.hil.daemon_run import main
+
+    run = tmp_path / "sleep"
+    shutil.copytree(RUN, run)
+    log = run / "daemon.jsonl"
+    text = log.read_text()
+    if cut == "half":
+        log.write_text(text[:len(text) // 2])
+    elif cut == "garbage":
+        log.write_text(text + "{not json\n")
+    else:
+        log.write_text(text + '{"period": 99, "mean_ms": 20.0}\n')
+    out = tmp_path / "out"
+    assert main(["--from", f"sleep={run}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(log) in err[0] and "corrupt log" in err[0], err
+    assert not out.exists()
+    shutil.copy(RUN / "daemon.jsonl", log)  # the intact log reads
+    assert main(["--from", f"sleep={run}", "--out", str(out), "--slo-ms", "22"]) == 0
