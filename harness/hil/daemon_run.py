@@ -345,7 +345,7 @@ def _plot(rows: list[dict[str, Any]], slo_ms: float, path: Path) -> None:
     training's iterations (the burst shaded)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(4, 1, figsize=(9, 9), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(10.5, 9), sharex=True)
     cols = ("latency_ms", "sleep_s", "share_pct", "training_iterations")
     labels = ("inference latency (ms)", "training sleep (s)", "training share (%)",
               "training iterations\nper period")
@@ -361,9 +361,11 @@ def _plot(rows: list[dict[str, Any]], slo_ms: float, path: Path) -> None:
         if burst:
             ax.axvspan(min(burst) - step, max(burst), color="0.9", zorder=0)
     axes[0].axhline(slo_ms, color="k", ls=":", label="SLO")
-    axes[0].axhline(1.05 * slo_ms, color="grey", ls=":", lw=0.8)
+    axes[0].axhline(1.05 * slo_ms, color="grey", ls=":", lw=0.8, label="1.05 x SLO (over)")
     axes[-1].set(xlabel="time (s)")
-    axes[0].legend(fontsize=8, title="burst shaded", title_fontsize=8)
+    # beside the panels, off the lines (inside, it covered the latency of the later periods)
+    axes[0].legend(fontsize=8, title="burst shaded", title_fontsize=8, loc="upper left",
+                   bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
 

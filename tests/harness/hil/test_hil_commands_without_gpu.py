@@ -228,3 +228,24 @@ def test_compare_refuses_a_cut_or_corrupt_daemon_log(tmp_path, capsys, cut):
     assert not out.exists()
     shutil.copy(RUN / "daemon.jsonl", log)  # the intact log reads
     assert main(["--from", f"sleep={run}", "--out", str(out), "--slo-ms", "22"]) == 0
+
+
+def test_the_burst_figure_labels_every_line_and_keeps_its_legend_off_the_data(tmp_path,
+                                                                              monkeypatch):
+    """The 1.05 x SLO line (the threshold of the summary's "periods over") had no label, and
+    the legend sat inside the latency panel, over the later periods' latency."""
+    pytest.importorskip("matplotlib")
+    import harness.hil.daemon_run as dr
+
+    figs = []
+    monkeypatch.setattr(dr, "save_figure", lambda fig, path, **kw: figs.append(fig))
+    rows = dr.read_periods("sleep", RUN, 4.0)
+    dr._plot(rows, 22.0, tmp_path / "x.png")
+    fig = figs[0]
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["sleep", "SLO", "1.05 x SLO (over)"]
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    assert not legend.get_window_extent(r).overlaps(ax.get_window_extent(r))
+    assert legend.get_window_extent(r).x1 <= fig.bbox.x1  # inside the figure
