@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.cluster.checks import check_int, check_number
 from harness.cluster.placement import PLACEMENTS
 from harness.cluster.policies import ControlParams, PlantParams, make_policy
 from harness.cluster.traces import DAY, INFERENCE, TRAINING
@@ -20,17 +21,23 @@ class GpuType:
     name : str
         Model name.
     speed : float
-        Speed relative to the trace's GPUs.
+        Speed relative to the trace's GPUs, in (0, 100].
     mem_gb : float
-        Memory (GB).
+        Memory (GB), in (0, 1024].
     weight : int
-        Share of the pool: power-ons cycle through the types, each ``weight`` times.
+        Share of the pool: power-ons cycle through the types, each ``weight`` times; an
+        integer in [1, 10000].
     """
 
     name: str
     speed: float = 1.0
     mem_gb: float = 32.0
     weight: int = 1
+
+    def __post_init__(self) -> None:
+        check_number("GpuType speed", self.speed, 0, 100, lo_open=True)
+        check_number("GpuType mem_gb", self.mem_gb, 0, 1024, lo_open=True)
+        check_int("GpuType weight", self.weight, 1, 10000)
 
 
 DEFAULT_GPUS = (GpuType("default"),)
@@ -62,9 +69,9 @@ class SimConfig:
     gpu_types : tuple of GpuType
         The GPU pool (not empty).
     horizon_s : int, optional
-        Simulated seconds (default: to the end of the last arrival's day).
+        Simulated seconds, an integer >= 1 (default: to the end of the last arrival's day).
     seed : int
-        Seed of the observed features and the KACE profiling.
+        Seed of the observed features and the KACE profiling, in [0, 2^32 - 1].
     """
 
     policy: str = "gpucolo"
@@ -82,12 +89,16 @@ class SimConfig:
         if self.placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {self.placement!r}; choose from "
                              f"{', '.join(PLACEMENTS)}")
-        if not 0 < self.slo_factor <= 2:
-            raise ValueError(f"slo_factor must be in (0, 2], got {self.slo_factor!r}")
+        check_number("slo_factor", self.slo_factor, 0, 2, lo_open=True)
         if self.slo_mode not in ("rate", "deadline"):
             raise ValueError(f"slo_mode must be 'rate' or 'deadline', got {self.slo_mode!r}")
         if not self.gpu_types:
             raise ValueError("gpu_types must not be empty")
+        if not all(isinstance(gt, GpuType) for gt in self.gpu_types):
+            raise ValueError(f"gpu_types must be GpuType instances, got {self.gpu_types!r}")
+        if self.horizon_s is not None:
+            check_int("horizon_s", self.horizon_s, 1)
+        check_int("seed", self.seed, 0, 2**32 - 1)
 
     @property
     def slo_latency(self) -> float:

@@ -198,3 +198,23 @@ def test_openb_slice_runs_and_gpucolo_packs():
     assert res["gpucolo"].violation_rate <= res["gslice"].violation_rate + 0.05
     kinds = tr.kind
     assert (kinds == INFERENCE).any() and (kinds == TRAINING).any()
+
+
+@pytest.mark.parametrize("field,value", [
+    ("speed", 0.0), ("speed", -1.0), ("speed", float("nan")), ("mem_gb", 0.0),
+    ("mem_gb", float("nan")), ("mem_gb", float("inf")), ("weight", 0), ("weight", -1),
+    ("weight", 1.5)])
+def test_gpu_type_refuses_bad_fields(field, value):
+    # a NaN memory made the engine look for a fitting slot forever; a zero speed left every
+    # job unfinished; a zero weight was silently taken as 1
+    with pytest.raises(ValueError, match=f"GpuType {field} must be"):
+        GpuType("x", **{field: value})
+
+
+@pytest.mark.parametrize("field,value", [
+    ("horizon_s", 0), ("horizon_s", -5), ("horizon_s", 1.5), ("seed", -1), ("seed", 1.5),
+    ("slo_factor", "0.9"), ("slo_factor", float("nan")), ("gpu_types", ("gpu",))])
+def test_sim_config_refuses_bad_fields(field, value):
+    # horizon_s 0 ended in an IndexError, 1.5 ran; a bad seed failed deep inside numpy
+    with pytest.raises(ValueError, match=field):
+        SimConfig(**{field: value})
