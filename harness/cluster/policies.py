@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.cluster.checks import check_int, check_number
 from harness.cluster.vcontrol import CORE_DEFAULTS
 
 POLICIES = ("nocolo", "separate", "simple", "conservative", "gslice", "gpucolo")
@@ -51,7 +52,7 @@ class PlantParams:
     interference : float
         gamma, strength of the pressure term; in [0, 10].
     train_iteration_s : float
-        Training iteration time T (s); duty cycle with sleep s is T/(T+s); > 0.
+        Training iteration time T (s); duty cycle with sleep s is T/(T+s); in (0, 3600].
     restart_s : int
         Seconds a process makes no progress after an MPS change (the GPUColo paper: 5-15 s);
         in [0, 600].
@@ -63,14 +64,10 @@ class PlantParams:
     restart_s: int = 7
 
     def __post_init__(self) -> None:
-        if not 1.0 <= self.max_speedup <= 10.0:
-            raise ValueError(f"max_speedup must be in [1, 10], got {self.max_speedup!r}")
-        if not 0.0 <= self.interference <= 10.0:
-            raise ValueError(f"interference must be in [0, 10], got {self.interference!r}")
-        if not self.train_iteration_s > 0:
-            raise ValueError("train_iteration_s must be > 0")
-        if not (isinstance(self.restart_s, int) and 0 <= self.restart_s <= 600):
-            raise ValueError(f"restart_s must be an integer in [0, 600], got {self.restart_s!r}")
+        check_number("max_speedup", self.max_speedup, 1, 10)
+        check_number("interference", self.interference, 0, 10)
+        check_number("train_iteration_s", self.train_iteration_s, 0, 3600, lo_open=True)
+        check_int("restart_s", self.restart_s, 0, 600)
 
 
 @dataclass(frozen=True)
@@ -91,11 +88,11 @@ class ControlParams:
     Parameters
     ----------
     inner_period_s : int
-        GPUColo inner period (s), >= 1.
+        GPUColo inner period (s), in [1, 3600].
     outer_every : int
-        Outer period in inner periods, >= 1; must exceed the inner settling time.
+        Outer period in inner periods, in [1, 10000]; must exceed the inner settling time.
     threshold : float
-        Relative error below which the outer loop does not act.
+        Relative error below which the outer loop does not act, in [0, 1).
     detune : float
         Inner P gain as a fraction of deadbeat (``gpucontrol.design_p``), in (0, 2).
     gain : str
@@ -103,13 +100,13 @@ class ControlParams:
     setpoint_margin : float
         Set point below the SLO latency, as a fraction; in [0, 0.5).
     sleep_max_s : float
-        Upper sleep bound (s).
+        Upper sleep bound (s), in (0, 3600].
     sleep_tolerance_s : float
-        Actuator resolution: smaller sleep moves are not applied (s).
+        Actuator resolution: smaller sleep moves are not applied (s), in [0, sleep_max_s).
     gslice_period_s : int
-        GSLICE period (s), >= 1.
+        GSLICE period (s), in [1, 86400].
     gslice_slack : float
-        GSLICE shrinks a share when the latency is this fraction below target.
+        GSLICE shrinks a share when the latency is this fraction below target, in [0, 1).
     """
 
     inner_period_s: int = int(CORE_DEFAULTS["inner_period_s"])
@@ -124,18 +121,18 @@ class ControlParams:
     gslice_slack: float = 0.10
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.inner_period_s, int) and self.inner_period_s >= 1):
-            raise ValueError("inner_period_s must be an integer >= 1")
-        if not (isinstance(self.outer_every, int) and self.outer_every >= 1):
-            raise ValueError("outer_every must be an integer >= 1")
-        if not 0 < self.detune < 2:
-            raise ValueError(f"detune must be in (0, 2), got {self.detune!r}")
+        check_int("inner_period_s", self.inner_period_s, 1, 3600)
+        check_int("outer_every", self.outer_every, 1, 10000)
+        check_number("threshold", self.threshold, 0, 1, hi_open=True)
+        check_number("detune", self.detune, 0, 2, lo_open=True, hi_open=True)
         if self.gain not in ("scheduled", "fixed"):
             raise ValueError(f"gain must be 'scheduled' or 'fixed', got {self.gain!r}")
-        if not 0 <= self.setpoint_margin < 0.5:
-            raise ValueError("setpoint_margin must be in [0, 0.5)")
-        if not (isinstance(self.gslice_period_s, int) and self.gslice_period_s >= 1):
-            raise ValueError("gslice_period_s must be an integer >= 1")
+        check_number("setpoint_margin", self.setpoint_margin, 0, 0.5, hi_open=True)
+        check_number("sleep_max_s", self.sleep_max_s, 0, 3600, lo_open=True)
+        check_number("sleep_tolerance_s", self.sleep_tolerance_s, 0, self.sleep_max_s,
+                     hi_open=True)
+        check_int("gslice_period_s", self.gslice_period_s, 1, 86400)
+        check_number("gslice_slack", self.gslice_slack, 0, 1, hi_open=True)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.cluster.checks import check_int, check_number
 from harness.cluster.traces import (
     DAY,
     INFERENCE,
@@ -37,15 +38,15 @@ class SyntheticConfig:
     Parameters
     ----------
     days : float
-        Trace length (days), > 0.
+        Trace length (days), in (0, 3650].
     target_gpus : float
-        Mean busy GPUs under No Co-location, > 0.
+        Mean busy GPUs under No Co-location, in (0, 1e6].
     inference_to_training : float
-        Inference tasks per training task, > 0.
+        Inference tasks per training task, in (0, 1e4].
     inf_median_s, inf_log_sigma : float
-        Inference duration: median (s) and sigma of its log.
+        Inference duration: median (s, in (0, 365 days]) and sigma of its log (in [0, 5]).
     train_median_s, train_log_sigma : float
-        Training duration: median (s) and sigma of its log.
+        Training duration: median (s, in (0, 365 days]) and sigma of its log (in [0, 5]).
     inf_demand_mean, train_demand_mean : float
         Mean demanded utilization, in (0.05, 1).
     multi_gpu_fraction : float
@@ -53,7 +54,7 @@ class SyntheticConfig:
     diurnal_amplitude : float
         Relative amplitude of the daily arrival modulation, in [0, 1).
     seed : int
-        Random seed.
+        Random seed, in [0, 2^32 - 1].
     """
 
     days: float = 57.0
@@ -70,17 +71,16 @@ class SyntheticConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("days", "target_gpus", "inference_to_training", "inf_median_s",
-                     "train_median_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name, hi in (("days", 3650), ("target_gpus", 1e6), ("inference_to_training", 1e4),
+                         ("inf_median_s", 365 * DAY), ("train_median_s", 365 * DAY)):
+            check_number(name, getattr(self, name), 0, hi, lo_open=True)
+        for name in ("inf_log_sigma", "train_log_sigma"):
+            check_number(name, getattr(self, name), 0, 5)
         for name in ("inf_demand_mean", "train_demand_mean"):
-            if not 0.05 < getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in (0.05, 1), got {getattr(self, name)!r}")
-        if not 0 <= self.multi_gpu_fraction <= 1:
-            raise ValueError("multi_gpu_fraction must be in [0, 1]")
-        if not 0 <= self.diurnal_amplitude < 1:
-            raise ValueError("diurnal_amplitude must be in [0, 1)")
+            check_number(name, getattr(self, name), 0.05, 1, lo_open=True, hi_open=True)
+        check_number("multi_gpu_fraction", self.multi_gpu_fraction, 0, 1)
+        check_number("diurnal_amplitude", self.diurnal_amplitude, 0, 1, hi_open=True)
+        check_int("seed", self.seed, 0, 2**32 - 1)
 
 
 def synthetic(cfg: SyntheticConfig | None = None, **kw: Any) -> Trace:
@@ -163,7 +163,16 @@ def inference_burst(trace: Trace, start_day: float = 20.0, end_day: float = 40.0
     -------
     Trace
         The trace with the burst's inference tasks duplicated (new interference profiles).
+
+    Raises
+    ------
+    ValueError
+        Unless ``0 <= start_day < end_day <= 36500``.
     """
+    check_number("start_day", start_day, 0, 36500)
+    check_number("end_day", end_day, 0, 36500)
+    if not start_day < end_day:
+        raise ValueError(f"start_day must be before end_day, got {start_day!r}, {end_day!r}")
     lo, hi = start_day * DAY, end_day * DAY
     m = (trace.kind == INFERENCE) & (trace.arrival >= lo) & (trace.arrival < hi)
     dup = trace.take(m)

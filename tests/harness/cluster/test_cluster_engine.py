@@ -218,3 +218,16 @@ def test_sim_config_refuses_bad_fields(field, value):
     # horizon_s 0 ended in an IndexError, 1.5 ran; a bad seed failed deep inside numpy
     with pytest.raises(ValueError, match=field):
         SimConfig(**{field: value})
+
+
+@pytest.mark.parametrize("cls,field,value", [
+    (ControlParams, "threshold", float("nan")), (ControlParams, "threshold", -1.0),
+    (ControlParams, "sleep_max_s", -1.0), (ControlParams, "sleep_max_s", float("nan")),
+    (ControlParams, "sleep_tolerance_s", -1.0), (ControlParams, "sleep_tolerance_s", 2.0),
+    (ControlParams, "gslice_slack", float("nan")), (ControlParams, "gslice_slack", -1.0),
+    (ControlParams, "outer_every", 2.5), (PlantParams, "train_iteration_s", float("inf")),
+    (PlantParams, "interference", "0.5")])
+def test_params_refuse_bad_fields(cls, field, value):
+    # each was taken and the run went on with it
+    with pytest.raises(ValueError, match=f"{field} must be"):
+        cls(**{field: value})

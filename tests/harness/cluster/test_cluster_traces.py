@@ -204,3 +204,30 @@ def test_with_ratio(ratio):
     r = with_ratio(t, ratio)
     c = r.counts()
     assert c["inference"] / c["training"] == pytest.approx(ratio, rel=0.15)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("days", float("inf")), ("days", "3"), ("target_gpus", float("nan")),
+    ("inf_log_sigma", -1.0), ("train_log_sigma", float("inf")), ("inf_median_s", float("inf")),
+    ("seed", -1), ("seed", 1.5), ("inference_to_training", float("inf"))])
+def test_synthetic_config_refuses_bad_fields(field, value):
+    # each was taken (an infinite log-sigma or median made a trace) or failed inside numpy
+    # with a message that named no field
+    with pytest.raises(ValueError, match=f"{field} must be"):
+        SyntheticConfig(**{field: value})
+
+
+@pytest.mark.parametrize("start,end", [(float("nan"), 3.0), (5.0, 2.0), (-1.0, 3.0),
+                                       (0.0, float("inf")), (3.0, 3.0)])
+def test_inference_burst_refuses_bad_days(start, end):
+    t = synthetic(days=1, target_gpus=5, seed=1)
+    with pytest.raises(ValueError, match=r"start_day|end_day"):
+        inference_burst(t, start, end)
+
+
+@pytest.mark.parametrize("start,days", [(-1.0, 3.0), (0.0, 0.0), (0.0, -1.0),
+                                        (float("nan"), 3.0), (0.0, float("nan"))])
+def test_window_refuses_bad_days(start, days):
+    t = synthetic(days=1, target_gpus=5, seed=1)
+    with pytest.raises(ValueError, match=r"window (start_day|days) must be"):
+        t.window(start, days)
