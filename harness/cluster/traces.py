@@ -52,6 +52,9 @@ DAY = 86400
 MEMORY_PER_SHARE_GB = (8.0, 24.0)
 #: Sub-task limits of the PAI split rule (the GPUColo paper, Sec. VI).
 SPLIT_UTIL, SPLIT_MEM_GB = 1.0, 32.0
+#: Most per-GPU tasks one trace row may make (openb ``num_gpu``, PAI ``inst_num`` times the
+#: split); a row asking for more is malformed (a ``num_gpu`` of 1e9 made a billion tasks).
+MAX_TASKS_PER_ROW = 100_000
 
 OPENB_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
                  "pod_phase", "creation_time", "deletion_time", "scheduled_time")
@@ -306,6 +309,8 @@ def _openb_fields(r: dict[str, str]) -> tuple[int, int, int | None, int | None, 
         raise _Skip("bad", "unknown pod_phase")
     if num_gpu < 0 or milli < 0 or milli > 1000 or created < 0:
         raise _Skip("bad", "value out of range")
+    if num_gpu > MAX_TASKS_PER_ROW:
+        raise _Skip("bad", f"more than {MAX_TASKS_PER_ROW} per-GPU tasks")
     return num_gpu, milli, sched, deleted, qos, phase
 
 
@@ -430,8 +435,17 @@ def _pai_fields(r: dict[str, str]) -> tuple[float, float, int, float, float]:
     return gpu, pmem, inst, st, en
 
 
-def _pai_task(r: dict[str, str]) -> tuple[float, float, int, float, int]:
-    """A task we simulate: ``(plan_gpu, plan_mem, inst_num, start, length)``; raises
+def _pai_split(gpu: float, pmem: float, inst: int) -> int:
+    """Sub-tasks per instance (the split rule); raises :class:`_Skip` when the row would
+    make more than :data:`MAX_TASKS_PER_ROW` per-GPU tasks."""
+    n = max(math.ceil(gpu / 100.0 / SPLIT_UTIL - 1e-9), math.ceil(pmem / SPLIT_MEM_GB - 1e-9), 1)
+    if inst * n > MAX_TASKS_PER_ROW:
+        raise _Skip("bad", f"more than {MAX_TASKS_PER_ROW} per-GPU tasks")
+    return n
+
+
+def _pai_task(r: dict[str, str]) -> tuple[float, float, int, float, int, int]:
+    """A task we simulate: ``(plan_gpu, plan_mem, inst_num, start, length, split)``; raises
     :class:`_Skip` (the module docstring's rules, in their order) otherwise."""
     gpu, pmem, inst, st, en = _pai_fields(r)
     if r["status"] != "Terminated" or not (math.isfinite(st) and math.isfinite(en)):
@@ -443,7 +457,7 @@ def _pai_task(r: dict[str, str]) -> tuple[float, float, int, float, int]:
     length = math.floor(en) - math.floor(st)
     if length < 1:
         raise _Skip("filter", "zero length")
-    return gpu, pmem, inst, st, length
+    return gpu, pmem, inst, st, length, _pai_split(gpu, pmem, inst)
 
 
 def load_pai(path: str | Path, *, seed: int = 0) -> Trace:
@@ -493,13 +507,12 @@ def load_pai(path: str | Path, *, seed: int = 0) -> Trace:
                 continue
             r = dict(zip(PAI_COLUMNS, (row[i].strip() for i in idx)))
             try:
-                gpu, pmem, inst, st, length = _pai_task(r)
+                gpu, pmem, inst, st, length, n = _pai_task(r)
             except _Skip as skip:
                 skip.count(rep, line)
                 continue
             util = gpu / 100.0
             k = pai_kind(r["task_name"], util, pmem, length)
-            n = max(math.ceil(util / SPLIT_UTIL - 1e-9), math.ceil(pmem / SPLIT_MEM_GB - 1e-9), 1)
             rep.kept_rows += 1
             for i in range(inst):
                 for j in range(n):

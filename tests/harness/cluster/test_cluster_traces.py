@@ -231,3 +231,19 @@ def test_window_refuses_bad_days(start, days):
     t = synthetic(days=1, target_gpus=5, seed=1)
     with pytest.raises(ValueError, match=r"window (start_day|days) must be"):
         t.window(start, days)
+
+
+def test_a_row_asking_for_too_many_gpus_is_malformed(tmp_path):
+    # num_gpu 1e9 (or a PAI row of 1e9 instances) made a billion per-GPU tasks: the load
+    # never ended; such a row is counted as malformed, the others are kept
+    from harness.cluster.traces import MAX_TASKS_PER_ROW
+    t = load_openb(write(tmp_path / "p.csv", OPENB_COLUMNS,
+                         [openb_row("ok"), openb_row("huge", num_gpu="1e9"),
+                          openb_row("max", num_gpu=MAX_TASKS_PER_ROW)]))
+    reason = f"more than {MAX_TASKS_PER_ROW} per-GPU tasks"
+    assert t.report.malformed == {reason: 1} and len(t) == 1 + MAX_TASKS_PER_ROW
+    rows = [["j1", "worker", 1, "Terminated", 1000, 5000, 600, 4, 50, "V100"],
+            ["j2", "worker", 10 ** 9, "Terminated", 1000, 5000, 600, 4, 50, "V100"],
+            ["j3", "worker", 2, "Terminated", 1000, 5000, 600, 4, 1e12, "V100"]]
+    p = load_pai(write(tmp_path / "pai.csv", PAI_COLUMNS, rows))
+    assert p.report.malformed == {reason: 2} and len(p) == 1
