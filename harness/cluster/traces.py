@@ -188,8 +188,25 @@ class Trace:
             setattr(self, k, np.asarray(getattr(self, k))[order])
         self.arrival = self.arrival.astype(np.int64)
         self.kind = self.kind.astype(np.int8)
-        if n and (np.any(self.work < 1) or np.any(self.demand <= 0) or np.any(self.demand > 1)):
-            raise ValueError("trace tasks need work >= 1 s and demand in (0, 1]")
+        if n:
+            self._check_values()
+
+    def _check_values(self) -> None:
+        """Refuse NaN and out-of-range task values (a NaN memory made the engine look for a
+        fitting GPU forever)."""
+        rules = (("arrival", self.arrival >= 0, ">= 0"),
+                 ("work", np.isfinite(self.work) & (self.work >= 1), "finite and >= 1 s"),
+                 ("demand", (self.demand > 0) & (self.demand <= 1), "in (0, 1]"),
+                 ("mem_gb", np.isfinite(self.mem_gb) & (self.mem_gb >= 0), "finite and >= 0"),
+                 ("beta", np.isfinite(self.beta) & (self.beta >= 0), "finite and >= 0"),
+                 ("sigma", np.isfinite(self.sigma) & (self.sigma >= 0), "finite and >= 0"),
+                 ("kind", (self.kind == INFERENCE) | (self.kind == TRAINING),
+                  f"{INFERENCE} (inference) or {TRAINING} (training)"))
+        for name, ok, rng in rules:
+            if not np.all(ok):
+                i = int(np.argmin(ok))
+                raise ValueError(f"trace {self.name!r}: every task's {name} must be {rng}; task "
+                                 f"{i} has {getattr(self, name)[i]!r}")
 
     def __len__(self) -> int:
         return len(self.arrival)

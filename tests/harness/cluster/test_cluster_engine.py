@@ -231,3 +231,14 @@ def test_params_refuse_bad_fields(cls, field, value):
     # each was taken and the run went on with it
     with pytest.raises(ValueError, match=f"{field} must be"):
         cls(**{field: value})
+
+
+@pytest.mark.parametrize("column,value", [
+    ("mem_gb", float("nan")), ("mem_gb", -1.0), ("work", float("nan")), ("work", float("inf")),
+    ("arrival", -50), ("beta", float("nan")), ("sigma", -1.0), ("kind", 2)])
+def test_trace_refuses_bad_task_values(column, value):
+    # a NaN memory made the engine look for a fitting GPU forever; a NaN length was taken
+    kw = {"arrival": [0, 10], "work": [100.0, 100.0], "demand": [0.5, 0.5], "kind": [0, 1]}
+    kw[column] = [value, kw.get(column, [2.0, 2.0])[1]] if column in kw else [value, 1.0]
+    with pytest.raises(ValueError, match=f"every task's {column} must be"):
+        table(None, **kw)
