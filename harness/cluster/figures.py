@@ -96,6 +96,30 @@ def _style(policy: str, placement: str) -> dict:
             "ls": PLACEMENT_STYLES.get(placement, "-.")}
 
 
+def _same_as(results: Sequence[SimResult], series: Sequence[np.ndarray], i: int) -> str | None:
+    """The placement of an earlier result of the same policy whose plotted series is
+    identical to result ``i``'s (the two lines coincide), else None."""
+    r = results[i]
+    for k in range(i):
+        if (results[k].policy == r.policy and results[k].placement != r.placement
+                and np.array_equal(series[k], series[i], equal_nan=True)):
+            return results[k].placement
+    return None
+
+
+def _plot_series(ax, results: Sequence[SimResult], series: Sequence[np.ndarray],
+                 labels: Sequence[str]) -> None:
+    """One line per result; a line identical to an earlier one of the same policy says so in
+    its legend entry (Mudi-style placement under Separate, for instance, places training
+    first-fit, since no training GPU hosts inference there, and Separate's GPU count follows
+    the training GPUs)."""
+    for i, (r, y, label) in enumerate(zip(results, series, labels)):
+        same = _same_as(results, series, i)
+        if same:
+            label += f" (same as {same})"
+        ax.plot(np.arange(r.days), y, marker=".", **_style(r.policy, r.placement), label=label)
+
+
 def _days_axis(ax, results: Sequence[SimResult], burst: tuple[float, float] | None) -> None:
     """x axis over the simulated days only; the burst shaded where it overlaps them."""
     days = max(r.days for r in results)
@@ -114,9 +138,8 @@ def plot_fig12(results: Sequence[SimResult], path: Path,
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(11, 4.4))
-    for r in results:
-        ax.plot(np.arange(r.days), r.daily_gpus, marker=".", **_style(r.policy, r.placement),
-                label=f"{LABELS[r.policy]} ({r.placement}): {r.mean_gpus:.0f}")
+    _plot_series(ax, results, [r.daily_gpus for r in results],
+                 [f"{LABELS[r.policy]} ({r.placement}): {r.mean_gpus:.0f}" for r in results])
     _days_axis(ax, results, burst)
     ax.set_xlabel("day")
     ax.set_ylabel("GPUs (daily average)")
@@ -136,12 +159,10 @@ def plot_fig13a(results: Sequence[SimResult], path: Path,
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(11, 4.4))
-    for r in results:
-        if r.policy == "nocolo":
-            continue
-        ax.plot(np.arange(r.days), 100 * r.daily_violation(), marker=".",
-                **_style(r.policy, r.placement),
-                label=f"{LABELS[r.policy]} ({r.placement}): {100 * r.violation_rate:.1f} %")
+    shown = [r for r in results if r.policy != "nocolo"]
+    _plot_series(ax, shown, [100 * r.daily_violation() for r in shown],
+                 [f"{LABELS[r.policy]} ({r.placement}): {100 * r.violation_rate:.1f} %"
+                  for r in shown])
     _days_axis(ax, results, burst)
     ax.set_xlabel("day (of arrival)")
     ax.set_ylabel("SLO violation rate (%)")

@@ -136,3 +136,35 @@ def test_the_long_run_note_counts_the_ratio_sweep(capsys, monkeypatch):
         with pytest.raises(SystemExit):
             main(["cluster", "--trace", "synthetic", "--days", "57", "--scale", "3000", *extra])
         assert seen[-1] == (57 * 3000, runs)
+
+
+def test_a_line_identical_to_an_earlier_placement_says_so(tmp_path):
+    # with --placement all, Separate under Mudi-style placement gives exactly first-fit's
+    # GPUs per day (its training placement falls back to first-fit and Separate's count
+    # follows the training GPUs): its line was hidden under first-fit's without a word
+    import dataclasses
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import harness.cluster.figures as figs
+    from harness.cluster.engine import SimConfig, Simulation
+
+    t = synthetic(days=2, target_gpus=20, seed=0)
+    ff = Simulation(t, SimConfig(policy="separate")).run()
+    kace = Simulation(t, SimConfig(policy="separate", placement="kace")).run()
+    same = dataclasses.replace(ff, placement="mudi")
+    other = dataclasses.replace(ff, placement="kace",
+                                daily_gpus=ff.daily_gpus + 1, violated=kace.violated)
+    drawn = []
+    orig = figs.save_figure
+    figs.save_figure = lambda fig, path, **kw: drawn.append(fig) or path
+    try:
+        figs.plot_fig12([ff, other, same], tmp_path / "a.png", burst=None)
+        figs.plot_fig13a([ff, other, same], tmp_path / "b.png", burst=None)
+    finally:
+        figs.save_figure = orig
+    for fig in drawn:
+        labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
+        assert "same as" not in labels[0] + labels[1], labels
+        assert "(same as first-fit)" in labels[2], labels
