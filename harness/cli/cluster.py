@@ -165,6 +165,7 @@ def _check_flags(args: argparse.Namespace) -> None:
             if v is not None:
                 raise UsageError(f"{flag} {v:g} is for --trace synthetic only; the {kind} "
                                  f"trace has its own length and size")
+    args.burst_given = args.burst_days is not None
     if args.burst_days is None:
         args.burst_days = BURST_DAYS
     if args.days is None:
@@ -188,8 +189,12 @@ def _check_burst(args: argparse.Namespace, trace: Trace | None) -> None:
     span = (args.window[1] if args.window else args.days if args.trace[0] == "synthetic"
             else None if trace is None else trace.days)
     if span is not None and a >= span:
-        raise UsageError(f"--burst-days {a:g} {b:g} start after the trace's {span:.3g} days: "
-                         f"give START in [0, {span:.3g}) or --no-burst")
+        if getattr(args, "burst_given", True):
+            raise UsageError(f"--burst-days {a:g} {b:g} start after the trace's {span:.3g} "
+                             f"days: give START in [0, {span:.3g}) or --no-burst")
+        raise UsageError(f"the default --burst-days {a:g} {b:g} start after the trace's "
+                         f"{span:.3g} days: give --burst-days START END with START in "
+                         f"[0, {span:.3g}), or --no-burst")
 
 
 def gpu_pool(name: str) -> tuple[GpuType, ...]:

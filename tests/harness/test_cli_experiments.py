@@ -121,7 +121,12 @@ BAD = [
     (["cluster", "--window", "0", "0"], "--window 0 0: DAYS must be > 0"),
     (["cluster", "--window", "900", "10", "--no-burst"], "--window 900 10 holds no tasks"),
     (["cluster", "--trace", "synthetic", "--days", "2", "--scale", "10"],
-     "--burst-days 20 40 start after the trace's 2 days"),
+     "the default --burst-days 20 40 start after the trace's 2 days: give --burst-days START "
+     "END with START in [0, 2), or --no-burst"),
+    # a --window shorter than the default burst's start: the message said "--burst-days 20
+    # 40", a flag the user had not given
+    (["cluster", "--window", "200", "10"],
+     "the default --burst-days 20 40 start after the trace's 10 days"),
 ]
 
 
@@ -143,7 +148,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, text, tmp_path, c
     (["--window", "112", "10", "--burst-days", "13", "26"],
      "--burst-days 13 26 start after the trace's 10 days"),
     (["--trace", "synthetic", "--days", "2", "--scale", "10"],
-     "--burst-days 20 40 start after the trace's 2 days"),
+     "the default --burst-days 20 40 start after the trace's 2 days"),
 ])
 def test_days_the_flags_alone_refuse_are_refused_before_the_trace_loads(argv, text, tmp_path,
                                                                          capsys, monkeypatch):
