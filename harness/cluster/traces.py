@@ -35,17 +35,20 @@ otherwise training when at least two of (utilization >= 50 %, memory >= 8 GB, le
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from harness.cluster.checks import check_number
 
 INFERENCE, TRAINING = 0, 1
+_T = TypeVar("_T")
 DAY = 86400
 
 #: GPU memory per unit of demanded GPU share (GB), by kind (inference, training).
@@ -362,6 +365,21 @@ def _openb_kind(qos: str, milli: int, length: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+def _text_file(load: Callable[..., _T]) -> Callable[..., _T]:
+    """A loader whose file turns out not to be UTF-8 text raises a ``ValueError`` naming the
+    file (the bare ``UnicodeDecodeError`` named only a byte)."""
+    @functools.wraps(load)
+    def wrapped(*args: object, **kw: object) -> _T:
+        try:
+            return load(*args, **kw)
+        except UnicodeDecodeError as exc:
+            path = args[0] if args else kw.get("path", "the file")
+            raise ValueError(f"{path}: not a UTF-8 text CSV file ({exc.reason} at byte "
+                             f"{exc.start})") from None
+    return wrapped
+
+
+@_text_file
 def load_openb(path: str | Path = OPENB_PODS, *, seed: int = 0) -> Trace:
     """Load an openb pod list (see the module docstring for the mapping rules).
 
@@ -477,6 +495,7 @@ def _pai_task(r: dict[str, str]) -> tuple[float, float, int, float, int, int]:
     return gpu, pmem, inst, st, length, _pai_split(gpu, pmem, inst)
 
 
+@_text_file
 def load_pai(path: str | Path, *, seed: int = 0) -> Trace:
     """Load a PAI 2020 ``pai_task_table`` CSV (with or without its header row).
 
@@ -555,6 +574,7 @@ def _chain(*its):
         yield from it
 
 
+@_text_file
 def load_gpu_mix(path: str | Path = OPENB_NODES) -> dict[str, int]:
     """GPU models and counts from an openb node list (for heterogeneous pools)."""
     path = Path(path)

@@ -247,3 +247,12 @@ def test_a_row_asking_for_too_many_gpus_is_malformed(tmp_path):
             ["j3", "worker", 2, "Terminated", 1000, 5000, 600, 4, 1e12, "V100"]]
     p = load_pai(write(tmp_path / "pai.csv", PAI_COLUMNS, rows))
     assert p.report.malformed == {reason: 2} and len(p) == 1
+
+
+@pytest.mark.parametrize("loader", [load_openb, load_pai, load_gpu_mix])
+def test_a_file_that_is_not_text_is_refused_naming_it(tmp_path, loader):
+    # the bare UnicodeDecodeError named a byte, not the file
+    f = tmp_path / "binary.csv"
+    f.write_bytes(b"name,cpu_milli\n\xff\xfe\x00\x01,1\n")
+    with pytest.raises(ValueError, match=r"binary\.csv: not a UTF-8 text CSV file"):
+        loader(f)
