@@ -241,6 +241,11 @@ def _prepare(args: argparse.Namespace) -> tuple[Trace, tuple[float, float] | Non
     return trace, burst
 
 
+def _pct(x: float) -> str:
+    """A rate as a percentage; n/a when it is undefined (no inference task to rate)."""
+    return f"{100 * x:.1f} %" if math.isfinite(x) else "n/a"
+
+
 def _gpucolo_line(r: dict) -> str:
     """One summary row of GPUColo against the paper's numbers."""
     parts = [f"GPUColo ({r['placement']}):"]
@@ -250,8 +255,7 @@ def _gpucolo_line(r: dict) -> str:
     if math.isfinite(r["saved_vs_gslice"]):
         parts.append(f"saves {100 * r['saved_vs_gslice']:.1f} % vs GSLICE "
                      "(paper 50.2 %);")
-    parts.append(f"SLO violation {100 * r['violation_rate']:.1f} % (paper 1.1 %, "
-                 "GSLICE 27.2 %)")
+    parts.append(f"SLO violation {_pct(r['violation_rate'])} (paper 1.1 %, GSLICE 27.2 %)")
     return " ".join(parts)
 
 
@@ -266,7 +270,7 @@ def _ratio_sweep(trace: Trace, ratios: list[float], placement: str, base: dict, 
             r = _simulate(tr, cfg, f"{pol} {ratio:g}:1", show)
             rrows.append({"ratio": ratio, "policy": pol, "placement": placement,
                           "violation_rate": r.violation_rate, "mean_gpus": r.mean_gpus})
-            print(f"ratio {ratio:g}:1 {pol:8s} violation {100 * r.violation_rate:5.1f} % "
+            print(f"ratio {ratio:g}:1 {pol:8s} violation {_pct(r.violation_rate):>7s} "
                   f"mean GPUs {r.mean_gpus:.1f}")
     return rrows
 

@@ -163,8 +163,11 @@ class SimResult:
 
     @property
     def violation_rate(self) -> float:
+        """Fraction of the inference tasks that missed their SLO, over those that finished or
+        passed their deadline; nan when there is none (a run without inference tasks has no
+        violation rate, not a rate of 0)."""
         v = self.violated[self.violated >= 0]
-        return float(np.mean(v)) if len(v) else 0.0
+        return float(np.mean(v)) if len(v) else float("nan")
 
     def daily_violation(self) -> np.ndarray:
         inf = np.nonzero(self.kind == INFERENCE)[0]

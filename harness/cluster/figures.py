@@ -161,8 +161,9 @@ def plot_fig13a(results: Sequence[SimResult], path: Path,
     fig, ax = plt.subplots(figsize=(11, 4.4))
     shown = [r for r in results if r.policy != "nocolo"]
     _plot_series(ax, shown, [100 * r.daily_violation() for r in shown],
-                 [f"{LABELS[r.policy]} ({r.placement}): {100 * r.violation_rate:.1f} %"
-                  for r in shown])
+                 [f"{LABELS[r.policy]} ({r.placement}): "
+                  + (f"{100 * r.violation_rate:.1f} %" if math.isfinite(r.violation_rate)
+                     else "n/a") for r in shown])
     _days_axis(ax, results, burst)
     ax.set_xlabel("day (of arrival)")
     ax.set_ylabel("SLO violation rate (%)")

@@ -242,3 +242,17 @@ def test_trace_refuses_bad_task_values(column, value):
     kw[column] = [value, kw.get(column, [2.0, 2.0])[1]] if column in kw else [value, 1.0]
     with pytest.raises(ValueError, match=f"every task's {column} must be"):
         table(None, **kw)
+
+
+def test_a_run_without_inference_tasks_has_no_violation_rate():
+    # it reported 0.0 % SLO violations: a rate over no task at all
+    from harness.cluster.figures import format_table, summary_rows
+
+    tr = table(None, arrival=[0, 50], work=[100.0, 100.0], demand=[0.5, 0.5], kind=[1, 1])
+    r = simulate(tr, "gpucolo")
+    assert np.isnan(r.violation_rate)
+    row = summary_rows([r], None)[0]
+    assert format_table([row]).splitlines()[-1].split()[5] == "n/a"
+    # with an inference task that met its SLO the rate is a true 0
+    tr = table(None, arrival=[0, 50], work=[100.0, 100.0], demand=[0.5, 0.5], kind=[0, 1])
+    assert simulate(tr, "nocolo").violation_rate == 0.0
