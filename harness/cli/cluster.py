@@ -299,6 +299,11 @@ def run(args: argparse.Namespace) -> int:
     if args.trace[0] == "synthetic":     # (each ratio of Fig 13b runs GSLICE and GPUColo)
         _warn_if_long(args.days * args.scale, len(policies) * len(placements) + 2 * len(ratios))
     trace, burst = _prepare(args)
+    c = trace.counts()
+    if ratios and not (c["inference"] and c["training"]):
+        raise UsageError(f"--ratios needs a trace with both inference and training tasks; "
+                         f"this one has {c['inference']} inference and {c['training']} "
+                         f"training")
     base = {"plant": PlantParams(max_speedup=args.max_speedup, interference=args.interference),
             "control": ControlParams(gain=args.gain), "slo_factor": args.slo_factor,
             "slo_mode": args.slo_mode, "gpu_types": gpu_pool(args.gpus), "seed": args.seed}

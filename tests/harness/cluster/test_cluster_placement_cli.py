@@ -168,3 +168,19 @@ def test_a_line_identical_to_an_earlier_placement_says_so(tmp_path):
         labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
         assert "same as" not in labels[0] + labels[1], labels
         assert "(same as first-fit)" in labels[2], labels
+
+
+def test_ratios_need_both_kinds_of_task(tmp_path, capsys):
+    # a training-only trace ran the Fig 13b sweep unchanged at every "ratio" and wrote it
+    path = tmp_path / "pai.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(PAI_COLUMNS)
+        w.writerow(["j1", "train", 2, "Terminated", 1000, 5000, 600, 4, 50, "V100"])
+    out = tmp_path / "o"
+    assert main(["cluster", "--trace", "pai", str(path), "--no-burst", "--ratios", "1,2",
+                 "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--ratios needs a trace with both inference and " \
+        "training tasks; this one has 0 inference and 2 training" in err
+    assert not out.exists()
