@@ -10,10 +10,12 @@ each period it plans the best share path over the next ``H`` periods' true load,
 restart, and takes the plan's first step) for a range of ``H``, and runs the default
 controller on the same traces. The horizon at which the reference first reaches 0.95 at every
 seed is a lower bound on the foresight the target asks for: no forecast beats exact knowledge
-of the same periods.
+of the same periods. ``--day`` stretches the trace's one swing of the load over more periods
+(the table's 600 are a day in 40 min; 21600 is a day of 4-s periods), the fast jitter staying
+per period: how much of the gap is the day's compression.
 
     python benchmarks/foresight.py [--seeds 8] [--plants hyperbolic,mixture,delayed,queue]
-                                   [--horizons 1,10,25,50,75,100,150,600]
+                                   [--horizons 1,10,25,50,75,100,150,600] [--day 600]
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ def _horizons(text: str) -> list[int]:
         hs = sorted({int(h) for h in text.split(",") if h.strip()})
     except ValueError:
         hs = []
-    if not hs or not all(1 <= h <= PERIODS for h in hs):
+    if not hs or not all(h >= 1 for h in hs):
         raise argparse.ArgumentTypeError(
-            f"a comma-separated list of periods in [1, {PERIODS}]; got {text!r}")
+            f"a comma-separated list of periods, each at least 1; got {text!r}")
     return hs
 
 
@@ -51,11 +53,13 @@ def _cell(v: list[float]) -> str:
     return f"{np.mean(v):.3f} ({np.min(v):.3f})"
 
 
-def measure(name: str, seeds: int, horizons: list[int]) -> dict[str, list[float]]:
-    """Per row (each horizon, the three references, the default), one figure per seed."""
+def measure(name: str, seeds: int, horizons: list[int], day: int = PERIODS
+            ) -> dict[str, list[float]]:
+    """Per row (each horizon, the three references, the default), one figure per seed, on a
+    trace of ``day`` periods."""
     rows: dict[str, list[float]] = {}
     for s in range(seeds):
-        loads = zoo.load_trace(PERIODS, seed=s)
+        loads = zoo.load_trace(day, seed=s)
         for h in horizons:
             rows.setdefault(f"H={h}", []).append(zb.lookahead(name, s, loads, horizon=h)[0])
         rows.setdefault("causal", []).append(zb.causal(name, s, loads)[0])
@@ -74,11 +78,18 @@ def main(argv: list[str] | None = None) -> None:
                     help=f"comma-separated, of {', '.join(zoo.PLANTS)} "
                          "(default hyperbolic,mixture,delayed,queue)")
     ap.add_argument("--horizons", type=_horizons, default=[1, 10, 25, 50, 75, 100, 150, 600],
-                    help=f"periods known ahead, comma-separated, each in [1, {PERIODS}]")
+                    help="periods known ahead, comma-separated, each in [1, the day's periods]")
+    ap.add_argument("--day", type=integer(100, 100_000), default=PERIODS, metavar="PERIODS",
+                    help=f"periods of the trace's one swing of the load (default {PERIODS}: a "
+                         "day in 40 min; 21600: a day of 4-s periods)")
     a = ap.parse_args(argv)
+    if a.horizons[-1] > a.day:
+        ap.error(f"argument --horizons: each in [1, {a.day}] (the day's periods); "
+                 f"got {a.horizons[-1]}")
     t0 = time.perf_counter()
-    res = {name: measure(name, a.seeds, a.horizons) for name in a.plants}
-    print(f"MPS restarts of each plant's own length, {PERIODS}-period trace, {a.seeds} seeds; "
+    res = {name: measure(name, a.seeds, a.horizons, a.day) for name in a.plants}
+    seeds = f"{a.seeds} seed{'s' if a.seeds > 1 else ''}"
+    print(f"MPS restarts of each plant's own length, {a.day}-period trace, {seeds}; "
           "training over the per-period oracle's, mean (worst seed)\n")
     print("| policy | " + " | ".join(a.plants) + " |")
     print("|---|" + "---|" * len(a.plants))

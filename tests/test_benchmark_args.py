@@ -21,6 +21,7 @@ BAD = [
     ("controller_instructions.py", "--jobs", "0"),
     ("controller_overhead.py", "--n", "0"),
     ("foresight.py", "--horizons", "0,25"),
+    ("foresight.py", "--day", "99"),
     ("load_step.py", "--plants", "ours,nowhere"),
     ("cpu_noise.py", "--quantum", "-1"),
     ("cpu_plant.py", "--identify", "5"),
@@ -43,6 +44,14 @@ def test_a_benchmark_refuses_a_bad_number(script, flag, value):
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2, r.stderr[-2000:]
     assert f"argument {flag}:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_foresight_refuses_a_horizon_longer_than_the_day():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "foresight.py"), "--day",
+                        "200", "--horizons", "25,300"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and "argument --horizons: each in [1, 200]" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize("script", sorted({b[0] for b in BAD}))
