@@ -95,6 +95,11 @@ def fit_iteration_time(sleep_s, iterations, period_s: float = 4.0, *,
         raise ValueError(f"iterations: {int(ok.sum())} period(s) counted any; need at least 2")
     s, n = s[ok], n[ok]
     if sleep_factor is None:
+        # b is identifiable only if the sleep varies: with one sleep the two equations are
+        # the same one, and solving them anyway gives whatever the rounding makes of them
+        if float(np.ptp(s)) <= 1e-9 * max(float(np.max(np.abs(s))), 1e-3):
+            raise ValueError(f"sleep_s must vary to fit the sleep factor (or pass "
+                             f"sleep_factor=): every period counted slept {s[0]:g} s")
         # instruments (1, s): sum(T - n (t + b s)) = 0 and sum(s (T - n (t + b s))) = 0
         Z = np.column_stack([np.ones_like(s), s])
         X = np.column_stack([n, n * s])

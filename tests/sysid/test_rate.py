@@ -35,6 +35,11 @@ def test_fits_a_duty_cyclers_sleep_factor():
     ({"sleep_s": [0.1, 0.1], "iterations": [100.0, 100.0], "period_s": 1.0,
       "sleep_factor": 1.0}, "positive"),
     ({"sleep_s": [0.1, 0.1], "iterations": [1.0, 2.0]}, "vary"),
+    # three equal sleeps: the singular system solved to rounding gave b = -8, not an error
+    ({"sleep_s": [0.1, 0.1, 0.1], "iterations": [3.0, 4.0, 5.0]}, "vary"),
+    ({"sleep_s": [0.7] * 4, "iterations": [3.0, 4.0, 5.0, 6.0]}, "vary"),
+    # the periods without a count are left out first: the ones counted slept alike
+    ({"sleep_s": [0.2, 0.1, 0.1, 0.1], "iterations": [0.0, 3.0, 4.0, 5.0]}, "vary"),
 ])
 def test_refuses_what_it_cannot_fit(kw, match):
     with pytest.raises(ValueError, match=match):
