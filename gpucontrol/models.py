@@ -467,8 +467,10 @@ class LatencyModelFamily:
         family's keys beside it (a one-level file, ``mps_pct`` 100 unless given). A key the
         form does not define (:data:`FAMILY_KEYS`, :data:`POINT_KEYS`, :data:`LEVEL_KEYS`) is
         refused, named."""
+        where = "model points"
         if isinstance(doc, Mapping) and "points" not in doc:  # one level
             known_keys("model", doc, LEVEL_KEYS)
+            where = "model"
             doc = {"points": [{"mps_pct": 100.0, **{k: v for k, v in doc.items()
                                                     if k in POINT_KEYS}}],
                    **{k: v for k, v in doc.items() if k in FAMILY_KEYS}}
@@ -478,7 +480,10 @@ class LatencyModelFamily:
             rows = doc["points"] if isinstance(doc, Mapping) else doc
             span = doc.get("sleep_span_s") if isinstance(doc, Mapping) else None
             times = doc.get("iteration_times", ()) if isinstance(doc, Mapping) else ()
-            return cls(tuple(_point(i, r) for i, r in enumerate(rows)), _span(span), times)
+            if isinstance(rows, (str, bytes, Mapping)):
+                raise TypeError(f"points is a {type(rows).__name__}, not a list of rows")
+            return cls(tuple(_point(f"{where}[{i}]" if where != "model" else where, r)
+                             for i, r in enumerate(rows)), _span(span), times)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ConfigurationError(
                 'family must be a list of {"mps_pct", "gain", "offset"[, "batch"]'
@@ -516,15 +521,34 @@ def _span(span: Any) -> tuple[Any, ...] | None:
                                  f"got {span!r}") from None
 
 
-def _point(i: int, r: Any) -> OperatingPoint:
-    """Row ``i`` of a model file (its keys checked)."""
-    if isinstance(r, Mapping):
-        known_keys(f"model points[{i}]", r, POINT_KEYS)
-    return OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
-                          r.get("batch"), r.get("iteration_s"),
-                          (r["idle_ms"], r["duty_gain_ms"]) if "duty_gain_ms" in r else None,
-                          r.get("fit_error"),
-                          None if r.get("bent_law") is None else tuple(r["bent_law"]))
+#: The keys every row of a model file needs.
+_ROW_NEEDS = ("mps_pct", "gain", "offset")
+
+
+def _point(where: str, r: Any) -> OperatingPoint:
+    """One row of a model file, called ``where`` in messages (``model points[2]``): its keys
+    checked (none unknown, none of :data:`_ROW_NEEDS` missing, the duty law's two together),
+    and a bad value's message prefixed with the row."""
+    if not isinstance(r, Mapping):
+        raise ConfigurationError(f"{where} must be an object with {', '.join(_ROW_NEEDS)}, "
+                                 f"got {r!r:.80}")
+    known_keys(where, r, POINT_KEYS)
+    missing = [k for k in _ROW_NEEDS if k not in r]
+    if missing:
+        raise ConfigurationError(f"{where}: missing key(s) {', '.join(missing)} (every row "
+                                 f"needs {', '.join(_ROW_NEEDS)})")
+    if ("idle_ms" in r) != ("duty_gain_ms" in r):   # one of them alone was dropped unseen
+        given, absent = ("idle_ms", "duty_gain_ms")[::1 if "idle_ms" in r else -1]
+        raise ConfigurationError(f"{where}: {given} without {absent}; the duty law "
+                                 "c + A d needs both (idle_ms = c, duty_gain_ms = A) or neither")
+    try:
+        return OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
+                              r.get("batch"), r.get("iteration_s"),
+                              (r["idle_ms"], r["duty_gain_ms"]) if "duty_gain_ms" in r
+                              else None, r.get("fit_error"),
+                              None if r.get("bent_law") is None else tuple(r["bent_law"]))
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
 
 
 def _times(rows: Any) -> tuple[tuple[float, float], ...]:

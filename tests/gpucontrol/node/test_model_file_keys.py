@@ -133,3 +133,28 @@ def test_a_one_level_files_duty_law_moves_the_loop_only_where_the_loop_reads_it(
 def test_a_span_that_is_not_a_pair_is_named(tmp_path, doc):
     with pytest.raises(ConfigurationError, match=r"^sleep_span_s must be a \(low, high\) pair"):
         _load(tmp_path, doc)
+
+
+@pytest.mark.parametrize("doc, message", [
+    # a row missing a key its form needs: named with the row, not "family must be a list..."
+    ({"points": [ROW, {"mps_pct": 80.0, "gain": -3.0}]},
+     r"^model points\[1\]: missing key\(s\) offset \(every row needs mps_pct, gain, offset\)$"),
+    ([ROW, {"gain": -3.0, "offset": 70.0}], r"^model points\[1\]: missing key\(s\) mps_pct "),
+    # half a duty law: idle_ms alone used to be dropped unseen, duty_gain_ms alone a KeyError
+    ({"points": [{**ROW, "iteration_s": 0.5, "idle_ms": 60.0}]},
+     r"^model points\[0\]: idle_ms without duty_gain_ms; the duty law c \+ A d needs both"),
+    ({"points": [{**ROW, "iteration_s": 0.5, "duty_gain_ms": 9.0}]},
+     r"^model points\[0\]: duty_gain_ms without idle_ms"),
+    ({"gain": -10.0, "offset": 30.0, "iteration_s": 0.5, "idle_ms": 20.0},
+     r"^model: idle_ms without duty_gain_ms"),
+    # a bad value: named with its row
+    ({"points": [ROW, {**ROW, "mps_pct": 80.0, "gain": 2.0}]},
+     r"^model points\[1\]: gain must be < 0"),
+    ({"points": [ROW, {**ROW, "mps_pct": 180.0}]},
+     r"^model points\[1\]: mps_pct must be in \(0, 100\]"),
+    ({"points": [ROW, 7]}, r"^model points\[1\] must be an object with mps_pct, gain, offset"),
+    ({"points": {"a": ROW}}, r"points is a dict, not a list of rows"),
+])
+def test_a_bad_row_is_refused_naming_the_row_and_the_key(tmp_path, doc, message):
+    with pytest.raises(ConfigurationError, match=message):
+        _load(tmp_path, doc)
