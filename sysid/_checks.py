@@ -84,6 +84,15 @@ def not_constant(name: str, a: np.ndarray) -> None:
                          "excite the system with a varying input")
 
 
+def output_varies(y: np.ndarray) -> None:
+    """Raise if the output ``y`` does not vary: there are no dynamics to fit (a model of a
+    dynamic plant, ARX or NARX, needs the input to move the output)."""
+    if float(np.ptp(y)) <= 1e-12 * max(float(np.max(np.abs(y))), 1.0):
+        raise ValueError(f"y is constant ({y[0]:g}): the output does not respond to the "
+                         "input, so there are no dynamics to fit (use fit_static, which gives "
+                         "gain 0, or check the measurement)")
+
+
 def is_bool(value: Any) -> bool:
     """Whether ``value`` is a Python or numpy bool."""
     return isinstance(value, bool) or (type(value).__module__ == "numpy"

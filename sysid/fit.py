@@ -21,7 +21,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ._checks import flag, int_at_least, int_values, not_constant, pair, vector
+from ._checks import (
+    flag,
+    int_at_least,
+    int_values,
+    not_constant,
+    output_varies,
+    pair,
+    vector,
+)
 from .data import IdData, require_record
 from .metrics import fit_percent, r2
 
@@ -370,10 +378,7 @@ def _fit_arx(data: IdData, na: int, nb: int, nk: int, validation: IdData | None,
                          f"{len(data)} sample(s), need at least {n_min}")
     phi = _arx_matrix(data.u, data.y, na, nb, nk, start, offset)
     target = np.asarray(data.y[start:])
-    if float(np.ptp(data.y)) <= 1e-12 * max(float(np.max(np.abs(data.y))), 1.0):
-        raise ValueError(f"y is constant ({data.y[0]:g}): the output does not respond to the "
-                         "input, so there are no dynamics to fit (use fit_static, which gives "
-                         "gain 0, or check the measurement)")
+    output_varies(data.y)
     if np.linalg.matrix_rank(phi) < d:
         raise ValueError(f"regressors are linearly dependent for na={na}, nb={nb}, nk={nk}: "
                          "the input is not exciting enough for this order")

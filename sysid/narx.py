@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import int_at_least, not_constant
+from ._checks import int_at_least, not_constant, output_varies
 from .data import IdData, require_record
 from .fit import validate
 
@@ -155,6 +155,7 @@ def fit_narx(data: IdData, *, ylag: int = 2, xlag: int = 2, degree: int = 2, nk:
         raise ValueError(f"info_criteria must be one of aic, aicc, bic, fpe, lilc, "
                          f"got {info_criteria!r}")
     not_constant("u", data.u)
+    output_varies(data.y)
     max_lag = max(ylag, xlag + max(nk - 1, 0))
     n_candidates = math.comb(ylag + xlag + degree, degree)
     n_min = max_lag + n_candidates + 1

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sysid import IdData, fit_narx, resid, validate
+from sysid import IdData, fit_arx, fit_narx, resid, validate
 
 pytest.importorskip("sysidentpy")
 
@@ -93,3 +93,10 @@ def test_bad_records():
         fit_narx(narx_system(n=12))
     with pytest.raises(ValueError, match="u is constant"):
         fit_narx(IdData(np.zeros(100), np.arange(100.0)))
+    # a constant output is the estimation record's fault, named as fit_arx names it (it was
+    # fitted, then refused as "validation output is constant")
+    u = np.random.default_rng(0).uniform(0, 1, 100)
+    with pytest.raises(ValueError, match=r"^y is constant \(5\): the output does not respond"):
+        fit_narx(IdData(u, np.full(100, 5.0)))
+    with pytest.raises(ValueError, match=r"^y is constant \(5\)"):
+        fit_arx(IdData(u, np.full(100, 5.0)))
