@@ -233,14 +233,23 @@ def run_experiment(plant: Any, u, *, period_s: float = 4.0, mps_pct: float | Non
         ys[k] = apply(x)
         if progress is not None:
             progress(k + 1, uu.size)
-    bad = ~np.isfinite(ys)
-    if bad.any():
-        if on_invalid == "raise":
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"the plant returned no finite {statistic} latency in "
-                             f"{int(bad.sum())} period(s) (first: period {i}); pass "
-                             "on_invalid='drop' to discard them or add warmup periods")
-        uu, ys = uu[~bad], ys[~bad]
+    bad = _invalid(ys, statistic, on_invalid)
     info = {"statistic": statistic, "mps_pct": mps, "warmup": warmup,
             "dropped": int(bad.sum())}
-    return IdData(uu, ys, period_s=T, meta={**dict(meta or {}), **info})
+    return IdData(uu[~bad], ys[~bad], period_s=T, meta={**dict(meta or {}), **info})
+
+
+def _invalid(ys: np.ndarray, statistic: str, on_invalid: str) -> np.ndarray:
+    """The periods without a finite reading, to drop; raise if there are any and
+    ``on_invalid`` is ``"raise"``, or if there is nothing else."""
+    bad = ~np.isfinite(ys)
+    if bad.any() and on_invalid == "raise":
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"the plant returned no finite {statistic} latency in "
+                         f"{int(bad.sum())} period(s) (first: period {i}); pass "
+                         "on_invalid='drop' to discard them or add warmup periods")
+    if bad.all():   # an empty record would only say "u is too short: 0 sample(s)"
+        raise ValueError(f"the plant returned no finite {statistic} latency in any of the "
+                         f"{ys.size} period(s): nothing to record (is the inference serving "
+                         "requests?)")
+    return bad

@@ -221,11 +221,11 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
                 for _ in range(warmup):
                     bar.advance()
                 rec = _Recorder(p)
-                data = sysid.run_experiment(rec, u, period_s=period_s, mps_pct=m,
-                                            warmup=warmup, on_invalid="drop",
-                                            statistic=statistic,
-                                            meta={"preset": preset, "seed": seed},
-                                            progress=lambda _k, _n: bar.advance())
+                data = _record(rec, u, m, {"period_s": period_s, "warmup": warmup,
+                                           "statistic": statistic,
+                                           "meta": {"preset": preset, "seed": seed},
+                                           "progress": lambda _k, _n: bar.advance()},
+                               train_fraction)
                 row, rows, fit = _identify_level(p, data, m, train_fraction, mid)
                 row["iteration_s"] = rec.iteration_s(warmup, period_s)
                 row["true_iteration_s"] = _call(p, "expected_iteration_s", None, m)
@@ -272,6 +272,27 @@ def identify(*, plant: Any = "sim", preset: str = "fig8", seed: int = 0,
             if doc is not None:
                 res.files.append(write_json(doc, out / "model.json"))
     return res
+
+
+def _record(rec: _Recorder, u: np.ndarray, mps: float, kw: dict[str, Any],
+            train_fraction: float) -> sysid.IdData:
+    """One level's record (:func:`sysid.run_experiment`, the periods without a reading
+    dropped). A record too short to fit and hold out :data:`MIN_SPLIT_PERIODS` each, or
+    none at all, is refused naming the level and the count (the split's own message,
+    "u is too short: 2 sample(s)", said neither)."""
+    share = share_name(rec.plant)
+    try:
+        data = sysid.run_experiment(rec, u, mps_pct=mps, on_invalid="drop", **kw)
+    except ValueError as exc:
+        raise ValueError(f"{share} {mps:g}%: {exc}") from None
+    n_fit = int(train_fraction * len(data))
+    if n_fit < MIN_SPLIT_PERIODS or len(data) - n_fit < MIN_SPLIT_PERIODS:
+        raise ValueError(f"{share} {mps:g}%: the plant gave a latency in only {len(data)} of "
+                         f"{len(u)} periods ({data.meta['dropped']} without one), too few to "
+                         f"fit and hold out {MIN_SPLIT_PERIODS} each at train_fraction "
+                         f"{train_fraction:g}; record more periods or check the inference's "
+                         "load")
+    return data
 
 
 def _duty_law(train: sysid.IdData, iteration_s: float) -> tuple[float, float]:
@@ -357,11 +378,10 @@ def _identify_level(p: Any, data: sysid.IdData, mps: float, train_fraction: floa
                     mid: float) -> tuple[dict[str, Any], list[dict[str, Any]], Any]:
     train, val = data.split(train_fraction)
     fit = sysid.fit_static(train.u, train.y)
-    v = sysid.validate(fit, val)
-    white = sysid.resid(fit, train, max_lag=min(20, len(train) // 4)).white
+    v_r2, v_fit, white = _scores(fit, train, val)
     true_gain = _call(p, "local_gain", mid, mps)
     row = {"mps_pct": mps, "gain": fit.gain, "offset": fit.offset, "r2": fit.r2,
-           "r2_validation": v.r2, "fit_pct_validation": v.fit_pct,
+           "r2_validation": v_r2, "fit_pct_validation": v_fit,
            "gain_ci_low": fit.ci95[0][0], "gain_ci_high": fit.ci95[0][1],
            "true_gain": true_gain, "gain_err_pct": 100.0 * (fit.gain / true_gain - 1.0)
            if true_gain else math.nan, "rmse_ms": fit.rmse, "residuals_white": white,
@@ -375,6 +395,23 @@ def _identify_level(p: Any, data: sysid.IdData, mps: float, train_fraction: floa
              "expected_ms": float(e)}
             for k, (t, s, y, e) in enumerate(zip(data.t, data.u, data.y, expected))]
     return row, rows, fit
+
+
+def _scores(fit: sysid.StaticFit, train: sysid.IdData, val: sysid.IdData
+            ) -> tuple[float, float, Any]:
+    """Held-out R², fit % and the residuals' whiteness; NaN where undefined: a level whose
+    held-out latency does not move (R²'s denominator is 0) or that the line fits exactly
+    (no residual to test) is reported, not the end of the whole identification."""
+    if float(np.ptp(val.y)) > 0:
+        v = sysid.validate(fit, val)
+        v_r2, v_fit = v.r2, v.fit_pct
+    else:
+        v_r2 = v_fit = math.nan
+    try:
+        white: Any = sysid.resid(fit, train, max_lag=min(20, len(train) // 4)).white
+    except ValueError:   # residuals all zero, or max_lag too large for a short record
+        white = math.nan
+    return v_r2, v_fit, white
 
 
 def _relative(rmse_ms: float, latency_ms: Any) -> float:

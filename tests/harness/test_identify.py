@@ -231,3 +231,45 @@ def test_a_time_sliced_level_is_told_from_an_additive_one():
     assert all(p.bent_law is None for p in ident.family_of(flat, every_level=True).points)
     assert "hyperbolic in the training's duty" not in ident.format_summary(flat)
     assert set(ident.BENT) <= set(ident.SUMMARY_COLUMNS)
+
+
+class _Readings:
+    """A plant whose latency is a line in the sleep (slope per MPS level), with readings
+    dropped or held flat where asked."""
+
+    def __init__(self, flat_at=(), keep=1.0):
+        self.flat_at, self.keep = flat_at, keep
+        self.rng = np.random.default_rng(0)
+
+    def step(self, act, period_s):
+        if self.rng.uniform() >= self.keep:
+            return math.nan
+        if act.mps_pct in self.flat_at:
+            return 50.0              # the sleep does not move it, to the last digit
+        return 80.0 - 0.2 * act.mps_pct * act.sleep_s + self.rng.normal(0.0, 0.3)
+
+
+def test_a_level_the_sleep_does_not_move_is_reported_not_fatal(tmp_path):
+    """A level whose latency is flat used to end the whole identification ("validation
+    output is constant") and lose the other levels' model: its row now says it (gain 0, no
+    held-out R²) and model.json is made from the others."""
+    res = ident.identify(plant=_Readings(flat_at=(40.0,)), mps_levels=(40, 80, 100),
+                         periods=40, out_dir=tmp_path)
+    flat = res.summary[0]
+    assert flat["gain"] == 0.0 and math.isnan(flat["r2_validation"])
+    assert math.isnan(flat["fit_pct_validation"])
+    model = json.loads((tmp_path / "model.json").read_text())
+    assert [p["mps_pct"] for p in model["points"]] == [80.0, 100.0]
+    assert "| 40.00 | 0.00 |" in ident.format_summary(res)
+
+
+@pytest.mark.parametrize("keep, msg", [
+    # it said "u is too short: 2 sample(s), need at least 3" (the split), naming no level
+    (0.05, r"^MPS 40%: the plant gave a latency in only \d of 100 periods \(\d+ without one\), "
+           r"too few to fit and hold out 3 each at train_fraction 0.6"),
+    # it said "u is too short: 0 sample(s), need at least 1"
+    (0.0, r"^MPS 40%: the plant returned no finite mean latency in any of the 100 period\(s\)"),
+])
+def test_a_level_with_too_few_readings_is_named(keep, msg):
+    with pytest.raises(ValueError, match=msg):
+        ident.identify(plant=_Readings(keep=keep), mps_levels=(40, 80), periods=100)

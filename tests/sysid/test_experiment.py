@@ -150,3 +150,13 @@ def test_plant_returning_a_list_is_refused_not_dropped():
 def test_meta_is_kept_next_to_what_is_recorded():
     d = run_experiment(lambda s: s, [0.1, 0.2], statistic="p99", meta={"plant": "sim"})
     assert d.meta["statistic"] == "p99" and d.meta["plant"] == "sim"
+
+
+def test_dropping_every_period_says_so():
+    """on_invalid='drop' with no finite reading at all said "u is too short: 0 sample(s)"."""
+    with pytest.raises(ValueError, match=r"^the plant returned no finite mean latency in any "
+                                         r"of the 3 period\(s\): nothing to record"):
+        run_experiment(lambda s: float("nan"), [0.1, 0.2, 0.3], on_invalid="drop")
+    d = run_experiment(lambda s: float("nan") if s < 0.15 else 9.0, [0.1, 0.2, 0.3],
+                       on_invalid="drop")
+    assert d.u.tolist() == [0.2, 0.3] and d.meta["dropped"] == 1
