@@ -250,17 +250,17 @@ def resid_plot(analysis: ResidualAnalysis, axes=None, title: str | None = None):
         raise ValueError(f"axes must be a pair of matplotlib Axes, got "
                          f"{type(a0).__name__} and {type(a1).__name__}")
     fig = a0.figure
+    # the band is named in the lag axis's label: a legend in the panel hid the late lags'
+    # stems, and one above it ran into a title
     a0.stem(analysis.lags, analysis.autocorr)
-    a0.axhspan(-analysis.bound_auto, analysis.bound_auto, color="tab:blue", alpha=0.15,
-               label="99% bound")
+    a0.axhspan(-analysis.bound_auto, analysis.bound_auto, color="tab:blue", alpha=0.15)
     a0.set_title(title or "autocorrelation of residuals")
-    a0.set_xlabel("lag (periods)")
-    a0.legend(loc="upper right")
+    a0.set_xlabel("lag (periods); shaded: 99% bound")
     a1.stem(analysis.xlags, analysis.xcorr)
-    a1.axhspan(-analysis.bound_cross, analysis.bound_cross, color="tab:blue", alpha=0.15,
-               label="joint 99% bound (the verdict)")
+    a1.axhspan(-analysis.bound_cross, analysis.bound_cross, color="tab:blue", alpha=0.15)
     a1.set_title("cross-correlation of input and residuals")
-    a1.set_xlabel("lag (periods)")
-    a1.legend(loc="upper right")
+    a1.set_xlabel("lag (periods); shaded: joint 99% bound (the verdict)")
+    for a in (a0, a1):
+        a.set_ylabel("correlation")
     fig.tight_layout()
     return fig

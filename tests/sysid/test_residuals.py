@@ -74,6 +74,26 @@ def test_resid_plot_draws_two_panels():
     assert len(fig.axes) == 2
 
 
+def test_resid_plot_hides_no_stem_behind_a_legend():
+    """The bands' legends stood in the panels' upper right, over the late lags' stems (a
+    residual correlated at lag 24 drew its stem under the box): the band is named in the
+    lag axis's label instead, and the panels carry no legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from sysid import resid_plot
+
+    rng = np.random.default_rng(0)
+    k = np.arange(300)
+    e = rng.normal(size=300) + 1.5 * np.sin(2 * np.pi * k / 24.0)
+    fig = resid_plot(correlation_analysis(rng.uniform(size=300), e, 25))
+    a0, a1 = fig.axes
+    assert a0.get_legend() is None and a1.get_legend() is None and not fig.legends
+    assert a0.get_xlabel() == "lag (periods); shaded: 99% bound"
+    assert a1.get_xlabel() == "lag (periods); shaded: joint 99% bound (the verdict)"
+    assert a0.get_ylabel() == a1.get_ylabel() == "correlation"
+
+
 def one_lag_record(seed):
     """y = 90 - 10 u(k) - 4 u(k-1) + noise: a static fit leaves u(k-1) in the residuals."""
     rng = np.random.default_rng(seed)
