@@ -310,9 +310,16 @@ def _arx_matrix(u: np.ndarray, y: np.ndarray, na: int, nb: int, nk: int, start: 
 
 
 def _need(data: IdData, n_min: int, what) -> None:
+    """Refuse a record shorter than ``n_min`` for the model ``what``, named by its structure
+    (its full text printed a fit % and an R² of nan into the message)."""
     if len(data) < n_min:
-        raise ValueError(f"record too short for the order of {what!s}: {len(data)} "
-                         f"sample(s), need at least {n_min}")
+        lags = ", ".join(f"{k}={getattr(what, k)}" for k in ("na", "nb", "nk", "ylag", "xlag",
+                                                             "degree") if hasattr(what, k))
+        name = {"ArxFit": "ARX", "NarxFit": "NARX"}.get(type(what).__name__,
+                                                        type(what).__name__)
+        raise ValueError(f"record too short for {name}({lags}): {len(data)} sample(s), need "
+                         f"at least {n_min} (the first {getattr(what, 'max_lag', 0)} are "
+                         "initial conditions)")
 
 
 def _check_orders(na, nb, nk) -> tuple[int, int, int]:

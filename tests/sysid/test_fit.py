@@ -240,3 +240,17 @@ def test_static_fit_of_huge_values_is_scaled_not_overflowed():
 def test_static_fit_that_cannot_be_represented_is_refused():
     with pytest.raises(ValueError, match="overflows"):
         fit_static([1.0, 2.0, 3.0], [1e300, -1e308, 1e308])
+
+
+def test_a_record_too_short_to_validate_on_names_the_structure_not_nan_scores():
+    """It read "too short for the order of ARX(na=2, nb=2, nk=1): static gain ..., fit nan%
+    (estimation), R² nan, AIC ...: 3 sample(s)": the model's text, its unset scores included."""
+    rng = np.random.default_rng(0)
+    u = rng.uniform(size=100)
+    d = IdData(u, np.r_[0.0, u[:-1]] + rng.normal(0.0, 0.1, 100))
+    msg = (r"^record too short for ARX\(na=2, nb=2, nk=1\): 3 sample\(s\), need at least 4 "
+           r"\(the first 2 are initial conditions\)$")
+    with pytest.raises(ValueError, match=msg):
+        fit_arx(d, 2, 2, 1, validation=d[:3])
+    with pytest.raises(ValueError, match=msg):
+        validate(fit_arx(d, 2, 2, 1), d[:3])
