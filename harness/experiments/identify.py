@@ -576,6 +576,11 @@ def format_summary(res: ExperimentResult) -> str:
     text = markdown_table(res.summary, cols, heads, digits=2)
     lo, hi = res.meta["sleep_range_s"]
     for r in res.summary:
+        if r["gain"] == 0.0 and math.isnan(r["r2_validation"]):   # nothing moved it at all
+            text += (f"\n{share} {r['mps_pct']:g}%: the latency did not move over the sleep "
+                     f"range ({r['offset']:.2f} ms in every period): no gain to fit, so no R² "
+                     "held out; the level is left out of model.json")
+            continue
         bent = _bend_note(share, r)
         if r["r2_validation"] < R2_BAR:
             signal = abs(r["gain"]) * (hi - lo) / math.sqrt(12.0)  # std of gain * U(lo, hi)

@@ -260,7 +260,11 @@ def test_a_level_the_sleep_does_not_move_is_reported_not_fatal(tmp_path):
     assert math.isnan(flat["fit_pct_validation"])
     model = json.loads((tmp_path / "model.json").read_text())
     assert [p["mps_pct"] for p in model["points"]] == [80.0, 100.0]
-    assert "| 40.00 | 0.00 |" in ident.format_summary(res)
+    text = ident.format_summary(res)
+    assert "| 40.00 | 0.00 |" in text
+    assert ("\nMPS 40%: the latency did not move over the sleep range (50.00 ms in every "
+            "period): no gain to fit, so no R² held out; the level is left out of model.json"
+            in text)
 
 
 @pytest.mark.parametrize("keep, msg", [
