@@ -36,7 +36,7 @@ from pathlib import Path
 from gpucontrol.node.actuators import CgroupFreezer, DutyCycler, SignalDutyCycler
 from gpucontrol.node.actuators.procs import descendants, read_stat, stop_requested
 from gpucontrol.node.actuators.sleep import cgroup2_mounts
-from harness.cli.args import integer, number, run_script
+from harness.args import integer, number, run_script
 
 BUSY = "while True: pass"
 TREE = ("import subprocess, sys\n"

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from harness.cli.args import integer, run_script
+from harness.args import integer, run_script
 
 BUSY = "while True: pass"
 

@@ -30,7 +30,7 @@ from gpucontrol import (
     ShareKnob,
     TwoTierController,
 )
-from harness.cli.args import number
+from harness.args import number
 from harness.cluster import SimConfig, Simulation, inference_burst, load_openb, synthetic
 from harness.cluster.figures import saved, window_violation
 from harness.cluster.gpucolo import GpuColoController

@@ -23,7 +23,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness.cli.args import integer
+from harness.args import integer
 
 HERE = Path(__file__).resolve().parent
 #: The streams' two lengths: the difference of their counts is the updates' alone.

@@ -33,7 +33,7 @@ from gpucontrol import (
     SleepKnob,
     TwoTierController,
 )
-from harness.cli.args import integer
+from harness.args import integer
 
 #: A model as identification writes it: four levels, each with its iteration time.
 FAMILY = LatencyModelFamily(tuple(

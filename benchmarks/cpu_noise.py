@@ -39,7 +39,7 @@ if _ROOT not in sys.path:
 import numpy as np  # noqa: E402
 
 from gpucontrol import Actuation  # noqa: E402
-from harness.cli.args import integer, number, run_script  # noqa: E402
+from harness.args import integer, number, run_script  # noqa: E402
 from harness.hil.cpu.plant import make_cpu_plant  # noqa: E402
 
 

@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 from gpucontrol import Actuation  # noqa: E402
 from gpucontrol.errors import ConfigurationError  # noqa: E402
 from gpucontrol.node.actuators.cpu_share import CpuShare  # noqa: E402
-from harness.cli.args import integer, number, out_dir, run_script  # noqa: E402
+from harness.args import integer, number, out_dir, run_script  # noqa: E402
 from harness.experiments.pipeline import run_pipeline  # noqa: E402
 from harness.hil.cpu.plant import make_cpu_plant  # noqa: E402
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from gpucontrol.node.actuators.spatial import GreenContextBackend
 from gpucontrol.node.hooks import HookReader, HookWriter
-from harness.cli.args import integer, run_script
+from harness.args import integer, run_script
 from harness.hil.green_emulator import PartitionSwitcher, SimulatedPool
 
 

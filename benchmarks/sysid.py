@@ -41,7 +41,7 @@ import numpy as np
 
 import sysid
 from gpucontrol import Actuation
-from harness.cli.args import integer, out_file
+from harness.args import integer, out_file
 from harness.sim.simulated import SimulatedColocation
 
 S0, DELTA, PERIODS, T = 0.5, 0.3, 50, 4.0

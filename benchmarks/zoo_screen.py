@@ -37,7 +37,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.cli.args import integer, name_list, out_file, run_script  # noqa: E402
+from harness.args import integer, name_list, out_file, run_script  # noqa: E402
 from harness.experiments.zoo_screen import (  # noqa: E402
     DAY,
     compare,

@@ -29,7 +29,7 @@ COMMAND_MODULES: list[str] = [
 
 def build_parser() -> argparse.ArgumentParser:
     from gpucontrol import __version__
-    from harness.cli.args import OneLineParser
+    from harness.args import OneLineParser
 
     parser = OneLineParser(
         prog="gpucontrol",
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.cli.args import Terminated, terminate_cleanly
+    from harness.args import Terminated, terminate_cleanly
     from harness.experiments.plants import ExperimentFailed
     from harness.results import result_note, result_set
 

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.cli.args import check_out_dir, integer, number, out_dir, warn
+from harness.args import check_out_dir, integer, number, out_dir, warn
 from harness.cli.experiments import preset_arg
 from harness.experiments.calibrate import (
     FILES,

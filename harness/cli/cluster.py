@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.cli.args import (
+from harness.args import (
     DefaultsHelpFormatter,
     UsageError,
     check_out_dir,

@@ -9,19 +9,19 @@ metadata, which replace the previous run's files there as a whole when the run c
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.cli.args import (
+from harness.args import (
     UsageError,
     check_out_dir,
     integer,
     number,
     number_list,
     out_dir,
+    pair,
     seed,
     warn,
     whole_periods,
@@ -65,6 +65,8 @@ def _common(p: argparse.ArgumentParser, *, duration: float, period: float,
                    help="no progress bar or progress lines")
 
 
+
+
 def preset_arg(text: str) -> str:
     """argparse type of ``--preset``: a named preset or a calibration file (checked now)."""
     from harness.sim.simulated import preset_overrides
@@ -84,32 +86,6 @@ def add_preset(p: argparse.ArgumentParser, default: str) -> None:
                         f"up by the named preset (a calibration's base)")
 
 
-def _pair(kind: type, lo: float | None = None, hi: float | None = None,
-          increasing: bool = False) -> Callable[[str], tuple[Any, Any]]:
-    """argparse type of 'A,B': two ``kind`` values in ``[lo, hi]`` (and ``A < B`` when
-    ``increasing``)."""
-    what = "whole numbers" if kind is int else "numbers"
-    rng = f" in [{'-inf' if lo is None else f'{lo:g}'}, {'inf' if hi is None else f'{hi:g}'}]"
-    order = " with A < B" if increasing else ""
-
-    def parse(text: str) -> tuple[Any, Any]:
-        parts = [x for x in text.replace(",", " ").split() if x]
-        if len(parts) != 2:
-            raise argparse.ArgumentTypeError(f"expected two {what} 'A,B'{rng}{order}, "
-                                             f"got {text!r}")
-        try:
-            a, b = kind(parts[0]), kind(parts[1])
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected two {what} 'A,B'{rng}{order}, "
-                                             f"got {text!r}") from None
-        for v in (a, b):
-            if not math.isfinite(v) or (lo is not None and v < lo) or \
-                    (hi is not None and v > hi):
-                raise argparse.ArgumentTypeError(f"both values must be{rng}, got {text!r}")
-        if increasing and not a < b:
-            raise argparse.ArgumentTypeError(f"expected A < B, got {text!r}")
-        return a, b
-    return parse
 
 
 def controllers_arg(text: str) -> list[str]:
@@ -311,7 +287,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("knobs", help="MPS vs Sleep vs Sleep+MPS (GPUColo paper, Fig. 4)")
     _common(p, duration=60.0, period=1.0)
     add_preset(p, "fig4")
-    p.add_argument("--change", type=_pair(float, 0.0, None, increasing=True),
+    p.add_argument("--change", type=pair(float, 0.0, None, increasing=True),
                    default=None,
                    help="times of the reduce and restore steps, s, 0 <= A < B < --duration "
                         "(default a third and two thirds of --duration: 20,40 for 60 s)")
@@ -335,11 +311,11 @@ def register(sub: Any) -> None:
                    help="read the SLO as one stated for the paper's RTX 3090 (the fig8 preset) and "
                         "move it to the same place in --preset's latency range (for a preset "
                         "calibrated on another GPU)")
-    p.add_argument("--burst", type=_pair(float, 0.0, None, increasing=True),
+    p.add_argument("--burst", type=pair(float, 0.0, None, increasing=True),
                    default=None,
                    help="burst start,end in s, 0 <= start < end <= --duration (default "
                         "22.5 %%..72.5 %% of --duration: 90,290 for the 400 s run)")
-    p.add_argument("--batch", type=_pair(int, *BATCH), default=(105, 115),
+    p.add_argument("--batch", type=pair(int, *BATCH), default=(105, 115),
                    help="normal,burst batch size, each in [1, 4096] (default 105,115)")
     p.add_argument("--controllers", type=controllers_arg, default=None,
                    help="comma-separated subset, e.g. 'gslice,two-tier,ours,oracle'")

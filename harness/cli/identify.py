@@ -8,17 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cli.args import (
+from harness.args import (
     UsageError,
     check_out_dir,
     integer,
     number,
     number_list,
     out_dir,
+    pair,
     seed,
     warn,
 )
-from harness.cli.experiments import CPU_PRESETS, _pair, preset_arg, results_in
+from harness.cli.experiments import CPU_PRESETS, preset_arg, results_in
 from harness.experiments.common import PlantUnavailable
 from harness.experiments.identify import check_split, format_summary, identify, rate_levels
 
@@ -81,7 +82,7 @@ def register(sub: Any) -> None:
                    default=[40.0, 60.0, 80.0, 100.0],
                    help="training MPS levels in %% (with --plant cpu: the training's CPU "
                         "share), each in [1, 100] and none twice (default 40,60,80,100)")
-    p.add_argument("--sleep", type=_pair(float, 0.0, 10.0, increasing=True), default=(0.1, 0.7),
+    p.add_argument("--sleep", type=pair(float, 0.0, 10.0, increasing=True), default=(0.1, 0.7),
                    help="sleep range of the excitation in s, 0 <= lo < hi <= 10 "
                         "(default 0.1,0.7)")
     p.add_argument("--periods", type=integer(10, 100000), default=100,

@@ -423,7 +423,7 @@ def _new_archive(text: str) -> str:
     """argparse type of ``--archive``: a ``.tar.gz`` that can be written and does not exist
     yet (the campaign rewrites it after every step: an archive of an earlier call would be
     replaced by this call's)."""
-    from harness.cli.args import check_out_file
+    from harness.args import check_out_file
 
     try:
         p = check_out_file(text, None)
@@ -439,7 +439,7 @@ def _new_archive(text: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from harness.cli.args import OneLineParser, number, out_dir
+    from harness.args import OneLineParser, number, out_dir
 
     steps_help = "; ".join(f"{s.name}: {s.about} (~{s.expected_s:.0f} s)" for s in STEPS.values())
     ap = OneLineParser(

@@ -404,21 +404,22 @@ def _preset_arg(text: str) -> str:
     """argparse type of ``--preset``: a named preset or a calibration file whose values make
     a plant (a calibration with a value out of range was taken, and each mode then failed
     after its start-up)."""
-    from harness.cli.experiments import preset_arg
     from harness.sim.physics import ColocationParams
     from harness.sim.presets import preset_overrides
 
-    preset_arg(text)
     try:
-        ColocationParams(**preset_overrides(text))
+        overrides = preset_overrides(text)
+    except ValueError as exc:       # (it names the presets and the file it could not read)
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    try:
+        ColocationParams(**overrides)
     except (TypeError, ValueError) as exc:
         raise argparse.ArgumentTypeError(f"preset {text!r}: {exc}") from None
     return text
 
 
 def _parser() -> argparse.ArgumentParser:
-    from harness.cli.args import OneLineParser, name_list, number, out_dir
-    from harness.cli.experiments import _pair
+    from harness.args import OneLineParser, name_list, number, out_dir, pair
     from harness.hil.campaign import H100_PRESET, H100_SLO_MS
 
     ap = OneLineParser(prog="python -m harness.hil.daemon_run",
@@ -436,9 +437,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="closed loop per run, s (at least 5 periods)")
     ap.add_argument("--period", type=number(0, 3600, lo_open=True, unit="s"), default=4.0,
                     help="control period, s in (0, 3600]")
-    ap.add_argument("--burst", type=_pair(float, 0, None, increasing=True), default="30,70",
+    ap.add_argument("--burst", type=pair(float, 0, None, increasing=True), default="30,70",
                     help="burst start,end, s into the run (0 <= start < end)")
-    ap.add_argument("--batch", type=_pair(int, 1, 4096), default="105,115",
+    ap.add_argument("--batch", type=pair(int, 1, 4096), default="105,115",
                     help="normal,burst batch, each in [1, 4096]")
     ap.add_argument("--outer-every", type=_outer_every, default="",
                     help="per mode, e.g. green-mps=12")
@@ -495,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     require_gpu(*_gpu_needs(args), what="the daemon run")
     args.inference_argv = shlex.split(args.inference_cmd) if args.inference_cmd else \
         [sys.executable, "-m", "harness.hil.inference"]
-    from harness.cli.args import Terminated, terminate_cleanly
+    from harness.args import Terminated, terminate_cleanly
 
     try:
         with terminate_cleanly():  # SIGTERM: each run stops its processes and quits MPS

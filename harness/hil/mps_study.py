@@ -127,7 +127,7 @@ def _plot(level_rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from harness.cli.args import OneLineParser, integer, name_list, number, number_list, out_dir
+    from harness.args import OneLineParser, integer, name_list, number, number_list, out_dir
 
     ap = OneLineParser(prog="python -m harness.hil.mps_study", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)

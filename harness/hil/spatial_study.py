@@ -419,7 +419,7 @@ def _probe_child(out: Path, shares: Sequence[float], timeout_s: float = 180.0
 
 
 def _parser() -> argparse.ArgumentParser:
-    from harness.cli.args import OneLineParser, integer, number, out_dir
+    from harness.args import OneLineParser, integer, number, out_dir
 
     ap = OneLineParser(prog="python -m harness.hil.spatial_study", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)

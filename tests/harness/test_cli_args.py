@@ -1,10 +1,10 @@
-"""The shared argparse types of :mod:`harness.cli.args` that no command's own test covers."""
+"""The shared argparse types of :mod:`harness.args` that no command's own test covers."""
 
 import argparse
 
 import pytest
 
-from harness.cli.args import name_list
+from harness.args import name_list
 
 
 def test_a_name_list_takes_known_names_and_refuses_any_other_naming_the_choices():

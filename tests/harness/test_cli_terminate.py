@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
     import os, signal, sys, time
-    from harness.cli.args import Terminated, terminate_cleanly
+    from harness.args import Terminated, terminate_cleanly
 
     class Finalised:
         def __del__(self):  # the signal arrives while this runs

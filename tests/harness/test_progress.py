@@ -45,7 +45,7 @@ def test_a_run_ended_by_an_error_or_a_signal_is_not_reported_done(monkeypatch):
     "terminated" line."""
     import pytest
 
-    from harness.cli.args import Terminated
+    from harness.args import Terminated
 
     monkeypatch.setattr(prog, "LINE_EVERY_S", 0.0)
     s = io.StringIO()

@@ -1,4 +1,7 @@
-"""Argument checks shared by the ``gpucontrol`` subcommands.
+"""Argument checks shared by every entry point: the ``gpucontrol`` subcommands, the hardware
+harness's ``python -m`` commands and the benchmark scripts. The standard library only, and
+outside :mod:`harness.cli`, so that the hardware harness checks its flags the same way without
+importing the command line (which imports every experiment).
 
 Every bad value is refused, never changed: an ``argparse`` type says which range the value
 must lie in (argparse prefixes the flag's name), :class:`OneLineParser` prints that as one
@@ -27,7 +30,7 @@ from typing import Any, NoReturn
 
 __all__ = ["DefaultsHelpFormatter", "OneLineParser", "Terminated", "UsageError", "check_out_dir",
            "check_out_file", "integer", "name_list", "number", "number_list", "out_dir",
-           "out_file", "seed",
+           "out_file", "pair", "seed",
            "terminate_cleanly", "warn", "whole_periods"]
 
 #: Largest seed numpy's generators take.
@@ -481,3 +484,31 @@ def run_script(main: Callable[[], object], prog: str) -> NoReturn:
               file=sys.stderr)
         sys.exit(exc.exit_status)
     sys.exit(rc if isinstance(rc, int) and not isinstance(rc, bool) else 0)
+
+
+def pair(kind: type, lo: float | None = None, hi: float | None = None,
+          increasing: bool = False) -> Callable[[str], tuple[Any, Any]]:
+    """argparse type of 'A,B': two ``kind`` values in ``[lo, hi]`` (and ``A < B`` when
+    ``increasing``)."""
+    what = "whole numbers" if kind is int else "numbers"
+    rng = f" in [{'-inf' if lo is None else f'{lo:g}'}, {'inf' if hi is None else f'{hi:g}'}]"
+    order = " with A < B" if increasing else ""
+
+    def parse(text: str) -> tuple[Any, Any]:
+        parts = [x for x in text.replace(",", " ").split() if x]
+        if len(parts) != 2:
+            raise argparse.ArgumentTypeError(f"expected two {what} 'A,B'{rng}{order}, "
+                                             f"got {text!r}")
+        try:
+            a, b = kind(parts[0]), kind(parts[1])
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected two {what} 'A,B'{rng}{order}, "
+                                             f"got {text!r}") from None
+        for v in (a, b):
+            if not math.isfinite(v) or (lo is not None and v < lo) or \
+                    (hi is not None and v > hi):
+                raise argparse.ArgumentTypeError(f"both values must be{rng}, got {text!r}")
+        if increasing and not a < b:
+            raise argparse.ArgumentTypeError(f"expected A < B, got {text!r}")
+        return a, b
+    return parse
