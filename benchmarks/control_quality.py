@@ -282,12 +282,15 @@ def _references(res: dict[str, Any], row: Any) -> None:
         row(what, "—", [fmt(res[key][p]) for p in P], None)
 
 
-def report(res: dict[str, Any], seeds: int, elapsed: float) -> list[str]:
+def report(res: dict[str, Any], seeds: int, elapsed: float, commit: str | None = None
+           ) -> list[str]:
+    """The table's lines; ``commit``: the code the runs imported (read before they start: a
+    long run outlives commits to the tree), default the tree's now."""
     head = "| figure | target | " + " | ".join(P) + " | verdict |"
     some = "" if tuple(zoo.PLANTS) == P else f" --plants {','.join(P)}"
     lines = [f"## Control v3 on the plant zoo ({_dt.date.today().isoformat()})", "",
              f"`python benchmarks/control_quality.py --seeds {seeds}{some}` at the code of "
-             f"{git_commit()[:9]} (the tree the package was imported from) — python "
+             f"{(commit or git_commit())[:9]} (the tree the package was imported from) — python "
              f"{platform.python_version()}, numpy {np.__version__} (a share path is chaotic: "
              "another numpy can move a seed onto another path), "
              f"{seeds} seeds per figure (\"random\": a plant "
@@ -474,7 +477,8 @@ def main() -> None:
     global P
     P = tuple(dict.fromkeys(args.plants))
     t0 = time.perf_counter()
-    lines = report(bench(args.seeds, args.jobs), args.seeds, 0.0)
+    commit = git_commit()       # the code the runs import, before a long run outlives it
+    lines = report(bench(args.seeds, args.jobs), args.seeds, 0.0, commit)
     if args.ablation:
         lines += ablation_report(ablation(args.seeds, args.jobs))
     cores = min(args.jobs, len(P))

@@ -100,9 +100,11 @@ def main() -> None:
         print("\n".join(compare(*args.compare)))
         return
     t0 = time.perf_counter()
+    # the code the runs import, read before they start: a long screen outlives commits
+    commit, edited = git_commit(), _edited()
     doc = screen(args.seeds, tuple(dict.fromkeys(args.plants)), args.jobs, args.fuzz,
                  day=args.day)
-    doc.update(commit=git_commit(), edited=_edited(), python=platform.python_version(),
+    doc.update(commit=commit, edited=edited, python=platform.python_version(),
                numpy=np.__version__, elapsed_s=round(time.perf_counter() - t0, 1))
     cells = failing(doc)
     bad = [c for c in cells if not c.ok]

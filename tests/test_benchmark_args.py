@@ -161,6 +161,8 @@ def test_control_quality_judges_every_seeds_violations_against_its_own_bound(mon
     assert v["… restart-free share"] == "**not met**" and v["% periods > 1.05 SLO, trace"] == "met"
     over[("mps-noit", 1)] = 2.5
     assert verdicts()["… without iteration-time readings"] == "**not met**"
+    # the code named is the one read before the runs (main passes it), not the tree's now
+    assert "at the code of ccccccccc (" in "\n".join(cq.report(cq.bench(2), 2, 0.0, "c" * 40))
 
 
 def test_control_quality_plots_a_single_plant(monkeypatch, tmp_path):
@@ -253,3 +255,27 @@ def test_agent_ops_terminated_ends_its_daemon_and_training(tmp_path):
         time.sleep(0.05)
     assert not [q for q in started if Path(f"/proc/{q}").exists()]
     assert not list(tmp_path.iterdir())
+
+
+def test_zoo_screen_names_the_commit_its_runs_imported(monkeypatch, tmp_path):
+    """The screen's JSON names the commit read before its runs, not after: a screen of half
+    an hour outlived commits to the tree, and named one its runs had not imported."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("zoo_screen_under_test",
+                                                  ROOT / "benchmarks" / "zoo_screen.py")
+    zs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zs)
+    head = {"sha": "a" * 40}
+
+    def run_screen(seeds, plants, jobs, fuzz, day):
+        head["sha"] = "b" * 40                   # a commit lands while the runs go on
+        return {"seeds": seeds, "fuzz": fuzz, "day": day, "plants": {}}
+
+    monkeypatch.setattr(zs, "git_commit", lambda: head["sha"])
+    monkeypatch.setattr(zs, "screen", run_screen)
+    out = tmp_path / "s.json"
+    monkeypatch.setattr(sys, "argv", ["zoo_screen.py", "--seeds", "1", "--json", str(out)])
+    zs.main()
+    assert json.loads(out.read_text())["commit"] == "a" * 40
