@@ -2,7 +2,8 @@
 
 ``backends``: the one picture of the spatial-share runs -- per backend (sleep, MPS restart,
 green context, green context + MPS) the inference latency against the training throughput at
-each commanded share, the inference alone beside them -- from ``spatial/levels.csv``,
+each commanded share (a sleep row's at ``1 / (iteration + sleep)``, as the tables give it),
+the inference alone beside them -- from ``spatial/levels.csv``,
 ``spatial_mps/levels.csv`` and ``smoke/inference.jsonl`` of a results folder::
 
     python -m harness.hil.figures backends docs/results --out docs/results/h100_backends.png
@@ -25,6 +26,10 @@ STYLE = {"sleep": ("sleep only (time-sliced, no MPS)", "tab:green", "o"),
          "mps-restart": ("MPS restart (the paper's knob)", "tab:orange", "s"),
          "green-context": ("green context, no MPS", "tab:grey", "v"),
          "green-context+mps": ("green context + MPS", "tab:blue", "D")}
+#: Backend -> where its share labels sit (offset in points, horizontal alignment): on
+#: alternate sides of neighbouring lines, so that no two labels of a share overlap.
+LABEL_AT = {"sleep": ((-7, 5), "right"), "mps-restart": ((-7, -12), "right"),
+            "green-context": ((6, 5), "left"), "green-context+mps": ((7, -12), "left")}
 
 
 def backend_rows(root: Path) -> list[dict[str, Any]]:
@@ -46,6 +51,19 @@ def backend_rows(root: Path) -> list[dict[str, Any]]:
         if p.is_file():
             rows += read_csv(p)
     return rows
+
+
+def _rate(row: dict[str, Any]) -> float:
+    """A row's training rate as the tables give it: where the training slept, ``1 /
+    (iteration + sleep)`` from the row's own busy time (the H100 run's harness dropped the
+    iterations that ended within the sleep of a period's end;
+    :func:`harness.sim.hardware_facts.level_rate`), else the counted rate."""
+    from harness.sim.hardware_facts import level_rate
+
+    sm = row.get("training_sm_share")
+    sm = float(sm) if isinstance(sm, (int, float)) else float("nan")
+    return level_rate(float(row["training_throughput"]), sm,
+                      float(row.get("sleep_s") or 0.0))[0]
 
 
 def _alone_ms(root: Path) -> float | None:
@@ -85,13 +103,14 @@ def backends_figure(rows: list[dict[str, Any]], path: Path, *, alone_ms: float |
         rs = sorted((r for r in rows if r["backend"] == b), key=lambda r: r["share_pct"])
         if not rs:
             continue
-        x = [r["training_throughput"] for r in rs]
+        x = [_rate(r) for r in rs]
         y = [r["latency_ms"] for r in rs]
         ax.plot(x, y, marker=marker, color=colour, label=label, lw=1.6, ms=7)
-        for r in rs:
-            ax.annotate(f"{r['share_pct']:g}%", (r["training_throughput"], r["latency_ms"]),
-                        textcoords="offset points", xytext=(6, -11 if b == "sleep" else 5),
-                        fontsize=8, color=colour)
+        at, ha = LABEL_AT[b]
+        for r, xr in zip(rs, x):
+            ax.annotate(f"{r['share_pct']:g}%", (xr, r["latency_ms"]),
+                        textcoords="offset points", xytext=at, ha=ha, fontsize=8,
+                        color=colour)
     if alone_ms:
         ax.axhline(alone_ms, color="k", ls=":", lw=1)
         ax.text(0.30, alone_ms * 1.015, f"inference alone {alone_ms:.1f} ms", ha="left",
@@ -107,6 +126,8 @@ def backends_figure(rows: list[dict[str, Any]], path: Path, *, alone_ms: float |
     ax.yaxis.set_minor_formatter(NullFormatter())
     lo = min([alone_ms or 1e9, *(r["latency_ms"] for r in rows)])
     ax.set_ylim(lo * 0.85, max(r["latency_ms"] for r in rows) * 1.2)
+    x0, x1 = ax.get_xlim()
+    ax.set_xlim(x0 - 0.03 * (x1 - x0), x1 + 0.06 * (x1 - x0))   # room for the end labels
     ax.set(xlabel="training throughput (iterations/s)",
            ylabel="inference latency, mean per batch of 105 (ms, log scale)",
            title="ResNet-50 inference beside the training, per commanded training share"

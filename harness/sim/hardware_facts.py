@@ -53,6 +53,7 @@ __all__ = [
     "SPATIAL_BATCH",
     "SPATIAL_FILE",
     "hardware_sources",
+    "level_rate",
     "smoke_facts",
     "spatial_facts",
     "spatial_setup",
@@ -90,9 +91,15 @@ def _value(csv: Path, line: int, row: Mapping[str, Any], col: str, required: boo
     return v
 
 
-def _rate(its: float, sm_share: float, sleep_s: float) -> tuple[float, dict[str, Any]]:
-    """The training rate of a level and its details (module docstring: a sleep row's rate
-    from the counted iterations' own busy time)."""
+def level_rate(its: float, sm_share: float, sleep_s: float) -> tuple[float, dict[str, Any]]:
+    """The training rate of a spatial study's level (iterations/s) and its details: the
+    counted rate ``its`` where the row has no sleep, else ``1 / (iteration + sleep)`` with
+    the iteration's busy time ``sm_share / its`` from the same row (module docstring: the
+    study's harness dropped the iterations that ended within the sleep of a period's end).
+
+    >>> round(level_rate(1.833, 0.7778, 0.0667)[0], 2)     # the H100 run's 75 % sleep row
+    2.04
+    """
     detail: dict[str, Any] = {"its_counted": its}
     if not (sleep_s > 1e-9 and its > 0 and math.isfinite(sm_share)):
         return its, detail
@@ -140,7 +147,7 @@ def spatial_facts(src: RecordSource, *, label: str | None = None, sm_weight: flo
         lat = _value(src.csv, line, r, "latency_ms", True)
         its = _value(src.csv, line, r, "training_throughput", False)
         sm = _value(src.csv, line, r, "training_sm_share", False)
-        rate, detail = _rate(its, sm, sleep)
+        rate, detail = level_rate(its, sm, sleep)
         mps = 100.0 if backend == "sleep" else share
         over = {**BACKENDS[backend], "batch": batch, "inference_mps_pct": 100.0}
         name = f"{lab}/{backend}: share {share:g} %" + (f", sleep {sleep:.2f} s" if sleep else "")

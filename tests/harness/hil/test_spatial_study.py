@@ -234,3 +234,25 @@ def test_backends_figure_and_the_spatial_mps_readme(tmp_path):
     assert figures_main(["backends", str(tmp_path / "none"), "--out", str(tmp_path / "c.png")]) == 1
     assert draft_readmes(tmp_path) == [d / "README.md"]
     assert "green contexts inside MPS" in (d / "README.md").read_text()
+
+
+def test_the_backends_figure_draws_a_sleep_row_at_the_tables_rate(tmp_path, monkeypatch):
+    """The figure beside the README's H100 table drew the sleep rows at the rate the run's
+    harness counted (0.50 it/s at 25 %), where the table gives 1 / (iteration + sleep) from
+    the same row (0.98 it/s): now both read the row the same way. A row without a sleep, or
+    without an SM share, keeps its counted rate."""
+    from harness.hil import figures
+
+    rows = [{"backend": "sleep", "share_pct": 25.0, "sleep_s": 0.6, "latency_ms": 23.4,
+             "training_sm_share": 0.2127, "training_throughput": 0.49996},
+            {"backend": "sleep", "share_pct": 100.0, "sleep_s": 0.0, "latency_ms": 40.5,
+             "training_sm_share": 0.994, "training_throughput": 2.333},
+            {"backend": "green-context+mps", "share_pct": 75.0, "sleep_s": 0.0,
+             "latency_ms": 33.9, "training_sm_share": "", "training_throughput": 3.0}]
+    drawn = {}
+    real_rate = figures.backends_figure.__globals__["_rate"]
+    monkeypatch.setattr(figures, "_rate", lambda r: drawn.setdefault(
+        (r["backend"], r["share_pct"]), real_rate(r)))
+    figures.backends_figure(rows, tmp_path / "b.png")
+    assert round(drawn[("sleep", 25.0)], 2) == 0.98
+    assert drawn[("sleep", 100.0)] == 2.333 and drawn[("green-context+mps", 75.0)] == 3.0
