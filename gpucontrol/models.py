@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucontrol._validate import bounds, finite, in_range, int_at_least, known_keys, positive
+from gpucontrol._validate import bounds, finite, in_range, int_at_least, positive
 from gpucontrol.errors import ConfigurationError
 
 
@@ -437,25 +437,11 @@ class LatencyModelFamily:
         """The model file's form (what ``gpucontrol identify`` writes as model.json):
         ``{"points": [{"mps_pct", "gain", "offset"[, "batch"][, "iteration_s"]
         [, "idle_ms", "duty_gain_ms"][, "fit_error"][, "bent_law": [c, A, B]]}, ...]
-        [, "sleep_span_s": [low, high]][, "iteration_times": [[share %, s], ...]]}``."""
-        rows = []
-        for p in self.points:
-            row: dict[str, Any] = {"mps_pct": p.mps_pct, "batch": p.batch, **p.model.to_dict()}
-            if p.iteration_s is not None:
-                row["iteration_s"] = p.iteration_s
-            if p.duty_law is not None:
-                row["idle_ms"], row["duty_gain_ms"] = p.duty_law
-            if p.fit_error is not None:
-                row["fit_error"] = p.fit_error
-            if p.bent_law is not None:
-                row["bent_law"] = list(p.bent_law)
-            rows.append(row)
-        doc: dict[str, Any] = {"points": rows}
-        if self.sleep_span_s is not None:
-            doc["sleep_span_s"] = list(self.sleep_span_s)
-        if self.iteration_times:
-            doc["iteration_times"] = [list(r) for r in self.iteration_times]
-        return doc
+        [, "sleep_span_s": [low, high]][, "iteration_times": [[share %, s], ...]]}``
+        (:func:`gpucontrol.model_form.document`)."""
+        from gpucontrol.model_form import document
+
+        return document(self)
 
     def to_json(self) -> str:
         """:meth:`to_document` as JSON."""
@@ -465,30 +451,12 @@ class LatencyModelFamily:
     def from_document(cls, doc: Any) -> LatencyModelFamily:
         """Read :meth:`to_document`'s form, a bare list of its rows, or one row with the
         family's keys beside it (a one-level file, ``mps_pct`` 100 unless given). A key the
-        form does not define (:data:`FAMILY_KEYS`, :data:`POINT_KEYS`, :data:`LEVEL_KEYS`) is
-        refused, named."""
-        where = "model points"
-        if isinstance(doc, Mapping) and "points" not in doc:  # one level
-            known_keys("model", doc, LEVEL_KEYS)
-            where = "model"
-            doc = {"points": [{"mps_pct": 100.0, **{k: v for k, v in doc.items()
-                                                    if k in POINT_KEYS}}],
-                   **{k: v for k, v in doc.items() if k in FAMILY_KEYS}}
-        elif isinstance(doc, Mapping):
-            known_keys("model", doc, FAMILY_KEYS)
-        try:
-            rows = doc["points"] if isinstance(doc, Mapping) else doc
-            span = doc.get("sleep_span_s") if isinstance(doc, Mapping) else None
-            times = doc.get("iteration_times", ()) if isinstance(doc, Mapping) else ()
-            if isinstance(rows, (str, bytes, Mapping)):
-                raise TypeError(f"points is a {type(rows).__name__}, not a list of rows")
-            return cls(tuple(_point(f"{where}[{i}]" if where != "model" else where, r)
-                             for i, r in enumerate(rows)), _span(span), times)
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ConfigurationError(
-                'family must be a list of {"mps_pct", "gain", "offset"[, "batch"]'
-                '[, "iteration_s"]} rows, bare or under "points" '
-                f"({type(exc).__name__}: {exc})") from None
+        form does not define (:data:`~gpucontrol.model_form.FAMILY_KEYS`,
+        :data:`~gpucontrol.model_form.POINT_KEYS`, :data:`~gpucontrol.model_form.LEVEL_KEYS`)
+        is refused, named (:func:`gpucontrol.model_form.read`)."""
+        from gpucontrol.model_form import read
+
+        return cls(*read(doc))
 
     @classmethod
     def from_json(cls, text: str) -> LatencyModelFamily:
@@ -498,57 +466,6 @@ class LatencyModelFamily:
         except json.JSONDecodeError as exc:
             raise ConfigurationError(f"family JSON: {exc}") from None
         return cls.from_document(doc)
-
-
-#: The keys of one level's row in a model file (:meth:`LatencyModelFamily.to_document`).
-POINT_KEYS = ("mps_pct", "gain", "offset", "batch", "iteration_s", "idle_ms", "duty_gain_ms",
-              "fit_error", "bent_law")
-#: The keys beside ``points``; ``source`` (where the curves came from) is a note, not read.
-FAMILY_KEYS = ("points", "sleep_span_s", "iteration_times", "source")
-#: A one-level file's keys: one row's and the family's; ``r2`` and ``r2_validation`` (the
-#: identification's fit) are notes, not read.
-LEVEL_KEYS = POINT_KEYS + FAMILY_KEYS[1:] + ("r2", "r2_validation")
-
-
-def _span(span: Any) -> tuple[Any, ...] | None:
-    """A model file's ``sleep_span_s`` as a tuple, naming the key when it is no sequence."""
-    if span is None:
-        return None
-    try:
-        return tuple(span)
-    except TypeError:
-        raise ConfigurationError("sleep_span_s must be a (low, high) pair within [0, 3600], "
-                                 f"got {span!r}") from None
-
-
-#: The keys every row of a model file needs.
-_ROW_NEEDS = ("mps_pct", "gain", "offset")
-
-
-def _point(where: str, r: Any) -> OperatingPoint:
-    """One row of a model file, called ``where`` in messages (``model points[2]``): its keys
-    checked (none unknown, none of :data:`_ROW_NEEDS` missing, the duty law's two together),
-    and a bad value's message prefixed with the row."""
-    if not isinstance(r, Mapping):
-        raise ConfigurationError(f"{where} must be an object with {', '.join(_ROW_NEEDS)}, "
-                                 f"got {r!r:.80}")
-    known_keys(where, r, POINT_KEYS)
-    missing = [k for k in _ROW_NEEDS if k not in r]
-    if missing:
-        raise ConfigurationError(f"{where}: missing key(s) {', '.join(missing)} (every row "
-                                 f"needs {', '.join(_ROW_NEEDS)})")
-    if ("idle_ms" in r) != ("duty_gain_ms" in r):   # one of them alone was dropped unseen
-        given, absent = ("idle_ms", "duty_gain_ms")[::1 if "idle_ms" in r else -1]
-        raise ConfigurationError(f"{where}: {given} without {absent}; the duty law "
-                                 "c + A d needs both (idle_ms = c, duty_gain_ms = A) or neither")
-    try:
-        return OperatingPoint(r["mps_pct"], LinearLatencyModel(r["gain"], r["offset"]),
-                              r.get("batch"), r.get("iteration_s"),
-                              (r["idle_ms"], r["duty_gain_ms"]) if "duty_gain_ms" in r
-                              else None, r.get("fit_error"),
-                              None if r.get("bent_law") is None else tuple(r["bent_law"]))
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{where}: {exc}") from None
 
 
 def _times(rows: Any) -> tuple[tuple[float, float], ...]:

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from gpucontrol._validate import known_keys
-from gpucontrol.models import LEVEL_KEYS, LatencyModelFamily, LinearLatencyModel
+from gpucontrol.model_form import LEVEL_KEYS
+from gpucontrol.models import LatencyModelFamily, LinearLatencyModel
 
 #: What makes a one-level file a one-point family rather than a bare line.
 _FAMILY = ("iteration_s", "sleep_span_s", "iteration_times")
@@ -39,8 +40,9 @@ def load_model(path: str | os.PathLike[str]) -> LinearLatencyModel | LatencyMode
         family: the latency and training-rate curves across the share), bare or under
         ``"points"`` beside an optional ``"sleep_span_s"`` and ``"iteration_times"`` (a rate
         sweep's ``[share %, s]`` pairs). The keys are
-        :data:`~gpucontrol.models.LEVEL_KEYS` (one level), :data:`~gpucontrol.models.FAMILY_KEYS`
-        and :data:`~gpucontrol.models.POINT_KEYS` (a row); ``source``, ``r2`` and
+        :data:`~gpucontrol.model_form.LEVEL_KEYS` (one level),
+        :data:`~gpucontrol.model_form.FAMILY_KEYS` and
+        :data:`~gpucontrol.model_form.POINT_KEYS` (a row); ``source``, ``r2`` and
         ``r2_validation`` are notes, not read.
 
     Returns

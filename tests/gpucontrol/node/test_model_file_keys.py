@@ -20,7 +20,7 @@ from gpucontrol import (
     TwoTierController,
 )
 from gpucontrol.errors import ConfigurationError
-from gpucontrol.models import FAMILY_KEYS, LEVEL_KEYS, POINT_KEYS
+from gpucontrol.model_form import FAMILY_KEYS, LEVEL_KEYS, POINT_KEYS
 from gpucontrol.node.model_file import load_model
 
 ROOT = Path(__file__).resolve().parents[3]
