@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.cluster.checks import check_int, check_number
+from harness.checks import integer, number
 from harness.cluster.placement import PLACEMENTS
 from harness.cluster.policies import ControlParams, PlantParams, make_policy
 from harness.cluster.traces import DAY, INFERENCE, TRAINING
@@ -35,9 +35,9 @@ class GpuType:
     weight: int = 1
 
     def __post_init__(self) -> None:
-        check_number("GpuType speed", self.speed, 0, 100, lo_open=True)
-        check_number("GpuType mem_gb", self.mem_gb, 0, 1024, lo_open=True)
-        check_int("GpuType weight", self.weight, 1, 10000)
+        number("GpuType speed", self.speed, 0, 100, lo_open=True)
+        number("GpuType mem_gb", self.mem_gb, 0, 1024, lo_open=True)
+        object.__setattr__(self, "weight", integer("GpuType weight", self.weight, 1, 10000))
 
 
 DEFAULT_GPUS = (GpuType("default"),)
@@ -89,7 +89,7 @@ class SimConfig:
         if self.placement not in PLACEMENTS:
             raise ValueError(f"unknown placement {self.placement!r}; choose from "
                              f"{', '.join(PLACEMENTS)}")
-        check_number("slo_factor", self.slo_factor, 0, 2, lo_open=True)
+        number("slo_factor", self.slo_factor, 0, 2, lo_open=True)
         if self.slo_mode not in ("rate", "deadline"):
             raise ValueError(f"slo_mode must be 'rate' or 'deadline', got {self.slo_mode!r}")
         if not self.gpu_types:
@@ -97,8 +97,8 @@ class SimConfig:
         if not all(isinstance(gt, GpuType) for gt in self.gpu_types):
             raise ValueError(f"gpu_types must be GpuType instances, got {self.gpu_types!r}")
         if self.horizon_s is not None:
-            check_int("horizon_s", self.horizon_s, 1)
-        check_int("seed", self.seed, 0, 2**32 - 1)
+            object.__setattr__(self, "horizon_s", integer("horizon_s", self.horizon_s, 1))
+        object.__setattr__(self, "seed", integer("seed", self.seed, 0, 2**32 - 1))
 
     @property
     def slo_latency(self) -> float:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.cluster.checks import check_int, check_number
+from harness.checks import integer, number
 from harness.cluster.vcontrol import CORE_DEFAULTS
 
 POLICIES = ("nocolo", "separate", "simple", "conservative", "gslice", "gpucolo")
@@ -64,10 +64,10 @@ class PlantParams:
     restart_s: int = 7
 
     def __post_init__(self) -> None:
-        check_number("max_speedup", self.max_speedup, 1, 10)
-        check_number("interference", self.interference, 0, 10)
-        check_number("train_iteration_s", self.train_iteration_s, 0, 3600, lo_open=True)
-        check_int("restart_s", self.restart_s, 0, 600)
+        number("max_speedup", self.max_speedup, 1, 10)
+        number("interference", self.interference, 0, 10)
+        number("train_iteration_s", self.train_iteration_s, 0, 3600, lo_open=True)
+        object.__setattr__(self, "restart_s", integer("restart_s", self.restart_s, 0, 600))
 
 
 @dataclass(frozen=True)
@@ -121,18 +121,19 @@ class ControlParams:
     gslice_slack: float = 0.10
 
     def __post_init__(self) -> None:
-        check_int("inner_period_s", self.inner_period_s, 1, 3600)
-        check_int("outer_every", self.outer_every, 1, 10000)
-        check_number("threshold", self.threshold, 0, 1, hi_open=True)
-        check_number("detune", self.detune, 0, 2, lo_open=True, hi_open=True)
+        for name, hi in (("inner_period_s", 3600), ("outer_every", 10000)):
+            object.__setattr__(self, name, integer(name, getattr(self, name), 1, hi))
+        number("threshold", self.threshold, 0, 1, hi_open=True)
+        number("detune", self.detune, 0, 2, lo_open=True, hi_open=True)
         if self.gain not in ("scheduled", "fixed"):
             raise ValueError(f"gain must be 'scheduled' or 'fixed', got {self.gain!r}")
-        check_number("setpoint_margin", self.setpoint_margin, 0, 0.5, hi_open=True)
-        check_number("sleep_max_s", self.sleep_max_s, 0, 3600, lo_open=True)
-        check_number("sleep_tolerance_s", self.sleep_tolerance_s, 0, self.sleep_max_s,
-                     hi_open=True)
-        check_int("gslice_period_s", self.gslice_period_s, 1, 86400)
-        check_number("gslice_slack", self.gslice_slack, 0, 1, hi_open=True)
+        number("setpoint_margin", self.setpoint_margin, 0, 0.5, hi_open=True)
+        number("sleep_max_s", self.sleep_max_s, 0, 3600, lo_open=True)
+        number("sleep_tolerance_s", self.sleep_tolerance_s, 0, self.sleep_max_s,
+               hi_open=True)
+        object.__setattr__(self, "gslice_period_s",
+                           integer("gslice_period_s", self.gslice_period_s, 1, 86400))
+        number("gslice_slack", self.gslice_slack, 0, 1, hi_open=True)
 
 
 @dataclass(frozen=True)

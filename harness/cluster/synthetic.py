@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.cluster.checks import check_int, check_number
+from harness.checks import integer, number
 from harness.cluster.traces import (
     DAY,
     INFERENCE,
@@ -73,14 +73,14 @@ class SyntheticConfig:
     def __post_init__(self) -> None:
         for name, hi in (("days", 3650), ("target_gpus", 1e6), ("inference_to_training", 1e4),
                          ("inf_median_s", 365 * DAY), ("train_median_s", 365 * DAY)):
-            check_number(name, getattr(self, name), 0, hi, lo_open=True)
+            number(name, getattr(self, name), 0, hi, lo_open=True)
         for name in ("inf_log_sigma", "train_log_sigma"):
-            check_number(name, getattr(self, name), 0, 5)
+            number(name, getattr(self, name), 0, 5)
         for name in ("inf_demand_mean", "train_demand_mean"):
-            check_number(name, getattr(self, name), 0.05, 1, lo_open=True, hi_open=True)
-        check_number("multi_gpu_fraction", self.multi_gpu_fraction, 0, 1)
-        check_number("diurnal_amplitude", self.diurnal_amplitude, 0, 1, hi_open=True)
-        check_int("seed", self.seed, 0, 2**32 - 1)
+            number(name, getattr(self, name), 0.05, 1, lo_open=True, hi_open=True)
+        number("multi_gpu_fraction", self.multi_gpu_fraction, 0, 1)
+        number("diurnal_amplitude", self.diurnal_amplitude, 0, 1, hi_open=True)
+        object.__setattr__(self, "seed", integer("seed", self.seed, 0, 2**32 - 1))
 
 
 def synthetic(cfg: SyntheticConfig | None = None, **kw: Any) -> Trace:
@@ -169,8 +169,8 @@ def inference_burst(trace: Trace, start_day: float = 20.0, end_day: float = 40.0
     ValueError
         Unless ``0 <= start_day < end_day <= 36500``.
     """
-    check_number("start_day", start_day, 0, 36500)
-    check_number("end_day", end_day, 0, 36500)
+    number("start_day", start_day, 0, 36500)
+    number("end_day", end_day, 0, 36500)
     if not start_day < end_day:
         raise ValueError(f"start_day must be before end_day, got {start_day!r}, {end_day!r}")
     lo, hi = start_day * DAY, end_day * DAY

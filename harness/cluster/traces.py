@@ -45,7 +45,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from harness.cluster.checks import check_number
+from harness.checks import number
 
 INFERENCE, TRAINING = 0, 1
 _T = TypeVar("_T")
@@ -226,8 +226,8 @@ class Trace:
     def window(self, start_day: float, days: float) -> Trace:
         """Tasks arriving in [start_day, start_day + days), re-based to start at 0;
         ``start_day`` in [0, 36500], ``days`` in (0, 36500] (ValueError otherwise)."""
-        check_number("window start_day", start_day, 0, 36500)
-        check_number("window days", days, 0, 36500, lo_open=True)
+        number("window start_day", start_day, 0, 36500)
+        number("window days", days, 0, 36500, lo_open=True)
         lo, hi = int(start_day * DAY), int((start_day + days) * DAY)
         m = (self.arrival >= lo) & (self.arrival < hi)
         t = self.take(m, f"{self.name}[{start_day:g}+{days:g}d]")

@@ -13,9 +13,9 @@ import numpy as np
 
 from gpucontrol import LatencyModelFamily, LinearLatencyModel, OperatingPoint
 from gpucontrol.errors import PlantUnavailable
+from harness.checks import numbers_in
 from harness.experiments.plants import make_plant
 from harness.sim import baselines as B
-from harness.sim.checks import numbers_in
 from harness.sim.protocol import Records, Scenario
 from harness.sim.simulated import SimulatedColocation
 
@@ -163,7 +163,7 @@ def distinct_numbers(name: str, values: Any, lo: float | None = None,
     values : Sequence[float]
         The numbers.
     lo, hi, lo_open, hi_open
-        The range of each (None: unbounded), as :func:`harness.sim.checks.number` takes it.
+        The range of each (None: unbounded), as :func:`harness.checks.number` takes it.
 
     Returns
     -------

@@ -56,6 +56,7 @@ from gpucontrol import (
     check_envelope,
     design_p,
 )
+from harness.checks import number
 from harness.experiments.common import (
     ExperimentResult,
     close_plant,
@@ -73,7 +74,6 @@ from harness.results import (
     write_json,
     write_markdown_table,
 )
-from harness.sim.checks import number
 from harness.sim.protocol import Records
 
 __all__ = ["MIN_SPLIT_PERIODS", "MPS_RANGE", "PERIOD_COLUMNS", "RATE_PERIODS", "SUMMARY_COLUMNS",

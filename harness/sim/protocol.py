@@ -43,7 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from gpucontrol import Actuation
-from harness.sim.checks import integer, number
+from harness.checks import integer, number
 
 __all__ = [
     "LoadEvent",

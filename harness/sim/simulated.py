@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.sim.checks import integer, number, numbers_in
+from harness.checks import integer, number, numbers_in
 from harness.sim.physics import BACKENDS, ColocationParams, backend_overrides
 from harness.sim.presets import (
     CALIBRATION_KIND,
