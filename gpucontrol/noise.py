@@ -153,7 +153,8 @@ class Aim:
     largest at which a noise ``sigma`` (log), amplified by the loop's own feedback of it
     (``sqrt(1 + d / (2 - d))`` for a P loop at detune ``d``), puts no more than a tail
     ``tail_z`` (a standard normal quantile) of periods over ``(1 + tolerance) * slo_ms``, at
-    most the SLO and at least ``2 * tolerance`` under it
+    most the SLO and no more than ``2 * tolerance`` under it (past that noise the tail is not
+    held)
     (:meth:`~gpucontrol.TwoTierController._aim` says why)."""
 
     def __init__(self, slo_ms: float, kp_scale: float, tolerance: float, tail_z: float) -> None:

@@ -61,8 +61,8 @@ The inner loop starts at the sleep the curves predict for the set point at the s
 periods, so nothing learnt from bad readings outlives them by much; what the loop keeps reading
 where it stands is re-learnt as fast as it fades. Readings past explaining (the reading noise at
 its cap, 0.2: most successive readings 20 % or more apart) teach nothing that holds, yet they
-move every learnt quantity and the share; when they are explainable again (the last 16
-differences' median under half the cap) the controller starts afresh
+move every learnt quantity and the share; when they are explainable again (the noise read
+from the last 16 differences' median under half the cap) the controller starts afresh
 (:attr:`ThroughputOuter.recovered`): everything learnt back to the prior, the starting share
 and the sleep predicted there. Otherwise the episode's load, corrections and share would decide
 the run after it, and where the loop started over would depend on where the bad readings left
@@ -343,9 +343,10 @@ class ThroughputOuter:
 
     def _watch(self) -> None:
         """Readings past explaining: the reading noise at its cap (most successive readings
-        20 % or more apart). They are explainable again when the median of the last 16
-        differences is under half the cap (the 64 the noise is read from keep the bad ones
-        for 32 readings more): :attr:`recovered` then asks the controller to start afresh."""
+        20 % or more apart). They are explainable again when the noise read from the median
+        of the last 16 differences (over 0.954) is under half the cap (the 64 the noise is
+        read from keep the bad ones for 32 readings more): :attr:`recovered` then asks the
+        controller to start afresh."""
         if self._garbled:
             if self.noise.now.recent_variance(16) < _CLEAR2:
                 self._garbled, self.recovered = False, self.afresh

@@ -26,7 +26,8 @@ What the default derives, and why:
   times ``exp(q + delta)`` (the load, and this share's correction), and that factor scales the
   slope in the sleep as much as the level. The gain is divided by it: identified at one load
   and run at half of it, an unscaled loop closes a quarter of an error a period where the
-  design says half, and a load step takes twice as long to answer.
+  design says half, and a load step takes more than twice as long to answer (14 periods to
+  settle instead of 6).
 * glitches: a reading above 50x the SLO is held like a missing period, seen by neither loop.
   Readings past explaining (the throughput loop's reading noise at its cap) that become
   explainable again restart the controller as built, at its starting share: what they
@@ -40,15 +41,16 @@ What the default derives, and why:
   rings everywhere).
 * after a share change the inner loop holds while the training restarts:
   ``ceil(change_s / T)`` periods and one more when the duration was given or measured (a late
-  reading would show the downtime), the assumed 15 s when unknown, none for a restart-free
-  backend. The hold is one-sided: a reading over the set point still raises the sleep. The
-  readings of a restart are low (the training is down) and teach nothing, but one over the
-  set point says the training runs and runs too fast: a resize that lands late leaves the old
-  share running at the new share's predicted sleep (an MPS resize by a pre-started shadow
-  process took seconds to land on the H100), and a predicted sleep may be short.
+  reading would show the downtime), the assumed 15 s when unknown, at least 2 periods
+  (:attr:`TwoTierController.HOLD_PERIODS_AFTER_MPS`), none for a restart-free backend. The
+  hold is one-sided: a reading over the set point still raises the sleep. The readings of a
+  restart are low (the training is down) and teach nothing, but one over the set point says
+  the training runs and runs too fast: a resize that lands late (an MPS resize by a
+  pre-started shadow process can take seconds to land) leaves the old share running at the
+  new share's predicted sleep, and a predicted sleep may be short.
 * the throughput loop aims under the SLO by the reading noise it measures, so that noise
   alone puts at most 1 % of periods over 1.05x the SLO: the SLO itself for a quiet mean,
-  a few % under it for a period's p99, a noisy statistic.
+  a few % under it for a period's p99, a noisy statistic; never more than 10 % under it.
 """
 
 from __future__ import annotations
@@ -155,7 +157,9 @@ class TwoTierController:
         (default: MPS percentages 1-100, a restart of unknown length, start at 100).
     sleep : SleepKnob or (float, float), optional
         The sleep: its range, a duty cycler's run quantum, the starting sleep (default
-        ``SleepKnob()``: 0-1 s, once per iteration, start at 0); a ``(low, high)`` pair is
+        ``SleepKnob()``: 0-1 s, once per iteration, no starting sleep given: the throughput
+        loop starts at the sleep the curves predict for the set point, the paper's loops at
+        the bottom of the range); a ``(low, high)`` pair of seconds within [0, 3600] is
         ``SleepKnob((low, high))``.
     design : Design or float, optional
         Inner design (``design_p`` / ``design_pi``; its measurement delay is honoured), or a
@@ -177,7 +181,8 @@ class TwoTierController:
     """
 
     MODES = ("mean", "p99")
-    #: Periods held after a share change of unknown cost (the paper's loops).
+    #: Periods held after a share change of unknown cost (the paper's loops), and the least
+    #: hold after any change that costs a restart.
     HOLD_PERIODS_AFTER_MPS = 2
     #: Readings above this many times the SLO are glitches, held as missing periods.
     PLAUSIBLE_FACTOR = 50.0
@@ -271,7 +276,7 @@ class TwoTierController:
         than 1 % of periods over ``(1 + TOLERANCE) * SLO``, at most the SLO. A period's mean
         of many batches is quiet and stays aimed at the SLO itself; a period's p99 is a noisy
         statistic and is aimed a few % under it. The margin stops at twice the tolerance: a
-        reading noisier than that (a CPU plant on a shared machine: 40 % of the SLO) is not
+        reading much noisier than that (scattered by tens of % of the SLO) is not
         kept under 1.05 SLO by aiming lower without throttling the training for nothing."""
         if not (self.noise_margin and isinstance(self.outer, ThroughputOuter)):
             return
@@ -301,8 +306,9 @@ class TwoTierController:
         """Periods the inner loop holds after a share change: none for a restart-free knob;
         the restart's duration ``ceil(change_s / T)`` when known, plus one period (or the
         known measurement delay: a reading one period late would show a period the training
-        was still down for); the assumed 15 s for the throughput loop when unknown; else
-        :attr:`HOLD_PERIODS_AFTER_MPS`."""
+        was still down for); the assumed 15 s plus the known measurement delay for the
+        throughput loop when unknown; else :attr:`HOLD_PERIODS_AFTER_MPS`, which is also the
+        least hold after a change that costs a restart."""
         if self.share.restart_free:
             return 0
         delay = self.measurement_delay_periods
@@ -490,11 +496,12 @@ class TwoTierController:
 
     def _start_afresh(self, left_pct: float, r: InnerResult, gain_est: float) -> Actuation:
         """Readings past explaining (the reading noise at its cap: most successive readings
-        20 % or more apart) have become explainable again (under half that). What they taught
-        (a load, corrections, a guard's backoff, the noise itself) would decide the run after
-        them, and the share they drove the loop to would be where it starts over. So it starts
-        as built: the set point at the SLO, nothing learnt, the starting share and the sleep
-        the curves predict there."""
+        20 % or more apart) have become explainable again (the noise read from the median of
+        the last 16 differences under half the cap). What they taught (a load, corrections, a
+        guard's backoff, the noise itself) would decide the run after them, and the share they
+        drove the loop to would be where it starts over. So it starts as built: the set point
+        at the SLO, nothing learnt, the starting share and the sleep the curves predict
+        there."""
         assert isinstance(self.outer, ThroughputOuter)
         self._unlearn()
         self.inner.slo_ms = self.outer.slo_ms = self.target_ms
