@@ -97,8 +97,9 @@ def flag(name: str, value: Any) -> bool:
 
 
 def choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
-    """Return ``value`` if it is one of ``allowed``, or raise."""
-    if value not in allowed:
+    """Return ``value`` if it is one of ``allowed`` (a string), or raise (an array too: its
+    ``in`` would compare element by element)."""
+    if not (isinstance(value, str) and value in allowed):
         raise ConfigurationError(
             f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
     return value

@@ -62,7 +62,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from gpucontrol._validate import bounds, choice, in_range, positive
+from gpucontrol._validate import bounds, choice, in_range, is_bool, positive
 from gpucontrol.controllers import (
     GainEstimator,
     InnerResult,
@@ -198,8 +198,9 @@ class TwoTierController:
         self.inner_period_s = in_range("inner_period_s", inner_period_s, 0.01, 3600.0)
         self.mode = choice("mode", mode, self.MODES)
         self.share = _knob("share", share, ShareKnob)
-        self.sleep_knob = _knob("sleep", SleepKnob(bounds("sleep_bounds_s", sleep, 0.0, 3600.0))
-                                if isinstance(sleep, (tuple, list)) else sleep, SleepKnob)
+        self.sleep_knob = _knob("sleep", SleepKnob(bounds("sleep", sleep, 0.0, 3600.0))
+                                if isinstance(sleep, (tuple, list)) else sleep, SleepKnob,
+                                " or a (low, high) pair of seconds within [0, 3600]")
         self.family = _family(model)
         self.outer = _outer(outer)
         self.outer_strategy = self.outer.strategy
@@ -517,12 +518,13 @@ class TwoTierController:
                          r.error_ms, gain_est)
 
 
-def _knob(name: str, value: Any, kind: type) -> Any:
-    """``value`` if it is a ``kind`` (a default one when None), else a clear error."""
+def _knob(name: str, value: Any, kind: type, also: str = "") -> Any:
+    """``value`` if it is a ``kind`` (a default one when None), else a clear error (``also``:
+    what else the argument takes, in words)."""
     if value is None:
         return kind()
     if not isinstance(value, kind):
-        raise ConfigurationError(f"{name} must be a {kind.__name__}, got "
+        raise ConfigurationError(f"{name} must be a {kind.__name__}{also}, got "
                                  f"{type(value).__name__} {value!r:.60}")
     return value
 
@@ -542,8 +544,11 @@ def _outer(outer: Any) -> ThroughputOuter | OuterMPSOptimizer:
     """The outer-loop object for ``outer`` (a name or an unbound instance)."""
     if isinstance(outer, (ThroughputOuter, OuterMPSOptimizer)):
         return outer
-    name = choice("outer", outer, OUTER_STRATEGIES)
-    return ThroughputOuter() if name == "throughput" else OuterMPSOptimizer(name)
+    if not (isinstance(outer, str) and outer in OUTER_STRATEGIES):
+        raise ConfigurationError(
+            f"outer must be one of {', '.join(map(repr, OUTER_STRATEGIES))} or a ThroughputOuter "
+            f"or OuterMPSOptimizer instance, got {type(outer).__name__} {outer!r:.60}")
+    return ThroughputOuter() if outer == "throughput" else OuterMPSOptimizer(outer)
 
 
 def _design(design: Any, model: LinearLatencyModel, period_s: float, modern: bool) -> Design:
@@ -554,7 +559,9 @@ def _design(design: Any, model: LinearLatencyModel, period_s: float, modern: boo
     if design is None:
         return design_p(model, 0.5 if modern else 1.0, period_s)
     if isinstance(design, numbers.Real) and not isinstance(design, bool):
-        return design_p(model, float(design), period_s)
+        detune = in_range("design (the P loop's detune)", design, 0.0, 2.0, lo_open=True,
+                          hi_open=True)
+        return design_p(model, detune, period_s)
     raise ConfigurationError("design must be a gpucontrol Design (design_p / design_pi) or a "
                              f"detune in (0, 2), got {design!r:.60}")
 
@@ -565,14 +572,14 @@ def _estimator(adaptive: Any, model: LinearLatencyModel, slo_ms: float
     if isinstance(adaptive, GainEstimator):
         adaptive.reset(model.gain)
         return adaptive
-    if adaptive is False or adaptive is None:
+    if adaptive is None:
         return None
-    if adaptive is True or (hasattr(adaptive, "dtype") and bool(adaptive)):
+    if not is_bool(adaptive):       # (a number, an array: neither says yes or no plainly)
+        raise ConfigurationError(f"adaptive must be True, False or a GainEstimator, got "
+                                 f"{type(adaptive).__name__} {adaptive!r:.60}")
+    if adaptive:
         return GainEstimator(model.gain, 0.85, (0.1, 10.0), min_effect_ms=0.01 * slo_ms)
-    if hasattr(adaptive, "dtype"):
-        return None
-    raise ConfigurationError(f"adaptive must be True, False or a GainEstimator, got "
-                             f"{adaptive!r:.60}")
+    return None
 
 
 __all__ = ["FRESH_START", "OUTER_STRATEGIES", "Actuation", "TwoTierController"]

@@ -285,3 +285,36 @@ def test_share_levels_take_a_numpy_array_as_green_does():
     levels = np.array([75.0, 25.0, 50.0])
     assert ShareKnob(levels_pct=levels).levels_pct == (25.0, 50.0, 75.0)
     assert ShareKnob.green(levels).levels_pct == (25.0, 50.0, 75.0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    # a number or an array is not a yes or no: np.float64(1.0) was taken as True, an array
+    # raised numpy's "truth value ... is ambiguous" naming nothing
+    ({"adaptive": np.float64(1.0)}, r"adaptive must be True, False or a GainEstimator"),
+    ({"adaptive": np.int64(0)}, r"adaptive must be True, False or a GainEstimator"),
+    ({"adaptive": np.array([1, 2])}, r"adaptive must be True, False or a GainEstimator"),
+    # an array of names: numpy's ambiguity error before
+    ({"outer": np.array(["paper", "none"])}, r"outer must be one of 'throughput'"),
+    ({"mode": np.array(["mean", "p99"])}, r"mode must be one of 'mean', 'p99'"),
+    # the class instead of an instance: the message says an instance is taken
+    ({"outer": GainEstimator}, r"or a ThroughputOuter or OuterMPSOptimizer instance"),
+    # the argument is sleep=, and a pair is taken too
+    ({"sleep": np.array([0.0, 1.0])}, r"sleep must be a SleepKnob or a \(low, high\) pair"),
+    ({"sleep": (0.0, 5000.0)}, r"sleep must satisfy 0 <= low < high <= 3600"),
+    ({"sleep": (0.0, math.nan)}, r"sleep\[1\] must be a finite number"),
+    # a detune out of range names design=, the argument given
+    ({"design": 3.0}, r"design \(the P loop's detune\) must be in \(0, 2\)"),
+    ({"design": -0.5}, r"design \(the P loop's detune\) must be in \(0, 2\)"),
+])
+def test_controller_arguments_are_refused_naming_the_argument_and_its_range(kwargs, message):
+    with pytest.raises(ConfigurationError, match=message):
+        TwoTierController(M, 90.0, **kwargs)
+
+
+def test_controller_flags_and_names_still_taken():
+    assert TwoTierController(M, 90.0, adaptive=np.bool_(False)).adaptive is False
+    assert TwoTierController(M, 90.0, adaptive=None).adaptive is False
+    assert TwoTierController(M, 90.0, outer=np.str_("paper")).outer_strategy == "paper"
+    assert TwoTierController(M, 90.0, design=np.float64(0.5)).design.kp == pytest.approx(
+        0.5 / M.gain)
+    assert TwoTierController(M, 90.0, sleep=[0.0, 2.0]).sleep_knob.bounds_s == (0.0, 2.0)
