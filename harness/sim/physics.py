@@ -138,7 +138,8 @@ class ColocationParams:
     keep_samples: bool = False
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.batch, (int, np.integer)) and 1 <= self.batch <= 4096):
+        if isinstance(self.batch, bool) or not (isinstance(self.batch, (int, np.integer))
+                                                and 1 <= self.batch <= 4096):
             raise ValueError(f"batch must be an integer in [1, 4096], got {self.batch!r}")
         _num(self, "inference_mps_pct", 1.0, 100.0)
         for n in ("transfer_ms_fixed", "transfer_ms_per_image", "compute_ms_fixed"):
@@ -164,7 +165,12 @@ class ColocationParams:
         self._check_structure()
 
     def _check_structure(self) -> None:
-        if self.measurement_delay not in (0, 1):
+        for n in ("mps_enabled", "keep_samples"):
+            v = getattr(self, n)
+            if not isinstance(v, (bool, np.bool_)):   # "no" would read as true
+                raise ValueError(f"{n} must be True or False, got {v!r}")
+        d = self.measurement_delay
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d not in (0, 1):
             raise ValueError(f"measurement_delay must be 0 or 1 periods, got "
                              f"{self.measurement_delay!r}")
         if self.timeslice_inference_share + self.timeslice_switch_loss >= 1.0:
@@ -176,8 +182,8 @@ class ColocationParams:
         if self.train_blocks and not self.sm_count:
             raise ValueError("train_blocks > 0 (wave quantization) needs sm_count > 0")
         shares = self.green_shares_pct
-        try:
-            vals = tuple(float(v) for v in shares)
+        try:    # text is not a list of shares ("25" would read as 2 % and 5 %)
+            vals = () if isinstance(shares, (str, bytes)) else tuple(float(v) for v in shares)
         except (TypeError, ValueError):
             vals = ()
         if not vals or any(not (math.isfinite(v) and 0 < v <= 100) for v in vals) or \

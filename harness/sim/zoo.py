@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.checks import integer, number
 from harness.sim.protocol import PeriodResult, actuation_knobs
 from harness.sim.simulated import SimulatedColocation
 from harness.sim.zoo_load import load_scenario, load_trace, oracle_rate, white_noise_record
@@ -72,9 +73,9 @@ class _AnalyticPlant:
     name = "analytic"
 
     def __init__(self, *, seed: int = 0, restart_s: float = 10.0, load: float = 1.0) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.seed = int(seed)
-        self.restart_s = float(restart_s)
+        self.seed = integer("seed", seed, 0)
+        self.rng = np.random.default_rng(self.seed)
+        self.restart_s = number("restart_s", restart_s, 0.0, 3600.0)
         self.load = float(load)
         self.sleep_s = 0.0
         self.mps_pct: float | None = None
@@ -472,11 +473,9 @@ def make_plant(name: str, *, seed: int = 0, restart_s: float | None = None,
     """
     kw: dict[str, float] = {}
     if restart_s is not None:
-        r = float(restart_s)
-        if not (math.isfinite(r) and 0.0 <= r <= 3600.0):
-            raise ValueError(f"restart_s must be in [0, 3600] s, got {restart_s!r}")
-        kw["restart_s"] = r
-    noise = seed if noise_seed is None else noise_seed
+        kw["restart_s"] = number("restart_s", restart_s, 0.0, 3600.0)
+    seed = integer("seed", seed, 0)
+    noise = seed if noise_seed is None else integer("noise_seed", noise_seed, 0)
     if name in ("ours", "h100"):
         return _Ours(seed=noise, preset={"ours": "fig8"}.get(name, name), backend=backend, **kw)
     if backend is not None:

@@ -10,9 +10,31 @@ from typing import Any
 
 import numpy as np
 
+from harness.checks import integer, number, numbers_in
 from harness.sim.protocol import LoadEvent, Scenario
 
 __all__ = ["level_rates", "load_scenario", "load_trace", "oracle_rate", "white_noise_record"]
+
+#: The latency statistics an SLO can bound.
+STATISTICS = ("mean", "p99")
+
+
+def _statistic(statistic: Any) -> str:
+    if statistic not in STATISTICS:
+        raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+    return str(statistic)
+
+
+def _steps(steps: Any, periods: int) -> list[tuple[int, float]]:
+    """``load_trace``'s steps, checked: ``(period, factor)`` pairs, the period inside the
+    trace (a negative one would count from its end), the factor a finite number > 0."""
+    out = []
+    for st in steps:
+        if isinstance(st, (str, bytes)) or not hasattr(st, "__len__") or len(st) != 2:
+            raise ValueError(f"steps must be (period, factor) pairs, got {st!r}")
+        out.append((integer("steps period", st[0], 0, max(periods - 1, 0)),
+                    number("steps factor", st[1], 0.0, 20.0, lo_open=True)))
+    return out
 
 
 def load_trace(periods: int, *, seed: int = 0, swing: float = 0.12, jitter: float = 0.02,
@@ -37,14 +59,18 @@ def load_trace(periods: int, *, seed: int = 0, swing: float = 0.12, jitter: floa
     numpy.ndarray
         The load factor of each period.
     """
-    rng = np.random.default_rng(seed)
+    periods = integer("periods", periods, 0, 10**7)
+    rng = np.random.default_rng(integer("seed", seed, 0))
+    swing = number("swing", swing, 0.0, 1.0)
+    jitter = number("jitter", jitter, 0.0, 1.0)
+    checked = _steps(steps, periods)
     k = np.arange(periods)
     slow = 1.0 + swing * np.sin(2 * np.pi * k / max(periods, 1) - np.pi / 2)
     e = np.zeros(periods)
     for i in range(1, periods):
         e[i] = 0.9 * e[i - 1] + jitter * math.sqrt(1 - 0.81) * rng.standard_normal()
     q = slow + e
-    for at, f in steps:
+    for at, f in checked:
         q[at:] *= f
     return np.clip(q, 0.3, 5.0)
 
@@ -64,8 +90,9 @@ def load_scenario(loads: Any, period_s: float = 4.0) -> Scenario:
     Scenario
         Events at ``k * period_s``.
     """
+    period_s = number("period_s", period_s, 0.0, None, lo_open=True)
     ev, last = [], None
-    for k, q in enumerate(np.asarray(loads, float)):
+    for k, q in enumerate(np.ravel(numbers_in("loads", loads, 0.0, None, lo_open=True))):
         v = round(float(q), 4)
         if v != last:
             ev.append(LoadEvent.at(k * period_s, load=v))
@@ -103,6 +130,9 @@ def oracle_rate(plant: Any, slo_ms: float, load: float, statistic: str = "mean",
     float
         Iterations per second.
     """
+    slo_ms = number("slo_ms", slo_ms, 0.0, None, lo_open=True)
+    load = number("load", load, 0.0, None, lo_open=True)
+    statistic = _statistic(statistic)
     if levels_pct is None:
         levels: tuple[float, ...] = tuple(np.arange(1.0, 101.0))
     else:
@@ -158,10 +188,18 @@ def white_noise_record(plant: Any, periods: int = 60, *, seed: int = 0, mps_pct:
     from gpucontrol import Actuation
     from harness.sim.zoo import DelayedPlant
 
+    periods = integer("periods", periods, 1)
+    seed = integer("seed", seed, 0)
+    statistic = _statistic(statistic)
+    lo, hi = (numbers_in("sleep_bounds_s", sleep_bounds_s, 0.0, None).tolist()
+              if np.shape(sleep_bounds_s) == (2,) else (-1.0, -1.0))
+    if not 0.0 <= lo <= hi:
+        raise ValueError(f"sleep_bounds_s must be (low, high) sleeps in s, 0 <= low <= high, "
+                         f"got {sleep_bounds_s!r}")
     if isinstance(plant, DelayedPlant):
         plant = plant.inner      # the delay is in the runtime reporting path, not the log
     rng = np.random.default_rng(seed + 7919)
-    u = rng.uniform(*sleep_bounds_s, periods)
+    u = rng.uniform(lo, hi, periods)
     plant.step(Actuation(float(u[0]), mps_pct), 4.0)
     y = np.empty(periods)
     for k in range(periods):
