@@ -27,7 +27,7 @@ from harness.results import (
     save_figure,
     write_json,
 )
-from harness.sim.calibration import calibrate, find_records
+from harness.sim.calibration import calibrate, facts_from_records, find_records
 from harness.sim.simulated import PRESETS, base_preset_name
 
 __all__ = ["FILES", "format_report", "has_stderr", "mixed_presets", "no_stderr_reason",
@@ -38,14 +38,27 @@ __all__ = ["FILES", "format_report", "has_stderr", "mixed_presets", "no_stderr_r
 FILES = ("calibration.json", "calibration.md", "calibration.png")
 
 
-def _check_sources(sources: Sequence[str]) -> None:
-    """Refuse a source that holds no period at all (an empty file, a header alone), naming it:
-    what is wrong is the file, whatever the preset."""
+#: The options of :func:`run_calibration` that reading the records takes.
+_READ_OPTIONS = ("settle_periods", "sleep_bin_s", "min_periods", "sm_weight", "its_weight")
+
+
+def _check_sources(sources: Sequence[str], flag: str, options: Mapping[str, Any]) -> None:
+    """Read each source alone before fitting, and refuse one that is unusable — missing,
+    empty (a file with no period, a header alone), not an experiment's records, or holding a
+    damaged or out-of-range row — naming the flag it came with (``--from`` or ``--check``)
+    and the source: what is wrong is the file, whatever the preset."""
     for src in sources:
-        if not any(rec.rows for rec in find_records(src)):
-            raise ValueError(f"source {src!r}: no periods in it (an empty file, or a header "
-                             f"alone); give the per-period CSV or the results folder of a "
-                             f"knobs, identify, burst or sweep run")
+        try:
+            if not any(rec.rows for rec in find_records(src)):
+                raise ValueError(f"source {src!r}: no periods in it (an empty file, or a "
+                                 f"header alone); give the per-period CSV or the results "
+                                 f"folder of a knobs, identify, burst or sweep run")
+            facts_from_records([src], **options)
+        except ValueError as exc:
+            raise ValueError(f"{flag}: {exc}") from None
+        except OSError as exc:
+            raise ValueError(f"{flag}: {exc.filename or src}: {exc.strerror or exc}"
+                             ) from None
 
 
 def _infer_preset(sources: Sequence[str]) -> str:
@@ -71,7 +84,9 @@ def run_calibration(sources: Sequence[str | Path], out_dir: str | Path,
     """Calibrate (``preset`` None: the one the sources ran with) and write calibration.json,
     calibration.md and calibration.png into ``out_dir``. Returns the document and the files."""
     srcs = [str(s) for s in sources]
-    _check_sources(srcs)
+    read = {k: kw[k] for k in _READ_OPTIONS if k in kw}
+    _check_sources(srcs, "--from", read)
+    _check_sources([str(s) for s in kw.get("check") or ()], "--check", read)
     doc = calibrate(srcs, preset if preset is not None else _infer_preset(srcs), **kw)
     out = Path(out_dir)
     with result_set(out, owns=FILES):  # ours replace the previous run's; the rest stays

@@ -3,6 +3,7 @@
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -214,8 +215,12 @@ def test_calibrate_names_what_is_wrong(perturbed_knobs, tmp_path, capsys):
                                                                 "--sleep-bin", "0"])
     bad = tmp_path / "bad.csv"
     bad.write_text("latency_ms\n5.0\n")
-    assert "no recorded preset" in error(["--from", str(bad)])
+    # the file is wrong whatever the preset: said before the preset is looked for
+    assert "--from: source" in error(["--from", str(bad)])
     assert "sleep_s, mps_pct missing" in error(["--from", str(bad), "--preset", "fig4"])
+    good = tmp_path / "good.csv"
+    good.write_text("latency_ms,sleep_s,mps_pct\n" + "5.0,0.1,80\n" * 6)
+    assert "no recorded preset" in error(["--from", str(good)])
     assert not (tmp_path / "out").exists()
     with pytest.raises(SystemExit):
         main(["calibrate", "--from", results, "--preset", "fig5"])
@@ -226,6 +231,38 @@ def test_calibrate_names_what_is_wrong(perturbed_knobs, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["calibrate", "--out", out])          # --from is required
     assert "--from" in capsys.readouterr().err
+
+
+def test_calibrate_names_the_flag_of_a_bad_source_and_leaves_out_alone(perturbed_knobs,
+                                                                        tmp_path, capsys):
+    """A bad source is refused in one line naming its flag (--from or --check), before
+    anything is fitted or written: a previous calibration in --out stays as it was."""
+    root, _ = perturbed_knobs
+    results = root / "results"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "calibration.json").write_text("previous")
+    cut = tmp_path / "cut"
+    shutil.copytree(next(p.parent for p in results.rglob("knobs.csv")), cut)
+    text = (cut / "knobs.csv").read_text()
+    (cut / "knobs.csv").write_text(text[:text.rindex(",")])        # cut mid-line
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a.csv").write_text("")
+    (tmp_path / "cal").mkdir()
+    (tmp_path / "cal" / "calibration.json").write_text("{}")      # an output, not records
+    cases = [(["--from", str(cut)], "--from: ", "has "),
+             (["--from", str(results), "--check", str(cut)], "--check: ", "has "),
+             (["--from", str(results), "--check", str(tmp_path / "empty")], "--check: ",
+              "no experiment records found"),
+             (["--from", str(tmp_path / "a.csv")], "--from: ", "no periods in it"),
+             (["--from", str(tmp_path / "cal")], "--from: ", "no experiment records found")]
+    for argv, flag, why in cases:
+        assert main(["calibrate", *argv, "--preset", "fig4", "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"gpucontrol calibrate: error: {flag}"), err
+        assert why in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in out.iterdir()) == ["calibration.json"]
+    assert (out / "calibration.json").read_text() == "previous"
 
 
 # ---- SLOs stated for the RTX 3090, moved to another GPU's latency range --------------------------
@@ -334,7 +371,7 @@ def test_out_of_range_records_are_refused(tmp_path, capsys, column, value, text)
     assert main(["calibrate", "--from", str(f), "--preset", "fig8", "--settle", "0",
                  "--min-periods", "1", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"gpucontrol calibrate: error: source {str(f)!r}: line 4: {text}"
+    assert err == f"gpucontrol calibrate: error: --from: source {str(f)!r}: line 4: {text}"
     assert not out.exists()
 
 

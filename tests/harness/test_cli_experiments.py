@@ -196,7 +196,7 @@ def test_garbage_calibrate_rows_are_one_line(tmp_path, capsys):
     assert _rc(["calibrate", "--from", str(f), "--preset", "fig8",
                 "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"gpucontrol calibrate: error: {f}: line 2 has 2 fields, the header 4"
+    assert err == f"gpucontrol calibrate: error: --from: {f}: line 2 has 2 fields, the header 4"
     f.write_text("t_start_s,latency_ms,mps_pct,sleep_s\n0,90,80,0.5\nfoo,bar,baz,qux\n")
     assert _rc(["calibrate", "--from", str(f), "--preset", "fig8",
                 "--out", str(tmp_path / "o")]) == 2
@@ -337,9 +337,9 @@ def test_calibrate_from_a_file_without_periods_names_the_file_not_the_preset(
     f.write_text(content)
     assert _rc(["calibrate", "--from", str(f), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"gpucontrol calibrate: error: source {str(f)!r}: no periods in it (an "
-                   f"empty file, or a header alone); give the per-period CSV or the results "
-                   f"folder of a knobs, identify, burst or sweep run"), err
+    assert err == (f"gpucontrol calibrate: error: --from: source {str(f)!r}: no periods in "
+                   f"it (an empty file, or a header alone); give the per-period CSV or the "
+                   f"results folder of a knobs, identify, burst or sweep run"), err
     assert not (tmp_path / "o").exists()
 
 
