@@ -401,7 +401,9 @@ class GlitchPlant(_Wrapper):
     def __init__(self, inner: Any, periods: Any, value_ms: float = 1e12, *,
                  factor: float | None = None) -> None:
         super().__init__(inner)
-        self.periods = {int(k) for k in periods}
+        if isinstance(periods, (str, bytes)) or not hasattr(periods, "__iter__"):
+            raise TypeError(f"periods must be period numbers (>= 0), got {periods!r}")
+        self.periods = {integer("periods", k, 0) for k in periods}
         self.value_ms = float(value_ms)
         if factor is not None and not (math.isfinite(factor) and factor > 0):
             raise ValueError(f"factor must be a finite number > 0, got {factor!r}")

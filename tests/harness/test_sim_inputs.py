@@ -94,3 +94,16 @@ def test_oracle_rate_names_a_bad_argument(kw, arg):
 def test_white_noise_record_names_a_bad_argument(kw, arg):
     with pytest.raises(ValueError, match=arg):
         zoo.white_noise_record(zoo.make_plant("hyperbolic"), **kw)
+
+
+@pytest.mark.parametrize("periods", [["x"], [1.5], [-1], "12", 3])
+def test_glitch_plant_names_bad_periods(periods):
+    with pytest.raises((ValueError, TypeError), match="periods"):
+        zoo.GlitchPlant(zoo.make_plant("hyperbolic"), periods)
+
+
+def test_glitch_plant_takes_any_iterable_of_periods():
+    inner = zoo.make_plant("hyperbolic")
+    assert zoo.GlitchPlant(inner, {4, 5}).periods == {4, 5}
+    assert zoo.GlitchPlant(inner, np.arange(2)).periods == {0, 1}
+    assert zoo.GlitchPlant(inner, range(0, 6, 3)).periods == {0, 3}
