@@ -42,17 +42,27 @@ FILES = ("calibration.json", "calibration.md", "calibration.png")
 _READ_OPTIONS = ("settle_periods", "sleep_bin_s", "min_periods", "sm_weight", "its_weight")
 
 
-def _check_sources(sources: Sequence[str], flag: str, options: Mapping[str, Any]) -> None:
+def _check_sources(sources: Sequence[str], flag: str, options: Mapping[str, Any],
+                   seen: dict[Path, str]) -> None:
     """Read each source alone before fitting, and refuse one that is unusable — missing,
     empty (a file with no period, a header alone), not an experiment's records, or holding a
     damaged or out-of-range row — naming the flag it came with (``--from`` or ``--check``)
-    and the source: what is wrong is the file, whatever the preset."""
+    and the source: what is wrong is the file, whatever the preset. Records that an earlier
+    source holds too (a folder and its subfolder) are refused: counted twice, they would
+    halve the standard errors, and checked after being fitted they are not held out."""
     for src in sources:
         try:
-            if not any(rec.rows for rec in find_records(src)):
+            recs = find_records(src)
+            if not any(rec.rows for rec in recs):
                 raise ValueError(f"source {src!r}: no periods in it (an empty file, or a "
                                  f"header alone); give the per-period CSV or the results "
                                  f"folder of a knobs, identify, burst or sweep run")
+            for rec in recs:
+                where = rec.csv.resolve()
+                if where in seen:
+                    raise ValueError(f"source {src!r}: {str(rec.csv)!r} is already read from "
+                                     f"{seen[where]}; give each record once")
+                seen[where] = f"{flag} {src}"
             facts_from_records([src], **options)
         except ValueError as exc:
             raise ValueError(f"{flag}: {exc}") from None
@@ -85,8 +95,9 @@ def run_calibration(sources: Sequence[str | Path], out_dir: str | Path,
     calibration.md and calibration.png into ``out_dir``. Returns the document and the files."""
     srcs = [str(s) for s in sources]
     read = {k: kw[k] for k in _READ_OPTIONS if k in kw}
-    _check_sources(srcs, "--from", read)
-    _check_sources([str(s) for s in kw.get("check") or ()], "--check", read)
+    seen: dict[Path, str] = {}
+    _check_sources(srcs, "--from", read, seen)
+    _check_sources([str(s) for s in kw.get("check") or ()], "--check", read, seen)
     doc = calibrate(srcs, preset if preset is not None else _infer_preset(srcs), **kw)
     out = Path(out_dir)
     with result_set(out, owns=FILES):  # ours replace the previous run's; the rest stays
