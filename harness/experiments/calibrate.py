@@ -370,6 +370,12 @@ def _fact_rows(facts: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, int]:
     return rows - 1 - np.array(pos, float), rows
 
 
+def band_label(source: str | Path) -> str:
+    """A source's name in the figure: the file and its folder (two spatial studies both
+    write levels.csv: ``spatial/levels.csv``, ``spatial_mps/levels.csv``)."""
+    return "/".join(Path(source).parts[-2:])
+
+
 def _source_bands(doc: Mapping[str, Any], ax: Any, y: np.ndarray) -> None:
     """Shade every other source's facts and write each source's fit in the blank row above
     them."""
@@ -384,7 +390,7 @@ def _source_bands(doc: Mapping[str, Any], ax: Any, y: np.ndarray) -> None:
                 a.axhspan(bottom, top, color="0.94", zorder=0)
         fit = (f"RMS {src['latency_rms_base']:.1f} % -> {src['latency_rms']:.1f} %"
                if src["facts"] else "checked, not fitted")
-        ax[0].text(0.99, top - 0.5, f"{Path(src['source']).name} (ran on {src['ran_on']}): "
+        ax[0].text(0.99, top - 0.5, f"{band_label(src['source'])} (ran on {src['ran_on']}): "
                    + fit,
                    transform=ax[0].get_yaxis_transform(), ha="right", va="center", fontsize=8,
                    color="tab:blue" if not src["latency_rms"] > src["latency_rms_base"]

@@ -123,3 +123,12 @@ def test_a_value_no_residual_depends_on_has_no_finite_standard_error():
     sol = SimpleNamespace(jac=jac, fun=np.array([0.1, -0.1, 0.05, 0.02]))
     err = _stderr(sol, ("a", "b"))
     assert math.isfinite(err["a"]) and err["a"] > 0 and err["b"] == math.inf
+
+
+def test_the_figure_tells_the_two_spatial_studies_apart():
+    """Both spatial studies write levels.csv: the figure's bands named them alike."""
+    from harness.experiments.calibrate import band_label
+
+    assert band_label("docs/results/spatial/levels.csv") == "spatial/levels.csv"
+    assert band_label("docs/results/spatial_mps/levels.csv") == "spatial_mps/levels.csv"
+    assert band_label("x.csv") == "x.csv"
