@@ -49,7 +49,8 @@ def _check_sources(sources: Sequence[str], flag: str, options: Mapping[str, Any]
     damaged or out-of-range row — naming the flag it came with (``--from`` or ``--check``)
     and the source: what is wrong is the file, whatever the preset. Records that an earlier
     source holds too (a folder and its subfolder) are refused: counted twice, they would
-    halve the standard errors, and checked after being fitted they are not held out."""
+    shrink the standard errors by 1/sqrt(2), and checked after being fitted they are not
+    held out."""
     for src in sources:
         try:
             recs = find_records(src)

@@ -267,7 +267,7 @@ def test_calibrate_names_the_flag_of_a_bad_source_and_leaves_out_alone(perturbed
 
 def test_calibrate_refuses_records_given_twice(perturbed_knobs, tmp_path, capsys):
     """A folder and its subfolder (or a --check that was fitted too) hold the same records:
-    counted twice they halved nothing but the standard errors (0.0007 -> 0.0005 for one
+    counted twice they shrank nothing but the standard errors (0.0007 -> 0.0005 for one
     identify record read twice), so they are refused, naming both."""
     root, _ = perturbed_knobs
     results = root / "results"
