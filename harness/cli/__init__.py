@@ -42,6 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` names (default the process's); its exit status. Ctrl-C while
+    the commands are imported or the flags parsed (the first second) stops it with one line
+    too: nothing has started yet that would need stopping."""
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        print("gpucontrol: interrupted before the command started", file=sys.stderr)
+        return 130
+
+
+def _run(argv: list[str] | None) -> int:
     from harness.args import Terminated, terminate_cleanly
     from harness.experiments.plants import ExperimentFailed
     from harness.results import result_note, result_set

@@ -50,3 +50,17 @@ def test_without_a_signal_nothing_is_sent():
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.split() == ["finished"], (out.stdout, out.stderr)
+
+
+def test_ctrl_c_before_the_command_starts_is_one_line(monkeypatch, capsys):
+    """Ctrl-C while the commands were imported or the flags parsed (the first second of any
+    command) printed a traceback: only the command's own run caught it."""
+    import harness.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["demo"]) == 130
+    err = capsys.readouterr().err
+    assert err == "gpucontrol: interrupted before the command started\n"
