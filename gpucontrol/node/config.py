@@ -526,7 +526,7 @@ class DaemonConfig:
 
     def training_uid(self) -> int:
         """The uid of ``training_user`` (raises ConfigurationError for an unknown user)."""
-        from gpucontrol.node.actuators.mps import account_spec
+        from gpucontrol.node.actuators.procs import account_spec
 
         try:
             return int(account_spec(str(self.training_user)).split(":")[0])

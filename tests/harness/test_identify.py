@@ -185,7 +185,9 @@ def test_a_cpu_share_is_named_so_and_the_fitted_line_carries_its_units(tmp_path,
         seen.append((ax.get_title(), [t.get_text() for t in legend.texts]))
         return path
 
-    monkeypatch.setattr(ident, "save_figure", capture)
+    from harness.experiments import identify_figures as figs
+
+    monkeypatch.setattr(figs, "save_figure", capture)
     res = ident.identify(plant=_CPUShareRecorder(), mps_levels=(100,), periods=20, seed=1,
                          out_dir=tmp_path)
     assert res.meta["share_name"] == "CPU share"
@@ -198,7 +200,7 @@ def test_a_cpu_share_is_named_so_and_the_fitted_line_carries_its_units(tmp_path,
     assert title7.startswith("CPU share 100%: held-out R²")
     text = ident.format_summary(res)
     assert "| CPU share % |" in text and "MPS" not in text
-    assert ident._line({"gain": -1.0, "offset": -77.1, "r2": 0.5}) == \
+    assert figs._line({"gain": -1.0, "offset": -77.1, "r2": 0.5}) == \
         "-1.0 ms/s × sleep - 77.1 ms (R² 0.50)"
 
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from gpucontrol._validate import in_range, positive
 from gpucontrol.errors import MPSError, MPSUnavailable
+from gpucontrol.node.actuators.procs import account_spec
 from gpucontrol.node.records import end_group_rest
 
 #: Run between fork and the training's exec: wait for the owner's go byte on the descriptor
@@ -93,43 +94,9 @@ __all__ = [
     "MPSError",
     "MPSUnavailable",
     "RestartResult",
-    "account_spec",
 ]
 
 DEFAULT_BINARY = "nvidia-cuda-mps-control"
-
-
-def account_spec(user: str) -> str:
-    """``uid:gid:name:home`` of an account given by name or number (what the launch gate
-    switches to).
-
-    Parameters
-    ----------
-    user : str
-        A user name or a numeric uid.
-
-    Returns
-    -------
-    str
-        The account's uid, primary gid, name and home directory.
-
-    Raises
-    ------
-    ValueError
-        No such user.
-
-    Examples
-    --------
-    >>> account_spec("0").split(":")[:3]
-    ['0', '0', 'root']
-    """
-    import pwd
-
-    try:
-        pw = pwd.getpwuid(int(user)) if str(user).isdigit() else pwd.getpwnam(str(user))
-    except (KeyError, OverflowError):
-        raise ValueError(f"no such user: {user!r}") from None
-    return f"{pw.pw_uid}:{pw.pw_gid}:{pw.pw_name}:{pw.pw_dir}"
 
 
 class MPSControl:

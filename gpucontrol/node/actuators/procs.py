@@ -14,6 +14,7 @@ then recorded and compared too, making the identity exact.
 Security rules (:func:`check_target`): never PID 1, never ourselves or one of our ancestors,
 never a kernel thread, and only processes whose real, effective and saved uids are all in the
 caller's explicit set ``uids`` (default: our own uid); a set naming another user needs root.
+:func:`account_spec` resolves the account a launched training runs as.
 """
 
 from __future__ import annotations
@@ -351,3 +352,36 @@ class ProcessHandle:
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         self.close()
+
+
+def account_spec(user: str) -> str:
+    """``uid:gid:name:home`` of an account given by name or number (what the launch gate
+    switches to).
+
+    Parameters
+    ----------
+    user : str
+        A user name or a numeric uid.
+
+    Returns
+    -------
+    str
+        The account's uid, primary gid, name and home directory.
+
+    Raises
+    ------
+    ValueError
+        No such user.
+
+    Examples
+    --------
+    >>> account_spec("0").split(":")[:3]
+    ['0', '0', 'root']
+    """
+    import pwd
+
+    try:
+        pw = pwd.getpwuid(int(user)) if str(user).isdigit() else pwd.getpwnam(str(user))
+    except (KeyError, OverflowError):
+        raise ValueError(f"no such user: {user!r}") from None
+    return f"{pw.pw_uid}:{pw.pw_gid}:{pw.pw_name}:{pw.pw_dir}"
