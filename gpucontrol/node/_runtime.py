@@ -208,14 +208,17 @@ def read_private_file(path: str | os.PathLike[str], limit: int = 1 << 20) -> byt
 def write_private_atomic(path: str | os.PathLike[str], data: bytes, *,
                          flags: int = os.O_WRONLY,
                          before_rename: Callable[[int], None] | None = None,
-                         mode: int = 0o600) -> None:
+                         mode: int = 0o600, durable: bool = True) -> None:
     """Write ``data`` to ``path`` atomically (exclusive temp file + rename), mode 0600.
 
     The one atomic-write helper of the node: a reader sees either the old or the new
     content, never a torn write. The directory is opened once, every ancestor checked
     (:func:`open_private_dir`), and the temporary file is created and renamed relative to
     that descriptor, so a directory swapped for a link in between cannot redirect the write.
-    Stdlib only (the guardian loads this module by path).
+    Durable by default: the temporary file's data is fsynced before the rename and the
+    directory (the same descriptor) after it, so after a power loss the file holds the old
+    or the new content, never nothing (the state file lists what a restarted daemon must
+    resume). Stdlib only (the guardian loads this module by path).
 
     Parameters
     ----------
@@ -231,6 +234,9 @@ def write_private_atomic(path: str | os.PathLike[str], data: bytes, *,
         renamed and the temporary file is removed.
     mode : int
         The file's final mode (0600; 0644 for a metrics text file others must read).
+    durable : bool
+        fsync the file before the rename and the directory after it (False: only for a
+        file rewritten every period whose loss costs nothing, the metrics text file).
 
     Examples
     --------
@@ -255,12 +261,16 @@ def write_private_atomic(path: str | os.PathLike[str], data: bytes, *,
                     os.fchmod(fd, mode)
                 if before_rename is not None:
                     before_rename(fd)
+                if durable:
+                    os.fsync(fd)  # the data on disk before the name points at it
             finally:
                 os.close(fd)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:  # a failed write or rename leaves no temporary file behind
             _unlink_at(tmp, dfd)
             raise
+        if durable:
+            os.fsync(dfd)  # the rename itself on disk
     finally:
         os.close(dfd)
 

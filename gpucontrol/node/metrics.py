@@ -539,13 +539,15 @@ class DaemonMetrics:
 
     def write_textfile(self) -> None:
         """Write the exposition to :attr:`textfile` atomically (mode 0644), for
-        node-exporter's text-file collector; errors are logged, never raised."""
+        node-exporter's text-file collector; errors are logged, never raised. Not fsynced:
+        it is rewritten every period from the control loop, and a copy lost to a power cut
+        costs nothing."""
         if not self.textfile:
             return
         from gpucontrol.node._runtime import write_private_atomic
 
         try:
-            write_private_atomic(self.textfile, self.render(), mode=0o644)
+            write_private_atomic(self.textfile, self.render(), mode=0o644, durable=False)
         except (OSError, ValueError) as exc:
             logger.warning("cannot write metrics text file %s: %s", self.textfile, exc)
 

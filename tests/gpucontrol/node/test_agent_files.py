@@ -231,3 +231,41 @@ def test_a_failed_rename_leaves_no_temporary_file(tmp_path):
         m.textfile = None
         m.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu.prom"]
+
+
+def test_the_state_file_is_synced_around_its_rename(tmp_path, monkeypatch):
+    """The file's data reaches the disk before the rename and the rename after it: a power
+    cut leaves the old or the new state file, never an empty one (which a restarted daemon
+    would refuse as "not a state file"). The metrics text file, rewritten every period from
+    the control loop, is not synced."""
+    from gpucontrol.node.guardian import read_state, write_state
+    from gpucontrol.node.metrics import DaemonMetrics
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
+        events.append(("fsync", kind, st.st_ino, st.st_size if kind == "file" else None))
+        real_fsync(fd)
+
+    def replace(src, dst, **kw):
+        events.append(("replace", dst))
+        real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    path = tmp_path / "gpu0.state.json"
+    write_state(path, [{"pid": 4242, "start": 7}])
+    st = os.stat(path)
+    assert events == [("fsync", "file", st.st_ino, st.st_size), ("replace", path.name),
+                      ("fsync", "dir", os.stat(tmp_path).st_ino, None)]
+    assert read_state(path)["targets"] == [{"pid": 4242, "start": 7}]
+    events.clear()
+    m = DaemonMetrics(textfile=str(tmp_path / "gpu0.prom"))
+    try:
+        m.write_textfile()
+    finally:
+        m.close()
+    assert [e[0] for e in events] == ["replace"]
