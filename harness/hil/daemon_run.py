@@ -48,6 +48,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -285,7 +286,11 @@ def read_periods(mode: str, work: Path, period_s: float) -> list[dict[str, Any]]
     lines = _records(work / "daemon.jsonl", ("{",))
     bursts = _records(work / "burst.jsonl", ("",), need=("t_unix", "on"))
     acc = TrainingAccount()
-    acc.add(CSVTail(work / "training-*.csv").read())
+    tail = CSVTail(work / "training-*.csv")
+    acc.add(tail.read())
+    for f in tail.incomplete():  # the run is over: that line stays cut
+        warnings.warn(f"{f}: the last line has no newline (the training stopped mid-write); "
+                      "that iteration is not counted", RuntimeWarning, stacklevel=2)
     periods = [r for r in lines if "period" in r and "event" not in r]
     for r in periods:
         if not all(isinstance(r.get(k), (int, float)) for k in ("ts", "period")):
