@@ -18,7 +18,14 @@ from gpucontrol.node.actuators.duty import DutyCycler
 from gpucontrol.node.actuators.procs import TargetRefused, check_target, descendants, read_stat
 
 __all__ = ["CgroupFreezer", "cgroup2_mounts", "cgroup_of", "check_cgroup_holds",
-           "freezable_cgroup_for"]
+           "find_freezable_cgroup", "freezable_cgroup_for", "locate_cgroup"]
+
+#: Where /proc is read (tests point it at a fake one).
+PROC = Path("/proc")
+
+#: What the freezer needs when the training's group cannot be reached from the agent's view.
+NAMESPACE_FIX = ("the freezer needs the agent in the host's cgroup namespace, with the host's "
+                 "cgroup v2 hierarchy mounted")
 
 
 def cgroup2_mounts() -> list[Path]:
@@ -26,7 +33,7 @@ def cgroup2_mounts() -> list[Path]:
     ``/sys/fs/cgroup/unified``), from /proc/self/mountinfo."""
     out: list[Path] = []
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        with open(PROC / "self" / "mountinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 left, _, right = line.partition(" - ")
                 if right.split(" ", 1)[0] == "cgroup2":
@@ -36,22 +43,54 @@ def cgroup2_mounts() -> list[Path]:
     return out
 
 
-def cgroup_of(pid: int) -> Path | None:
-    """The cgroup v2 directory of a process, or None (no v2 hierarchy or the root group)."""
+def locate_cgroup(pid: int) -> tuple[Path | None, str]:
+    """The cgroup v2 directory of a process as this process sees it, or why there is none.
+
+    ``/proc/PID/cgroup`` shows the group relative to the *reader's* cgroup namespace root: a
+    group outside it (another pod's, read from an agent in a private cgroup namespace) shows
+    ``..`` components (cgroup_namespaces(7)), and its directory is not under our cgroupfs
+    mount; neither is a group the mounted hierarchy does not show (a container's own view).
+
+    Parameters
+    ----------
+    pid : int
+        The process.
+
+    Returns
+    -------
+    tuple[pathlib.Path or None, str]
+        ``(directory, "")``, or ``(None, reason)``: no v2 hierarchy, the process is gone or
+        in the root group, its group lies outside our namespace or is missing under the mount
+        (the reason names the path and, for those two, what to do).
+    """
     mounts = cgroup2_mounts()
     if not mounts:
-        return None
+        return None, "no cgroup v2 hierarchy is mounted here"
     try:
-        with open(f"/proc/{int(pid)}/cgroup", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    rel = line[3:].strip()
-                    if rel in ("", "/"):
-                        return None
-                    return mounts[0] / rel.lstrip("/")
+        text = (PROC / str(int(pid)) / "cgroup").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return None
-    return None
+        return None, f"pid {pid} is gone (no /proc/{pid}/cgroup)"
+    rel = next((ln[3:].strip() for ln in text.splitlines() if ln.startswith("0::")), None)
+    if rel is None:
+        return None, f"pid {pid} has no cgroup v2 group in /proc/{pid}/cgroup"
+    if rel in ("", "/"):
+        return None, f"pid {pid} is in the root cgroup"
+    if not rel.startswith("/") or ".." in rel.split("/"):
+        return None, (f"pid {pid}'s cgroup {rel} lies outside this agent's cgroup namespace "
+                      f"(a private one, as in a container): its directory cannot be reached "
+                      f"from here; {NAMESPACE_FIX}")
+    path = mounts[0] / rel.lstrip("/")
+    if not path.is_dir():
+        return None, (f"pid {pid}'s cgroup {rel} is not under the cgroup v2 mount {mounts[0]} "
+                      f"({path} does not exist: the mount shows another part of the "
+                      f"hierarchy, e.g. a container's own group); "
+                      f"{NAMESPACE_FIX}")
+    return path, ""
+
+
+def cgroup_of(pid: int) -> Path | None:
+    """The cgroup v2 directory of a process, or None (see :func:`locate_cgroup` for why)."""
+    return locate_cgroup(pid)[0]
 
 
 def _cgroup_members(path: Path) -> list[int]:
@@ -88,10 +127,61 @@ def check_cgroup_holds(group: str | os.PathLike[str], pids: Iterable[int]) -> No
                             "training the daemon launches with --training-cmd)")
     root = Path(os.path.realpath(group))
     for pid in pids:
-        where = cgroup_of(pid)
-        if where is None or not Path(os.path.realpath(where)).is_relative_to(root):
+        where, why = locate_cgroup(pid)
+        if where is None:
+            raise TargetRefused(f"--cgroup {group} does not contain training pid {pid} as "
+                                f"this agent sees it: {why}")
+        if not Path(os.path.realpath(where)).is_relative_to(root):
             raise TargetRefused(f"--cgroup {group} does not contain training pid {pid} "
-                                f"(it is in {where or 'the root group'}); move it there first")
+                                f"(it is in {where}); move it there first")
+
+
+def find_freezable_cgroup(pids: Iterable[int], *, uids: Collection[int] | None = None
+                          ) -> tuple[Path | None, str]:
+    """A cgroup that holds exactly these processes (and their descendants) and that we may
+    freeze, or why there is none.
+
+    Parameters
+    ----------
+    pids : iterable of int
+        The training processes.
+    uids : collection of int or None
+        The uids members may run as (another user's: root only); None: ours.
+
+    Returns
+    -------
+    tuple[pathlib.Path or None, str]
+        ``(directory, "")``, or ``(None, reason)``, the reason naming the group or the path
+        (:func:`locate_cgroup`): a shared group, the root group, a group outside our cgroup
+        namespace, no write access...
+    """
+    pids = list(pids)
+    if not pids:
+        return None, "no training processes"
+    groups: set[Path] = set()
+    for pid in pids:
+        where, why = locate_cgroup(pid)
+        if where is None:
+            return None, why
+        groups.add(where)
+    if len(groups) != 1:
+        return None, f"the training's processes are in {len(groups)} groups, not one"
+    (group,) = groups
+    if not os.access(group / "cgroup.freeze", os.W_OK):
+        return None, f"{group}/cgroup.freeze is missing or not writable by us"
+    members = _cgroup_members(group)
+    if not members:
+        return None, f"{group} holds no process"
+    allowed = set(pids) | set(descendants(pids))
+    others = [m for m in members if m not in allowed]
+    if others:
+        return None, f"{group} holds other processes too (pid {others[0]})"
+    try:
+        for m in members:
+            check_target(m, uids=uids)
+    except TargetRefused as exc:
+        return None, f"{group}: {exc}"
+    return group, ""
 
 
 def freezable_cgroup_for(pids: Iterable[int], *,
@@ -110,28 +200,9 @@ def freezable_cgroup_for(pids: Iterable[int], *,
     -------
     pathlib.Path or None
         The group's directory; None when there is none (shared group, root group, no write
-        access...).
+        access...; :func:`find_freezable_cgroup` says why).
     """
-    pids = list(pids)
-    if not pids:
-        return None
-    groups = {cgroup_of(p) for p in pids}
-    if len(groups) != 1 or None in groups:
-        return None
-    (group,) = groups
-    assert group is not None
-    if not os.access(group / "cgroup.freeze", os.W_OK):
-        return None
-    allowed = set(pids) | set(descendants(pids))
-    members = _cgroup_members(group)
-    if not members or any(m not in allowed for m in members):
-        return None
-    try:
-        for m in members:
-            check_target(m, uids=uids)
-    except TargetRefused:
-        return None
-    return group
+    return find_freezable_cgroup(pids, uids=uids)[0]
 
 
 class CgroupFreezer(DutyCycler):

@@ -18,6 +18,7 @@ lives in :mod:`gpucontrol.node.hooks` (no signals at all).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -28,6 +29,7 @@ from gpucontrol.node.actuators.cgroup import (
     CgroupFreezer,
     cgroup2_mounts,
     cgroup_of,
+    find_freezable_cgroup,
     freezable_cgroup_for,
 )
 from gpucontrol.node.actuators.duty import DutyCycler, DutyStats
@@ -40,6 +42,8 @@ from gpucontrol.node.actuators.procs import (
 
 __all__ = ["CgroupFreezer", "DutyCycler", "DutyStats", "SignalDutyCycler", "cgroup2_mounts",
            "cgroup_of", "choose_sleep_actuator", "freezable_cgroup_for"]
+
+logger = logging.getLogger(__name__)
 
 
 class SignalDutyCycler(DutyCycler):
@@ -231,7 +235,9 @@ def choose_sleep_actuator(*, pids: Iterable[int] = (), cgroup: str | os.PathLike
     method : {'auto', 'signal', 'cgroup'}
         ``"cgroup"`` (the given ``cgroup``, else the processes' own group when they are alone
         in it), ``"signal"``, or ``"auto"`` -- the freezer when a suitable group exists
-        (given, or found by :func:`freezable_cgroup_for`), else signals.
+        (given, or found by :func:`~.cgroup.find_freezable_cgroup`), else signals, with one
+        logged line saying why (the reason names the group or path: a shared group, or one
+        outside the agent's cgroup namespace, as in a Kubernetes pod).
     uids : collection of int or None
         The uids the processes may run as (another user's: root only); None: ours.
     **kwargs : Any
@@ -246,20 +252,23 @@ def choose_sleep_actuator(*, pids: Iterable[int] = (), cgroup: str | os.PathLike
     Raises
     ------
     ValueError
-        An unknown method, ``"cgroup"`` without a usable group, or no pids for signals.
+        An unknown method, ``"cgroup"`` without a usable group (the message says why), or no
+        pids for signals.
     """
     if method not in ("auto", "signal", "cgroup"):
         raise ValueError(f"method must be one of 'auto', 'signal', 'cgroup', got {method!r}")
     pids = list(pids)
     on_change = kwargs.pop("on_targets_changed", None)
     if method != "signal":
-        group = Path(cgroup) if cgroup is not None else freezable_cgroup_for(
+        group, why = (Path(cgroup), "") if cgroup is not None else find_freezable_cgroup(
             pids, uids=uids)
         if group is not None:
             return CgroupFreezer(group, uids=uids, **kwargs)
         if method == "cgroup":
-            raise ValueError("method='cgroup' needs a cgroup: none was given and the processes "
-                             "do not sit alone in a cgroup v2 group we may write")
+            raise ValueError(f"method='cgroup' needs a cgroup: none was given and the "
+                             f"training's own group cannot be frozen: {why}; otherwise use "
+                             f"the signal method")
+        logger.info("sleep method auto: signals, not the cgroup freezer: %s", why)
     if not pids:
         raise ValueError("the signal method needs at least one pid")
     return SignalDutyCycler(pids, uids=uids,

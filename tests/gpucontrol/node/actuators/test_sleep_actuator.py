@@ -331,6 +331,69 @@ def test_auto_choice_prefers_a_dedicated_group(children, cgroup_dir):
     assert freezable_cgroup_for([p.pid]) is None  # not alone any more
 
 
+def _fake_proc(tmp_path, monkeypatch, pid, rel):
+    """A fake /proc (self/mountinfo naming a fake cgroup2 mount, PID/cgroup saying ``rel``)
+    and that fake cgroupfs; returns the mount."""
+    from gpucontrol.node.actuators import cgroup
+
+    proc, cgfs = tmp_path / "proc", tmp_path / "cgfs"
+    (proc / "self").mkdir(parents=True)
+    (proc / str(pid)).mkdir()
+    cgfs.mkdir()
+    (proc / "self" / "mountinfo").write_text(
+        f"30 25 0:26 / {cgfs} rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 "
+        "rw,nsdelegate\n")
+    (proc / str(pid) / "cgroup").write_text(f"0::{rel}\n")
+    monkeypatch.setattr(cgroup, "PROC", proc)
+    return cgfs
+
+
+# the training's group as an agent in a private cgroup namespace reads it (another pod's,
+# outside the namespace root: "..", cgroup_namespaces(7)), and a group the mounted cgroupfs
+# does not show
+UNREACHABLE = ["/../../kubepods-burstable-pod1234.slice/cri-containerd-abc.scope",
+               "/kubepods/pod5678/ctr"]
+
+
+@pytest.mark.parametrize("rel", UNREACHABLE)
+def test_a_group_the_agent_cannot_reach_means_signals_or_a_clear_error(children, tmp_path,
+                                                                       monkeypatch, caplog,
+                                                                       rel):
+    """``auto`` falls back to signals with one logged line naming the path; an explicit
+    ``cgroup`` method, or --cgroup, is refused saying why and what to do."""
+    from gpucontrol.node.actuators.cgroup import check_cgroup_holds
+
+    p = children.spawn(SLEEPER)
+    cgfs = _fake_proc(tmp_path, monkeypatch, p.pid, rel)
+    (cgfs / "kubepods").mkdir()
+    with caplog.at_level("INFO", logger="gpucontrol.node.actuators.sleep"):
+        cyc = choose_sleep_actuator(pids=[p.pid])
+    cyc.close()
+    assert isinstance(cyc, SignalDutyCycler)
+    assert len(caplog.records) == 1, caplog.text
+    line = caplog.records[0].getMessage()
+    assert "signals, not the cgroup freezer" in line and rel in line and "\n" not in line
+    with pytest.raises(ValueError, match="needs a cgroup") as err:
+        choose_sleep_actuator(pids=[p.pid], method="cgroup")
+    for what in (rel, "host's cgroup namespace", "signal method"):
+        assert what in str(err.value)
+    with pytest.raises(TargetRefused, match=f"does not contain training pid {p.pid}") as err:
+        check_cgroup_holds(cgfs / "kubepods", [p.pid])
+    assert rel in str(err.value) and "host's cgroup namespace" in str(err.value)
+
+
+def test_the_fake_proc_reaches_a_group_under_the_mount(children, tmp_path, monkeypatch):
+    """The same fakes with a group the mount shows: the freezer, so the path alone decides."""
+    p = children.spawn(SLEEPER)
+    cgfs = _fake_proc(tmp_path, monkeypatch, p.pid, "/ctr")
+    _fake_cgroup(tmp_path, f"{p.pid}\n").rename(cgfs / "ctr")
+    fz = choose_sleep_actuator(pids=[p.pid])
+    try:
+        assert isinstance(fz, CgroupFreezer) and fz.path == cgfs / "ctr"
+    finally:
+        fz.close()
+
+
 def test_method_cgroup_without_a_group_is_an_error(children):
     p = children.spawn(SLEEPER)
     with pytest.raises(ValueError, match="needs a cgroup"):
