@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["DefaultsHelpFormatter", "OneLineParser", "Terminated", "UsageError", "check_out_dir",
+__all__ = ["DefaultsHelpFormatter", "OneLineParser", "Terminated", "UsageError",
+           "add_study_options", "check_out_dir",
            "check_out_file", "integer", "name_list", "number", "number_list", "out_dir",
            "out_file", "pair", "seed",
            "terminate_cleanly", "warn", "whole_periods"]
@@ -340,6 +341,38 @@ def whole_periods(duration_s: float, period_s: float, min_periods: int = 1,
         lo, hi = math.floor(n) * period_s, math.ceil(n) * period_s
         raise UsageError(f"--duration {duration_s:g} s is not a whole number of "
                          f"{period_s:g} s periods; use {lo:g} or {hi:g}")
+
+
+def add_study_options(ap: argparse.ArgumentParser, *, period_s: float, measured: str,
+                      measure: int = 3, batch: int = 105) -> None:
+    """The ``--period``, ``--measure`` and ``--batch`` options of the hardware studies
+    (``harness.hil.mps_study``, ``harness.hil.spatial_study``): the checks and help are
+    shared, the defaults and what is measured per step are each study's.
+
+    Parameters
+    ----------
+    ap : argparse.ArgumentParser
+        The study's parser.
+    period_s : float
+        The default control period, s.
+    measured : str
+        The help of ``--measure``, before its range (``"periods measured per level"``).
+    measure : int
+        The default number of periods measured.
+    batch : int
+        The default inference batch.
+
+    Returns
+    -------
+    None
+        The options are added to ``ap``.
+    """
+    ap.add_argument("--period", type=number(0, 3600, lo_open=True, unit="s"), default=period_s,
+                    help="control period, s in (0, 3600]")
+    ap.add_argument("--measure", type=integer(1, 1000), default=measure,
+                    help=f"{measured}, in [1, 1000]")
+    ap.add_argument("--batch", type=integer(1, 4096), default=batch,
+                    help="inference batch, in [1, 4096]")
 
 
 def warn(text: str) -> None:

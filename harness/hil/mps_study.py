@@ -127,7 +127,7 @@ def _plot(level_rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from harness.args import OneLineParser, integer, name_list, number, number_list, out_dir
+    from harness.args import OneLineParser, add_study_options, name_list, number_list, out_dir
 
     ap = OneLineParser(prog="python -m harness.hil.mps_study", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -135,12 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--levels", type=number_list(1, 100, unit="%", example="100,60,20"),
                     default="100,80,60,40,20", help="training MPS levels, %% in [1, 100]")
     ap.add_argument("--modes", type=name_list(("cold", "shadow")), default="cold,shadow")
-    ap.add_argument("--period", type=number(0, 3600, lo_open=True, unit="s"), default=4.0,
-                    help="control period, s in (0, 3600]")
-    ap.add_argument("--measure", type=integer(1, 1000), default=3,
-                    help="periods measured per level, in [1, 1000]")
-    ap.add_argument("--batch", type=integer(1, 4096), default=105,
-                    help="inference batch, in [1, 4096]")
+    add_study_options(ap, period_s=4.0, measured="periods measured per level")
     return ap
 
 

@@ -419,7 +419,7 @@ def _probe_child(out: Path, shares: Sequence[float], timeout_s: float = 180.0
 
 
 def _parser() -> argparse.ArgumentParser:
-    from harness.args import OneLineParser, integer, number, out_dir
+    from harness.args import OneLineParser, add_study_options, out_dir
 
     ap = OneLineParser(prog="python -m harness.hil.spatial_study", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -427,12 +427,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
                     help=f"any of {', '.join(BACKENDS)} (default: the first three)")
     ap.add_argument("--shares", default="100,75,50,25", help="training shares, %% in (0, 100]")
-    ap.add_argument("--period", type=number(0, 3600, lo_open=True, unit="s"), default=2.0,
-                    help="control period, s in (0, 3600]")
-    ap.add_argument("--measure", type=integer(1, 1000), default=3,
-                    help="steady periods measured per share, in [1, 1000]")
-    ap.add_argument("--batch", type=integer(1, 4096), default=105,
-                    help="inference batch, in [1, 4096]")
+    add_study_options(ap, period_s=2.0, measured="steady periods measured per share")
     ap.add_argument("--training", choices=("emulator", "torch"), default="emulator",
                     help="the training: the CuPy matmul emulator (default) or the PyTorch "
                          "ResNet-18 (python -m harness.hil.torch_training)")

@@ -249,3 +249,28 @@ def test_the_burst_figure_labels_every_line_and_keeps_its_legend_off_the_data(tm
     r = fig.canvas.get_renderer()
     assert not legend.get_window_extent(r).overlaps(ax.get_window_extent(r))
     assert legend.get_window_extent(r).x1 <= fig.bbox.x1  # inside the figure
+
+
+@pytest.mark.parametrize("module, period_s, measured", [
+    ("harness.hil.mps_study", 4.0, "periods measured per level"),
+    ("harness.hil.spatial_study", 2.0, "steady periods measured per share"),
+])
+def test_the_studies_share_period_measure_and_batch_with_their_own_defaults(module, period_s,
+                                                                             measured):
+    """--period, --measure and --batch come from one helper (harness.args.add_study_options):
+    each study keeps its defaults, and its help shows the same lines as before."""
+    import argparse
+    import importlib
+
+    from harness.args import add_study_options
+
+    ap = importlib.import_module(module)._parser()
+    args = ap.parse_args([])
+    assert (args.period, args.measure, args.batch) == (period_s, 3, 105)
+    alone = argparse.ArgumentParser(prog="x", formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_study_options(alone, period_s=period_s, measured=measured)
+    lines = [ln for ln in alone.format_help().splitlines() if ln.startswith("  --")]
+    assert len(lines) == 3 and f"{measured}, in [1, 1000]" in "\n".join(lines)
+    helps = {" ".join(ln.split()[2:]) for ln in ap.format_help().splitlines()
+             if ln.startswith(("  --period", "  --measure", "  --batch"))}
+    assert helps == {" ".join(ln.split()[2:]) for ln in lines}
