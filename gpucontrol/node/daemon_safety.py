@@ -53,20 +53,25 @@ class DaemonSafety:
     emit: Callable[..., None]  # the daemon's event log
     say: Callable[[str], None]  # a message for the operator
 
-    def write_state(self, targets: list[dict] | None = None) -> None:
+    def write_state(self, targets: list[dict] | None = None, *, durable: bool = True) -> None:
+        """The state file, now: ``targets`` (default: the cycler's). ``durable`` (fsynced
+        around the rename) for every write but the controller's record each period, which
+        changes no target: that one is taken under the cycler's lock, and an fsync there
+        (milliseconds on a disk-backed runtime directory) would delay a pause or a resume
+        every period for nothing a power cut leaves to resume."""
         cycler = self.cycler
         if targets is None and cycler is not None:
             # under the cycler's lock (taken before ours, as its own callback does): the set
             # written is the current one and no newer write can be overtaken by this one
             with cycler.lock:
-                self._write_state_locked(cycler.identities())
+                self._write_state_locked(cycler.identities(), durable)
             return
-        self._write_state_locked(targets or [])
+        self._write_state_locked(targets or [], durable)
 
-    def _write_state_locked(self, targets: list[dict]) -> None:
+    def _write_state_locked(self, targets: list[dict], durable: bool = True) -> None:
         with self._state_lock:
             write_state(self.cfg.state, targets, hook=self.cfg.hook,
-                        extra={"socket": self.cfg.socket, **self._records})
+                        extra={"socket": self.cfg.socket, **self._records}, durable=durable)
 
     def _record(self, **recs: Any) -> None:
         """Update the owned-resource records and write them to the state file at once."""
@@ -172,7 +177,7 @@ class DaemonSafety:
         elif not missing:
             return
         try:
-            self.write_state()
+            self.write_state(durable=missing)
         except OSError as exc:  # next period again; the write-ahead has its own path
             self.emit(event="state_write_failed", error=str(exc))
             return

@@ -63,15 +63,18 @@ def _sibling(relpath: str) -> ModuleType:
 
 # ------------------------------------------------------------------------------ state file
 def write_state(path: str | os.PathLike[str], targets: Iterable[dict], *,
-                hook: str | None = None, extra: dict[str, Any] | None = None) -> None:
-    """Atomically write the state file (0600): the daemon's identity and its targets."""
+                hook: str | None = None, extra: dict[str, Any] | None = None,
+                durable: bool = True) -> None:
+    """Atomically write the state file (0600): the daemon's identity and its targets.
+    ``durable``: fsynced around the rename (``write_private_atomic``); False only for a
+    rewrite that changes no target (the controller's record, every period)."""
     procs = _sibling("actuators/procs.py")
     runtime = _sibling("_runtime.py")
     me = procs.read_stat(os.getpid())
     doc = {"version": STATE_VERSION, "daemon_pid": os.getpid(),
            "daemon_start": me.start_ticks if me else None, "written": time.time(),
            "targets": list(targets), "hook": hook, **(extra or {})}
-    runtime.write_private_atomic(path, json.dumps(doc).encode())
+    runtime.write_private_atomic(path, json.dumps(doc).encode(), durable=durable)
 
 
 def read_state(path: str | os.PathLike[str]) -> dict | None:

@@ -269,3 +269,36 @@ def test_the_state_file_is_synced_around_its_rename(tmp_path, monkeypatch):
     finally:
         m.close()
     assert [e[0] for e in events] == ["replace"]
+
+
+def test_the_per_period_record_is_written_without_fsync(tmp_path, monkeypatch):
+    """The controller's record, rewritten every period under the duty cycler's lock, changes
+    no target: it is not fsynced (milliseconds on a disk-backed runtime directory, every
+    period, would hold up a pause or a resume). The write-ahead of the targets is; so is the
+    record that puts back a state file removed under the running daemon."""
+    import threading
+    from types import SimpleNamespace
+
+    from gpucontrol.node.daemon_safety import DaemonSafety
+    from gpucontrol.node.guardian import read_state
+    from gpucontrol.two_tier import Actuation
+
+    synced = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    host = DaemonSafety()
+    host.cfg = SimpleNamespace(state=str(tmp_path / "gpu0.state.json"), hook=None,
+                               socket="", gpu=0, slo_ms=80.0, period_s=4.0)
+    host.cycler, host._state_lock, host._records = None, threading.Lock(), {}
+    host.emit = host.say = lambda *a, **k: None
+    monkeypatch.setattr("gpucontrol.node.daemon_safety.controller_record",
+                        lambda cfg, s, m: {"sleep_s": s, "mps_pct": m})
+    host.write_state([{"pid": 4242, "start": 7}])          # a write-ahead
+    assert len(synced) == 2                                  # the file, then the directory
+    synced.clear()
+    act = Actuation(sleep_s=0.25, mps_pct=60.0)
+    host._persist(act)
+    assert synced == []
+    assert read_state(host.cfg.state)["controller"] == {"sleep_s": 0.25, "mps_pct": 60.0}
+    os.unlink(host.cfg.state)                                # removed under the daemon
+    host._persist(act)
+    assert len(synced) == 2
