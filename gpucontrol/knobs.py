@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpucontrol._validate import bounds, finite, in_range, int_at_least
+from gpucontrol._validate import bounds, finite, in_range, int_at_least, positive
 from gpucontrol.errors import ConfigurationError
 
 __all__ = ["ShareKnob", "SleepKnob"]
@@ -194,13 +194,29 @@ class SleepKnob:
         return self.run_quantum_s if self.run_quantum_s is not None else iteration_s
 
     def duty(self, iteration_s: float, sleep_s: float) -> float:
-        """The training's running fraction at ``sleep_s`` (iteration time ``iteration_s``)."""
-        tau = self.tau(iteration_s)
+        """The training's running fraction at ``sleep_s`` (s, in [0, 3600]; iteration time
+        ``iteration_s``, > 0, unused by a duty cycler)."""
+        # on the controller's path: plain comparisons (NaN fails them), the shared checks only
+        # to word the error
+        tau = self._tau_checked(iteration_s)
+        if not 0.0 <= sleep_s <= 3600.0:
+            in_range("sleep_s", sleep_s, 0.0, 3600.0)
         return tau / (tau + sleep_s)
 
     def sleep_for(self, iteration_s: float, duty: float) -> float:
-        """The sleep giving running fraction ``duty`` in (0, 1], within the bounds (s)."""
-        tau = self.tau(iteration_s)
+        """The sleep giving running fraction ``duty`` in (0, 1], within the bounds (s;
+        iteration time ``iteration_s``, > 0, unused by a duty cycler)."""
+        tau = self._tau_checked(iteration_s)
+        if not 0.0 < duty <= 1.0:
+            in_range("duty", duty, 0.0, 1.0, lo_open=True)
         lo, hi = self.bounds_s
         return min(max(tau * (1.0 - duty) / max(duty, 1e-9), lo), hi)
+
+    def _tau_checked(self, iteration_s: float) -> float:
+        """:meth:`tau`, refusing an iteration time that is not a finite number > 0 where it is
+        the time constant (a duty cycler's run quantum was checked when the knob was built)."""
+        tau = self.tau(iteration_s)
+        if not 0.0 < tau < math.inf:
+            positive("iteration_s", iteration_s)
+        return tau
 
