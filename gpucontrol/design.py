@@ -35,6 +35,13 @@ from gpucontrol.models import LinearLatencyModel
 #: Fraction of the final value that defines "settled" (2 %), as in ``control.step_info``.
 SETTLING_THRESHOLD = 0.02
 
+#: The longest measurement delay :func:`design_p` designs for (periods). A reading arrives a
+#: period or two late; 100 periods (400 s at the default 4 s period) is beyond any real delay
+#: and still analysed in a fraction of a second, while a larger number is most likely a delay
+#: in seconds or milliseconds, whose analyses (the roots of a degree ``delay + 1`` polynomial,
+#: a step response over about ``8 delay`` periods) take seconds to minutes (300 to 1000).
+MAX_DELAY_PERIODS = 100
+
 
 @dataclass(frozen=True)
 class Design:
@@ -345,7 +352,8 @@ def design_p(model: LinearLatencyModel, detune: float | None = None, period_s: f
     period_s : float
         Control period (s), > 0.
     delay_periods : int
-        Measurement delay (periods, >= 0) the design is for.
+        Measurement delay (whole periods, in [0, 100]: :data:`MAX_DELAY_PERIODS`) the design
+        is for.
 
     Returns
     -------
@@ -360,6 +368,10 @@ def design_p(model: LinearLatencyModel, detune: float | None = None, period_s: f
     """
     _design_model(model)
     delay = int_at_least("delay_periods", delay_periods, 0)
+    if delay > MAX_DELAY_PERIODS:   # (an int compare: a huge int does not overflow a float)
+        raise ConfigurationError(f"delay_periods must be an integer in [0, {MAX_DELAY_PERIODS}] "
+                                 f"(a measurement delay in control periods), got "
+                                 f"{delay_periods!r}")
     limit = p_critical_gain(delay)   # stable on the nominal model under its own delay
     d = in_range("detune" if delay == 0 else f"detune (with delay_periods={delay})",
                  1.0 / (1 + delay) if detune is None else detune, 0.0, limit,

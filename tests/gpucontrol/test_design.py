@@ -182,6 +182,28 @@ def test_building_a_controller_imports_no_scipy_signal():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("delay,message", [
+    (-1, r"^delay_periods must be an integer >= 0, got -1"),
+    (math.nan, r"^delay_periods must be an integer >= 0, got nan"),
+    (1.5, r"^delay_periods must be an integer >= 0, got 1.5"),
+    ("1", r"^delay_periods must be an integer >= 0"),
+    (101, r"^delay_periods must be an integer in \[0, 100\] .*got 101$"),
+    (4000.0, r"^delay_periods must be an integer in \[0, 100\] .*got 4000.0$"),   # in ms?
+    (1e300, r"^delay_periods must be an integer in \[0, 100\]"),
+    (10 ** 400, r"^delay_periods must be an integer in \[0, 100\]"),
+], ids=["-1", "nan", "1.5", "str", "101", "4000.0", "1e300", "10**400"])
+def test_design_p_refuses_a_delay_outside_whole_periods_0_to_100(delay, message):
+    # 101 to 1e300 were designed for (a delay of 1000 periods took 48 s to build a controller
+    # on, its settling time simulated in Python), and 10 ** 400 failed with a bare
+    # OverflowError ("int too large to convert to float")
+    from gpucontrol import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=message):
+        design_p(MODEL, delay_periods=delay)
+    assert design_p(MODEL, delay_periods=100).delay_periods == 100
+    assert design_p(MODEL, delay_periods=2.0).delay_periods == 2
+
+
 @pytest.mark.parametrize("design", [design_p, design_pi])
 def test_a_gain_whose_inverse_overflows_is_refused(design):
     # a subnormal gain passes LinearLatencyModel (< 0, finite) but 1 / gain is inf: design_p
