@@ -154,18 +154,7 @@ class IdData:
                                  f"{lines[0][len(_HEADER_TAG):].strip()[:60]}")
             body = lines[1:]
         body = [ln for ln in body if ln.strip() and not ln.startswith("#")]
-        rows = list(csv.DictReader(body))
-        if not rows:
-            raise ValueError(f"{os.fspath(path)}: no data rows")
-        for col in (u, y):
-            if col not in rows[0]:
-                raise ValueError(f"{os.fspath(path)}: no column {col!r} "
-                                 f"(columns: {', '.join(rows[0])})")
-        try:
-            uu = [float(r[u]) for r in rows]
-            yy = [float(r[y]) for r in rows]
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{os.fspath(path)}: non-numeric value ({exc})") from None
+        uu, yy = _columns(os.fspath(path), body, u, y)
         if meta is not None and not isinstance(meta, Mapping):
             raise ValueError(f"meta must be a mapping, got {type(meta).__name__}")
         if period_s is None:
@@ -175,6 +164,41 @@ class IdData:
             period_s = head["period_s"]
         return cls(np.asarray(uu), np.asarray(yy), period_s=period_s,
                    meta={**head.get("meta", {}), **(meta or {})})
+
+
+def _columns(where: str, body: list[str], u: str, y: str) -> tuple[list[float], list[float]]:
+    """Columns ``u`` and ``y`` of the CSV lines ``body`` (the header row first) as floats.
+
+    A ValueError names a column the header lacks, with the columns it has (quoted: a stray
+    space or byte-order mark shows), and a data row that has no value in a named column.
+    """
+    reader = csv.DictReader(body)
+    header = reader.fieldnames
+    if not header:
+        raise ValueError(f"{where}: no data rows")
+    for col in (u, y):
+        # the header, not a row's keys: a row with more fields than the header has a None
+        # key, which the message could not join
+        if col not in header:
+            raise ValueError(f"{where}: no column {col!r} "
+                             f"(columns: {', '.join(map(repr, header))})")
+    rows = list(reader)
+    if not rows:
+        raise ValueError(f"{where}: no data rows")
+    out = []
+    for col in (u, y):
+        values = []
+        for k, r in enumerate(rows, 1):
+            text = r[col]
+            if text is None:   # a row shorter than the header
+                raise ValueError(f"{where}: data row {k} has no value in column {col!r}")
+            try:
+                values.append(float(text))
+            except ValueError as exc:
+                raise ValueError(f"{where}: non-numeric value in column {col!r}, data row "
+                                 f"{k} ({exc})") from None
+        out.append(values)
+    return out[0], out[1]
 
 
 def require_record(data: object) -> IdData:

@@ -38,6 +38,27 @@ def test_from_plain_csv_with_named_columns(tmp_path):
         IdData.from_csv(p, u="nope", y="latency_ms", period_s=4.0)
 
 
+@pytest.mark.parametrize("text, message", [
+    # a data row longer than the header: the message joined a None key and raised TypeError
+    ("a,latency_ms\n0.1,9.0,extra\n0.5,7.0\n",
+     r"x\.csv: no column 'sleep_s' \(columns: 'a', 'latency_ms'\)$"),
+    # a header without data rows said only "no data rows"
+    ("a,latency_ms\n", r"no column 'sleep_s' \(columns: 'a', 'latency_ms'\)$"),
+    # a stray space in the header shows in the quoted names
+    ("sleep_s, latency_ms\n0.1,9.0\n",
+     r"no column 'latency_ms' \(columns: 'sleep_s', ' latency_ms'\)$"),
+    # a row short of the column: "float() argument must be a string or a real number"
+    ("sleep_s,latency_ms\n0.1,9.0\n0.5\n", r"data row 2 has no value in column 'latency_ms'$"),
+    ("sleep_s,latency_ms\n0.1,9.0\n0.5,abc\n",
+     r"non-numeric value in column 'latency_ms', data row 2 \(could not convert"),
+], ids=["row-longer-than-header", "header-only", "space-in-header", "short-row", "non-numeric"])
+def test_from_csv_names_the_missing_column_and_the_columns_there_are(tmp_path, text, message):
+    p = tmp_path / "x.csv"
+    p.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        IdData.from_csv(p, u="sleep_s", y="latency_ms", period_s=4.0)
+
+
 def test_split_keeps_time_order():
     d = IdData(np.arange(10.0), np.arange(10.0) * 2, period_s=2.0)
     a, b = d.split(0.7)
