@@ -266,6 +266,30 @@ class RobustnessTable:
     def __iter__(self):
         return iter(self.rows)
 
+    def __repr__(self) -> str:
+        """One line: the gain ratios swept, the delay, the stable ones and the slowest
+        settling among them (the dataclass's own repr printed every row and its poles).
+
+        >>> from gpucontrol import LinearLatencyModel, design_p
+        >>> robustness_sweep(design_p(LinearLatencyModel(-12.0, 95.0)), ratios=[0.5, 1.0, 2.5])
+        RobustnessTable(3 gain ratios 0.5..2.5, delay_periods=0: 2 stable (0.5..1),
+        slowest settling 6 periods)
+        """
+        g = [r.gain_ratio for r in self.rows]
+        if not g:
+            return f"RobustnessTable(no rows, delay_periods={self.delay_periods})"
+        ok = [r.gain_ratio for r in self.rows if r.stable]
+        if ok:
+            lo, hi = min(ok), max(ok)
+            gaps = ", unstable ones between" if sum(lo <= x <= hi for x in g) > len(ok) else ""
+            settle = max(r.settling_periods for r in self.rows if r.stable)
+            stable = (f"{len(ok)} stable ({lo:g}..{hi:g}{gaps}), slowest settling "
+                      f"{settle:g} periods")
+        else:
+            stable = "none stable"
+        return (f"RobustnessTable({len(g)} gain ratios {min(g):g}..{max(g):g}, "
+                f"delay_periods={self.delay_periods}: {stable})")
+
 
 def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None = None,
                      delay_periods: int | None = None, horizon: int = 400

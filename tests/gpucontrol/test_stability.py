@@ -131,6 +131,24 @@ def test_robustness_sweep_rows():
     assert rec[3]["max_pole_abs"] == pytest.approx(1.2, abs=1e-12)
 
 
+def test_robustness_table_repr_is_one_line_saying_what_it_holds():
+    # the dataclass repr printed every row with its poles: 3.7k characters for the default
+    # sweep, in a notebook cell
+    from gpucontrol.stability import RobustnessRow, RobustnessTable
+
+    text = repr(robustness_sweep(design_p(MODEL), MODEL))
+    assert text == ("RobustnessTable(25 gain ratios 0.1..2.5, delay_periods=0: 19 stable "
+                    "(0.1..1.9), slowest settling 38 periods)")
+    assert repr(robustness_sweep(design_p(MODEL), MODEL, [2.5, 3.0], delay_periods=1)) == \
+        "RobustnessTable(2 gain ratios 2.5..3, delay_periods=1: none stable)"
+    assert repr(RobustnessTable(())) == "RobustnessTable(no rows, delay_periods=0)"
+    rows = tuple(RobustnessRow(g, (), ok, 3.0, 0.0, 0.0)
+                 for g, ok in ((0.5, True), (1.0, False), (1.5, True)))
+    assert repr(RobustnessTable(rows)) == (
+        "RobustnessTable(3 gain ratios 0.5..1.5, delay_periods=0: 2 stable (0.5..1.5, "
+        "unstable ones between), slowest settling 3 periods)")
+
+
 def test_robustness_plot_draws(tmp_path):
     import matplotlib
 
