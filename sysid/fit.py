@@ -123,37 +123,55 @@ def fit_static(u, y) -> StaticFit:
     x, yy = pair(u, y, min_len=3)
     not_constant("u", x)
     n = x.size
-    # Fit on u and y scaled to at most 1 in magnitude, so that values whose squares overflow
-    # (1e200) still give the right gain and standard errors; undo the scaling afterwards.
-    su = float(np.max(np.abs(x)))
-    sy = max(float(np.max(np.abs(yy))), np.finfo(float).tiny)
+    # Fit on u and y scaled to under 2 in magnitude, so that values whose squares overflow
+    # (1e200) still give the right gain and standard errors; undo the scaling afterwards. The
+    # scales are powers of two (exact), and the fit is on the centred data: on u = 1e6 plus a
+    # small excitation the uncentred columns [u, 1] are nearly parallel, and the gain lost
+    # digits (1e-7 relative for an excitation of 1e-3) and its standard error all of them.
+    umax, ymax = float(np.max(np.abs(x))), float(np.max(np.abs(yy)))
+    su, sy = _power_of_two_below(umax), _power_of_two_below(ymax)
     xs, ys = x / su, yy / sy
-    phi = np.column_stack([xs, np.ones(n)])
-    theta, *_ = np.linalg.lstsq(phi, ys, rcond=None)
+    xm, ym = float(np.mean(xs)), float(np.mean(ys))
+    xc, yc = xs - xm, ys - ym
+    sxx = float(xc @ xc)
     with np.errstate(over="ignore"):  # a span past the float range is not constant
         y_span = float(np.ptp(yy))
-    if y_span <= 1e-12 * max(float(np.max(np.abs(yy))), 1.0):
-        theta = np.array([0.0, float(ys[0])])  # constant output: exactly no slope, not roundoff
-    resid = ys - phi @ theta
+    if y_span <= 1e-12 * max(ymax, 1.0):
+        # constant output: exactly no slope, not roundoff, and the output itself
+        slope, icept = 0.0, float(ys[0])
+        resid = ys - icept
+        r_squared = r2(ys, np.full(n, icept))
+    else:
+        slope = float(xc @ yc) / sxx
+        icept = ym - slope * xm
+        resid = yc - slope * xc
+        r_squared = r2(yc, yc - resid)
     ssr = float(resid @ resid)
     dof = n - 2
     sigma2 = ssr / dof
-    cov = sigma2 * np.linalg.inv(phi.T @ phi)
+    # the diagonal of sigma2 (Phi' Phi)^-1 for Phi = [u, 1], from the centred sums
+    var = np.array([sigma2 / sxx, sigma2 * (1.0 / n + xm * xm / sxx)])
     q = float(student_t.ppf(0.975, dof))
     with np.errstate(over="ignore"):
-        se = np.sqrt(np.maximum(np.diag(cov), 0.0)) * np.array([sy / su, sy])
-        gain, offset = float(theta[0]) * sy / su, float(theta[1]) * sy
+        se = np.sqrt(np.maximum(var, 0.0)) * np.array([sy / su, sy])
+        gain, offset = slope * sy / su, icept * sy
         rmse = math.sqrt(ssr / n) * sy
     if not all(math.isfinite(v) for v in (gain, offset, rmse, *se)):
         raise ValueError(f"u and y span too many orders of magnitude for a float fit (|u| up "
-                         f"to {su:g}, |y| up to {sy:g}): the gain or its standard error "
+                         f"to {umax:g}, |y| up to {ymax:g}): the gain or its standard error "
                          "overflows; rescale the data")
     return StaticFit(
         gain=gain, offset=offset,
-        r2=r2(ys, phi @ theta),
+        r2=r_squared,
         stderr=(float(se[0]), float(se[1])),
         ci95=((gain - q * se[0], gain + q * se[0]), (offset - q * se[1], offset + q * se[1])),
         n=n, rmse=rmse)
+
+
+def _power_of_two_below(v: float) -> float:
+    """The power of two in ``(v / 2, v]`` for a finite ``v > 0``, 0.5 for 0: dividing by it
+    rounds nothing away (unless a quotient falls below the normal range)."""
+    return math.ldexp(1.0, math.frexp(v)[1] - 1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -237,6 +237,27 @@ def test_static_fit_of_huge_values_is_scaled_not_overflowed():
         (g.offset, g.stderr[1], g.rmse, g.r2))
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_static_fit_of_a_small_excitation_around_1e6_keeps_its_digits(seed):
+    # u = 1e6 + an excitation of 1e-3: the fit on the uncentred columns [u, 1] (nearly
+    # parallel) lost 1e-8 to 1e-7 of the gain and all of its standard error (0 or 0.0006 for
+    # 0.025; for other draws np.linalg.inv raised "Singular matrix"); the reference is
+    # linregress on the centred input, of the very same floats
+    from scipy.stats import linregress
+
+    rng = np.random.default_rng(seed)
+    e = rng.uniform(-1e-3, 1e-3, 50)
+    u = 1e6 + e
+    y = 7.0 + 3.0 * e + rng.normal(0.0, 1e-4, 50)
+    f = fit_static(u, y)
+    ref = linregress(u - u.mean(), y)
+    assert f.gain == pytest.approx(ref.slope, rel=1e-10)
+    assert f.stderr[0] == pytest.approx(ref.stderr, rel=1e-8)
+    assert f.offset == pytest.approx(ref.intercept - ref.slope * u.mean(), rel=1e-10)
+    assert f.r2 == pytest.approx(ref.rvalue ** 2, rel=1e-10)
+    assert f.ci95[0][0] < ref.slope < f.ci95[0][1]
+
+
 def test_static_fit_that_cannot_be_represented_is_refused():
     with pytest.raises(ValueError, match="overflows"):
         fit_static([1.0, 2.0, 3.0], [1e300, -1e308, 1e308])
