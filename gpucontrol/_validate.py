@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
+import sys
 from typing import Any
 
 from gpucontrol.errors import ConfigurationError
@@ -25,9 +26,21 @@ def is_bool(value: Any) -> bool:
                                        and type(value).__name__ in ("bool", "bool_"))
 
 
+#: The largest float; an int past it has no float (``float(10 ** 400)`` raises OverflowError).
+_FLOAT_MAX = sys.float_info.max
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for a message, but an int past the float range as its size (its repr
+    is hundreds of digits long, and past 4300 digits ``repr`` itself raises ValueError)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+        return f"an int of about {'-' if value < 0 else ''}10**{math.log10(abs(value)):.0f}"
+    return repr(value)
+
+
 def finite(name: str, value: Any) -> float:
     """Return ``value`` as a float, or raise if it is not a finite real number (a string or a
-    bool is not one, even when ``float()`` would take it)."""
+    bool is not one, even when ``float()`` would take it; nor an int past the float range)."""
     if isinstance(value, (str, bytes, bytearray)) or is_bool(value):
         raise ConfigurationError(f"{name} must be a finite number, got {value!r} "
                                  f"({type(value).__name__})")
@@ -35,6 +48,9 @@ def finite(name: str, value: Any) -> float:
         v = float(value)
     except (TypeError, ValueError):
         raise ConfigurationError(f"{name} must be a finite number, got {value!r}") from None
+    except OverflowError:   # an int (or a Fraction) past the float range: 10 ** 400
+        raise ConfigurationError(f"{name} must be a finite number (within +-{_FLOAT_MAX:.4g}), "
+                                 f"got {shown(value)}") from None
     if not math.isfinite(v):
         raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
     return v
@@ -43,14 +59,18 @@ def finite(name: str, value: Any) -> float:
 def in_range(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False,
              hi_open: bool = False) -> float:
     """Return ``value`` as a float inside ``[lo, hi]`` (ends open where asked) or raise."""
-    v = finite(name, value)
+    # an int is compared as it is (exactly, however large: 10 ** 400 is out of [0, 1], not
+    # an overflow); one inside an infinite range but past the float range fails in finite()
+    v: float = int(value) if isinstance(value, numbers.Integral) and not is_bool(value) \
+        else finite(name, value)
     lo_ok = v > lo if lo_open else v >= lo
     hi_ok = v < hi if hi_open else v <= hi
     if not (lo_ok and hi_ok):
         left = "(" if lo_open else "["
         right = ")" if hi_open else "]"
-        raise ConfigurationError(f"{name} must be in {left}{lo:g}, {hi:g}{right}, got {value!r}")
-    return v
+        raise ConfigurationError(f"{name} must be in {left}{lo:g}, {hi:g}{right}, "
+                                 f"got {shown(value)}")
+    return finite(name, value)
 
 
 def positive(name: str, value: Any) -> float:
@@ -69,7 +89,7 @@ def int_at_least(name: str, value: Any, lo: int) -> int:
         raise ConfigurationError(f"{name} must be an integer >= {lo}, got {value!r}")
     v = int(value)
     if v < lo:
-        raise ConfigurationError(f"{name} must be an integer >= {lo}, got {value!r}")
+        raise ConfigurationError(f"{name} must be an integer >= {lo}, got {shown(value)}")
     return v
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -49,6 +50,9 @@ def vector(name: str, value: Any, *, min_len: int = 1) -> np.ndarray:
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a sequence of numbers, got {type(value).__name__}") \
             from None
+    except OverflowError:   # an int past the float range: 10 ** 400
+        raise ValueError(f"{name} contains a number past the float range "
+                         f"(+-{_FLOAT_MAX:.4g})") from None
     if a.ndim == 2 and 1 in a.shape:
         a = a.ravel()
     if a.ndim != 1:
@@ -99,9 +103,21 @@ def is_bool(value: Any) -> bool:
                                        and type(value).__name__ in ("bool", "bool_"))
 
 
+#: The largest float; an int past it has no float (``float(10 ** 400)`` raises OverflowError).
+_FLOAT_MAX = sys.float_info.max
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for a message, but an int past the float range as its size (its repr
+    is hundreds of digits long, and past 4300 digits ``repr`` itself raises ValueError)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+        return f"an int of about {'-' if value < 0 else ''}10**{math.log10(abs(value)):.0f}"
+    return repr(value)
+
+
 def finite(name: str, value: Any) -> float:
     """``value`` as a float, or raise if it is not a finite real number (a string or a bool
-    is not one, even when ``float()`` would take it)."""
+    is not one, even when ``float()`` would take it; nor an int past the float range)."""
     if isinstance(value, (str, bytes, bytearray)) or is_bool(value):
         raise ValueError(f"{name} must be a finite number, got {value!r} "
                          f"({type(value).__name__})")
@@ -109,6 +125,9 @@ def finite(name: str, value: Any) -> float:
         v = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a finite number, got {value!r}") from None
+    except OverflowError:   # an int (or a Fraction) past the float range: 10 ** 400
+        raise ValueError(f"{name} must be a finite number (within +-{_FLOAT_MAX:.4g}), "
+                         f"got {shown(value)}") from None
     if not math.isfinite(v):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return v
@@ -125,14 +144,17 @@ def positive(name: str, value: Any) -> float:
 def in_range(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False,
              hi_open: bool = False) -> float:
     """``value`` as a float inside ``[lo, hi]`` (ends open where asked), or raise."""
-    v = finite(name, value)
+    # an int is compared as it is (exactly, however large: 10 ** 400 is out of [0, 1], not
+    # an overflow); one inside an infinite range but past the float range fails in finite()
+    v: float = int(value) if isinstance(value, numbers.Integral) and not is_bool(value) \
+        else finite(name, value)
     lo_ok = v > lo if lo_open else v >= lo
     hi_ok = v < hi if hi_open else v <= hi
     if not (lo_ok and hi_ok):
         left = "(" if lo_open else "["
         right = ")" if hi_open else "]"
-        raise ValueError(f"{name} must be in {left}{lo:g}, {hi:g}{right}, got {value!r}")
-    return v
+        raise ValueError(f"{name} must be in {left}{lo:g}, {hi:g}{right}, got {shown(value)}")
+    return finite(name, value)
 
 
 def int_at_least(name: str, value: Any, lo: int) -> int:
@@ -142,7 +164,7 @@ def int_at_least(name: str, value: Any, lo: int) -> int:
         raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
     v = int(value)
     if v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= {lo}, got {shown(value)}")
     return v
 
 
@@ -177,7 +199,7 @@ def random_seed(name: str, value: Any) -> int | None:
         raise ValueError(f"{name} must be None or an integer >= 0, got {value!r}")
     v = int(value)
     if v < 0:
-        raise ValueError(f"{name} must be None or an integer >= 0, got {value!r}")
+        raise ValueError(f"{name} must be None or an integer >= 0, got {shown(value)}")
     return v
 
 

@@ -16,6 +16,7 @@ from gpucontrol import (
     ShareKnob,
     SleepKnob,
     TwoTierController,
+    _validate,
     check_envelope,
     design_p,
     design_pi,
@@ -318,3 +319,38 @@ def test_controller_flags_and_names_still_taken():
     assert TwoTierController(M, 90.0, design=np.float64(0.5)).design.kp == pytest.approx(
         0.5 / M.gain)
     assert TwoTierController(M, 90.0, sleep=[0.0, 2.0]).sleep_knob.bounds_s == (0.0, 2.0)
+
+
+BIG = 10 ** 400   # an int past the float range: float(BIG) raises OverflowError
+
+
+@pytest.mark.parametrize("check, message", [
+    (lambda v: _validate.finite("x", v), r"^x must be a finite number .*got an int of about "),
+    (lambda v: _validate.positive("x", v), r"^x must be a finite number .*got an int of about "),
+    (lambda v: _validate.in_range("x", v, 0.0, 1.0), r"^x must be in \[0, 1\], got an int of "),
+    (lambda v: _validate.in_range("x", abs(v), 0.0, math.inf), r"^x must be a finite number"),
+    (lambda v: _validate.in_range("x", -abs(v), 0.0, math.inf), r"^x must be in \[0, inf\]"),
+    (lambda v: _validate.bounds("x", (0.0, v), 0.0, 1.0), r"^x\[1\] must be a finite number"),
+], ids=["finite", "positive", "in_range", "in_range_to_inf", "below_range_to_inf", "bounds"])
+@pytest.mark.parametrize("value", [BIG, -BIG, 10 ** 5000], ids=["1e400", "-1e400", "1e5000"])
+def test_an_int_past_the_float_range_is_refused_naming_the_field(check, message, value):
+    # these raised a bare OverflowError from float() ("int too large to convert to float"),
+    # naming nothing; 10 ** 5000 would also fail in the message's repr (past 4300 digits)
+    with pytest.raises(ConfigurationError, match=message):
+        check(value)
+
+
+def test_an_int_past_the_float_range_at_the_public_api():
+    with pytest.raises(ConfigurationError, match=r"^period_s must be a finite number"):
+        design_p(M, period_s=BIG)
+    with pytest.raises(ConfigurationError, match=r"must be in \(0, 2\), got an int of about "
+                                                 r"10\*\*400$"):
+        design_p(M, detune=BIG)
+    with pytest.raises(ConfigurationError, match=r"^gain must be"):
+        LinearLatencyModel(gain=-BIG, offset=95.0)
+    with pytest.raises(ConfigurationError, match=r"^x must be an integer >= 0, got an int of "
+                                                 r"about -10\*\*5000$"):
+        _validate.int_at_least("x", -10 ** 5000, 0)
+    # ordinary ints still come back as floats, compared exactly at the ends
+    assert _validate.in_range("x", 1, 0.0, 1.0) == 1.0
+    assert type(_validate.in_range("x", np.int64(3), 0.0, math.inf)) is float

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sysid import IdData
+from sysid import IdData, _checks
 
 finite = st.floats(-1e6, 1e6, allow_nan=False)
 
@@ -134,3 +134,26 @@ def test_from_csv_meta_must_be_a_mapping(tmp_path):
 def test_non_numeric_records_are_refused(u):
     with pytest.raises(ValueError, match="u must be a sequence of numbers, got"):
         IdData(u, [1.0, 2.0])
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda v: IdData([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], period_s=v),
+     r"^period_s must be a finite number .*got an int of about 10\*\*400$"),
+    (lambda v: IdData([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]).split(v),
+     r"^fraction_train must be in \(0, 1\), got an int of about 10\*\*400$"),
+    (lambda v: IdData([1.0, v, 3.0], [1.0, 2.0, 3.0]),
+     r"^u contains a number past the float range"),
+    (lambda v: _checks.finite("x", -v), r"^x must be a finite number .*about -10\*\*400$"),
+    (lambda v: _checks.in_range("x", v, 0.0, math.inf), r"^x must be a finite number"),
+    (lambda v: _checks.low_high(0.0, v), r"^high must be a finite number"),
+    (lambda v: _checks.int_at_least("x", -v ** 13, 0), r"^x must be an integer >= 0, got an int "
+                                                        r"of about -10\*\*5200$"),
+    (lambda v: _checks.random_seed("seed", -v ** 13), r"^seed must be None or an integer >= 0"),
+], ids=["positive", "in_range", "vector", "finite", "in_range_to_inf", "low_high",
+        "int_at_least", "random_seed"])
+def test_an_int_past_the_float_range_is_refused_naming_the_argument(make, message):
+    # these raised a bare OverflowError from float() ("int too large to convert to float"),
+    # naming nothing; past 4300 digits the message's repr itself raised ValueError
+    with pytest.raises(ValueError, match=message) as caught:
+        make(10 ** 400)
+    assert type(caught.value) is ValueError
