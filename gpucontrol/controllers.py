@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucontrol._validate import bounds, finite, flag, in_range, positive
+from gpucontrol.design import check_delay_periods
 from gpucontrol.errors import ConfigurationError
 
 # Measurements live in gpucontrol.measurement; they stay importable from here, where the
@@ -172,8 +173,8 @@ class InnerSleepController:
     detune : float
         ``kp * gain`` used with an estimator, in (0, 2).
     delay_periods : int
-        Measurement delay (periods, >= 0): the estimator pairs each latency change with the
-        increment applied that many periods earlier.
+        Measurement delay (whole periods, in [0, 100]): the estimator pairs each latency
+        change with the increment applied that many periods earlier.
     schedule : callable, optional
         ``sleep_s -> local slope / model slope`` (> 0); None: 1.
     oscillation_guard : bool
@@ -192,8 +193,6 @@ class InnerSleepController:
                  estimator: GainEstimator | None = None, detune: float = 1.0,
                  delay_periods: int = 0, schedule: Any = None,
                  oscillation_guard: bool = False) -> None:
-        from gpucontrol._validate import int_at_least
-
         self.kp = finite("kp", kp)
         self.ki = finite("ki", ki)
         self.slo_ms = positive("slo_ms", slo_ms)
@@ -202,7 +201,7 @@ class InnerSleepController:
             "initial_sleep_s", initial_sleep_s, self.lo, self.hi)
         self.estimator = estimator
         self.detune = in_range("detune", detune, 0.0, 2.0, lo_open=True, hi_open=True)
-        self.delay_periods = int_at_least("delay_periods", delay_periods, 0)
+        self.delay_periods = check_delay_periods("delay_periods", delay_periods)
         self.schedule = schedule
         self.oscillation_guard = flag("oscillation_guard", oscillation_guard)
         self._crossings: deque[bool] = deque(maxlen=8)

@@ -28,19 +28,32 @@ from typing import Any
 
 import numpy as np
 
-from gpucontrol._validate import finite, in_range, int_at_least, positive
+from gpucontrol._validate import finite, in_range, int_at_least, positive, shown
 from gpucontrol.errors import ConfigurationError
 from gpucontrol.models import LinearLatencyModel
 
 #: Fraction of the final value that defines "settled" (2 %), as in ``control.step_info``.
 SETTLING_THRESHOLD = 0.02
 
-#: The longest measurement delay :func:`design_p` designs for (periods). A reading arrives a
-#: period or two late; 100 periods (400 s at the default 4 s period) is beyond any real delay
-#: and still analysed in a fraction of a second, while a larger number is most likely a delay
-#: in seconds or milliseconds, whose analyses (the roots of a degree ``delay + 1`` polynomial,
-#: a step response over about ``8 delay`` periods) take seconds to minutes (300 to 1000).
+#: The longest measurement delay (periods) a design, its analyses and the inner controller
+#: take (:func:`check_delay_periods`). A reading arrives a period or two late; 100 periods (400
+#: s at the default 4 s period) is beyond any real delay and still analysed in a fraction of a
+#: second, while a larger number is most likely a delay in seconds or milliseconds, whose
+#: analyses (the roots of a degree ``delay + 1`` polynomial, a step response over about
+#: ``8 delay`` periods) take seconds to minutes (300 to 1000).
 MAX_DELAY_PERIODS = 100
+
+
+def check_delay_periods(name: str, value: Any) -> int:
+    """``value`` as a measurement delay in whole periods, in [0, :data:`MAX_DELAY_PERIODS`]
+    (integral floats and numpy integers accepted), or raise ConfigurationError naming
+    ``name``. The upper check is an int comparison, so a huge int (10 ** 400) cannot
+    overflow it."""
+    d = int_at_least(name, value, 0)
+    if d > MAX_DELAY_PERIODS:
+        raise ConfigurationError(f"{name} must be an integer in [0, {MAX_DELAY_PERIODS}] (a "
+                                 f"measurement delay in control periods), got {shown(value)}")
+    return d
 
 
 @dataclass(frozen=True)
@@ -51,7 +64,8 @@ class Design:
     kp: float
     ki: float = 0.0
     period_s: float = 4.0
-    #: Measurement delay (periods) the design assumes; every analysis defaults to it.
+    #: Measurement delay (whole periods, in [0, :data:`MAX_DELAY_PERIODS`]) the design
+    #: assumes; every analysis defaults to it.
     delay_periods: int = 0
 
     def __post_init__(self) -> None:
@@ -63,11 +77,12 @@ class Design:
         object.__setattr__(self, "ki", finite("ki", self.ki))
         object.__setattr__(self, "period_s", positive("period_s", self.period_s))
         object.__setattr__(self, "delay_periods",
-                           int_at_least("delay_periods", self.delay_periods, 0))
+                           check_delay_periods("delay_periods", self.delay_periods))
 
     def _delay(self, delay_periods: int | None) -> int:
-        return self.delay_periods if delay_periods is None else int_at_least(
-            "delay_periods", delay_periods, 0)
+        """An analysis's delay: the design's, or ``delay_periods`` checked."""
+        return self.delay_periods if delay_periods is None else check_delay_periods(
+            "delay_periods", delay_periods)
 
     # ---- polynomials -----------------------------------------------------------------------
     @property
@@ -112,7 +127,7 @@ class Design:
         gain_ratio : float
             Real/nominal plant gain ratio, >= 0.
         delay_periods : int, optional
-            Measurement delay in periods (>= 0).
+            Measurement delay (whole periods, in [0, 100]).
 
         Returns
         -------
@@ -259,7 +274,8 @@ class PDesign(Design):
     period_s : float
         Control period (s).
     delay_periods : int
-        Measurement delay (periods) the design is for; the analyses default to it.
+        Measurement delay (whole periods, in [0, 100]) the design is for; the analyses
+        default to it.
     detune : float
         ``kp * model.gain``; 1 is deadbeat on the nominal model.
     """
@@ -282,7 +298,8 @@ class PIDesign(Design):
     period_s : float
         Control period (s).
     delay_periods : int
-        Measurement delay (periods) the design assumes (0 for :func:`design_pi`).
+        Measurement delay (whole periods, in [0, 100]) the design assumes (0 for
+        :func:`design_pi`).
     poles_placed : (complex, complex)
         The closed-loop pole pair on the nominal model.
     """
@@ -321,9 +338,10 @@ def p_critical_gain(delay_periods: int) -> float:
     unit circle: ``2 sin(pi / (2 (2 d + 1)))``, exact 2 and 1 for ``d`` = 0 and 1.
 
     On ``z = e^{jw}``, ``k = 2 sin(w / 2) (-j) e^{jw (d + 1/2)}`` is real and positive first
-    at ``w = pi / (2 d + 1)``; the loop is stable for ``0 < k`` below that value.
+    at ``w = pi / (2 d + 1)``; the loop is stable for ``0 < k`` below that value. ``d`` is a
+    whole number of periods in [0, :data:`MAX_DELAY_PERIODS`], as everywhere else.
     """
-    d = int_at_least("delay_periods", delay_periods, 0)
+    d = check_delay_periods("delay_periods", delay_periods)
     if d < 2:
         return 2.0 / (1 + d)
     return 2.0 * math.sin(math.pi / (2 * (2 * d + 1)))
@@ -367,11 +385,7 @@ def design_p(model: LinearLatencyModel, detune: float | None = None, period_s: f
     1.0
     """
     _design_model(model)
-    delay = int_at_least("delay_periods", delay_periods, 0)
-    if delay > MAX_DELAY_PERIODS:   # (an int compare: a huge int does not overflow a float)
-        raise ConfigurationError(f"delay_periods must be an integer in [0, {MAX_DELAY_PERIODS}] "
-                                 f"(a measurement delay in control periods), got "
-                                 f"{delay_periods!r}")
+    delay = check_delay_periods("delay_periods", delay_periods)
     limit = p_critical_gain(delay)   # stable on the nominal model under its own delay
     d = in_range("detune" if delay == 0 else f"detune (with delay_periods={delay})",
                  1.0 / (1 + delay) if detune is None else detune, 0.0, limit,

@@ -117,7 +117,8 @@ def is_stable(design: Design, gain_ratio: float = 1.0, delay_periods: int | None
     gain_ratio : float
         Real/nominal plant gain ratio.
     delay_periods : int, optional
-        Measurement delay in periods (>= 0); default the design's ``delay_periods``.
+        Measurement delay (whole periods, in [0, 100]); default the design's
+        ``delay_periods``.
 
     Returns
     -------
@@ -190,7 +191,8 @@ def stable_gain_range(design: Design, model=None, delay_periods: int | None = No
     model : LinearLatencyModel, optional
         Nominal model to judge against (default ``design.model``).
     delay_periods : int, optional
-        Measurement delay in periods (>= 0); default the design's ``delay_periods``.
+        Measurement delay (whole periods, in [0, 100]); default the design's
+        ``delay_periods``.
 
     Returns
     -------
@@ -308,7 +310,8 @@ def robustness_sweep(design: Design, model=None, ratios: Iterable[float] | None 
     ratios : iterable of float, optional
         Real/nominal gain ratios, at least one, each > 0 (default 0.1 to 2.5 in steps of 0.1).
     delay_periods : int, optional
-        Measurement delay in periods (>= 0); default the design's ``delay_periods``.
+        Measurement delay (whole periods, in [0, 100]); default the design's
+        ``delay_periods``.
     horizon : int
         Periods simulated for the step response's overshoot (>= 1); the settling time is
         simulated further when the response has not settled by then.
@@ -462,7 +465,8 @@ def check_envelope(design: Design, model=None, envelope: tuple[float, float] = (
         ``(g_min, g_max)`` with ``0 < g_min <= g_max``, e.g. ``sysid.gain_envelope(...)
         .envelope``.
     delay_periods : int, optional
-        Measurement delay in periods (>= 0); default the design's ``delay_periods``.
+        Measurement delay (whole periods, in [0, 100]); default the design's
+        ``delay_periods``.
 
     Returns
     -------

@@ -231,3 +231,59 @@ def test_a_design_built_directly_checks_its_fields(kwargs, field, error):
             cls(**{"model": MODEL, "kp": -1 / 12.0, **kwargs})
     d = Design(model=MODEL, kp=-1 / 12.0, ki=0, delay_periods=1.0)   # ints stay usable
     assert d.ki == 0.0 and d.delay_periods == 1 and isinstance(d.delay_periods, int)
+
+
+def _delay_takers():
+    """Every public entry where a measurement delay in periods enters, as ``delay -> result``
+    on a P design (a PI design at 100 periods is unstable: stable_gain_range says so)."""
+    from gpucontrol import (
+        InnerSleepController,
+        PDesign,
+        PIDesign,
+        check_envelope,
+        is_stable,
+        robustness_sweep,
+        stable_gain_range,
+    )
+    from gpucontrol.design import Design, p_critical_gain
+
+    p = design_p(MODEL)
+    return {
+        "Design": lambda d: Design(MODEL, kp=-1 / 12.0, delay_periods=d),
+        "PDesign": lambda d: PDesign(MODEL, kp=-1 / 12.0, delay_periods=d),
+        "PIDesign": lambda d: PIDesign(MODEL, kp=-0.05, ki=-0.01, delay_periods=d),
+        "design_p": lambda d: design_p(MODEL, detune=0.01, delay_periods=d),
+        "characteristic_polynomial": lambda d: p.characteristic_polynomial(1.0, d),
+        "poles_at": lambda d: p.poles_at(1.0, d),
+        "loop_tf": lambda d: p.loop_tf(1.0, d),
+        "closed_loop": lambda d: p.closed_loop(1.0, d),
+        "settling_periods": lambda d: p.settling_periods(0.5, d),
+        "p_critical_gain": p_critical_gain,
+        "is_stable": lambda d: is_stable(p, 1.0, d),
+        "stable_gain_range": lambda d: stable_gain_range(p, None, d),
+        "robustness_sweep": lambda d: robustness_sweep(p, None, [0.5, 1.0], d),
+        "check_envelope": lambda d: check_envelope(p, delay_periods=d),
+        "InnerSleepController": lambda d: InnerSleepController(-0.1, 90.0, delay_periods=d),
+    }
+
+
+@pytest.mark.parametrize("entry", list(_delay_takers()))
+def test_every_entry_taking_a_delay_refuses_one_past_100_periods_at_once(entry):
+    # only design_p had the limit: a Design built directly, the analyses given a delay,
+    # p_critical_gain and InnerSleepController took 101 .. 10 ** 400 (building a degree
+    # delay + 1 polynomial, a z**delay transfer function or a deque that long; 10 ** 400 failed
+    # with a bare OverflowError or numpy's "array is too big", or was simply kept)
+    import time
+
+    from gpucontrol import ConfigurationError
+    from gpucontrol.design import MAX_DELAY_PERIODS
+
+    take = _delay_takers()[entry]
+    for delay in (MAX_DELAY_PERIODS + 1, 4000.0, 10 ** 400):
+        t0 = time.perf_counter()
+        with pytest.raises(ConfigurationError, match=r"^delay_periods must be an integer in "
+                                                     r"\[0, 100\] \(a measurement delay"):
+            take(delay)
+        assert time.perf_counter() - t0 < 0.5
+    for delay in (0, 1, 2.0, MAX_DELAY_PERIODS):   # still taken
+        take(delay)
