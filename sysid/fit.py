@@ -327,6 +327,49 @@ def _arx_matrix(u: np.ndarray, y: np.ndarray, na: int, nb: int, nk: int, start: 
     return np.column_stack(cols)
 
 
+def _arx_least_squares(phi: np.ndarray, target: np.ndarray, offset: bool, orders: str
+                       ) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(theta, cov, ssr)`` of the least-squares fit ``target ~ phi @ theta`` (the last column
+    of ``phi`` the constant when ``offset``), with ``cov = ssr / (n - d) (Phi' Phi)^-1``.
+
+    As in :func:`fit_static`, the fit is on the centred data (with an offset): on u = 1e6
+    plus an excitation of 1 the columns [-y, u, 1] are nearly parallel (condition number
+    1e13), and the normal equations' ``inv(Phi' Phi)`` lost up to 2e-3 of the standard errors
+    and lstsq 1e-8 of ``c``; with an excitation of 1e-3 the rank test refused the record. The
+    centred regressors are tested for rank and scaled by powers of two (exact), the covariance
+    comes from their QR factor (``inv(R) inv(R)'``, not the normal equations), and
+    ``c = mean(y) - mean(X) beta`` and its row of the covariance follow from the means.
+    """
+    x = phi[:, :-1] if offset else phi
+    xm = np.mean(x, axis=0) if offset else np.zeros(x.shape[1])
+    ym = float(np.mean(target)) if offset else 0.0
+    xc, yc = x - xm, target - ym
+    if np.linalg.matrix_rank(xc) < x.shape[1]:
+        raise ValueError(f"regressors are linearly dependent for {orders}: the input is not "
+                         "exciting enough for this order")
+    sx = np.array([_power_of_two_below(v) for v in np.max(np.abs(xc), axis=0)])
+    sy = _power_of_two_below(float(np.max(np.abs(yc))))
+    xs, ys = xc / sx, yc / sy
+    beta_s, *_ = np.linalg.lstsq(xs, ys, rcond=None)
+    res = ys - xs @ beta_s
+    rinv = np.linalg.inv(np.linalg.qr(xs, mode="r"))
+    n, d = phi.shape
+    sigma2_s = float(res @ res) / (n - d)   # (in the scaled output's units)
+    scale = sy / sx
+    cov_b = sigma2_s * (rinv @ rinv.T) * np.outer(scale, scale)
+    beta = beta_s * scale
+    ssr = float(res @ res) * sy * sy
+    if not offset:
+        return beta, cov_b, ssr
+    # Phi = [X, 1] = [Xc, 1] T with T = [[I, 0], [xm, 1]]: (Phi' Phi)^-1 = T^-1 diag(S^-1,
+    # 1 / n) T^-T, whose last row and column are -S^-1 xm and 1 / n + xm' S^-1 xm
+    cov = np.empty((d, d))
+    cov[:-1, :-1] = cov_b
+    cov[:-1, -1] = cov[-1, :-1] = -(cov_b @ xm)
+    cov[-1, -1] = sigma2_s * sy * sy / n + float(xm @ cov_b @ xm)
+    return np.r_[beta, ym - float(xm @ beta)], cov, ssr
+
+
 def _need(data: IdData, n_min: int, what) -> None:
     """Refuse a record shorter than ``n_min`` for the model ``what``, named by its structure
     (its full text printed a fit % and an R² of nan into the message)."""
@@ -404,15 +447,9 @@ def _fit_arx(data: IdData, na: int, nb: int, nk: int, validation: IdData | None,
     phi = _arx_matrix(data.u, data.y, na, nb, nk, start, offset)
     target = np.asarray(data.y[start:])
     output_varies(data.y)
-    if np.linalg.matrix_rank(phi) < d:
-        raise ValueError(f"regressors are linearly dependent for na={na}, nb={nb}, nk={nk}: "
-                         "the input is not exciting enough for this order")
-    theta, *_ = np.linalg.lstsq(phi, target, rcond=None)
-    res = target - phi @ theta
+    theta, cov, ssr = _arx_least_squares(phi, target, offset, f"na={na}, nb={nb}, nk={nk}")
     n_used = target.size
-    ssr = float(res @ res)
     sigma2 = ssr / (n_used - d)
-    cov = sigma2 * np.linalg.inv(phi.T @ phi)
     loss = max(ssr / n_used, np.finfo(float).tiny)
     fit = ArxFit(
         na=na, nb=nb, nk=nk, a=theta[:na].copy(), b=theta[na:na + nb].copy(),

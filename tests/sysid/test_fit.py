@@ -258,6 +258,58 @@ def test_static_fit_of_a_small_excitation_around_1e6_keeps_its_digits(seed):
     assert f.ci95[0][0] < ref.slope < f.ci95[0][1]
 
 
+def _exact_least_squares(phi, target):
+    """The least-squares solution, ``inv(Phi' Phi)`` and the SSR of the very same floats, in
+    exact rational arithmetic (the normal equations, solved by Gauss-Jordan)."""
+    from fractions import Fraction
+
+    rows = [[Fraction(float(v)) for v in r] for r in phi]
+    t = [Fraction(float(v)) for v in target]
+    d = len(rows[0])
+    m = [[sum(r[i] * r[j] for r in rows) for j in range(d)]
+         + [Fraction(int(i == j)) for j in range(d)]
+         + [sum(r[i] * tk for r, tk in zip(rows, t))] for i in range(d)]
+    for col in range(d):
+        piv = next(k for k in range(col, d) if m[k][col] != 0)
+        m[col], m[piv] = m[piv], m[col]
+        m[col] = [v / m[col][col] for v in m[col]]
+        for k in range(d):
+            if k != col and m[k][col] != 0:
+                m[k] = [a - m[k][col] * b for a, b in zip(m[k], m[col])]
+    theta = [m[i][2 * d] for i in range(d)]
+    ssr = sum((tk - sum(r[i] * theta[i] for i in range(d))) ** 2 for r, tk in zip(rows, t))
+    return theta, [[m[i][d + j] for j in range(d)] for i in range(d)], ssr
+
+
+@pytest.mark.parametrize("excitation, tol", [(1.0, 1e-10), (1e-3, 1e-6)])
+@pytest.mark.parametrize("seed", range(3))
+def test_arx_fit_of_an_input_around_1e6_keeps_its_digits(seed, excitation, tol):
+    # u = 1e6 + white noise: the regressors [-y(k-1), u(k-1), 1] are nearly parallel
+    # (condition number 1e13), and the covariance from the normal equations, inv(Phi' Phi),
+    # lost 1e-4 to 2e-3 of the standard errors (lstsq 1e-8 of c); with an excitation of 1e-3
+    # the record was refused as "linearly dependent". The reference is the exact rational
+    # least-squares fit of the very same floats.
+    from sysid.fit import _arx_matrix
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    u = 1e6 + excitation * rng.standard_normal(n)
+    y = np.empty(n)
+    y[0] = 4e6
+    for k in range(1, n):
+        y[k] = 0.5 * y[k - 1] + 2.0 * u[k - 1] + 1.0 + 0.01 * excitation * rng.standard_normal()
+    f = fit_arx(IdData(u, y), na=1, nb=1, nk=1)
+    phi = _arx_matrix(u, y, 1, 1, 1, 1, True)
+    theta, inv, ssr = _exact_least_squares(phi, y[1:])
+    sigma2 = ssr / (n - 1 - 3)
+    np.testing.assert_allclose(f.stderr, [math.sqrt(sigma2 * inv[i][i]) for i in range(3)],
+                               rtol=tol)
+    np.testing.assert_allclose(f.cov, [[float(sigma2 * v) for v in r] for r in inv], rtol=tol)
+    np.testing.assert_allclose(f.params[:2], [float(v) for v in theta[:2]], rtol=tol / 100)
+    assert f.c == pytest.approx(float(theta[2]), rel=tol)
+    assert f.sigma2 == pytest.approx(float(sigma2), rel=1e-10)
+
+
 def test_static_fit_that_cannot_be_represented_is_refused():
     with pytest.raises(ValueError, match="overflows"):
         fit_static([1.0, 2.0, 3.0], [1e300, -1e308, 1e308])
