@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -136,9 +136,12 @@ class IdData:
         """Read a record written by :meth:`to_csv`, or any CSV with a header row naming the
         input and output columns (``u=``/``y=``, e.g. ``u="sleep_s", y="latency_ms"``).
 
-        Without the ``# sysid.IdData`` comment line, ``period_s`` must be given.
+        Without the ``# sysid.IdData`` comment line, ``period_s`` must be given. A UTF-8
+        byte-order mark (a spreadsheet's export) is skipped; a header naming a column twice,
+        or a data row with more fields than the header, is a ValueError.
         """
-        with open(path, encoding="utf-8", newline="") as fh:
+        # utf-8-sig: a byte-order mark would otherwise stay in the first column's name
+        with open(path, encoding="utf-8-sig", newline="") as fh:
             lines = fh.read().splitlines()
         head: dict[str, Any] = {}
         body = lines
@@ -170,21 +173,18 @@ def _columns(where: str, body: list[str], u: str, y: str) -> tuple[list[float], 
     """Columns ``u`` and ``y`` of the CSV lines ``body`` (the header row first) as floats.
 
     A ValueError names a column the header lacks, with the columns it has (quoted: a stray
-    space or byte-order mark shows), and a data row that has no value in a named column.
+    space shows), a column the header names twice, a data row with more fields than the
+    header, and a data row that has no value in a named column.
     """
     reader = csv.DictReader(body)
-    header = reader.fieldnames
-    if not header:
-        raise ValueError(f"{where}: no data rows")
-    for col in (u, y):
-        # the header, not a row's keys: a row with more fields than the header has a None
-        # key, which the message could not join
-        if col not in header:
-            raise ValueError(f"{where}: no column {col!r} "
-                             f"(columns: {', '.join(map(repr, header))})")
+    _check_header(where, reader.fieldnames, u, y)
     rows = list(reader)
     if not rows:
         raise ValueError(f"{where}: no data rows")
+    for k, r in enumerate(rows, 1):
+        if None in r:   # (csv.DictReader files the extra fields under the key None)
+            raise ValueError(f"{where}: data row {k} has {len(r) - 1 + len(r[None])} fields, "
+                             f"more than the header's {len(r) - 1}")
     out = []
     for col in (u, y):
         values = []
@@ -199,6 +199,23 @@ def _columns(where: str, body: list[str], u: str, y: str) -> tuple[list[float], 
                                  f"{k} ({exc})") from None
         out.append(values)
     return out[0], out[1]
+
+
+def _check_header(where: str, header: Sequence[str] | None, u: str, y: str) -> None:
+    """Raise unless the CSV ``header`` names ``u`` and ``y``, and no column twice (a
+    ``csv.DictReader`` row would silently keep the last of two same-named columns)."""
+    if not header:
+        raise ValueError(f"{where}: no data rows")
+    columns = ", ".join(map(repr, header))
+    twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    if twice is not None:
+        raise ValueError(f"{where}: column {twice!r} appears more than once in the header "
+                         f"(columns: {columns})")
+    for col in (u, y):
+        # the header, not a row's keys: a row with more fields than the header has a None
+        # key, which the message could not join
+        if col not in header:
+            raise ValueError(f"{where}: no column {col!r} (columns: {columns})")
 
 
 def require_record(data: object) -> IdData:

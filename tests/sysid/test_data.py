@@ -59,6 +59,38 @@ def test_from_csv_names_the_missing_column_and_the_columns_there_are(tmp_path, t
         IdData.from_csv(p, u="sleep_s", y="latency_ms", period_s=4.0)
 
 
+@pytest.mark.parametrize("text, message", [
+    # a duplicated name kept the last of the two columns, silently
+    ("sleep_s,latency_ms,sleep_s\n0.1,9.0,0.7\n",
+     r"x\.csv: column 'sleep_s' appears more than once in the header \(columns: 'sleep_s', "
+     r"'latency_ms', 'sleep_s'\)$"),
+    ("note,sleep_s,latency_ms,note\n,0.1,9.0,\n", r"column 'note' appears more than once"),
+    # fields past the header were dropped: which column a value belongs to is unknown
+    ("sleep_s,latency_ms\n0.1,9.0\n# a comment\n\n0.5,7.0,3.0\n",
+     r"x\.csv: data row 2 has 3 fields, more than the header's 2$"),
+    ("sleep_s,latency_ms\n0.1,9.0,,\n", r"data row 1 has 4 fields, more than the header's 2$"),
+], ids=["duplicated-u", "duplicated-other", "long-row", "trailing-commas"])
+def test_from_csv_refuses_an_ambiguous_table_naming_the_column_or_row(tmp_path, text, message):
+    p = tmp_path / "x.csv"
+    p.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        IdData.from_csv(p, u="sleep_s", y="latency_ms", period_s=4.0)
+
+
+def test_from_csv_skips_a_utf8_byte_order_mark(tmp_path):
+    # a spreadsheet's UTF-8 export starts with a BOM: it stayed in the first column's name
+    # ("no column 'sleep_s' (columns: '\ufeffsleep_s', ...)") and hid the # sysid.IdData line
+    p = tmp_path / "x.csv"
+    p.write_bytes(b"\xef\xbb\xbfsleep_s,latency_ms\n0.1,9.0\n0.5,7.0\n")
+    d = IdData.from_csv(p, u="sleep_s", y="latency_ms", period_s=4.0)
+    assert d.u.tolist() == [0.1, 0.5] and d.y.tolist() == [9.0, 7.0]
+    rec = IdData([0.1, 0.5, 0.2], [9.0, 7.0, 8.0], period_s=2.5, meta={"mps_pct": 40})
+    p.write_bytes(b"\xef\xbb\xbf" + rec.to_csv().encode("utf-8"))
+    back = IdData.from_csv(p)
+    assert back.period_s == 2.5 and back.meta == {"mps_pct": 40}
+    assert back.u.tolist() == rec.u.tolist() and back.y.tolist() == rec.y.tolist()
+
+
 def test_split_keeps_time_order():
     d = IdData(np.arange(10.0), np.arange(10.0) * 2, period_s=2.0)
     a, b = d.split(0.7)
