@@ -30,7 +30,7 @@ from gpucontrol import (
     ShareKnob,
     TwoTierController,
 )
-from harness.args import number
+from harness.args import number, run_script
 from harness.cluster import SimConfig, Simulation, inference_burst, load_openb, synthetic
 from harness.cluster.figures import saved, window_violation
 from harness.cluster.gpucolo import GpuColoController
@@ -173,4 +173,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "cluster.py")

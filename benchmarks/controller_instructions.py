@@ -23,7 +23,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness.args import integer
+from harness.args import integer, run_script
 
 HERE = Path(__file__).resolve().parent
 #: The streams' two lengths: the difference of their counts is the updates' alone.
@@ -65,16 +65,25 @@ for l in data[:n]:
 """
 
 
+#: The valgrind runs under way, for :func:`main` to end when the run is interrupted.
+_RUNNING: set[subprocess.Popen[str]] = set()
+
+
 def instructions(config: str, n: int) -> int:
     """Instructions valgrind counts for the whole run of ``config`` over ``n`` periods."""
-    out = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         "-c", RUN.format(here=str(HERE), long=LONG), config, str(n)],
-        capture_output=True, text=True, check=False)
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    if out.returncode != 0 or found is None:
-        raise SystemExit(f"valgrind on {config!r} failed (exit {out.returncode}):\n"
-                         f"{out.stderr[-2000:]}")
+    with subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+             "-c", RUN.format(here=str(HERE), long=LONG), config, str(n)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as p:
+        _RUNNING.add(p)
+        try:
+            _, err = p.communicate()
+        finally:
+            _RUNNING.discard(p)
+    found = re.search(r"Collected : (\d+)", err)
+    if p.returncode != 0 or found is None:
+        raise SystemExit(f"valgrind on {config!r} failed (exit {p.returncode}):\n"
+                         f"{err[-2000:]}")
     return int(found.group(1))
 
 
@@ -106,12 +115,19 @@ def main() -> None:
     configs = ("bare", *(c for c in args.configs if c != "bare"))
     print(f"python {sys.version.split()[0]}, instructions per update under valgrind "
           f"(runs of {LONG} less {SHORT} periods)", flush=True)
-    with ThreadPoolExecutor(args.jobs) as pool:
+    pool = ThreadPoolExecutor(args.jobs)
+    try:
         counts = dict(zip(configs, pool.map(per_update, configs)))
+    except BaseException:   # Ctrl-C, SIGTERM: not a minute more for the runs under way
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in list(_RUNNING):
+            p.kill()
+        raise
+    pool.shutdown()
     print(f"{'configuration':50s} {'instructions':>13s}")
     for c in configs:
         print(f"{NAMES[c]:50s} {counts[c]:13.0f}")
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "controller_instructions.py")

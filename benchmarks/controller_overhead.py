@@ -33,7 +33,7 @@ from gpucontrol import (
     SleepKnob,
     TwoTierController,
 )
-from harness.args import integer
+from harness.args import integer, run_script
 
 #: A model as identification writes it: four levels, each with its iteration time.
 FAMILY = LatencyModelFamily(tuple(
@@ -123,4 +123,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "controller_overhead.py")

@@ -30,7 +30,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.args import integer, name_list  # noqa: E402
+from harness.args import integer, name_list, run_script  # noqa: E402
 from harness.experiments import zoo_bounds as zb  # noqa: E402
 from harness.experiments.zoo_control import run  # noqa: E402
 from harness.sim import zoo  # noqa: E402
@@ -108,4 +108,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "foresight.py")

@@ -28,7 +28,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.args import integer, name_list  # noqa: E402
+from harness.args import integer, name_list, run_script  # noqa: E402
 from harness.experiments.zoo_control import run  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 
@@ -96,4 +96,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "load_step.py")

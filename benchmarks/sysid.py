@@ -41,7 +41,7 @@ import numpy as np
 
 import sysid
 from gpucontrol import Actuation
-from harness.args import integer, out_file
+from harness.args import integer, out_file, run_script
 from harness.sim.simulated import SimulatedColocation
 
 S0, DELTA, PERIODS, T = 0.5, 0.3, 50, 4.0
@@ -181,4 +181,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "sysid.py")

@@ -279,3 +279,29 @@ def test_zoo_screen_names_the_commit_its_runs_imported(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "argv", ["zoo_screen.py", "--seeds", "1", "--json", str(out)])
     zs.main()
     assert json.loads(out.read_text())["commit"] == "a" * 40
+
+
+@pytest.mark.parametrize("script", ["cluster.py", "controller_instructions.py",
+                                    "controller_overhead.py", "foresight.py", "load_step.py",
+                                    "outliers.py", "sysid.py"])
+def test_an_interrupted_benchmark_ends_with_one_line(script):
+    """Ctrl-C in these seven scripts ended in a KeyboardInterrupt traceback (their ``main``
+    ran bare, not through ``run_script`` as the others'): now one line and status 130."""
+    import shutil
+    import signal
+    import time
+
+    if script == "controller_instructions.py" and shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not on the PATH")
+    p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / script)], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4)           # past the imports, into the runs
+        assert p.poll() is None
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == f"{script}: interrupted", err[-2000:]
+    assert "Traceback" not in err
