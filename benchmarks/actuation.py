@@ -18,7 +18,6 @@ Every process it starts is resumed and killed before it exits.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -36,7 +35,7 @@ from pathlib import Path
 from gpucontrol.node.actuators import CgroupFreezer, DutyCycler, SignalDutyCycler
 from gpucontrol.node.actuators.procs import descendants, read_stat, stop_requested
 from gpucontrol.node.actuators.sleep import cgroup2_mounts
-from harness.args import integer, number, run_script
+from harness.args import OneLineParser, integer, number, run_script
 
 BUSY = "while True: pass"
 TREE = ("import subprocess, sys\n"
@@ -271,7 +270,7 @@ def fault_trials(procs: Procs, tmp: str, kind: str, n: int,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=integer(1, 1_000_000), default=500)
     ap.add_argument("--duty-window", type=number(0.0, 3600.0, lo_open=True, unit="s"),
                     default=4.0)

@@ -15,7 +15,6 @@ Every process it starts is resumed and killed before it exits.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -29,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from harness.args import integer, run_script
+from harness.args import OneLineParser, integer, run_script
 
 BUSY = "while True: pass"
 
@@ -142,7 +141,7 @@ def idle_connections(tmp: str, train: int, n: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stalls", type=integer(1, 1000), default=5)
     ap.add_argument("--connections", type=integer(0, 100_000), default=1400)
     args = ap.parse_args()

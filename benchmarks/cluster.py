@@ -18,7 +18,6 @@ vectorized ``VectorTwoTier`` (same equations), to measure what the vectorized pa
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import time
@@ -30,7 +29,7 @@ from gpucontrol import (
     ShareKnob,
     TwoTierController,
 )
-from harness.args import number, run_script
+from harness.args import OneLineParser, number, run_script
 from harness.cluster import SimConfig, Simulation, inference_burst, load_openb, synthetic
 from harness.cluster.figures import saved, window_violation
 from harness.cluster.gpucolo import GpuColoController
@@ -139,7 +138,7 @@ def sensitivity(scale: float) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=number(0.0, 1e6, lo_open=True), default=3000.0,
                     help="synthetic: mean busy GPUs under No Co-location (paper ~3059)")
     ap.add_argument("--placement-scale", type=number(0.0, 1e6, lo_open=True), default=300.0)

@@ -32,7 +32,6 @@ Shortfalls are reported as measured; the plants are not tuned to the controller.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import platform
 import sys
@@ -46,7 +45,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.args import integer, name_list, out_file, run_script  # noqa: E402
+from harness.args import OneLineParser, integer, name_list, out_file, run_script  # noqa: E402
 from harness.experiments.identify import family_of, identify  # noqa: E402
 from harness.experiments.zoo_bounds import causal, forecast, hindsight  # noqa: E402
 from harness.experiments.zoo_control import ABLATIONS, LEVELS, curves, run  # noqa: E402
@@ -458,7 +457,7 @@ def plot(path: str, seed: int = 0) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=integer(1, 1000), default=8,
                     help="plant seeds per figure (default 8: at 2 a verdict can be luck)")
     ap.add_argument("--ablation", action="store_true",

@@ -23,7 +23,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness.args import integer, run_script
+from harness.args import OneLineParser, integer, run_script
 
 HERE = Path(__file__).resolve().parent
 #: The streams' two lengths: the difference of their counts is the updates' alone.
@@ -102,7 +102,7 @@ def _configs(text: str) -> tuple[str, ...]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--configs", type=_configs, default=CONFIGS[1:],
                     help=f"comma-separated, of: {', '.join(CONFIGS)} (default: every "
                          "configuration of the controller; the bare formula always runs)")

@@ -16,7 +16,6 @@ updates (a decision over every candidate share) is printed too.
 
 from __future__ import annotations
 
-import argparse
 import math
 import platform
 import random
@@ -33,7 +32,7 @@ from gpucontrol import (
     SleepKnob,
     TwoTierController,
 )
-from harness.args import integer, run_script
+from harness.args import OneLineParser, integer, run_script
 
 #: A model as identification writes it: four levels, each with its iteration time.
 FAMILY = LatencyModelFamily(tuple(
@@ -86,7 +85,7 @@ def least_times(cases: list[tuple[str, list, dict]], repeats: int = 3) -> list[l
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=integer(1, 100_000_000), default=200_000)
     n = ap.parse_args().n
     rng = random.Random(0)

@@ -39,7 +39,7 @@ if _ROOT not in sys.path:
 import numpy as np  # noqa: E402
 
 from gpucontrol import Actuation  # noqa: E402
-from harness.args import integer, number, run_script  # noqa: E402
+from harness.args import OneLineParser, integer, number, run_script  # noqa: E402
 from harness.hil.cpu.plant import make_cpu_plant  # noqa: E402
 
 
@@ -109,7 +109,7 @@ def figures(sleeps: tuple[float, float, float], lat: dict[float, list[float]],
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quantum", type=number(0.0, 60.0, lo_open=True, unit="s"), default=0.2,
                     help="run quantum (s)")
     ap.add_argument("--rate", type=number(0.0, 10_000.0, lo_open=True), default=30.0,

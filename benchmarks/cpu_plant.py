@@ -23,7 +23,6 @@ Every process it starts is resumed and stopped before it exits.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -45,7 +44,7 @@ import numpy as np  # noqa: E402
 from gpucontrol import Actuation  # noqa: E402
 from gpucontrol.errors import ConfigurationError  # noqa: E402
 from gpucontrol.node.actuators.cpu_share import CpuShare  # noqa: E402
-from harness.args import integer, number, out_dir, run_script  # noqa: E402
+from harness.args import OneLineParser, integer, number, out_dir, run_script  # noqa: E402
 from harness.experiments.pipeline import run_pipeline  # noqa: E402
 from harness.hil.cpu.plant import make_cpu_plant  # noqa: E402
 
@@ -93,7 +92,7 @@ def share_resizes(n: int) -> dict[str, object]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=integer(1, 1000), default=1)
     ap.add_argument("--period", type=number(0.05, 3600.0, unit="s"), default=4.0)
     ap.add_argument("--identify", type=integer(10, 100_000), default=24)

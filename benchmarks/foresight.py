@@ -30,7 +30,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.args import integer, name_list, run_script  # noqa: E402
+from harness.args import OneLineParser, integer, name_list, run_script  # noqa: E402
 from harness.experiments import zoo_bounds as zb  # noqa: E402
 from harness.experiments.zoo_control import run  # noqa: E402
 from harness.sim import zoo  # noqa: E402
@@ -71,7 +71,7 @@ def measure(name: str, seeds: int, horizons: list[int], day: int = PERIODS
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=integer(1, 100), default=8, help="seeds per plant (1-100)")
     ap.add_argument("--plants", type=name_list(zoo.PLANTS),
                     default=["hyperbolic", "mixture", "delayed", "queue"],

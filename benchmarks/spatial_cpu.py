@@ -13,7 +13,6 @@ Goal for the whole green-context switch: < 1 ms.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from gpucontrol.node.actuators.spatial import GreenContextBackend
 from gpucontrol.node.hooks import HookReader, HookWriter
-from harness.args import integer, run_script
+from harness.args import OneLineParser, integer, run_script
 from harness.hil.green_emulator import PartitionSwitcher, SimulatedPool
 
 
@@ -33,7 +32,7 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=integer(1, 100_000_000), default=20000)
     n = ap.parse_args().n
     with tempfile.TemporaryDirectory() as d:

@@ -24,7 +24,6 @@ Prints (and with ``--out`` writes as a Markdown section) two measurements:
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import platform
 import sys
@@ -41,7 +40,7 @@ import numpy as np
 
 import sysid
 from gpucontrol import Actuation
-from harness.args import integer, out_file, run_script
+from harness.args import OneLineParser, integer, out_file, run_script
 from harness.sim.simulated import SimulatedColocation
 
 S0, DELTA, PERIODS, T = 0.5, 0.3, 50, 4.0
@@ -165,7 +164,7 @@ def report(seeds: int) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=integer(1, 10_000), default=30,
                     help="seeds per gain configuration")
     ap.add_argument("--out", type=out_file, default=None,

@@ -37,7 +37,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.args import integer, name_list, out_file, run_script  # noqa: E402
+from harness.args import OneLineParser, integer, name_list, out_file, run_script  # noqa: E402
 from harness.experiments.zoo_screen import (  # noqa: E402
     DAY,
     compare,
@@ -74,7 +74,7 @@ def _edited() -> bool:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=integer(1, 1000), default=8,
                     help="plant seeds per figure (default 8, as the target table)")
     ap.add_argument("--plants", type=name_list(zoo.PLANTS), default=list(zoo.PLANTS),

@@ -20,6 +20,9 @@ BAD = [
     ("control_quality.py", "--plants", "ours,nowhere"),
     ("controller_instructions.py", "--jobs", "0"),
     ("controller_overhead.py", "--n", "0"),
+    ("controller_overhead.py", "--n", "-5"),
+    ("cpu_noise.py", "--rate", "nan"),
+    ("cluster.py", "--placement-scale", "inf"),
     ("foresight.py", "--horizons", "0,25"),
     ("foresight.py", "--day", "99"),
     ("load_step.py", "--plants", "ours,nowhere"),
@@ -44,6 +47,8 @@ def test_a_benchmark_refuses_a_bad_number(script, flag, value):
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2, r.stderr[-2000:]
     assert f"argument {flag}:" in r.stderr and "Traceback" not in r.stderr
+    # one line, as the gpucontrol commands' (argparse's usage block came first, up to 8 lines)
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"{script}: error:"), r.stderr
 
 
 def test_foresight_refuses_a_horizon_longer_than_the_day():
