@@ -124,12 +124,15 @@ def main() -> int:
     ap.add_argument("--block", type=integer(1, 100_000), default=4,
                     help="periods per block of one sleep")
     ap.add_argument("--mid", type=number(0.0, 1000.0), default=1.0,
-                    help="middle sleep, in run quanta")
+                    help="middle sleep, in run quanta (> 0)")
     ap.add_argument("--top", type=number(0.0, 1000.0), default=2.5,
-                    help="top sleep, in run quanta")
+                    help="top sleep, in run quanta (> --mid)")
     ap.add_argument("--warmup", type=number(0.0, 3600.0, unit="s"), default=6.0,
                     help="seconds before measuring")
     a = ap.parse_args()
+    if not 0 < a.mid < a.top:   # one sleep twice: its periods were pooled, the figures wrong
+        ap.error(f"--mid {a.mid:g} and --top {a.top:g}: three distinct sleeps need "
+                 "0 < --mid < --top")
     out = measure(a)
     print(json.dumps(out, allow_nan=False), flush=True)
     if out["not_computed"]:

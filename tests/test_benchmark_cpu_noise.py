@@ -75,3 +75,19 @@ def test_one_period_per_sleep_has_no_rms(monkeypatch, capsys, benchmark_module):
     rc, d, err = _run(monkeypatch, capsys, benchmark_module, {}, periods=1)
     assert "rms_ms" in err
     assert rc == 1 and d["rms_ms"] == [None, None, None] and d["mean_ms"][1] is not None
+
+
+@pytest.mark.parametrize("mid, top", [("0", "2.5"), ("1", "1"), ("2", "1")])
+def test_a_sleep_given_twice_or_out_of_order_is_refused(monkeypatch, capsys, benchmark_module,
+                                                        mid, top):
+    """--mid 0 (the no-sleep periods pooled with the middle's), --mid equal to --top, or
+    --top below --mid ran and printed figures of the wrong sleeps: now one line, status 2,
+    before the plant starts."""
+    mod = benchmark_module("cpu_noise")
+    monkeypatch.setattr(mod, "make_cpu_plant", lambda *a, **k: pytest.fail("plant started"))
+    monkeypatch.setattr(sys, "argv", ["cpu_noise.py", "--mid", mid, "--top", top])
+    with pytest.raises(SystemExit) as e:
+        mod.main()
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == ""
+    assert err.count("\n") == 1 and "0 < --mid < --top" in err, err
