@@ -59,10 +59,10 @@ def measure(a: argparse.Namespace) -> dict[str, object]:
         while time.monotonic() < t_end:
             p.step(Actuation(sleep_s=0.0, mps_pct=100.0), 1.0)
         block = max(1, a.block)
-        for _ in range(0, a.periods, block):
+        for start in range(0, a.periods, block):
             for s in sleeps:
                 p.step(Actuation(sleep_s=s, mps_pct=100.0), a.period)  # settle to this sleep
-                for _ in range(block):
+                for _ in range(min(block, a.periods - start)):  # the last block: what is left
                     r = p.step(Actuation(sleep_s=s, mps_pct=100.0), a.period)
                     lat[s].append(r.mean_ms)
                     its[s].append(r.training_iterations)

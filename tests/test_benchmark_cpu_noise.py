@@ -91,3 +91,17 @@ def test_a_sleep_given_twice_or_out_of_order_is_refused(monkeypatch, capsys, ben
     out, err = capsys.readouterr()
     assert e.value.code == 2 and out == ""
     assert err.count("\n") == 1 and "0 < --mid < --top" in err, err
+
+
+@pytest.mark.parametrize("periods, block", [(2, 4), (5, 2), (8, 4)])
+def test_the_periods_per_sleep_are_those_asked_for(monkeypatch, capsys, benchmark_module,
+                                                   periods, block):
+    """--periods 2 with the default --block 4 measured 4 periods per sleep, and --periods 5
+    --block 2 six: the last block was run whole. Now it holds what is left."""
+    mod = benchmark_module("cpu_noise")
+    monkeypatch.setattr(mod, "make_cpu_plant", lambda *a, **k: _Plant({}))
+    monkeypatch.setattr(sys, "argv", ["cpu_noise.py", "--quantum", "1", "--mid", "0.5",
+                                      "--top", "1", "--periods", str(periods), "--block",
+                                      str(block), "--warmup", "0"])
+    assert mod.main() == 0
+    assert json.loads(capsys.readouterr().out)["periods_per_sleep"] == periods
