@@ -79,7 +79,8 @@ def share_resizes(n: int) -> dict[str, object]:
         p.wait()
         return {"backend": None, "why": str(exc)}
     try:
-        lat = [share.set_share_pct(pct) for pct in np.tile([20.0, 60.0, 35.0, 90.0], n // 4)]
+        cycle = (20.0, 60.0, 35.0, 90.0)     # n changes, not n // 4 cycles of four
+        lat = [share.set_share_pct(cycle[k % len(cycle)]) for k in range(n)]
         return {"backend": share.backend, "resizes": len(lat),
                 "median_us": round(1e6 * float(np.median(lat)), 1),
                 "p99_us": round(1e6 * float(np.percentile(lat, 99)), 1),

@@ -1,0 +1,35 @@
+"""benchmarks/cpu_plant.py's parts that run without the plant."""
+
+from typing import ClassVar
+
+import pytest
+
+
+class _Share:
+    """A stand-in CpuShare: each change takes 1 ms and is counted."""
+
+    backend, granularity_pct, min_share_pct, period_us = "stand-in", 1.0, 1.0, 100_000
+    made: ClassVar[list["_Share"]] = []
+
+    def __init__(self, pids, name):
+        self.set: list[float] = []
+        _Share.made.append(self)
+
+    def set_share_pct(self, pct):
+        self.set.append(pct)
+        return 0.001
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("n", [1, 3, 10])
+def test_share_resizes_makes_the_changes_asked_for(monkeypatch, benchmark_module, n):
+    """--resizes 1 to 3 died with an IndexError (no change made, a percentile of none) and
+    --resizes 10 made 8: the changes were whole cycles of four."""
+    mod = benchmark_module("cpu_plant")
+    monkeypatch.setattr(mod, "CpuShare", _Share)
+    _Share.made.clear()
+    r = mod.share_resizes(n)
+    assert r["resizes"] == n == len(_Share.made[0].set)
+    assert r["median_us"] == r["p99_us"] == 1000.0
