@@ -46,7 +46,9 @@ from gpucontrol.errors import ConfigurationError  # noqa: E402
 from gpucontrol.node.actuators.cpu_share import CpuShare  # noqa: E402
 from harness.args import OneLineParser, integer, number, out_dir, run_script  # noqa: E402
 from harness.experiments.pipeline import run_pipeline  # noqa: E402
+from harness.experiments.plants import ExperimentFailed  # noqa: E402
 from harness.hil.cpu.plant import make_cpu_plant  # noqa: E402
+from harness.results import result_note  # noqa: E402
 
 
 def fixed_sleep_floor(sleep_s: float, periods: int, period_s: float,
@@ -114,9 +116,15 @@ def main() -> int:
     for i in range(a.runs):
         t0 = time.monotonic()
         load0 = os.getloadavg()[0]
-        res = run_pipeline(Path(a.out) / f"run{i}", period_s=a.period,
-                           identify_periods=a.identify, closed_periods=a.closed,
-                           detune=a.detune, backend=a.backend, progress=False)
+        try:
+            res = run_pipeline(Path(a.out) / f"run{i}", period_s=a.period,
+                               identify_periods=a.identify, closed_periods=a.closed,
+                               detune=a.detune, backend=a.backend, progress=False)
+        except ExperimentFailed as exc:   # the plant ran, the result was out of reach: say why
+            note = result_note(exc)
+            print(f"cpu_plant.py: run {i}: {exc}" + (f"; {note}" if note else ""),
+                  file=sys.stderr)
+            return 1
         keep = ("slo_ms", "identify_r2", "identify_r2_validation", "gain_ms_per_s",
                 "offset_ms", "median_abs_err_pct", "over_105_pct", "mean_latency_ms",
                 "training_it_per_period", "identify_it_per_period_unslept", "closed_periods",

@@ -33,3 +33,29 @@ def test_share_resizes_makes_the_changes_asked_for(monkeypatch, benchmark_module
     r = mod.share_resizes(n)
     assert r["resizes"] == n == len(_Share.made[0].set)
     assert r["median_us"] == r["p99_us"] == 1000.0
+
+
+def test_a_failed_identification_is_one_line_and_status_1(monkeypatch, capsys,
+                                                          benchmark_module, tmp_path):
+    """The pipeline's ExperimentFailed (a plant too disturbed to identify, on a loaded
+    machine) ended the script in a traceback; now one line, as ``gpucontrol demo`` says it,
+    with where the partial output is, and status 1."""
+    import sys
+
+    from harness.experiments.plants import ExperimentFailed
+
+    mod = benchmark_module("cpu_plant")
+    monkeypatch.setattr(mod, "share_resizes", lambda n: {"backend": None})
+
+    def failing(out, **kw):
+        exc = ExperimentFailed("the identification found no significant gain twice")
+        monkeypatch.setattr(mod, "result_note", lambda e: "x not updated" if e is exc else None,
+                            raising=False)
+        raise exc
+
+    monkeypatch.setattr(mod, "run_pipeline", failing)
+    monkeypatch.setattr(sys, "argv", ["cpu_plant.py", "--out", str(tmp_path)])
+    assert mod.main() == 1
+    err = capsys.readouterr().err
+    assert err == ("cpu_plant.py: run 0: the identification found no significant gain twice; "
+                   "x not updated\n")
