@@ -139,9 +139,13 @@ def sensitivity(scale: float) -> None:
 
 def main() -> None:
     ap = OneLineParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scale", type=number(0.0, 1e6, lo_open=True), default=3000.0,
-                    help="synthetic: mean busy GPUs under No Co-location (paper ~3059)")
-    ap.add_argument("--placement-scale", type=number(0.0, 1e6, lo_open=True), default=300.0)
+    # below one busy GPU the synthetic traces thin out to no task: tables of nan
+    ap.add_argument("--scale", type=number(1.0, 1e6), default=3000.0,
+                    help="synthetic: mean busy GPUs under No Co-location (paper ~3059), in "
+                         "[1, 1e6]")
+    ap.add_argument("--placement-scale", type=number(1.0, 1e6), default=300.0,
+                    help="synthetic trace of the placement and interference tables: mean "
+                         "busy GPUs, in [1, 1e6]")
     ap.add_argument("--quick", action="store_true", help="synthetic at 1/10 scale")
     ap.add_argument("--scalar-controllers", action="store_true",
                     help="one gpucontrol.TwoTierController per GPU instead of VectorTwoTier")

@@ -15,6 +15,8 @@ BAD = [
     ("actuation.py", "--cycles", "0"),
     ("agent_ops.py", "--stalls", "-1"),
     ("cluster.py", "--scale", "nan"),
+    ("cluster.py", "--scale", "0.001"),         # a trace of no task: tables of nan
+    ("cluster.py", "--placement-scale", "0.5"),
     ("control_quality.py", "--seeds", "0"),
     ("control_quality.py", "--jobs", "0"),
     ("control_quality.py", "--plants", "ours,nowhere"),
