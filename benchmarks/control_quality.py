@@ -45,7 +45,14 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.args import OneLineParser, integer, name_list, out_file, run_script  # noqa: E402
+from harness.args import (  # noqa: E402
+    OneLineParser,
+    integer,
+    name_list,
+    note_replaced,
+    out_file,
+    run_script,
+)
 from harness.experiments.identify import family_of, identify  # noqa: E402
 from harness.experiments.zoo_bounds import causal, forecast, hindsight  # noqa: E402
 from harness.experiments.zoo_control import ABLATIONS, LEVELS, curves, run  # noqa: E402
@@ -473,6 +480,7 @@ def main() -> None:
                     help="plants run at once, one process each (default 1; the figures "
                          "are the same at any value)")
     args = ap.parse_args()
+    note_replaced("control_quality.py", {"--out": args.out, "--plot": args.plot})
     global P
     P = tuple(dict.fromkeys(args.plants))
     t0 = time.perf_counter()

@@ -40,7 +40,7 @@ import numpy as np
 
 import sysid
 from gpucontrol import Actuation
-from harness.args import OneLineParser, integer, out_file, run_script
+from harness.args import OneLineParser, integer, note_replaced, out_file, run_script
 from harness.sim.simulated import SimulatedColocation
 
 S0, DELTA, PERIODS, T = 0.5, 0.3, 50, 4.0
@@ -171,6 +171,7 @@ def main() -> None:
                     help="also write the Markdown section to this file (checked before the "
                          "benchmark runs)")
     args = ap.parse_args()
+    note_replaced("sysid.py", {"--out": args.out})
     text = report(args.seeds)
     print(text)
     if args.out:

@@ -37,7 +37,14 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.args import OneLineParser, integer, name_list, out_file, run_script  # noqa: E402
+from harness.args import (  # noqa: E402
+    OneLineParser,
+    integer,
+    name_list,
+    note_replaced,
+    out_file,
+    run_script,
+)
 from harness.experiments.zoo_screen import (  # noqa: E402
     DAY,
     compare,
@@ -99,6 +106,7 @@ def main() -> None:
     if args.compare:
         print("\n".join(compare(*args.compare)))
         return
+    note_replaced("zoo_screen.py", {"--json": args.json, "--plot": args.plot})
     t0 = time.perf_counter()
     # the code the runs import, read before they start: a long screen outlives commits
     commit, edited = git_commit(), _edited()

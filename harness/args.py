@@ -30,7 +30,8 @@ from typing import Any, NoReturn
 
 __all__ = ["DefaultsHelpFormatter", "OneLineParser", "Terminated", "UsageError",
            "add_study_options", "check_out_dir",
-           "check_out_file", "integer", "name_list", "number", "number_list", "out_dir",
+           "check_out_file", "integer", "name_list", "note_replaced", "number", "number_list",
+           "out_dir",
            "out_file", "pair", "seed",
            "terminate_cleanly", "warn", "whole_periods"]
 
@@ -373,6 +374,29 @@ def add_study_options(ap: argparse.ArgumentParser, *, period_s: float, measured:
                     help=f"{measured}, in [1, 1000]")
     ap.add_argument("--batch", type=integer(1, 4096), default=batch,
                     help="inference batch, in [1, 4096]")
+
+
+def note_replaced(prog: str, outputs: dict[str, str | None]) -> None:
+    """Say, before a run, which of its output files exist already: the run replaces them
+    (atomically, when it completes; an interrupted run leaves them as they were). One
+    ``PROG: note:`` line on stderr per such file.
+
+    Parameters
+    ----------
+    prog : str
+        The command's name, for the lines.
+    outputs : dict of str to str or None
+        Flag -> the file it names (None: not given).
+
+    Returns
+    -------
+    None
+        Nothing.
+    """
+    for flag, path in outputs.items():
+        if path and Path(path).is_file():
+            print(f"{prog}: note: {flag} {path!r} exists; this run replaces it when it "
+                  f"completes", file=sys.stderr)
 
 
 def warn(text: str) -> None:

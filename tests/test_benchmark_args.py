@@ -312,3 +312,25 @@ def test_an_interrupted_benchmark_ends_with_one_line(script):
     assert p.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == f"{script}: interrupted", err[-2000:]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("script, flag, args", [
+    ("sysid.py", "--out", ["--seeds", "1"]),
+    ("zoo_screen.py", "--json", ["--seeds", "1", "--plants", "ours", "--jobs", "1", "--day",
+                                 "100"]),
+])
+def test_a_benchmark_says_it_replaces_an_existing_output(script, flag, args, tmp_path):
+    """An existing --out / --json file was replaced without a word (a figure kept from an
+    earlier commit gone unnoticed): now a note names it before the run, and the run
+    replaces it."""
+    out = tmp_path / "kept.txt"
+    out.write_text("an earlier run's figures\n")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args, flag,
+                        str(out)], capture_output=True, text=True, timeout=170, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"{script}: note: {flag} {str(out)!r} exists; this run replaces it" in r.stderr
+    assert "earlier run" not in out.read_text()
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args, flag,
+                        str(tmp_path / "new.txt")], capture_output=True, text=True,
+                       timeout=170, cwd=ROOT)
+    assert r.returncode == 0 and "note:" not in r.stderr, r.stderr[-2000:]
