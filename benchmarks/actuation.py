@@ -275,7 +275,7 @@ def main() -> None:
     ap.add_argument("--duty-window", type=number(0.0, 3600.0, lo_open=True, unit="s"),
                     default=4.0)
     ap.add_argument("--kills", type=integer(1, 10_000), default=20,
-                    help="trials per fault kind")
+                    help="SIGKILL trials; each other fault kind gets max(5, KILLS // 4)")
     a = ap.parse_args()
     print(f"# actuation benchmark -- {platform.python_version()}, {platform.machine()}, "
           f"{os.cpu_count()} CPUs, kernel {platform.release()}, "

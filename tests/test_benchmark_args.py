@@ -334,3 +334,12 @@ def test_a_benchmark_says_it_replaces_an_existing_output(script, flag, args, tmp
                         str(tmp_path / "new.txt")], capture_output=True, text=True,
                        timeout=170, cwd=ROOT)
     assert r.returncode == 0 and "note:" not in r.stderr, r.stderr[-2000:]
+
+
+def test_actuation_help_says_how_many_trials_each_fault_gets():
+    """--kills said "trials per fault kind", but only SIGKILL runs --kills trials: the others
+    run max(5, KILLS // 4) (--kills 1 ran five of each)."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "actuation.py"), "--help"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    text = " ".join(r.stdout.split())
+    assert "SIGKILL trials; each other fault kind gets max(5, KILLS // 4)" in text, r.stdout
