@@ -66,6 +66,12 @@ def _screen_file(path: str) -> dict[str, Any]:
         raise argparse.ArgumentTypeError(f"cannot read a screen from {path!r}: {e}") from e
     if not isinstance(doc, dict) or not isinstance(doc.get("plants"), dict):
         raise argparse.ArgumentTypeError(f"{path!r} is not a screen (no \"plants\" in it)")
+    try:   # read it as compare will: a plant's seeds, each seed's runs and figures
+        failing(doc)
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(
+            f"{path!r} is not a screen (its \"plants\" are not per seed figures: "
+            f"{type(e).__name__} {e})") from None
     return doc
 
 

@@ -343,3 +343,17 @@ def test_actuation_help_says_how_many_trials_each_fault_gets():
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     text = " ".join(r.stdout.split())
     assert "SIGKILL trials; each other fault kind gets max(5, KILLS // 4)" in text, r.stdout
+
+
+@pytest.mark.parametrize("doc", ['{"plants": {"ours": 5}}',
+                                 '{"plants": {"ours": {"0": {"trace": {}}}}}'])
+def test_zoo_screen_compare_refuses_a_file_that_is_no_screen(doc, tmp_path):
+    """--compare on a JSON with "plants" that are not a screen's (another script's output, a
+    hand-edited file) died with a traceback in the comparison: now refused by name."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(doc)
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo_screen.py"),
+                        "--compare", str(bad), str(bad)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.count("\n") == 1 and f"{str(bad)!r} is not a screen" in r.stderr, r.stderr
