@@ -516,7 +516,8 @@ def run_script(main: Callable[[], object], prog: str) -> NoReturn:
     SIGHUP unwind like Ctrl-C (:func:`terminate_cleanly`: every ``finally`` runs, so a
     process pool cancels its queued runs and its workers exit instead of being left behind,
     blocked for ever on a queue nobody feeds), and an interrupted run ends with one line and
-    130 or 128 + the signal's number, no traceback.
+    130 or 128 + the signal's number, no traceback. A reader that stops reading the output
+    (``| head``) ends the run quietly with 141, as SIGPIPE would.
 
     Parameters
     ----------
@@ -533,9 +534,15 @@ def run_script(main: Callable[[], object], prog: str) -> NoReturn:
     try:
         with terminate_cleanly():
             rc = main()
+            sys.stdout.flush()      # a closed pipe is met here, not at the exit's flush
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:
+        # the reader went away (``| head``): stop quietly, with the status a shell shows for
+        # a command SIGPIPE ended; stdout goes to devnull, so that the exit's flush is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
     except Terminated as exc:
         print(f"{prog}: terminated by {exc.signame}; stopped what it had started",
               file=sys.stderr)

@@ -357,3 +357,16 @@ def test_zoo_screen_compare_refuses_a_file_that_is_no_screen(doc, tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.count("\n") == 1 and f"{str(bad)!r} is not a screen" in r.stderr, r.stderr
+
+
+def test_a_benchmark_piped_into_a_reader_that_stops_ends_quietly():
+    """``sysid.py | head -1``: the reader went away and the script ended in a
+    BrokenPipeError traceback (or an "Exception ignored" at the exit's flush); now quietly,
+    with 141 as a command SIGPIPE ended."""
+    p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "sysid.py"), "--seeds",
+                          "1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    p.stdout.close()                       # no reader: its first write fails
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 141, err[-2000:]
+    assert err == "", err[-2000:]
