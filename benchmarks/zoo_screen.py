@@ -110,6 +110,10 @@ def main() -> None:
                     help="compare two screens instead of running one")
     args = ap.parse_args()
     if args.compare:
+        unused = [flag for flag, v in (("--json", args.json), ("--plot", args.plot)) if v]
+        if unused:    # they were ignored: no file where the user looks for one
+            ap.error(f"--compare runs no screen and writes nothing; {' and '.join(unused)} "
+                     "go with a screen run")
         print("\n".join(compare(*args.compare)))
         return
     note_replaced("zoo_screen.py", {"--json": args.json, "--plot": args.plot})

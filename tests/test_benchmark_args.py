@@ -370,3 +370,18 @@ def test_a_benchmark_piped_into_a_reader_that_stops_ends_quietly():
     err = p.stderr.read()
     assert p.wait(timeout=120) == 141, err[-2000:]
     assert err == "", err[-2000:]
+
+
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+def test_zoo_screen_compare_refuses_an_output_it_would_not_write(flag, tmp_path):
+    """--compare A B --json F (or --plot F) compared and exited 0 without writing F: now
+    refused, one line, status 2."""
+    import json
+
+    screen = tmp_path / "s.json"
+    screen.write_text(json.dumps({"plants": {}}))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo_screen.py"),
+                        "--compare", str(screen), str(screen), flag, str(tmp_path / "f")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and r.stdout == "", r.stderr[-2000:]
+    assert r.stderr.count("\n") == 1 and f"{flag} go with a screen run" in r.stderr, r.stderr
