@@ -64,11 +64,14 @@ def fixed_sleep_floor(sleep_s: float, periods: int, period_s: float,
             if r.count > 0:
                 lat.append(r.mean_ms)
     x = np.asarray(lat)
+    if not len(x):   # no period served a batch: no figure (None, never a NaN in the JSON)
+        return {"sleep_s": round(sleep_s, 4), "periods": 0, "median_ms": None,
+                "median_dev_pct": None, "over_105_pct": None, "rms_pct": None}
     med = float(np.median(x))
     return {"sleep_s": round(sleep_s, 4), "periods": len(x), "median_ms": round(med, 3),
             "median_dev_pct": round(100 * float(np.median(np.abs(x - med))) / med, 2),
             "over_105_pct": round(100 * float(np.mean(x > 1.05 * med)), 1),
-            "rms_pct": round(100 * float(np.std(x, ddof=1)) / med, 2)}
+            "rms_pct": round(100 * float(np.std(x, ddof=1)) / med, 2) if len(x) > 1 else None}
 
 
 def share_resizes(n: int) -> dict[str, object]:

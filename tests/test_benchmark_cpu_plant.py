@@ -59,3 +59,31 @@ def test_a_failed_identification_is_one_line_and_status_1(monkeypatch, capsys,
     err = capsys.readouterr().err
     assert err == ("cpu_plant.py: run 0: the identification found no significant gain twice; "
                    "x not updated\n")
+
+
+@pytest.mark.parametrize("served", [[], [10.0]])
+def test_the_floor_of_too_few_periods_is_null_not_nan(monkeypatch, benchmark_module, served):
+    """--floor 1 (one period: no rms) or a floor whose periods served no batch printed NaN,
+    which is not JSON, with numpy's warnings; now null."""
+    import json
+    from types import SimpleNamespace
+
+    mod = benchmark_module("cpu_plant")
+    means = iter(served)
+
+    class Plant:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def step(self, act, period_s):
+            ms = next(means, None)
+            return SimpleNamespace(count=0 if ms is None else 30, mean_ms=ms)
+
+    monkeypatch.setattr(mod, "make_cpu_plant", lambda *a, **k: Plant())
+    monkeypatch.setattr(mod.time, "monotonic", iter([0.0] + [1e9] * 9).__next__)  # no warm-up
+    fl = mod.fixed_sleep_floor(0.2, 1, 1.0, "numpy")
+    json.dumps(fl, allow_nan=False)
+    assert fl["rms_pct"] is None and fl["periods"] == len(served)
