@@ -383,8 +383,9 @@ def report(res: dict[str, Any], seeds: int, elapsed: float, commit: str | None =
     return lines
 
 
-def ablation_report(ab: dict[str, Any]) -> list[str]:
-    lines = ["", "Ablation: each mechanism of the default removed in turn, 8 seeds, the change "
+def ablation_report(ab: dict[str, Any], seeds: int) -> list[str]:
+    lines = ["", f"Ablation: each mechanism of the default removed in turn, {seeds} "
+             f"seed{'s' if seeds > 1 else ''}, the change "
              "against the default in points of training (of the oracle, x100; after fuzzed "
              "readings, of the fuzz target's own figure at its worst seed) and of periods "
              "over 1.05 SLO (+: the mechanism pays), and the p99 mode's share changes per 10 "
@@ -487,7 +488,7 @@ def main() -> None:
     commit = git_commit()       # the code the runs import, before a long run outlives it
     lines = report(bench(args.seeds, args.jobs), args.seeds, 0.0, commit)
     if args.ablation:
-        lines += ablation_report(ablation(args.seeds, args.jobs))
+        lines += ablation_report(ablation(args.seeds, args.jobs), args.seeds)
     cores = min(args.jobs, len(P))
     lines[2] = lines[2].replace(" 0 s on 1 core", f" {time.perf_counter() - t0:.0f} s on "
                                                    f"{cores} core{'s' if cores > 1 else ''}")

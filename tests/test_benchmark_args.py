@@ -385,3 +385,13 @@ def test_zoo_screen_compare_refuses_an_output_it_would_not_write(flag, tmp_path)
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2 and r.stdout == "", r.stderr[-2000:]
     assert r.stderr.count("\n") == 1 and f"{flag} go with a screen run" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_control_quality_ablation_names_the_seeds_it_ran(seeds):
+    """The ablation's heading said "8 seeds" whatever --seeds was (a 1-seed table read as
+    an 8-seed one)."""
+    cq = _control_quality()
+    head = cq.ablation_report({}, seeds)[1]
+    assert f"removed in turn, {seeds} seed{'s' if seeds > 1 else ''}, the change" in head
+    assert "8 seeds" not in head
