@@ -199,7 +199,8 @@ def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int
 
 
 def name_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
-    """An argparse ``type`` for a comma-separated list of names, each one of ``choices``.
+    """An argparse ``type`` for a comma-separated list of names, each one of ``choices``,
+    none twice (as :func:`number_list`: a name given twice would run the same thing twice).
 
     Returns
     -------
@@ -212,6 +213,10 @@ def name_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
         if not names or any(n not in choices for n in names):
             raise argparse.ArgumentTypeError(
                 f"a comma-separated list of {', '.join(choices)}; got {text!r}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise argparse.ArgumentTypeError(
+                f"{', '.join(twice)} given more than once; give each name once, got {text!r}")
         return names
     return parse
 

@@ -14,3 +14,11 @@ def test_a_name_list_takes_known_names_and_refuses_any_other_naming_the_choices(
     for bad in ("", ",", "ours,nowhere", "H100"):
         with pytest.raises(argparse.ArgumentTypeError, match="ours, h100, random"):
             parse(bad)
+
+
+def test_a_name_list_refuses_a_name_given_twice():
+    """``--plants ours,ours`` ran every run of "ours" twice and printed its rows twice (the
+    load-step and foresight benchmarks); a number list already refused a value twice."""
+    parse = name_list(("ours", "h100", "random"))
+    with pytest.raises(argparse.ArgumentTypeError, match="ours given more than once"):
+        parse("ours,h100, ours")
