@@ -15,7 +15,6 @@ to divide by. Needs valgrind on the PATH; about a minute per configuration.
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness.args import OneLineParser, integer, run_script
+from harness.args import OneLineParser, integer, name_list, run_script
 
 HERE = Path(__file__).resolve().parent
 #: The streams' two lengths: the difference of their counts is the updates' alone.
@@ -92,18 +91,9 @@ def per_update(config: str) -> float:
     return (instructions(config, LONG) - instructions(config, SHORT)) / (LONG - SHORT)
 
 
-def _configs(text: str) -> tuple[str, ...]:
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    bad = [x for x in names if x not in CONFIGS]
-    if bad or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown configuration {', '.join(bad) or '(none)'}; allowed: {', '.join(CONFIGS)}")
-    return names
-
-
 def main() -> None:
     ap = OneLineParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--configs", type=_configs, default=CONFIGS[1:],
+    ap.add_argument("--configs", type=name_list(CONFIGS), default=CONFIGS[1:],
                     help=f"comma-separated, of: {', '.join(CONFIGS)} (default: every "
                          "configuration of the controller; the bare formula always runs)")
     ap.add_argument("--jobs", type=integer(1, 64), default=2,

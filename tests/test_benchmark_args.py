@@ -21,6 +21,7 @@ BAD = [
     ("control_quality.py", "--jobs", "0"),
     ("control_quality.py", "--plants", "ours,nowhere"),
     ("controller_instructions.py", "--jobs", "0"),
+    ("controller_instructions.py", "--configs", "float,float"),  # ran and printed it twice
     ("controller_overhead.py", "--n", "0"),
     ("controller_overhead.py", "--n", "-5"),
     ("cpu_noise.py", "--rate", "nan"),
