@@ -280,7 +280,7 @@ def main() -> None:
     print(f"# actuation benchmark -- {platform.python_version()}, {platform.machine()}, "
           f"{os.cpu_count()} CPUs, kernel {platform.release()}, "
           f"load average {os.getloadavg()[0]:.2f}")
-    rows = []
+    rows: list[tuple[str, dict[str, list[float]] | None]] = []
     for label, fn in (("SIGSTOP/SIGCONT, 1 busy process", lambda p: signal_latency(
             p, a.cycles, tree=False)),
                       ("SIGSTOP/SIGCONT, tree of 8 busy processes", lambda p: signal_latency(
@@ -292,15 +292,15 @@ def main() -> None:
             r = fn(procs)
         finally:
             procs.cleanup()
-        if r is None:
-            print(f"| {label} | no writable cgroup v2 group here |")
-            continue
-        rows.append((label, r))
+        rows.append((label, r))     # None: no writable cgroup v2 group, said in the table
     print("\n## Pause/resume latency (ms), goal p99 < 1 ms\n")
     print("| actuator | pause p50 | pause p99 | confirmed p50 | confirmed p99 | "
           "resume p50 | resume p99 | resumed p50 | resumed p99 |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label, r in rows:
+        if r is None:
+            print(f"| {label} | no writable cgroup v2 group here |")
+            continue
         print(f"| {label} | " + " | ".join(
             f"{ms(q(r[k], 0.5))} | {ms(q(r[k], 0.99))}"
             for k in ("pause", "pause_confirmed", "resume", "resume_confirmed")) + " |")
