@@ -33,7 +33,11 @@ def pct(xs: list[float], q: float) -> float:
 
 def main() -> int:
     ap = OneLineParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=integer(1, 100_000_000), default=20000)
+    # every other boundary meets a change of share: one of each needs two (--n 1 died in
+    # statistics.median of none)
+    ap.add_argument("--n", type=integer(2, 100_000_000), default=20000,
+                    help="publishes and boundaries timed, in [2, 1e8] (half the boundaries "
+                         "meet a change of share)")
     n = ap.parse_args().n
     with tempfile.TemporaryDirectory() as d:
         w = HookWriter(Path(d) / "gpu.hook")

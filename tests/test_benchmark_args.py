@@ -33,6 +33,7 @@ BAD = [
     ("cpu_plant.py", "--identify", "5"),
     ("outliers.py", "--every", "1"),
     ("spatial_cpu.py", "--n", "x"),
+    ("spatial_cpu.py", "--n", "1"),           # a boundary with a change and one without
     ("sysid.py", "--seeds", "0"),
     ("zoo_screen.py", "--jobs", "0"),
     ("zoo_screen.py", "--day", "99"),
