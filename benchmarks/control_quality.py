@@ -12,7 +12,7 @@ plant's own restarts stop the training 7 s on "ours", 10 s on the analytic plant
 on "random", none on "h100", whose resize lands 2 s late instead), with and without
 iteration-time readings, and with a restart-free share (in percent, and on four partitions). See
 :mod:`harness.experiments.zoo_control` for the runs and the fuzzed readings. Beside the
-training against the per-period oracle (which resizes the share for free every period), two
+training against the per-period oracle (which resizes the share for free every period), three
 references that pay the plant's restarts on the same trace (:mod:`harness.experiments.zoo_bounds`):
 the best share path in hindsight, a causal rent-or-buy policy that knows the plant, and one
 that also forecasts the load by its recent trend.
