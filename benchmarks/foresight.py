@@ -39,14 +39,21 @@ PERIODS, TARGET = 600, 0.95
 
 
 def _horizons(text: str) -> list[int]:
+    """Periods, in increasing order; none twice (as harness.args.number_list: a repeat would
+    be run, and printed, twice; it was dropped unsaid)."""
     try:
-        hs = sorted({int(h) for h in text.split(",") if h.strip()})
+        hs = [int(h) for h in text.split(",") if h.strip()]
     except ValueError:
         hs = []
     if not hs or not all(h >= 1 for h in hs):
         raise argparse.ArgumentTypeError(
             f"a comma-separated list of periods, each at least 1; got {text!r}")
-    return hs
+    twice = sorted({h for h in hs if hs.count(h) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(map(str, twice))} given more than once; give each value once, "
+            f"got {text!r}")
+    return sorted(hs)
 
 
 def _cell(v: list[float]) -> str:

@@ -27,6 +27,7 @@ BAD = [
     ("cpu_noise.py", "--rate", "nan"),
     ("cluster.py", "--placement-scale", "inf"),
     ("foresight.py", "--horizons", "0,25"),
+    ("foresight.py", "--horizons", "25,10,25"),  # the repeat was dropped unsaid
     ("foresight.py", "--day", "99"),
     ("load_step.py", "--plants", "ours,nowhere"),
     ("cpu_noise.py", "--quantum", "-1"),
