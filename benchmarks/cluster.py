@@ -154,8 +154,9 @@ def main() -> None:
         GpuColoController.backend = ScalarTwoTier
     scale = args.scale / 10 if args.quick else args.scale
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    cores = os.cpu_count()
     print(f"python {platform.python_version()} on {platform.machine()}, "
-          f"{os.cpu_count()} cores, load average {load:.1f} at start")
+          f"{cores} core{'s' if cores != 1 else ''}, load average {load:.1f} at start")
     burst = (20.0, 40.0)
     pols = ("nocolo", "separate", "simple", "conservative", "gslice", "gpucolo")
     t0 = time.perf_counter()

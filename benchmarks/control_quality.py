@@ -299,7 +299,7 @@ def report(res: dict[str, Any], seeds: int, elapsed: float, commit: str | None =
              f"{(commit or git_commit())[:9]} (the tree the package was imported from) — python "
              f"{platform.python_version()}, numpy {np.__version__} (a share path is chaotic: "
              "another numpy can move a seed onto another path), "
-             f"{seeds} seeds per figure (\"random\": a plant "
+             f"{seeds} seed{'s' if seeds > 1 else ''} per figure (\"random\": a plant "
              f"drawn per seed), {elapsed:.0f} s on 1 core. Mean over the seeds, the worst "
              "seed in brackets (the least training, the most violations). Default "
              "constructor, MPS restarts of the plant's own length (0-15 s; on h100 a resize "

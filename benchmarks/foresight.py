@@ -109,8 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nforesight the reference needs to reach {TARGET} at every seed:")
     for n in a.plants:
         h = next((h for h in a.horizons if min(res[n][f"H={h}"]) >= TARGET), None)
-        print(f"  {n}: " + (f"{h} periods ({h * zb.T / 60:.1f} min)" if h else
-                            f"more than {a.horizons[-1]} periods"))
+        last = a.horizons[-1]
+        print(f"  {n}: " + (f"{h} period{'s' if h > 1 else ''} ({h * zb.T / 60:.1f} min)"
+                            if h else f"more than {last} period{'s' if last > 1 else ''}"))
     print(f"\n{time.perf_counter() - t0:.0f} s")
 
 

@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> None:
                     help=f"comma-separated, of {', '.join(zoo.PLANTS)} (default random,h100)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    print(f"load step at period {STEP_AT}, {PERIODS} periods, {a.seeds} seeds; periods over "
-          f"1.05 SLO in periods 0-{STEP_AT - 1} / {STEP_AT}-{STEP_AT + ANSWER - 1} / "
+    print(f"load step at period {STEP_AT}, {PERIODS} periods, {a.seeds} "
+          f"seed{'s' if a.seeds > 1 else ''}; periods over 1.05 SLO in periods "
+          f"0-{STEP_AT - 1} / {STEP_AT}-{STEP_AT + ANSWER - 1} / "
           f"{STEP_AT + ANSWER}-{PERIODS - 1}\n")
     print("| plant | seed | interference / model | delay | no training after the step, "
           "/ SLO | over: opening / answer / rest | % over, whole run |")

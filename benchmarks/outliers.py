@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="what an outlier multiplies its period's readings by (0.01-1000)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
-    print(f"one reading x{a.factor:g} every {a.every} periods, steady load, {a.seeds} seeds\n")
+    print(f"one reading x{a.factor:g} every {a.every} periods, steady load, {a.seeds} "
+          f"seed{'s' if a.seeds > 1 else ''}\n")
     print("| plant | backend | training with outliers / without, mean (worst seed) "
           "| % periods > 1.05 SLO without / with |")
     print("|---|---|---|---|")

@@ -128,7 +128,8 @@ def report(seeds: int) -> str:
              (f"### Gain from {PERIODS} periods of excitation (goal: within 5 % of the true "
              "local slope)"), "",
              (f"Sleep in [{S0 - DELTA:g}, {S0 + DELTA:g}] s, true slope = noise-free "
-             f"`local_gain({S0:g}, mps)`; {seeds} seeds per row. Error = identified / true − 1. "
+             f"`local_gain({S0:g}, mps)`; {seeds} seed{'s' if seeds > 1 else ''} per row. "
+             "Error = identified / true − 1. "
              "*Curvature* is the error a noise-free static fit would make over the same range "
              "(the plant is hyperbolic in the sleep, so a line over ±0.3 s is steeper than "
              "the tangent); the rest is noise and the carry-over of a sleep change into the "

@@ -398,3 +398,19 @@ def test_control_quality_ablation_names_the_seeds_it_ran(seeds):
     head = cq.ablation_report({}, seeds)[1]
     assert f"removed in turn, {seeds} seed{'s' if seeds > 1 else ''}, the change" in head
     assert "8 seeds" not in head
+
+
+@pytest.mark.parametrize("script, args", [
+    ("load_step.py", ["--seeds", "1", "--plants", "h100"]),
+    ("sysid.py", ["--seeds", "1"]),
+    ("foresight.py", ["--seeds", "1", "--plants", "queue", "--horizons", "1", "--day", "100"]),
+])
+def test_a_count_of_one_is_singular(script, args):
+    """A heading said "1 seeds", and foresight.py "more than 1 periods"."""
+    import re
+
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "1 seed" in r.stdout
+    assert not re.search(r"\b1 (seeds|periods|cores|runs)\b", r.stdout), r.stdout
