@@ -173,8 +173,43 @@ def wait_started(p: subprocess.Popen, timeout: float = 30.0) -> None:
     raise RuntimeError("daemon did not start")
 
 
+#: The fewest whole cycles a duty-cycle case measures (its window is lengthened until then).
+MIN_CYCLES = 10
+
+
+def sample_stops(pid: int, window: float, cycle: float) -> list[tuple[float, bool]]:
+    """(time, stop requested) of ``pid`` every ~0.2 ms, for at least ``window`` s and until
+    :data:`MIN_CYCLES` whole cycles (between pause ends) are seen; at most three times the
+    longer of the two, where fewer cycles come."""
+    samples: list[tuple[float, bool]] = []
+    edges = 0
+    start = time.monotonic()
+    end, cap = start + window, start + 3 * max(window, (MIN_CYCLES + 1) * cycle)
+    while True:
+        t0 = time.monotonic()
+        if t0 >= cap or (t0 >= end and edges > MIN_CYCLES):
+            return samples
+        x = stop_requested(pid)
+        t1 = time.monotonic()
+        if t1 - t0 < 0.0003:
+            edges += bool(samples and samples[-1][1] and not x)
+            samples.append(((t0 + t1) / 2, x))
+        time.sleep(0.0002)
+
+
+def achieved_fraction(samples: list[tuple[float, bool]]) -> tuple[float, int]:
+    """The stopped fraction over the whole cycles (pause end to pause end) in ``samples``
+    and their number."""
+    edges = [i for i in range(1, len(samples)) if samples[i - 1][1] and not samples[i][1]]
+    seg = samples[edges[0]:edges[-1] + 1]
+    stopped = sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in itertools.pairwise(seg))
+    return stopped / (seg[-1][0] - seg[0][0]), len(edges) - 1
+
+
 def duty_case(procs: Procs, tmp: str, quantum: float, sleep: float,
               window: float) -> tuple[float, int]:
+    """A daemon cycles a busy loop at ``sleep`` s stopped per ``quantum`` s run: the achieved
+    stopped fraction and the whole cycles it is over (:func:`sample_stops`)."""
     t = procs.spawn([sys.executable, "-c", BUSY])
     d = procs.spawn(daemon_argv(tmp, f"duty{sleep}", "--training-pid", str(t.pid),
                                 "--fixed-sleep", str(sleep), "--run-quantum-s", str(quantum),
@@ -183,23 +218,12 @@ def duty_case(procs: Procs, tmp: str, quantum: float, sleep: float,
                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         wait_started(d)
-        samples = []
-        end = time.monotonic() + window
-        while time.monotonic() < end:
-            t0 = time.monotonic()
-            x = stop_requested(t.pid)
-            t1 = time.monotonic()
-            if t1 - t0 < 0.0003:
-                samples.append(((t0 + t1) / 2, x))
-            time.sleep(0.0002)
+        samples = sample_stops(t.pid, window, quantum + sleep)
     finally:
         d.terminate()
         d.wait(10)
         procs.cleanup()
-    edges = [i for i in range(1, len(samples)) if samples[i - 1][1] and not samples[i][1]]
-    seg = samples[edges[0]:edges[-1] + 1]
-    stopped = sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in itertools.pairwise(seg))
-    return stopped / (seg[-1][0] - seg[0][0]), len(edges) - 1
+    return achieved_fraction(samples)
 
 
 # ---------------------------------------------------------------------------- faults
@@ -306,16 +330,15 @@ def main() -> None:
             for k in ("pause", "pause_confirmed", "resume", "resume_confirmed")) + " |")
 
     print(f"\n## Duty cycle: commanded vs achieved stopped fraction "
-          f"(run quantum 0.1 s, windows >= {a.duty_window:g} s and >= 10 cycles, "
-          "a daemon per case)\n")
+          f"(run quantum 0.1 s, windows >= {a.duty_window:g} s and >= {MIN_CYCLES} whole "
+          "cycles, a daemon per case)\n")
     print("| sleep (s) | commanded | achieved | error | cycles |")
     print("|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for sleep in (0.011, 0.033, 0.1, 0.3, 0.9):
             procs = Procs()
             try:
-                window = max(a.duty_window, 10 * (0.1 + sleep))  # >= 10 cycles
-                achieved, cycles = duty_case(procs, tmp, 0.1, sleep, window)
+                achieved, cycles = duty_case(procs, tmp, 0.1, sleep, a.duty_window)
             finally:
                 procs.cleanup()
             cmd = sleep / (0.1 + sleep)

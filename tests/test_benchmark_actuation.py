@@ -19,3 +19,56 @@ def test_a_missing_cgroup_is_said_in_the_latency_table(monkeypatch, capsys, benc
     row = next(i for i, ln in enumerate(lines) if "no writable cgroup v2 group here" in ln)
     assert lines[row].startswith("| cgroup v2 freezer, group of 8 busy processes |")
     assert heading < row < next(i for i, ln in enumerate(lines) if ln.startswith("## Duty"))
+
+
+class _Clock:
+    """A stand-in for the ``time`` module: each reading advances 0.1 ms, a sleep its length."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def monotonic(self):
+        self.t += 1e-4
+        return self.t
+
+    def sleep(self, dt):
+        self.t += dt
+
+
+class _Procs:
+    class _P:
+        pid = 1
+
+        def terminate(self):
+            pass
+
+        def wait(self, timeout=None):
+            return 0
+
+    def spawn(self, argv, **kw):
+        return self._P()
+
+    def cleanup(self):
+        pass
+
+
+def _duty(monkeypatch, mod, stopped, sleep, window):
+    clock = _Clock()
+    monkeypatch.setattr(mod, "time", clock)
+    monkeypatch.setattr(mod, "wait_started", lambda p: None)
+    monkeypatch.setattr(mod, "stop_requested", lambda pid: stopped(clock.t))
+    return mod.duty_case(_Procs(), "/nowhere", 0.1, sleep, window)
+
+
+def test_a_duty_case_measures_at_least_ten_whole_cycles(monkeypatch, benchmark_module):
+    """The heading said windows of >= 10 cycles; a window of 10 cycles' length holds 9 whole
+    ones (pause end to pause end), which is what was measured: now the window runs on until
+    10 are seen."""
+    mod = benchmark_module("actuation")
+    for sleep in (0.3, 0.9):
+        cycle = 0.1 + sleep
+        achieved, cycles = _duty(monkeypatch, mod, lambda t, c=cycle, s=sleep: (t + 0.05) % c < s,
+                                 sleep, 10 * cycle)
+        assert cycles >= 10
+        assert abs(achieved - sleep / cycle) < 0.01
+
