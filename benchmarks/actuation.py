@@ -197,19 +197,22 @@ def sample_stops(pid: int, window: float, cycle: float) -> list[tuple[float, boo
         time.sleep(0.0002)
 
 
-def achieved_fraction(samples: list[tuple[float, bool]]) -> tuple[float, int]:
+def achieved_fraction(samples: list[tuple[float, bool]]) -> tuple[float, int] | None:
     """The stopped fraction over the whole cycles (pause end to pause end) in ``samples``
-    and their number."""
+    and their number; None where not one whole cycle was seen."""
     edges = [i for i in range(1, len(samples)) if samples[i - 1][1] and not samples[i][1]]
+    if len(edges) < 2:
+        return None
     seg = samples[edges[0]:edges[-1] + 1]
     stopped = sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in itertools.pairwise(seg))
     return stopped / (seg[-1][0] - seg[0][0]), len(edges) - 1
 
 
 def duty_case(procs: Procs, tmp: str, quantum: float, sleep: float,
-              window: float) -> tuple[float, int]:
+              window: float) -> tuple[float, int] | None:
     """A daemon cycles a busy loop at ``sleep`` s stopped per ``quantum`` s run: the achieved
-    stopped fraction and the whole cycles it is over (:func:`sample_stops`)."""
+    stopped fraction and the whole cycles it is over (:func:`sample_stops`); None where not
+    one whole cycle was seen."""
     t = procs.spawn([sys.executable, "-c", BUSY])
     d = procs.spawn(daemon_argv(tmp, f"duty{sleep}", "--training-pid", str(t.pid),
                                 "--fixed-sleep", str(sleep), "--run-quantum-s", str(quantum),
@@ -293,7 +296,7 @@ def fault_trials(procs: Procs, tmp: str, kind: str, n: int,
     return out
 
 
-def main() -> None:
+def main() -> int:
     ap = OneLineParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cycles", type=integer(1, 1_000_000), default=500)
     ap.add_argument("--duty-window", type=number(0.0, 3600.0, lo_open=True, unit="s"),
@@ -332,16 +335,23 @@ def main() -> None:
     print(f"\n## Duty cycle: commanded vs achieved stopped fraction "
           f"(run quantum 0.1 s, windows >= {a.duty_window:g} s and >= {MIN_CYCLES} whole "
           "cycles, a daemon per case)\n")
+    missing: list[str] = []
     print("| sleep (s) | commanded | achieved | error | cycles |")
     print("|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for sleep in (0.011, 0.033, 0.1, 0.3, 0.9):
             procs = Procs()
             try:
-                achieved, cycles = duty_case(procs, tmp, 0.1, sleep, a.duty_window)
+                duty = duty_case(procs, tmp, 0.1, sleep, a.duty_window)
             finally:
                 procs.cleanup()
             cmd = sleep / (0.1 + sleep)
+            if duty is None:    # the other rows and tables stand: say it in its row
+                print(f"| {sleep:g} | {cmd:.3f} | n/a | n/a | 0 (no whole cycle seen) |")
+                missing.append(f"no duty cycle measured at sleep {sleep:g} s: not one "
+                               "whole cycle (pause end to pause end) was seen")
+                continue
+            achieved, cycles = duty
             print(f"| {sleep:g} | {cmd:.3f} | {achieved:.3f} | {achieved - cmd:+.3f} | "
                   f"{cycles} |")
         faults = {}
@@ -361,6 +371,9 @@ def main() -> None:
         note = f" (capped at {STALL_CAP_S:g} s)" if capped else ""
         print(f"| {kind}{note} | {len(g)} | {ms(q(g, 0.5))} | {ms(q(g, 0.99))} | "
               f"{ms(max(g))} |")
+    for text in missing:
+        print(f"actuation.py: {text}", file=sys.stderr)
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":

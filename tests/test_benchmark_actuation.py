@@ -72,3 +72,30 @@ def test_a_duty_case_measures_at_least_ten_whole_cycles(monkeypatch, benchmark_m
         assert cycles >= 10
         assert abs(achieved - sleep / cycle) < 0.01
 
+
+def test_a_duty_case_without_a_whole_cycle_is_none(monkeypatch, benchmark_module):
+    """No pause end seen (a daemon that never paused, or one pause): an IndexError (or a
+    division by zero) was raised; now None, and the run's report says n/a."""
+    mod = benchmark_module("actuation")
+    assert _duty(monkeypatch, mod, lambda t: False, 0.3, 1.0) is None
+    assert _duty(monkeypatch, mod, lambda t: 0.3 < t < 0.6, 0.3, 1.0) is None
+
+
+def test_a_duty_case_not_measured_is_an_na_row(monkeypatch, capsys, benchmark_module):
+    """The other rows and tables stand; the case is n/a in its row, said in one line on
+    stderr, and the exit status is 1."""
+    mod = benchmark_module("actuation")
+    times = {k: [0.001] for k in ("pause", "pause_confirmed", "resume", "resume_confirmed")}
+    monkeypatch.setattr(mod, "signal_latency", lambda procs, cycles, tree: times)
+    monkeypatch.setattr(mod, "freezer_latency", lambda procs, cycles: times)
+    monkeypatch.setattr(mod, "duty_case", lambda procs, tmp, q, sleep, window:
+                        None if sleep == 0.3 else (0.5, 10))
+    monkeypatch.setattr(mod, "fault_trials", lambda procs, tmp, kind, n: [0.01])
+    monkeypatch.setattr(sys, "argv", ["actuation.py", "--cycles", "1", "--kills", "1"])
+    assert mod.main() == 1
+    out, err = capsys.readouterr()
+    assert "| 0.3 | 0.750 | n/a | n/a | 0 (no whole cycle seen) |" in out.splitlines()
+    assert "| 0.9 | 0.900 | 0.500 | -0.400 | 10 |" in out.splitlines()
+    assert out.count("| sigkill | 1 |") == 1
+    assert err == ("actuation.py: no duty cycle measured at sleep 0.3 s: not one whole cycle "
+                   "(pause end to pause end) was seen\n")
