@@ -15,6 +15,7 @@ Every process it starts is resumed and killed before it exits.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 from harness.args import OneLineParser, integer, run_script
 
@@ -59,19 +61,20 @@ def _daemon(tmp: str, name: str, *args: str) -> subprocess.Popen:
         start_new_session=True)
 
 
-def _until_event(d: subprocess.Popen, event: str, timeout: float = 30.0) -> dict:
+def _records(d: subprocess.Popen, timeout: float = 30.0) -> Iterator[dict]:
+    """The daemon's JSON lines, until it closes its output (it exited) or ``timeout`` s."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while d.stdout is not None and time.monotonic() < deadline:
         ready, _, _ = select.select([d.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            break
-        line = d.stdout.readline() if d.stdout else ""
+        line = d.stdout.readline() if ready else ""
         if not line:
-            break
-        rec = json.loads(line)
-        if rec.get("event") == event:
-            return rec
-    raise RuntimeError(f"no {event} event")
+            return
+        yield json.loads(line)
+
+
+def _until_event(d: subprocess.Popen, event: str, timeout: float = 30.0) -> dict | None:
+    """The daemon's first ``event`` record; None where it exited or was silent first."""
+    return next((r for r in _records(d, timeout) if r.get("event") == event), None)
 
 
 def _end(p: subprocess.Popen) -> None:
@@ -85,28 +88,49 @@ def _end(p: subprocess.Popen) -> None:
         p.stdout.close()
 
 
+def _stall_trial(d: subprocess.Popen, train: int, i: int) -> float | str:
+    """Seconds from SIGSTOP of the daemon ``d`` until ``train`` runs again, or why none."""
+    if _until_event(d, "started") is None:
+        return "the daemon did not start"
+    time.sleep(0.5 + 0.1 * (i % 3))
+    if not _wait_state(train, {"T"}, 30.0):
+        return "the daemon did not stop the loop within 30 s"
+    os.kill(d.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    if _wait_state(train, {"R", "S"}, 60.0):
+        return time.monotonic() - t0
+    return "the loop did not run again within 60 s of the SIGSTOP"
+
+
 def stall(tmp: str, train: int, period_s: float, timeout_s: float | None, n: int) -> dict:
-    """Seconds from SIGSTOP of the daemon until its training runs again."""
+    """Seconds from SIGSTOP of the daemon until its training runs again. Trials that time
+    nothing are counted, with why, in ``not_measured``; the figures are null where none
+    was timed."""
     extra = [] if timeout_s is None else ["--stall-timeout-s", str(timeout_s)]
-    out = []
+    out: list[float] = []
+    why: list[str] = []
     for i in range(n):
         d = _daemon(tmp, f"s{i}", "--training-pid", str(train), "--fixed-sleep", "1.0",
                     "--run-quantum-s", "0.001", "--period-s", str(period_s), *extra)
         try:
-            _until_event(d, "started")
-            time.sleep(0.5 + 0.1 * (i % 3))
-            while _state(train) != "T":
-                time.sleep(0.001)
-            os.kill(d.pid, signal.SIGSTOP)
-            t0 = time.monotonic()
-            if _wait_state(train, {"R", "S"}, 60.0):
-                out.append(time.monotonic() - t0)
+            r = _stall_trial(d, train, i)
         finally:
             _end(d)
             os.kill(train, signal.SIGCONT)
-    return {"period_s": period_s, "stall_timeout_s": timeout_s, "n": len(out),
-            "p50_s": round(statistics.median(out), 3), "min_s": round(min(out), 3),
-            "max_s": round(max(out), 3), "max_periods": round(max(out) / period_s, 2)}
+        if isinstance(r, str):
+            why.append(r)
+        else:
+            out.append(r)
+    res: dict[str, object] = {
+        "period_s": period_s, "stall_timeout_s": timeout_s, "n": len(out),
+        "p50_s": round(statistics.median(out), 3) if out else None,
+        "min_s": round(min(out), 3) if out else None,
+        "max_s": round(max(out), 3) if out else None,
+        "max_periods": round(max(out) / period_s, 2) if out else None}
+    if why:
+        res["not_measured"] = f"{len(why)} of {n} stalls not timed: " + "; ".join(
+            f"{w} ({why.count(w)}x)" for w in dict.fromkeys(why))
+    return res
 
 
 def idle_connections(tmp: str, train: int, n: int) -> dict:
@@ -114,30 +138,56 @@ def idle_connections(tmp: str, train: int, n: int) -> dict:
     d = _daemon(tmp, f"c{n}", "--training-pid", str(train), "--fixed-sleep", "0.05",
                 "--run-quantum-s", "0.05", "--period-s", "0.5", "--metrics-port", "0")
     conns: list[socket.socket] = []
+    threads: int | None = None
+    fractions: list[float] = []
+    status: int | None = None
     try:
-        url = _until_event(d, "metrics")["url"]
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        metrics = _until_event(d, "metrics")
+        if metrics is None:
+            return {"connections": 0, "daemon_threads": None, "commanded": 0.5,
+                    "achieved_min": None, "achieved_max": None, "achieved_mean": None,
+                    "not_measured": "the daemon exited, or gave no metrics address within "
+                                    "30 s, before any connection"}
+        port = int(metrics["url"].rsplit(":", 1)[1].split("/")[0])
         for _ in range(n):
             try:
                 conns.append(socket.create_connection(("127.0.0.1", port), timeout=5))
             except OSError:
                 pass
         time.sleep(0.5)
-        with open(f"/proc/{d.pid}/status") as f:
-            threads = int(next(x.split()[1] for x in f if x.startswith("Threads:")))
-        fractions: list[float] = []
-        while len(fractions) < 10 and d.stdout is not None:
-            rec = json.loads(d.stdout.readline())
-            if "period" in rec:
-                fractions.append(rec["stopped_fraction"])
-        tail = fractions[2:]
+        threads = _threads(d.pid)
+        periods = (r["stopped_fraction"] for r in _records(d) if "period" in r)
+        fractions = list(itertools.islice(periods, 10))
+        if len(fractions) < 10:
+            try:            # its output ended: it is exiting (or silent: still running)
+                status = d.wait(2)
+            except subprocess.TimeoutExpired:
+                pass
     finally:
         for c in conns:
             c.close()
         _end(d)
-    return {"connections": len(conns), "daemon_threads": threads, "commanded": 0.5,
-            "achieved_min": min(tail), "achieved_max": max(tail),
-            "achieved_mean": round(statistics.fmean(tail), 4)}
+    tail = fractions[2:]        # the first two periods settle
+    res: dict[str, object] = {
+        "connections": len(conns), "daemon_threads": threads, "commanded": 0.5,
+        "achieved_min": min(tail) if tail else None, "achieved_max": max(tail) if tail else None,
+        "achieved_mean": round(statistics.fmean(tail), 4) if tail else None}
+    if not tail:
+        k = len(fractions)
+        res["not_measured"] = (f"no stopped fraction: the daemon reported {k} "
+                               f"period{'' if k == 1 else 's'}, then " +
+                               ("stopped reporting for 30 s" if status is None
+                                else f"exited with status {status}"))
+    return res
+
+
+def _threads(pid: int) -> int | None:
+    """The process's thread count; None where it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return int(next(x.split()[1] for x in f if x.startswith("Threads:")))
+    except (OSError, StopIteration):
+        return None
 
 
 def main() -> int:
@@ -153,16 +203,24 @@ def main() -> int:
                              stdin=subprocess.DEVNULL)
     results: dict[str, object] = {"load_avg": os.getloadavg()[0], "cpus": os.cpu_count()}
     try:
-        results["stall"] = [stall(tmp, train.pid, 2.0, None, args.stalls),
-                            stall(tmp, train.pid, 4.0, None, args.stalls),
-                            stall(tmp, train.pid, 0.2, 0.6, args.stalls)]
-        results["idle"] = [idle_connections(tmp, train.pid, 0),
-                           idle_connections(tmp, train.pid, args.connections)]
+        stalls = [stall(tmp, train.pid, 2.0, None, args.stalls),
+                  stall(tmp, train.pid, 4.0, None, args.stalls),
+                  stall(tmp, train.pid, 0.2, 0.6, args.stalls)]
+        idle = [idle_connections(tmp, train.pid, 0),
+                idle_connections(tmp, train.pid, args.connections)]
     finally:
         _end(train)
         shutil.rmtree(tmp, ignore_errors=True)
+    results.update(stall=stalls, idle=idle)
     print(json.dumps(results, indent=1))
-    return 0
+    # a case not measured is null in the JSON, the others stand: one line each, status 1
+    missing = [f"stall, period {c['period_s']:g} s: {c['not_measured']}" for c in stalls
+               if "not_measured" in c]
+    missing += [f"idle, {n} connections: {c['not_measured']}"
+                for n, c in zip((0, args.connections), idle, strict=True) if "not_measured" in c]
+    for text in missing:
+        print(f"agent_ops.py: {text}", file=sys.stderr)
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":
