@@ -259,9 +259,13 @@ def plot_gains(doc: dict[str, Any], path: str) -> None:
         ax.set_xlabel("predicted gain (%)")
         ax.legend(fontsize=7)
     axes[0].set_ylabel("realised gain (%)")
-    n = doc["seeds"]
-    fig.suptitle(f"The default's share changes on the plant zoo, {n} seed{'' if n == 1 else 's'}:"
-                 " training over the oracle's 15-35 periods after a change over the 20 before it")
+    n, day = doc["seeds"], doc.get("day", DAY)
+    names = list(doc["plants"])
+    fig.suptitle(f"The default's share changes on plant{'' if len(names) == 1 else 's'} "
+                 f"{', '.join(names)}, {n} "
+                 f"seed{'' if n == 1 else 's'}, a {day}-period trace"
+                 f"{', fuzzed readings' if doc.get('fuzz') else ''}:\n"
+                 "training over the oracle's 15-35 periods after a change over the 20 before it")
     fig.tight_layout()
     save_figure(fig, path)
 

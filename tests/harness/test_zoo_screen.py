@@ -184,4 +184,19 @@ def test_the_gains_figure_says_when_a_run_has_no_change_and_counts_one_seed(tmp_
     [fig] = figs
     texts = [[t.get_text() for t in ax.texts] for ax in fig.axes]
     assert texts == [[], ["no change to show"], ["no change to show"]]
-    assert "1 seed:" in fig._suptitle.get_text()
+    assert f"on plant ours, 1 seed, a {zs.DAY}-period trace:" in fig._suptitle.get_text()
+
+
+def test_the_gains_figure_names_the_plants_and_the_day(tmp_path, monkeypatch):
+    """The title said "on the plant zoo" whichever plants ran, and no trace length."""
+    import harness.results
+
+    figs = []
+    monkeypatch.setattr(harness.results, "save_figure", lambda fig, path: figs.append(fig))
+    runs = {"trace": {"gains": []}, "steady": {"gains": []}, "p99_steady": {"gains": []}}
+    doc = {"seeds": 2, "day": 100, "fuzz": True,
+           "plants": {"queue": {"0": runs, "1": runs}, "h100": {"0": runs, "1": runs}}}
+    zs.plot_gains(doc, str(tmp_path / "g.png"))
+    [fig] = figs
+    assert ("on plants queue, h100, 2 seeds, a 100-period trace, fuzzed readings:\n"
+            in fig._suptitle.get_text())
