@@ -35,7 +35,7 @@ from pathlib import Path
 from gpucontrol.node.actuators import CgroupFreezer, DutyCycler, SignalDutyCycler
 from gpucontrol.node.actuators.procs import descendants, read_stat, stop_requested
 from gpucontrol.node.actuators.sleep import cgroup2_mounts
-from harness.args import OneLineParser, integer, number, run_script
+from harness.args import DefaultsHelpFormatter, OneLineParser, integer, number, run_script
 
 BUSY = "while True: pass"
 TREE = ("import subprocess, sys\n"
@@ -297,10 +297,13 @@ def fault_trials(procs: Procs, tmp: str, kind: str, n: int,
 
 
 def main() -> int:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cycles", type=integer(1, 1_000_000), default=500)
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
+    ap.add_argument("--cycles", type=integer(1, 1_000_000), default=500,
+                    help="pauses and resumes timed per actuator")
     ap.add_argument("--duty-window", type=number(0.0, 3600.0, lo_open=True, unit="s"),
-                    default=4.0)
+                    default=4.0, help="least sampling time per duty-cycle case, s (each case "
+                    "also samples until it has seen 10 whole cycles)")
     ap.add_argument("--kills", type=integer(1, 10_000), default=20,
                     help="SIGKILL trials; each other fault kind gets max(5, KILLS // 4)")
     a = ap.parse_args()

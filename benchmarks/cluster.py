@@ -29,7 +29,7 @@ from gpucontrol import (
     ShareKnob,
     TwoTierController,
 )
-from harness.args import OneLineParser, number, run_script
+from harness.args import DefaultsHelpFormatter, OneLineParser, number, run_script
 from harness.cluster import SimConfig, Simulation, inference_burst, load_openb, synthetic
 from harness.cluster.figures import saved, window_violation
 from harness.cluster.gpucolo import GpuColoController
@@ -138,7 +138,8 @@ def sensitivity(scale: float) -> None:
 
 
 def main() -> None:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
     # below one busy GPU the synthetic traces thin out to no task: tables of nan
     ap.add_argument("--scale", type=number(1.0, 1e6), default=3000.0,
                     help="synthetic: mean busy GPUs under No Co-location (paper ~3059), in "

@@ -46,6 +46,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import numpy as np  # noqa: E402
 
 from harness.args import (  # noqa: E402
+    DefaultsHelpFormatter,
     OneLineParser,
     integer,
     name_list,
@@ -465,9 +466,10 @@ def plot(path: str, seed: int = 0) -> None:
 
 
 def main() -> None:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
     ap.add_argument("--seeds", type=integer(1, 1000), default=8,
-                    help="plant seeds per figure (default 8: at 2 a verdict can be luck)")
+                    help="plant seeds per figure (default %(default)s: at 2 a verdict can be luck)")
     ap.add_argument("--ablation", action="store_true",
                     help="also remove each mechanism of the default in turn")
     # an unwritable place is refused before the minutes of runs
@@ -475,11 +477,12 @@ def main() -> None:
                     help="also write the tables to this Markdown file")
     ap.add_argument("--plot", type=out_file, default=None, metavar="PNG",
                     help="also draw seed 0's trace runs into this PNG")
-    ap.add_argument("--plants", type=name_list(zoo.PLANTS), default=list(zoo.PLANTS),
-                    help="comma-separated zoo plants to run (default: all of them)")
+    ap.add_argument("--plants", type=name_list(zoo.PLANTS), default=",".join(zoo.PLANTS),
+                    help="comma-separated zoo plants to run (default: all of them, "
+                         "%(default)s)")
     ap.add_argument("--jobs", type=integer(1, 64), default=1,
-                    help="plants run at once, one process each (default 1; the figures "
-                         "are the same at any value)")
+                    help="plants run at once, one process each (default %(default)s; the "
+                         "figures are the same at any value)")
     args = ap.parse_args()
     note_replaced("control_quality.py", {"--out": args.out, "--plot": args.plot})
     global P

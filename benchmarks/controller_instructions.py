@@ -22,7 +22,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness.args import OneLineParser, integer, name_list, run_script
+from harness.args import DefaultsHelpFormatter, OneLineParser, integer, name_list, run_script
 
 HERE = Path(__file__).resolve().parent
 #: The streams' two lengths: the difference of their counts is the updates' alone.
@@ -92,12 +92,12 @@ def per_update(config: str) -> float:
 
 
 def main() -> None:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--configs", type=name_list(CONFIGS), default=CONFIGS[1:],
-                    help=f"comma-separated, of: {', '.join(CONFIGS)} (default: every "
-                         "configuration of the controller; the bare formula always runs)")
-    ap.add_argument("--jobs", type=integer(1, 64), default=2,
-                    help="valgrind runs at once (default 2)")
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
+    ap.add_argument("--configs", type=name_list(CONFIGS), default=",".join(CONFIGS[1:]),
+                    help=f"comma-separated, of: {', '.join(CONFIGS)}; the bare formula always "
+                         "runs (default: every configuration of the controller, %(default)s)")
+    ap.add_argument("--jobs", type=integer(1, 64), default=2, help="valgrind runs at once")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH: this benchmark counts instructions "

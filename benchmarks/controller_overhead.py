@@ -32,7 +32,7 @@ from gpucontrol import (
     SleepKnob,
     TwoTierController,
 )
-from harness.args import OneLineParser, integer, run_script
+from harness.args import DefaultsHelpFormatter, OneLineParser, integer, run_script
 
 #: A model as identification writes it: four levels, each with its iteration time.
 FAMILY = LatencyModelFamily(tuple(
@@ -85,8 +85,10 @@ def least_times(cases: list[tuple[str, list, dict]], repeats: int = 3) -> list[l
 
 
 def main() -> None:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=integer(1, 100_000_000), default=200_000)
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
+    ap.add_argument("--n", type=integer(1, 100_000_000), default=200_000,
+                    help="updates in the stream each configuration is timed on")
     n = ap.parse_args().n
     rng = random.Random(0)
     floats = [90.0 + rng.gauss(0, 3) for _ in range(n)]

@@ -39,7 +39,7 @@ if _ROOT not in sys.path:
 import numpy as np  # noqa: E402
 
 from gpucontrol import Actuation  # noqa: E402
-from harness.args import OneLineParser, integer, number, run_script  # noqa: E402
+from harness.args import DefaultsHelpFormatter, OneLineParser, integer, number, run_script  # noqa: E402
 from harness.hil.cpu.plant import make_cpu_plant  # noqa: E402
 
 
@@ -109,17 +109,24 @@ def figures(sleeps: tuple[float, float, float], lat: dict[float, list[float]],
 
 
 def main() -> int:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
     ap.add_argument("--quantum", type=number(0.0, 60.0, lo_open=True, unit="s"), default=0.2,
                     help="run quantum (s)")
     ap.add_argument("--rate", type=number(0.0, 10_000.0, lo_open=True), default=30.0,
                     help="inference batches per second")
-    ap.add_argument("--batch", type=integer(1, 100_000), default=256)
-    ap.add_argument("--train-batch", type=integer(1, 100_000), default=256)
-    ap.add_argument("--infer-threads", type=integer(1, 1024), default=2)
-    ap.add_argument("--train-threads", type=integer(1, 1024), default=1)
-    ap.add_argument("--backend", default="numpy", choices=("auto", "numpy", "torch"))
-    ap.add_argument("--period", type=number(0.05, 3600.0, unit="s"), default=2.0)
+    ap.add_argument("--batch", type=integer(1, 100_000), default=256,
+                    help="inference batch (a burst's is a quarter larger)")
+    ap.add_argument("--train-batch", type=integer(1, 100_000), default=256,
+                    help="training batch")
+    ap.add_argument("--infer-threads", type=integer(1, 1024), default=2,
+                    help="the inference's compute threads")
+    ap.add_argument("--train-threads", type=integer(1, 1024), default=1,
+                    help="the training's compute threads")
+    ap.add_argument("--backend", default="numpy", choices=("auto", "numpy", "torch"),
+                    help="the inference's and training's compute library")
+    ap.add_argument("--period", type=number(0.05, 3600.0, unit="s"), default=2.0,
+                    help="control period (s): one latency figure per period")
     ap.add_argument("--periods", type=integer(1, 100_000), default=8, help="periods per sleep")
     ap.add_argument("--block", type=integer(1, 100_000), default=4,
                     help="periods per block of one sleep")

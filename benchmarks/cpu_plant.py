@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 from gpucontrol import Actuation  # noqa: E402
 from gpucontrol.errors import ConfigurationError  # noqa: E402
 from gpucontrol.node.actuators.cpu_share import CpuShare  # noqa: E402
-from harness.args import OneLineParser, integer, number, out_dir, run_script  # noqa: E402
+from harness.args import DefaultsHelpFormatter, OneLineParser, integer, number, out_dir, run_script  # noqa: E402
 from harness.experiments.pipeline import run_pipeline  # noqa: E402
 from harness.experiments.plants import ExperimentFailed  # noqa: E402
 from harness.hil.cpu.plant import make_cpu_plant  # noqa: E402
@@ -98,15 +98,22 @@ def share_resizes(n: int) -> dict[str, object]:
 
 
 def main() -> int:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=integer(1, 1000), default=1)
-    ap.add_argument("--period", type=number(0.05, 3600.0, unit="s"), default=4.0)
-    ap.add_argument("--identify", type=integer(10, 100_000), default=24)
-    ap.add_argument("--closed", type=integer(1, 100_000), default=30)
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
+    ap.add_argument("--runs", type=integer(1, 1000), default=1,
+                    help="closed loops run, each on a fresh plant")
+    ap.add_argument("--period", type=number(0.05, 3600.0, unit="s"), default=4.0,
+                    help="control period (s)")
+    ap.add_argument("--identify", type=integer(10, 100_000), default=24,
+                    help="identification periods per run")
+    ap.add_argument("--closed", type=integer(1, 100_000), default=30,
+                    help="closed-loop periods per run")
     ap.add_argument("--detune", type=number(0.0, 2.0, lo_open=True, hi_open=True), default=0.35,
                     help="the daemon's --detune")
-    ap.add_argument("--backend", default="numpy", choices=("auto", "numpy", "torch"))
-    ap.add_argument("--resizes", type=integer(1, 1_000_000), default=200)
+    ap.add_argument("--backend", default="numpy", choices=("auto", "numpy", "torch"),
+                    help="the inference's and training's compute library")
+    ap.add_argument("--resizes", type=integer(1, 1_000_000), default=200,
+                    help="CPU-share changes timed")
     ap.add_argument("--floor", type=integer(0, 100_000), default=15,
                     help="periods of the fixed-sleep floor after each run (0: skip)")
     ap.add_argument("--out", type=out_dir, default="results/bench_cpu_plant",

@@ -30,7 +30,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.args import OneLineParser, integer, name_list, run_script  # noqa: E402
+from harness.args import DefaultsHelpFormatter, OneLineParser, integer, name_list, run_script  # noqa: E402
 from harness.experiments import zoo_bounds as zb  # noqa: E402
 from harness.experiments.zoo_control import run  # noqa: E402
 from harness.sim import zoo  # noqa: E402
@@ -78,16 +78,16 @@ def measure(name: str, seeds: int, horizons: list[int], day: int = PERIODS
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
     ap.add_argument("--seeds", type=integer(1, 100), default=8, help="seeds per plant (1-100)")
     ap.add_argument("--plants", type=name_list(zoo.PLANTS),
-                    default=["hyperbolic", "mixture", "delayed", "queue"],
-                    help=f"comma-separated, of {', '.join(zoo.PLANTS)} "
-                         "(default hyperbolic,mixture,delayed,queue)")
-    ap.add_argument("--horizons", type=_horizons, default=[1, 10, 25, 50, 75, 100, 150, 600],
+                    default="hyperbolic,mixture,delayed,queue",
+                    help=f"comma-separated, of {', '.join(zoo.PLANTS)}")
+    ap.add_argument("--horizons", type=_horizons, default="1,10,25,50,75,100,150,600",
                     help="periods known ahead, comma-separated, each in [1, the day's periods]")
     ap.add_argument("--day", type=integer(100, 100_000), default=PERIODS, metavar="PERIODS",
-                    help=f"periods of the trace's one swing of the load (default {PERIODS}: a "
+                    help="periods of the trace's one swing of the load (default %(default)s: a "
                          "day in 40 min; 21600: a day of 4-s periods)")
     a = ap.parse_args(argv)
     if a.horizons[-1] > a.day:

@@ -27,7 +27,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.args import OneLineParser, integer, name_list, run_script  # noqa: E402
+from harness.args import DefaultsHelpFormatter, OneLineParser, integer, name_list, run_script  # noqa: E402
 from harness.experiments.zoo_control import run  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 
@@ -63,10 +63,11 @@ def measure(name: str, seed: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
     ap.add_argument("--seeds", type=integer(1, 100), default=16, help="seeds per plant (1-100)")
-    ap.add_argument("--plants", type=name_list(zoo.PLANTS), default=["random", "h100"],
-                    help=f"comma-separated, of {', '.join(zoo.PLANTS)} (default random,h100)")
+    ap.add_argument("--plants", type=name_list(zoo.PLANTS), default="random,h100",
+                    help=f"comma-separated, of {', '.join(zoo.PLANTS)}")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     print(f"load step at period {STEP_AT}, {PERIODS} periods, {a.seeds} "

@@ -23,7 +23,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from harness.args import OneLineParser, integer, number, run_script  # noqa: E402
+from harness.args import DefaultsHelpFormatter, OneLineParser, integer, number, run_script  # noqa: E402
 from harness.experiments.zoo_control import run  # noqa: E402
 from harness.sim import zoo  # noqa: E402
 
@@ -54,7 +54,8 @@ def measure(name: str, knob: str, seeds: int, every: int, factor: float) -> dict
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
     ap.add_argument("--seeds", type=integer(1, 100), default=8, help="seeds per plant (1-100)")
     ap.add_argument("--every", type=integer(2, PERIODS), default=60,
                     help=f"one outlier period in this many (2-{PERIODS})")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gpucontrol.node.actuators.spatial import GreenContextBackend
 from gpucontrol.node.hooks import HookReader, HookWriter
-from harness.args import OneLineParser, integer, run_script
+from harness.args import DefaultsHelpFormatter, OneLineParser, integer, run_script
 from harness.hil.green_emulator import PartitionSwitcher, SimulatedPool
 
 
@@ -32,7 +32,8 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def main() -> int:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
     # every other boundary meets a change of share: one of each needs two (--n 1 died in
     # statistics.median of none)
     ap.add_argument("--n", type=integer(2, 100_000_000), default=20000,

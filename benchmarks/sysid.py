@@ -40,7 +40,14 @@ import numpy as np
 
 import sysid
 from gpucontrol import Actuation
-from harness.args import OneLineParser, integer, note_replaced, out_file, run_script
+from harness.args import (
+    DefaultsHelpFormatter,
+    OneLineParser,
+    integer,
+    note_replaced,
+    out_file,
+    run_script,
+)
 from harness.sim.simulated import SimulatedColocation
 
 S0, DELTA, PERIODS, T = 0.5, 0.3, 50, 4.0
@@ -165,7 +172,8 @@ def report(seeds: int) -> str:
 
 
 def main() -> None:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
     ap.add_argument("--seeds", type=integer(1, 10_000), default=30,
                     help="seeds per gain configuration")
     ap.add_argument("--out", type=out_file, default=None,

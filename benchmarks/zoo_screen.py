@@ -38,6 +38,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import numpy as np  # noqa: E402
 
 from harness.args import (  # noqa: E402
+    DefaultsHelpFormatter,
     OneLineParser,
     integer,
     name_list,
@@ -87,19 +88,20 @@ def _edited() -> bool:
 
 
 def main() -> None:
-    ap = OneLineParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n\n")[0],
+                       formatter_class=DefaultsHelpFormatter)
     ap.add_argument("--seeds", type=integer(1, 1000), default=8,
-                    help="plant seeds per figure (default 8, as the target table)")
-    ap.add_argument("--plants", type=name_list(zoo.PLANTS), default=list(zoo.PLANTS),
-                    help="comma-separated zoo plants (default: all of them)")
+                    help="plant seeds per figure (default %(default)s, as the target table)")
+    ap.add_argument("--plants", type=name_list(zoo.PLANTS), default=",".join(zoo.PLANTS),
+                    help="comma-separated zoo plants (default: all of them, %(default)s)")
     ap.add_argument("--jobs", type=integer(1, 64), default=2,
-                    help="runs at once, one process each (default 2; the figures are the "
-                         "same at any value)")
+                    help="runs at once, one process each (default %(default)s; the figures "
+                         "are the same at any value)")
     ap.add_argument("--fuzz", action="store_true",
                     help="also the training after 10,000 fuzzed readings (two runs more "
                          "per seed)")
     ap.add_argument("--day", type=integer(100, 100_000), default=DAY, metavar="PERIODS",
-                    help=f"periods of the trace's one swing of the load (default {DAY}, the "
+                    help="periods of the trace's one swing of the load (default %(default)s, the "
                          "target table's: a day in 40 min; 21600: a day of 4-s periods)")
     ap.add_argument("--json", type=out_file, default=None, metavar="FILE",
                     help="write every seed's figures here (refused before the runs if it "
