@@ -46,8 +46,8 @@ contracts: $(VENV)/.dev  ## import contracts (which package may import which)
 
 # Two workers (pytest-xdist): most of the suite waits on real processes and timers, so two
 # run side by side in a little over half the time, even beside another busy process. The
-# closed loops on the real CPU plant (marker `solo`) run after them, alone: their latency is
-# the machine's, and a test beside them moves it.
+# closed loops on the real CPU plant and the duty cycles the sleep actuators achieve (marker
+# `solo`) run after them, alone: their timing is the machine's, and a test beside them moves it.
 test: lint typecheck contracts  ## lint, types, import contracts, then the tests and doctests
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not solo"
 	$(BIN)/python -m pytest -q -m solo

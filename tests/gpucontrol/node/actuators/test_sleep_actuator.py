@@ -40,6 +40,9 @@ def _fraction(samples):
     return stopped / (seg[-1][0] - seg[0][0]), len(edges) - 1
 
 
+# alone (``solo``): a test on the other worker takes the CPUs the four daemons' stops need;
+# one loaded run saw 43.6 % stopped for 50 % that way
+@pytest.mark.solo
 def test_duty_cycles_achieved(children, cgroup_factory, tmp_path):
     """Busy loops paused by real daemons (``--fixed-sleep``, one process each, as deployed)
     at several duty cycles at once; the stopped fraction seen from outside must match the
